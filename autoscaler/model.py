@@ -1,0 +1,263 @@
+"""Frozen, typed model of a cluster as the planner sees it, and of the plan it makes.
+
+Raw Kubernetes objects and Prometheus answers are parsed into these types at the edge
+(`parse.py`, `sources/`); the planner only ever sees these. Nothing here does I/O, and
+this module must not import kubernetes_asyncio, prometheus_api_client, aiohttp or
+structlog (a test enforces it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why the planner did, or did not, change something. One enum for every output:
+    dry-run tables, logs, Kubernetes Events and metric labels all use these values."""
+
+    # actions on a job
+    SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
+    RECLAIM_FOR_PENDING = "ReclaimForPending"
+    TRIM_UNPLACED = "TrimUnplaced"
+
+    # holds on a managed job
+    AT_MAX = "HoldAtMax"
+    NO_IDLE_GPUS = "HoldNoIdleGpus"
+    COOLDOWN = "HoldCooldown"
+    MIN_STEP = "HoldMinStep"
+    IN_FLIGHT = "HoldInFlight"
+    RELEASING = "HoldReleasing"
+    OWN_GANG_WAITING = "HoldOwnGangWaiting"
+    GANG_STARVING = "HoldGangStarving"
+    NOT_WORTH_RESTART = "HoldNotWorthRestart"
+    METRICS_MISSING = "HoldMetricsMissing"
+    METRICS_INVALID = "HoldMetricsInvalid"
+    METRICS_STALE = "HoldMetricsStale"
+    METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
+    QUEUE_CLOSED = "HoldQueueClosed"
+    CLOCK_SKEW = "HoldClockSkew"
+
+    # jobs we do not manage, each with its own reason
+    INVALID_POLICY = "InvalidPolicy"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_REPLICAS = "InvalidReplicas"
+    INVALID_ANNOTATION = "InvalidAnnotation"
+    NOT_ELASTIC = "NotElastic"
+    OPERATOR_HPA = "SkipOperatorHpa"
+    PAUSED = "SkipPaused"
+    FINISHED = "SkipFinished"
+    SUSPENDED = "SkipSuspended"
+    DUPLICATE = "SkipDuplicate"
+
+    # waiting gangs (pending PodGroups)
+    GANG_FITS = "GangFits"
+    GANG_COVERED = "GangCoveredByReclaim"
+    GANG_UNCOVERABLE = "GangUncoverable"
+    GANG_BLOCKED = "GangBlockedByStarvingGang"
+    INVALID_GANG = "InvalidPodGroup"
+
+    @property
+    def is_action(self) -> bool:
+        return self in _ACTIONS
+
+    @property
+    def unmanaged(self) -> bool:
+        """The job is left alone whatever the queue looks like."""
+        return self in _UNMANAGED
+
+
+_ACTIONS = frozenset({Reason.SCALE_UP_IDLE_GPUS, Reason.RECLAIM_FOR_PENDING, Reason.TRIM_UNPLACED})
+_UNMANAGED = frozenset(
+    {
+        Reason.INVALID_POLICY,
+        Reason.INVALID_SPEC,
+        Reason.INVALID_REPLICAS,
+        Reason.INVALID_ANNOTATION,
+        Reason.NOT_ELASTIC,
+        Reason.OPERATOR_HPA,
+        Reason.PAUSED,
+        Reason.FINISHED,
+        Reason.SUSPENDED,
+        Reason.DUPLICATE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """Identity of a Kubernetes object. Ordering gives the planner a stable tie-break."""
+
+    namespace: str
+    name: str
+    kind: str = "PyTorchJob"
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticJob:
+    """An elastic job the planner may resize. Every field has been validated by parse.py:
+    1 <= min_replicas <= replicas <= max_replicas, gpus_per_worker >= 1."""
+
+    ref: ObjectRef
+    queue: str
+    min_replicas: int
+    max_replicas: int
+    replicas: int  # spec.pytorchReplicaSpecs.Worker.replicas: what we asked for
+    active: int  # status.replicaStatuses.Worker.active: what is running
+    gpus_per_worker: int
+    created: datetime
+    priority: int = 0
+    last_scale_time: datetime | None = None  # from our annotation; None: never resized by us
+    started: datetime | None = None  # when the job first ran (Running condition), if known
+    resource_version: str = ""
+    has_min_available: bool = True  # runPolicy.schedulingPolicy.minAvailable set
+
+    @property
+    def inflight_workers(self) -> int:
+        return max(0, self.replicas - self.active)
+
+    @property
+    def releasing_workers(self) -> int:
+        return max(0, self.active - self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class UnmanagedJob:
+    """A job parse.py will not let the planner touch, with the reason and which field.
+
+    `inflight_gpus` keeps its promised-but-not-running GPUs in the queue's accounting
+    whenever the fields needed to know them could be read."""
+
+    ref: ObjectRef
+    queue: str
+    reason: Reason
+    message: str
+    replicas: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_worker: int | None = None
+    inflight_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingGroup:
+    """A Volcano PodGroup waiting for its gang (phase Pending/Inqueue, or Unknown and
+    unschedulable): GPUs it needs before any of its pods can start."""
+
+    ref: ObjectRef
+    queue: str
+    gpus: int
+    created: datetime
+    priority: int = 0
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
+    phase: str = "Pending"
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidGroup:
+    ref: ObjectRef
+    queue: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What we know of one Volcano queue this cycle.
+
+    `free_gpus` None means unknown (no series, bad sample, source down): the queue holds,
+    with `problem` saying why. Unknown is never read as zero."""
+
+    name: str
+    free_gpus: float | None
+    problem: Reason | None = None
+    message: str = ""
+    state: str = "Open"  # Volcano Queue.status.state; Open when the Queue object is unknown
+
+    @property
+    def usable(self) -> bool:
+        return self.free_gpus is not None and self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one planning cycle knows, read once at the edge."""
+
+    queues: Mapping[str, QueueState]
+    jobs: tuple[ElasticJob, ...] = ()
+    unmanaged: tuple[UnmanagedJob, ...] = ()
+    pending: tuple[PendingGroup, ...] = ()
+    invalid_groups: tuple[InvalidGroup, ...] = ()
+    # a cycle-wide problem (e.g. Prometheus down): every queue holds with this reason
+    problem: Reason | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the plan says about one job: a new replica count or why it stays."""
+
+    ref: ObjectRef
+    queue: str
+    current: int | None
+    target: int | None
+    reason: Reason
+    message: str
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_worker: int | None = None
+    resource_version: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.target is not None and self.current is not None and self.target != self.current
+
+    @property
+    def direction(self) -> str:
+        if not self.changed:
+            return "none"
+        return "up" if self.target > self.current else "down"  # type: ignore[operator]
+
+
+@dataclass(frozen=True, slots=True)
+class GangDecision:
+    """What the plan says about one waiting gang."""
+
+    ref: ObjectRef
+    queue: str
+    gpus: int
+    reason: Reason
+    message: str
+    victims: tuple[ObjectRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    name: str
+    free_gpus: float | None
+    inflight_gpus: int = 0
+    releasing_gpus: int = 0
+    pending_gpus: int = 0
+    granted_gpus: int = 0
+    reclaimed_gpus: int = 0
+    trimmed_gpus: int = 0
+    reason: Reason | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    now: datetime
+    decisions: tuple[Decision, ...]
+    gangs: tuple[GangDecision, ...] = ()
+    queues: Mapping[str, QueueSummary] = field(default_factory=dict)
+
+    @property
+    def actions(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.changed)

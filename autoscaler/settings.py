@@ -1,0 +1,308 @@
+"""The one settings object. Sources, highest first: environment variables
+(`AUTOSCALER_<FIELD>`), the YAML file given with `--config`, defaults.
+
+Every field is flat, so each is one environment variable; lists are JSON, e.g.
+`AUTOSCALER_GPU_RESOURCE_NAMES='["nvidia.com/gpu","baidu.com/a800_80g_cgpu"]'`.
+Invalid settings raise `SettingsError` naming the field; the CLI stops with exit 2.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ENV_PREFIX = "AUTOSCALER_"
+
+DEFAULT_FREE_GPUS_QUERY = (
+    "clamp_min("
+    'sum by (queue_name) (volcano_queue_deserved_scalar_resources{resource="nvidia.com/gpu"})'
+    " - on (queue_name) ("
+    'sum by (queue_name) (volcano_queue_allocated_scalar_resources{resource="nvidia.com/gpu"})'
+    " or "
+    'sum by (queue_name) (volcano_queue_deserved_scalar_resources{resource="nvidia.com/gpu"}) * 0'
+    "), 0)"
+)
+
+
+class GrowthPolicy(StrEnum):
+    FILL = "fill"
+    FAIR = "fair"
+
+
+class VictimOrder(StrEnum):
+    MOST_WORKERS = "most-workers"
+    LEAST_WORK_LOST = "least-work-lost"
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"
+    JSON = "json"
+    CONSOLE = "console"
+
+
+class SettingsError(ValueError):
+    """Settings that cannot run; the message names the field and the source to fix."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+    )
+    _config_path: ClassVar[str | None] = None  # set by load_settings on a subclass
+
+    # ---- planner policy -------------------------------------------------------------
+    cooldown_seconds: float = Field(
+        300, ge=0, description="A job resized less than this ago is not grown again "
+        "(every resize restarts its torchrun worker group from the last checkpoint)."
+    )
+    reclaim_cooldown_seconds: float = Field(
+        60, ge=0, description="A job resized less than this ago is not shrunk for a "
+        "waiting gang. Shorter than cooldown_seconds: pending jobs matter more."
+    )
+    max_gang_wait_seconds: float = Field(
+        1800, ge=0, description="A waiting gang older than this stops the skipping: "
+        "nothing in its queue grows, and no later gang is served, until it fits."
+    )
+    unplaced_timeout_seconds: float = Field(
+        300, ge=0, description="Workers we asked for that are still not running this long "
+        "after our resize are cut back to what runs (never below min)."
+    )
+    growth_policy: GrowthPolicy = Field(
+        GrowthPolicy.FILL, description="fill: grow as few jobs as possible, smallest "
+        "first, each to its max in one step. fair: max-min fair share in workers."
+    )
+    min_step_workers: int = Field(
+        1, ge=1, description="Skip a change smaller than this many workers unless it "
+        "reaches the job's min or max (hysteresis)."
+    )
+    reserve_gpus_per_queue: int = Field(
+        0, ge=0, description="GPUs per queue that growth leaves idle for jobs yet to come."
+    )
+    growth_payoff_factor: float = Field(
+        0.0, ge=0, description="Grow a job only when the time the extra workers save "
+        "exceeds this many times the restart they cost. The job's running time so far "
+        "estimates what is left. 0 turns the rule off."
+    )
+    restart_cost_seconds: float = Field(
+        30, ge=0, description="What one resize (a torchrun restart from checkpoint) costs "
+        "a job, used by growth_payoff_factor and victim_order=least-work-lost."
+    )
+    victim_order: VictimOrder = Field(
+        VictimOrder.MOST_WORKERS, description="Which elastic jobs lose workers first for a "
+        "waiting gang, after lowest priority: most-workers (the job with the most "
+        "reclaimable workers, so few jobs restart) or least-work-lost."
+    )
+    clock_skew_seconds: float = Field(
+        120, ge=0, description="A last-scale-time annotation this far in the future is "
+        "reported and the job held, rather than trusted."
+    )
+    gpu_resource_names: list[str] = Field(
+        default_factory=lambda: ["nvidia.com/gpu"], min_length=1,
+        description="Extended resource names counted as GPUs in pod templates and PodGroup "
+        "minResources."
+    )
+    annotation_prefix: str = Field(
+        "elastic-autoscaler.io", min_length=1, description="Prefix of our annotations: "
+        "<prefix>/last-scale-time (written on every resize), <prefix>/paused: \"true\" "
+        "(opt a job out)."
+    )
+
+    # ---- Prometheus -----------------------------------------------------------------
+    prometheus_url: str = Field(
+        "http://prometheus-operated.monitoring.svc:9090",
+        description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics.",
+    )
+    free_gpus_query: str = Field(
+        DEFAULT_FREE_GPUS_QUERY, min_length=1,
+        description="Instant PromQL returning a vector of free GPU capacity by queue label.",
+    )
+    queue_label: str = Field("queue_name", min_length=1, description="Label naming the queue.")
+    metric_unit_divisor: float = Field(
+        1000, gt=0, description="The query's unit per GPU (Volcano scalar metrics are "
+        "milli-units: 1000)."
+    )
+    max_metric_age_seconds: float = Field(
+        300, gt=0, description="A sample older than this (by its timestamp) holds its queue."
+    )
+    prometheus_timeout_seconds: float = Field(10, gt=0, description="Deadline of one query.")
+    prometheus_retries: int = Field(
+        2, ge=0, description="Our retries of a failed query within a cycle, with backoff "
+        "(the client's own retries are off)."
+    )
+    prometheus_bearer_token_file: Path | None = Field(
+        None, description="File holding a bearer token for Prometheus (re-read every query)."
+    )
+    prometheus_username: str | None = Field(None, description="Basic-auth user.")
+    prometheus_password: SecretStr | None = Field(None, description="Basic-auth password.")
+    prometheus_ca_file: Path | None = Field(None, description="CA bundle to verify Prometheus TLS.")
+    prometheus_insecure_skip_verify: bool = Field(
+        False, description="Skip TLS verification of Prometheus (never in production)."
+    )
+    cross_check_queue_status: bool = Field(
+        False, description="Hold a queue whose Prometheus answer disagrees with "
+        "Queue.status.allocated from the API by more than one GPU."
+    )
+
+    # ---- Kubernetes -----------------------------------------------------------------
+    kubeconfig: Path | None = Field(
+        None, description="Kubeconfig file. Unset: in-cluster config, else ~/.kube/config."
+    )
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces whose jobs and PodGroups we watch; "
+        "empty: all namespaces."
+    )
+    label_selector: str = Field("", description="Label selector for the jobs we manage.")
+    kube_request_timeout_seconds: float = Field(
+        10, gt=0, description="Deadline of one API request (watches excepted)."
+    )
+    watch_timeout_seconds: int = Field(
+        300, ge=1, description="Server-side timeout of one watch request before it is renewed."
+    )
+    max_object_bytes: int = Field(
+        1_048_576, ge=1024, description="Objects larger than this are reported and ignored."
+    )
+
+    # ---- loop -----------------------------------------------------------------------
+    interval_seconds: float = Field(
+        120, gt=0, description="Time between planning cycles. Batching resizes into fewer "
+        "cycles cuts restarts."
+    )
+    min_interval_seconds: float = Field(
+        15, ge=0, description="A new pending PodGroup or a finished job triggers an early "
+        "cycle, at most once per this many seconds."
+    )
+    cycle_deadline_seconds: float = Field(60, gt=0, description="Deadline of one whole cycle.")
+    dry_run: bool = Field(False, description="Plan and log, never write (same as --dry-run).")
+
+    # ---- leader election ------------------------------------------------------------
+    leader_election: bool = Field(
+        True, description="Only the holder of the Lease patches jobs (needed with >1 replica)."
+    )
+    lease_name: str = Field("elastic-autoscaler", min_length=1, description="Lease name.")
+    lease_namespace: str = Field(
+        "elastic-autoscaler", min_length=1, description="Namespace of the Lease (ours)."
+    )
+    lease_duration_seconds: float = Field(15, gt=0, description="Lease duration.")
+    lease_renew_deadline_seconds: float = Field(10, gt=0, description="Leader renew deadline.")
+    lease_retry_period_seconds: float = Field(2, gt=0, description="Lease retry period.")
+    identity: str = Field(
+        "", description="Our identity in the Lease; empty: the pod's hostname."
+    )
+
+    # ---- HTTP, logs -----------------------------------------------------------------
+    listen_host: str = Field("0.0.0.0", description="Address of /metrics /healthz /readyz.")
+    listen_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP endpoints.")
+    ready_max_age_seconds: float = Field(
+        0, ge=0, description="/readyz fails when the last good cycle is older than this; "
+        "0: three intervals."
+    )
+    log_level: str = Field("info", description="debug, info, warning or error.")
+    log_format: LogFormat = Field(
+        LogFormat.AUTO, description="auto: JSON when stderr is not a terminal."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    @field_validator("gpu_resource_names")
+    @classmethod
+    def _resource_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "/" not in name:
+                raise ValueError(f"{name!r} is not an extended resource name like nvidia.com/gpu")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return value.lower()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.lease_renew_deadline_seconds >= self.lease_duration_seconds:
+            raise ValueError("lease_renew_deadline_seconds must be below lease_duration_seconds")
+        return self
+
+    @property
+    def last_scale_annotation(self) -> str:
+        return f"{self.annotation_prefix}/last-scale-time"
+
+    @property
+    def paused_annotation(self) -> str:
+        return f"{self.annotation_prefix}/paused"
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """The `--config` file: a flat mapping of field names, lowest priority but defaults."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole mapping
+
+    def __call__(self) -> dict[str, Any]:
+        path = getattr(self.settings_cls, "_config_path", None)
+        if path is None:
+            return {}
+        return read_config_file(Path(path))
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"config file {path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: must be a mapping of setting: value")
+    unknown = sorted(str(k) for k in data if k not in Settings.model_fields)
+    if unknown:
+        raise SettingsError(f"config file {path}: unknown setting(s): {', '.join(unknown)}")
+    return data
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from env over `config` over defaults; `overrides` (CLI flags) win."""
+
+    cls: type[Settings] = Settings
+    if config is not None:
+        read_config_file(config)  # fail early with a message about the file itself
+        cls = type("Settings", (Settings,), {"_config_path": str(config)})
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "settings"
+        hint = f" (env {ENV_PREFIX}{loc.upper()})" if loc in Settings.model_fields else ""
+        parts.append(f"invalid setting {loc}{hint}: {err['msg']}")
+    return "; ".join(parts)
