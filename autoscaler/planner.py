@@ -1,0 +1,470 @@
+"""The global planner: `plan(snapshot, policy, now) -> Plan`.
+
+Pure and deterministic: no I/O, no clock, no randomness; the same input gives the same
+plan, in the same order. Every job and every waiting gang gets a decision with a reason.
+The rules are DESIGN.md "Planner rules"; the numbers below refer to them.
+
+Per queue, in order:
+  hold    missing/bad data or a closed queue: nothing in the queue changes (rule 9)
+  trim    workers still unplaced long after our resize are given back (rule 5)
+  gangs   waiting PodGroups one at a time by priority then age; each fits in what is free
+          (plus GPUs being released) or gets elastic workers reclaimed, only if that makes
+          it fit; otherwise skipped, unless it is starving (rule 3)
+  grow    what is left, minus in-flight and reserve, to jobs out of cooldown (rules 4, 6, 7)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .model import (
+    ClusterSnapshot,
+    Decision,
+    ElasticJob,
+    GangDecision,
+    ObjectRef,
+    PendingGroup,
+    Plan,
+    QueueState,
+    QueueSummary,
+    Reason,
+    UnmanagedJob,
+)
+from .settings import GrowthPolicy, Settings, VictimOrder
+
+CLOSED_STATES = frozenset({"Closed", "Closing"})
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class _Job:
+    """A job's working state during one plan (mutable, private to this module)."""
+
+    job: ElasticJob
+    target: int
+    reason: Reason | None = None
+    message: str = ""
+    locked: bool = False  # decided for this cycle: no further change
+    victim_of: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> ObjectRef:
+        return self.job.ref
+
+
+def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
+    jobs_by_queue: dict[str, list[ElasticJob]] = {}
+    for job in snapshot.jobs:
+        jobs_by_queue.setdefault(job.queue, []).append(job)
+    unmanaged_by_queue: dict[str, list[UnmanagedJob]] = {}
+    for u in snapshot.unmanaged:
+        unmanaged_by_queue.setdefault(u.queue, []).append(u)
+    pending_by_queue: dict[str, list[PendingGroup]] = {}
+    for g in snapshot.pending:
+        pending_by_queue.setdefault(g.queue, []).append(g)
+
+    decisions: list[Decision] = [_unmanaged_decision(u) for u in snapshot.unmanaged]
+    gangs: list[GangDecision] = [
+        GangDecision(g.ref, g.queue, 0, Reason.INVALID_GANG, g.message)
+        for g in snapshot.invalid_groups
+    ]
+    summaries: dict[str, QueueSummary] = {}
+    names = sorted(set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue))
+    for name in names:
+        state = snapshot.queues.get(name) or QueueState(
+            name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading")
+        queue_plan = _QueuePlanner(
+            state,
+            jobs_by_queue.get(name, []),
+            unmanaged_by_queue.get(name, []),
+            pending_by_queue.get(name, []),
+            snapshot,
+            policy,
+            now,
+        )
+        summary = queue_plan.run()
+        summaries[name] = summary
+        decisions.extend(queue_plan.decisions())
+        gangs.extend(queue_plan.gangs)
+
+    decisions.sort(key=lambda d: (d.queue, d.ref.namespace, d.ref.name, d.ref.kind))
+    gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
+    return Plan(now=now, decisions=tuple(decisions), gangs=tuple(gangs), queues=summaries)
+
+
+def _unmanaged_decision(u: UnmanagedJob) -> Decision:
+    return Decision(
+        ref=u.ref, queue=u.queue, current=u.replicas, target=u.replicas, reason=u.reason,
+        message=u.message, min_replicas=u.min_replicas, max_replicas=u.max_replicas,
+        gpus_per_worker=u.gpus_per_worker,
+    )
+
+
+def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
+    return None if delta_from is None else (now - delta_from).total_seconds()
+
+
+class _QueuePlanner:
+    def __init__(
+        self,
+        state: QueueState,
+        jobs: list[ElasticJob],
+        unmanaged: list[UnmanagedJob],
+        pending: list[PendingGroup],
+        snapshot: ClusterSnapshot,
+        policy: Settings,
+        now: datetime,
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.now = now
+        self.snapshot = snapshot
+        self.work = [_Job(j, j.replicas) for j in sorted(jobs, key=lambda j: j.ref)]
+        self.unmanaged = unmanaged
+        self.pending = sorted(pending, key=lambda g: (-g.priority, g.created, g.ref))
+        self.gangs: list[GangDecision] = []
+        self.granted = self.reclaimed = self.trimmed = 0
+
+    # ---- bookkeeping ------------------------------------------------------------------
+
+    def _settle(self, w: _Job, target: int, reason: Reason, message: str) -> None:
+        w.target, w.reason, w.message, w.locked = target, reason, message, True
+
+    def decisions(self) -> Iterable[Decision]:
+        for w in self.work:
+            j = w.job
+            notes: tuple[str, ...] = ()
+            if not j.has_min_available:
+                notes = ("no runPolicy.schedulingPolicy.minAvailable: training-operator sets "
+                         "the gang size to all replicas, so growing raises it",)
+            reason = w.reason or Reason.NO_IDLE_GPUS
+            yield Decision(
+                ref=j.ref, queue=j.queue, current=j.replicas, target=w.target, reason=reason,
+                message=w.message, min_replicas=j.min_replicas, max_replicas=j.max_replicas,
+                gpus_per_worker=j.gpus_per_worker, resource_version=j.resource_version,
+                notes=notes,
+            )
+
+    # ---- the cycle --------------------------------------------------------------------
+
+    def run(self) -> QueueSummary:
+        p, now = self.policy, self.now
+        hold = self._hold_reason()
+        pending_gpus = sum(g.gpus for g in self.pending)
+        if hold is not None:
+            reason, message = hold
+            for w in self.work:
+                self._settle(w, w.job.replicas, reason, message)
+            self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message)
+                          for g in self.pending]
+            return QueueSummary(self.state.name, self.state.free_gpus,
+                                pending_gpus=pending_gpus, reason=reason, message=message)
+
+        own_waiting = self._own_waiting()
+        for w in self.work:
+            last = w.job.last_scale_time
+            if last is not None and (last - now).total_seconds() > p.clock_skew_seconds:
+                self._settle(w, w.job.replicas, Reason.CLOCK_SKEW,
+                             f"{w.key}: last-scale-time {last.isoformat()} is in the future; "
+                             "fix the annotation or the clock")
+            elif w.key in own_waiting:
+                self._settle(w, w.job.replicas, Reason.OWN_GANG_WAITING,
+                             f"{w.key}: its own PodGroup is waiting to be scheduled")
+
+        # Rule 2: GPUs promised but not running are not free, whoever asked for them. A job
+        # waiting as a gang is counted once, as that gang.
+        inflight = sum(w.job.inflight_workers * w.job.gpus_per_worker
+                       for w in self.work if w.key not in own_waiting)
+        inflight += sum(u.inflight_gpus for u in self.unmanaged if u.ref not in own_waiting)
+        releasing = sum(w.job.releasing_workers * w.job.gpus_per_worker
+                        for w in self.work if w.key not in own_waiting)
+        free = math.floor(self.state.free_gpus + _EPS)  # type: ignore[operator]
+        summary_inflight, summary_releasing = inflight, releasing
+
+        inflight -= self._trim()
+        idle = free - inflight  # may be negative: promised more than Prometheus shows free
+        idle, releasing, starving = self._serve_gangs(idle, releasing)
+        self._grow(max(0, idle - p.reserve_gpus_per_queue), starving)
+
+        return QueueSummary(
+            self.state.name, self.state.free_gpus, inflight_gpus=summary_inflight,
+            releasing_gpus=summary_releasing, pending_gpus=pending_gpus,
+            granted_gpus=self.granted, reclaimed_gpus=self.reclaimed,
+            trimmed_gpus=self.trimmed,
+            reason=Reason.GANG_STARVING if starving else None,
+            message=starving or "",
+        )
+
+    def _hold_reason(self) -> tuple[Reason, str] | None:
+        s = self.state
+        if self.snapshot.problem is not None:
+            return self.snapshot.problem, self.snapshot.message or "cycle-wide data problem"
+        if s.problem is not None or s.free_gpus is None:
+            return (s.problem or Reason.METRICS_MISSING,
+                    s.message or f"queue {s.name}: free GPUs unknown")
+        if not math.isfinite(s.free_gpus) or s.free_gpus < 0:
+            return Reason.METRICS_INVALID, f"queue {s.name}: free GPUs {s.free_gpus!r}"
+        if s.state in CLOSED_STATES:
+            return Reason.QUEUE_CLOSED, f"queue {s.name} is {s.state}"
+        return None
+
+    def _own_waiting(self) -> set[ObjectRef]:
+        """Jobs whose own PodGroup is among the waiting gangs (matched by owner reference,
+        else by name: training-operator names the PodGroup after the job)."""
+
+        by_name = {(w.key.namespace, w.key.name): w.key for w in self.work}
+        by_name.update({(u.ref.namespace, u.ref.name): u.ref for u in self.unmanaged})
+        found: set[ObjectRef] = set()
+        for g in self.pending:
+            o = g.owner
+            if o is not None and o.kind == "PyTorchJob":
+                key = by_name.get((o.namespace, o.name))
+            elif o is None:
+                key = by_name.get((g.ref.namespace, g.ref.name))
+            else:
+                key = None
+            if key is not None:
+                found.add(key)
+        return found
+
+    # ---- rule 5: trim workers that never landed -----------------------------------------
+
+    def _trim(self) -> int:
+        p, freed = self.policy, 0
+        for w in self.work:
+            j = w.job
+            since = _seconds(j.last_scale_time, self.now)
+            if w.locked or since is None or j.inflight_workers == 0:
+                continue
+            if since <= p.unplaced_timeout_seconds:
+                continue
+            target = max(j.min_replicas, j.active)
+            if target >= j.replicas:
+                continue
+            freed += (j.replicas - target) * j.gpus_per_worker
+            self.trimmed += (j.replicas - target) * j.gpus_per_worker
+            self._settle(w, target, Reason.TRIM_UNPLACED,
+                         f"{j.replicas - j.active} worker(s) still unplaced {since:.0f}s after "
+                         f"our resize (timeout {p.unplaced_timeout_seconds:.0f}s): back to "
+                         f"{target}")
+        return freed
+
+    # ---- rule 3: waiting gangs ------------------------------------------------------------
+
+    def _serve_gangs(self, idle: int, releasing: int) -> tuple[int, int, str]:
+        p, starving = self.policy, ""
+        for g in self.pending:
+            if starving:
+                self.gangs.append(GangDecision(
+                    g.ref, g.queue, g.gpus, Reason.GANG_BLOCKED,
+                    f"{g.ref} waits behind a starving gang: {starving}"))
+                continue
+            if g.gpus <= idle + releasing:
+                idle, releasing = self._consume(g.gpus, idle, releasing)
+                self.gangs.append(GangDecision(
+                    g.ref, g.queue, g.gpus, Reason.GANG_FITS,
+                    f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released"))
+                continue
+            shortfall = g.gpus - (idle + releasing)
+            candidates = [w for w in self._victim_candidates(g)]
+            if sum((w.target - w.job.min_replicas) * w.job.gpus_per_worker
+                   for w in candidates) < shortfall:
+                waited = (self.now - g.created).total_seconds()
+                message = (f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
+                           f"capacity fall {shortfall} short: skipped")
+                if waited > p.max_gang_wait_seconds:
+                    starving = (f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
+                                f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
+                                "grows until it fits")
+                    message = starving
+                self.gangs.append(GangDecision(g.ref, g.queue, g.gpus,
+                                               Reason.GANG_UNCOVERABLE, message))
+                continue
+            victims = self._reclaim(g, candidates, shortfall)
+            gained = 0
+            for w, workers in victims:
+                j = w.job
+                # Workers never placed come back as idle; running ones are released.
+                unplaced = min(workers, max(0, w.target - j.active))
+                idle += unplaced * j.gpus_per_worker
+                releasing += (workers - unplaced) * j.gpus_per_worker
+                gained += workers * j.gpus_per_worker
+                w.target -= workers
+                w.victim_of.append(f"{g.ref.namespace}/{g.ref.name}")
+                self._settle(w, w.target, Reason.RECLAIM_FOR_PENDING,
+                             f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
+                             f"{', '.join(w.victim_of)}")
+            self.reclaimed += gained
+            idle, releasing = self._consume(g.gpus, idle, releasing)
+            self.gangs.append(GangDecision(
+                g.ref, g.queue, g.gpus, Reason.GANG_COVERED,
+                f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
+                f"{len(victims)} elastic job(s)", tuple(w.key for w, _ in victims)))
+        return idle, releasing, starving
+
+    @staticmethod
+    def _consume(need: int, idle: int, releasing: int) -> tuple[int, int]:
+        # Released GPUs can serve only gangs, so gangs use them before idle ones.
+        from_release = min(max(releasing, 0), need)
+        return idle - (need - from_release), releasing - from_release
+
+    def _victim_candidates(self, g: PendingGroup) -> list[_Job]:
+        p, out = self.policy, []
+        for w in self.work:
+            j = w.job
+            if w.reason in (Reason.CLOCK_SKEW, Reason.OWN_GANG_WAITING):
+                continue
+            if j.priority > g.priority or w.target <= j.min_replicas:
+                continue
+            since = _seconds(j.last_scale_time, self.now)
+            if since is not None and since < p.reclaim_cooldown_seconds:
+                continue
+            out.append(w)
+        return out
+
+    def _reclaim(self, g: PendingGroup, candidates: list[_Job],
+                 shortfall: int) -> list[tuple[_Job, int]]:
+        """Whole workers, as few as cover the shortfall. Victims: lowest priority first,
+        then by victim_order."""
+
+        chosen: list[tuple[_Job, int]] = []
+        left = list(candidates)
+        while shortfall > 0 and left:
+            w = min(left, key=lambda c: self._victim_rank(c, shortfall))
+            left.remove(w)
+            j = w.job
+            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
+            chosen.append((w, workers))
+            shortfall -= workers * j.gpus_per_worker
+        return chosen
+
+    def _victim_rank(self, w: _Job, shortfall: int) -> tuple:
+        j = w.job
+        reclaimable = w.target - j.min_replicas
+        if self.policy.victim_order is VictimOrder.LEAST_WORK_LOST:
+            # A resize restarts the whole job: it loses restart_cost for every GPU it runs
+            # on. Greedy weighted cover: least GPU-seconds lost per GPU of shortfall covered.
+            covered = min(reclaimable * j.gpus_per_worker, shortfall)
+            lost = self.policy.restart_cost_seconds * j.active * j.gpus_per_worker
+            return (j.priority, lost / covered, -reclaimable, j.ref)
+        return (j.priority, -reclaimable, j.ref)
+
+    # ---- rules 4, 6, 7: growth ------------------------------------------------------------
+
+    def _grow(self, pool: int, starving: str) -> None:
+        p, now = self.policy, self.now
+        growable: list[_Job] = []
+        for w in self.work:
+            if w.locked:
+                continue
+            j = w.job
+            since = _seconds(j.last_scale_time, now)
+            if j.replicas >= j.max_replicas:
+                self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
+            elif j.inflight_workers:
+                self._hold(w, Reason.IN_FLIGHT,
+                           f"{j.inflight_workers} worker(s) asked for are not running yet")
+            elif j.releasing_workers:
+                self._hold(w, Reason.RELEASING,
+                           f"{j.releasing_workers} worker(s) are still being released")
+            elif since is not None and since < p.cooldown_seconds:
+                self._hold(w, Reason.COOLDOWN,
+                           f"resized {since:.0f}s ago; cooldown {p.cooldown_seconds:.0f}s")
+            elif starving:
+                self._hold(w, Reason.GANG_STARVING, starving)
+            else:
+                growable.append(w)
+        if p.growth_policy is GrowthPolicy.FAIR:
+            grants = self._fair(growable, pool)
+        else:
+            grants = self._fill(growable, pool)
+        for w in growable:
+            j = w.job
+            extra = grants.get(w.key, 0)
+            if extra:
+                self.granted += extra * j.gpus_per_worker
+                self._settle(w, j.replicas + extra, Reason.SCALE_UP_IDLE_GPUS,
+                             f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
+                             f"of queue {j.queue}")
+            elif w.reason is None:
+                self._hold(w, Reason.NO_IDLE_GPUS,
+                           f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)")
+
+    def _hold(self, w: _Job, reason: Reason, message: str) -> None:
+        self._settle(w, w.job.replicas, reason, f"{w.key}: {message}")
+        w.locked = False  # still a candidate only if the caller says so
+
+    def _step_ok(self, w: _Job, extra: int) -> bool:
+        j = w.job
+        if extra < self.policy.min_step_workers and j.replicas + extra != j.max_replicas:
+            self._hold(w, Reason.MIN_STEP,
+                       f"{extra} more worker(s) is below min_step_workers="
+                       f"{self.policy.min_step_workers}")
+            return False
+        return self._worth_it(w, extra)
+
+    def _worth_it(self, w: _Job, extra: int) -> bool:
+        """Grow only when the time the extra workers save beats the restart they cost.
+        What is left of a job is unknown; its running time so far is the estimate."""
+
+        factor = self.policy.growth_payoff_factor
+        j = w.job
+        if factor <= 0:
+            return True
+        ran = _seconds(j.started or j.created, self.now)
+        if ran is None or ran <= 0:
+            return True
+        saved = ran * extra / (j.replicas + extra)  # linear speedup on the remaining work
+        cost = factor * self.policy.restart_cost_seconds
+        if saved > cost:
+            return True
+        self._hold(w, Reason.NOT_WORTH_RESTART,
+                   f"+{extra} worker(s) would save ~{saved:.0f}s, less than "
+                   f"{factor:g} x restart cost {self.policy.restart_cost_seconds:.0f}s")
+        return False
+
+    def _fill(self, growable: list[_Job], pool: int) -> dict[ObjectRef, int]:
+        """Few jobs, one step each: smallest job first, each up to its max."""
+
+        grants: dict[ObjectRef, int] = {}
+        order = sorted(growable, key=lambda w: (
+            -w.job.priority, w.job.replicas * w.job.gpus_per_worker, w.job.created, w.key))
+        for w in order:
+            j = w.job
+            extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            if extra <= 0 or not self._step_ok(w, extra):
+                continue
+            grants[w.key] = extra
+            pool -= extra * j.gpus_per_worker
+        return grants
+
+    def _fair(self, growable: list[_Job], pool: int) -> dict[ObjectRef, int]:
+        """Max-min fair in workers: water-fill one worker at a time to the job with the
+        fewest; jobs whose share stays under min_step drop out and the rest re-fill."""
+
+        candidates = list(growable)
+        while True:
+            grants = {w.key: 0 for w in candidates}
+            left = pool
+            while True:
+                best = None
+                for w in candidates:
+                    j = w.job
+                    size = j.replicas + grants[w.key]
+                    if size >= j.max_replicas or j.gpus_per_worker > left:
+                        continue
+                    rank = (size, -j.priority, j.gpus_per_worker, j.created, w.key)
+                    if best is None or rank < best[0]:
+                        best = (rank, w)
+                if best is None:
+                    break
+                grants[best[1].key] += 1
+                left -= best[1].job.gpus_per_worker
+            dropped = [w for w in candidates
+                       if grants[w.key] and not self._step_ok(w, grants[w.key])]
+            if not dropped:
+                return {k: v for k, v in grants.items() if v}
+            candidates = [w for w in candidates if w not in dropped]

@@ -1,0 +1,107 @@
+"""A Plan as a table for people or as stable JSON for tools (format documented in README)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .model import Plan
+from .parse import format_time
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "now": format_time(plan.now),
+        "actions": [
+            {
+                "namespace": d.ref.namespace, "name": d.ref.name, "kind": d.ref.kind,
+                "queue": d.queue, "from": d.current, "to": d.target,
+                "gpus_per_worker": d.gpus_per_worker, "reason": d.reason.value,
+                "message": d.message,
+            }
+            for d in plan.actions
+        ],
+        "jobs": [
+            {
+                "namespace": d.ref.namespace, "name": d.ref.name, "kind": d.ref.kind,
+                "queue": d.queue, "replicas": d.current, "min": d.min_replicas,
+                "max": d.max_replicas, "gpus_per_worker": d.gpus_per_worker,
+                "target": d.target, "reason": d.reason.value, "message": d.message,
+                "notes": list(d.notes),
+            }
+            for d in plan.decisions
+        ],
+        "gangs": [
+            {
+                "namespace": g.ref.namespace, "name": g.ref.name, "queue": g.queue,
+                "gpus": g.gpus, "reason": g.reason.value, "message": g.message,
+                "victims": [f"{v.namespace}/{v.name}" for v in g.victims],
+            }
+            for g in plan.gangs
+        ],
+        "queues": {
+            name: {
+                "free_gpus": q.free_gpus, "inflight_gpus": q.inflight_gpus,
+                "releasing_gpus": q.releasing_gpus, "pending_gpus": q.pending_gpus,
+                "granted_gpus": q.granted_gpus, "reclaimed_gpus": q.reclaimed_gpus,
+                "trimmed_gpus": q.trimmed_gpus,
+                "reason": q.reason.value if q.reason else None, "message": q.message,
+            }
+            for name, q in sorted(plan.queues.items())
+        },
+    }
+
+
+def plan_to_json(plan: Plan) -> str:
+    return json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line.rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(out)
+
+
+def _s(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
+    rows = []
+    for d in plan.decisions:
+        target = _s(d.target)
+        if d.changed:
+            target = f"{d.target} ({'+' if d.direction == 'up' else ''}{d.target - d.current})"  # type: ignore[operator]
+        rows.append([f"{d.ref.namespace}/{d.ref.name}", d.queue, _s(d.gpus_per_worker),
+                     _s(d.min_replicas), _s(d.max_replicas), _s(d.current), target,
+                     d.reason.value])
+    parts = [f"Plan at {format_time(plan.now)}: {len(plan.actions)} change(s), "
+             f"{len(plan.decisions)} job(s), {len(plan.gangs)} waiting gang(s)", ""]
+    parts.append(_table(["JOB", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"],
+                        rows))
+    if plan.gangs:
+        parts += ["", _table(["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS"], [
+            [f"{g.ref.namespace}/{g.ref.name}", g.queue, str(g.gpus), g.reason.value,
+             ", ".join(f"{v.namespace}/{v.name}" for v in g.victims) or "-"]
+            for g in plan.gangs])]
+    parts += ["", _table(
+        ["QUEUE", "FREE", "IN-FLIGHT", "PENDING", "GRANTED", "RECLAIMED", "STATUS"],
+        [[name, _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
+          str(q.inflight_gpus), str(q.pending_gpus), str(q.granted_gpus),
+          str(q.reclaimed_gpus), q.reason.value if q.reason else "ok"]
+         for name, q in sorted(plan.queues.items())])]
+    explain = [d for d in plan.decisions if verbose or d.changed or d.reason.unmanaged
+               or d.notes]
+    if explain:
+        parts += ["", "Why:"]
+        for d in explain:
+            parts.append(f"  {d.ref.namespace}/{d.ref.name}: {d.reason.value}: {d.message}")
+            parts.extend(f"    note: {n}" for n in d.notes)
+    for name, q in sorted(plan.queues.items()):
+        if q.reason is not None:
+            parts.append(f"  queue {name}: {q.reason.value}: {q.message}")
+    return "\n".join(parts) + "\n"
