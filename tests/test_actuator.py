@@ -1,0 +1,406 @@
+"""The actuator against a fake API server that speaks HTTP to the real kubernetes_asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fakekube import FakeKubeApi
+from kubernetes_asyncio.client import ApiClient
+
+from autoscaler.actuator import (
+    ApplyResult,
+    DryRunActuator,
+    KubeActuator,
+    Outcome,
+    refusal,
+    rfc3339,
+)
+from autoscaler.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.settings import Settings
+
+NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+NS = "team-a"
+
+
+def settings(**overrides: object) -> Settings:
+    base: dict[str, object] = {"identity": "autoscaler-test-0", "kube_request_timeout_seconds": 2}
+    base.update(overrides)
+    return Settings(**base)
+
+
+def job(name: str, replicas: int = 2, ns: str = NS) -> dict:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": ns, "annotations": {"team": "vision"}},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": 8},
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1},
+                "Worker": {"replicas": replicas, "restartPolicy": "OnFailure"},
+            },
+        },
+    }
+
+
+def decide(
+    stored: dict,
+    target: int,
+    *,
+    reason: Reason = Reason.SCALE_UP_IDLE_GPUS,
+    rv: str | None = None,
+    kind: str = "PyTorchJob",
+    lo: int | None = 1,
+    hi: int | None = 8,
+) -> Decision:
+    meta = stored["metadata"]
+    current = stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    return Decision(
+        ref=ObjectRef(meta["namespace"], meta["name"], kind=kind, uid=meta.get("uid", "")),
+        queue="vision",
+        current=current,
+        target=target,
+        reason=reason,
+        message=f"{abs(target - current)} workers",
+        min_replicas=lo,
+        max_replicas=hi,
+        gpus_per_worker=1,
+        resource_version=meta["resourceVersion"] if rv is None else rv,
+    )
+
+
+def plan(*decisions: Decision) -> Plan:
+    return Plan(now=NOW, decisions=tuple(decisions))
+
+
+def replicas(kube: FakeKubeApi, name: str) -> int:
+    obj = kube.get("pytorchjobs", NS, name)
+    assert obj is not None
+    return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+
+
+def outcomes(result: ApplyResult) -> list[Outcome]:
+    return [r.outcome for r in result.results]
+
+
+@pytest.fixture
+async def kube():
+    async with FakeKubeApi() as api:
+        yield api
+
+
+@pytest.fixture
+async def api_client(kube: FakeKubeApi):
+    async with ApiClient(kube.configuration()) as client:
+        yield client
+
+
+@pytest.fixture
+def actuator(api_client: ApiClient) -> KubeActuator:
+    return KubeActuator(settings(), api_client)
+
+
+async def test_empty_plan_makes_no_request(kube: FakeKubeApi, actuator: KubeActuator) -> None:
+    stored = kube.put(job("a"))
+    hold = Decision(
+        ref=ObjectRef(NS, "a"), queue="vision", current=2, target=2,
+        reason=Reason.COOLDOWN, message="cooling down", min_replicas=1, max_replicas=8,
+        resource_version=stored["metadata"]["resourceVersion"],
+    )
+    kube.reset_requests()
+    for p in (plan(), plan(hold)):
+        result = await actuator.apply(p, NOW)
+        assert result.results == ()
+    assert kube.requests == []
+
+
+async def test_grow_patches_replicas_with_merge_patch_and_records_event(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    stored = kube.put(job("a", replicas=2))
+    rv = stored["metadata"]["resourceVersion"]
+    kube.reset_requests()
+
+    result = await actuator.apply(plan(decide(stored, 4)), NOW)
+
+    assert outcomes(result) == [Outcome.APPLIED]
+    assert result.results[0].message == ""
+    assert result.count(Outcome.APPLIED) == 1 and result.ok
+    after = kube.get("pytorchjobs", NS, "a")
+    assert after is not None
+    assert after["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+    # the merge patch kept what it did not name
+    assert after["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "OnFailure"
+    assert after["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    annotations = after["metadata"]["annotations"]
+    assert annotations["team"] == "vision"
+    assert annotations["elastic-autoscaler.io/last-scale-time"] == "2026-11-22T10:00:00Z"
+    assert annotations["elastic-autoscaler.io/last-scale-reason"] == "ScaleUpIdleGpus"
+
+    (patch,) = [r for r in kube.requests if r.verb == "patch"]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.path == f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/a"
+    assert patch.body["metadata"]["resourceVersion"] == rv
+
+    (event,) = kube.objects("events", NS)
+    assert event["reason"] == "ScaleUpIdleGpus"
+    assert event["message"] == "Worker replicas 2 -> 4: 2 workers"
+    assert event["type"] == "Normal"
+    involved = event["involvedObject"]
+    assert involved["kind"] == "PyTorchJob" and involved["apiVersion"] == "kubeflow.org/v1"
+    assert (involved["namespace"], involved["name"]) == (NS, "a")
+    assert involved["uid"] == stored["metadata"]["uid"]
+    assert involved["resourceVersion"] == after["metadata"]["resourceVersion"] != rv
+    assert event["source"]["component"] == "elastic-autoscaler"
+    assert event["reportingComponent"] == "elastic-autoscaler"
+    assert event["reportingInstance"] == "autoscaler-test-0"
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-11-22T10:00:00Z"
+    assert event["count"] == 1
+    assert event["metadata"]["name"].startswith("a.")
+    assert [r.verb for r in kube.requests] == ["patch", "create"]
+
+
+async def test_shrink_records_its_reason(kube: FakeKubeApi, actuator: KubeActuator) -> None:
+    stored = kube.put(job("a", replicas=6))
+    result = await actuator.apply(
+        plan(decide(stored, 3, reason=Reason.RECLAIM_FOR_PENDING)), NOW
+    )
+    assert outcomes(result) == [Outcome.APPLIED]
+    assert replicas(kube, "a") == 3
+    after = kube.get("pytorchjobs", NS, "a")
+    assert after is not None
+    reason = after["metadata"]["annotations"]["elastic-autoscaler.io/last-scale-reason"]
+    assert reason == "ReclaimForPending"
+    (event,) = kube.objects("events", NS)
+    assert event["reason"] == "ReclaimForPending"
+    assert event["message"].startswith("Worker replicas 6 -> 3")
+
+
+async def test_stale_resource_version_is_a_conflict_and_leaves_job_alone(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    stored = kube.put(job("a", replicas=2))
+    kube.patch("pytorchjobs", NS, "a", {"metadata": {"labels": {"touched": "yes"}}})
+    kube.reset_requests()
+
+    result = await actuator.apply(plan(decide(stored, 4)), NOW)
+
+    assert outcomes(result) == [Outcome.CONFLICT]
+    assert "409" in result.results[0].message
+    assert replicas(kube, "a") == 2
+    assert kube.objects("events") == []
+    # a conflict is not a failure to back off from: the next cycle tries again
+    assert actuator.backoff_until(NS, "a") is None
+    fresh = kube.get("pytorchjobs", NS, "a")
+    assert fresh is not None
+    again = await actuator.apply(plan(decide(fresh, 4)), NOW + timedelta(seconds=1))
+    assert outcomes(again) == [Outcome.APPLIED]
+    assert replicas(kube, "a") == 4
+
+
+async def test_deleted_job_is_gone(kube: FakeKubeApi, actuator: KubeActuator) -> None:
+    stored = kube.put(job("a"))
+    kube.delete("pytorchjobs", NS, "a")
+    result = await actuator.apply(plan(decide(stored, 4)), NOW)
+    assert outcomes(result) == [Outcome.GONE]
+    assert kube.get("pytorchjobs", NS, "a") is None
+    assert kube.count(verb="create") == 0  # no Event about a job that is gone
+    assert actuator.backoff_until(NS, "a") is None
+
+
+async def test_throttled_job_backs_off_honouring_retry_after(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    stored = kube.put(job("a"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 429, retry_after=30)
+
+    first = await actuator.apply(plan(decide(stored, 4)), NOW)
+    assert outcomes(first) == [Outcome.THROTTLED]
+    assert not first.ok
+    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=30)
+
+    kube.reset_requests()
+    within = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=29))
+    assert outcomes(within) == [Outcome.BACKOFF]
+    assert kube.requests == []
+    assert replicas(kube, "a") == 2
+
+    after = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=30))
+    assert outcomes(after) == [Outcome.APPLIED]
+    assert replicas(kube, "a") == 4
+    assert actuator.backoff_until(NS, "a") is None  # success clears the backoff
+
+
+async def test_server_error_backs_off_one_job_while_others_proceed(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 500, times=2)
+
+    result = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
+    assert "500" in result.results[0].message
+    assert (replicas(kube, "a"), replicas(kube, "b")) == (2, 3)
+    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=10)
+
+    # within the backoff: no request for a
+    kube.reset_requests()
+    t1 = NOW + timedelta(seconds=9)
+    held = await actuator.apply(plan(decide(a, 4)), t1)
+    assert outcomes(held) == [Outcome.BACKOFF]
+    assert kube.requests == []
+
+    # the second consecutive failure doubles the wait
+    t2 = NOW + timedelta(seconds=10)
+    second = await actuator.apply(plan(decide(a, 4)), t2)
+    assert outcomes(second) == [Outcome.ERROR]
+    assert actuator.backoff_until(NS, "a") == t2 + timedelta(seconds=20)
+
+    t3 = t2 + timedelta(seconds=20)
+    third = await actuator.apply(plan(decide(a, 4)), t3)
+    assert outcomes(third) == [Outcome.APPLIED]
+    assert replicas(kube, "a") == 4
+
+
+async def test_backoff_is_capped(kube: FakeKubeApi, actuator: KubeActuator) -> None:
+    stored = kube.put(job("a"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 503, times=10)
+    now = NOW
+    waits = []
+    for _ in range(7):
+        result = await actuator.apply(plan(decide(stored, 4)), now)
+        assert outcomes(result) == [Outcome.ERROR]
+        until = actuator.backoff_until(NS, "a")
+        assert until is not None
+        waits.append((until - now).total_seconds())
+        now = until
+    assert waits == [10, 20, 40, 80, 160, 300, 300]
+
+
+async def test_timeout_is_an_error_and_the_plan_goes_on(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
+    actuator = KubeActuator(settings(kube_request_timeout_seconds=0.2), api_client)
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=5.0)
+
+    result = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+
+    assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
+    assert "timed out" in result.results[0].message
+    assert replicas(kube, "b") == 3
+    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=10)
+
+
+async def test_leadership_lost_mid_plan_stops_all_writes(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    jobs = [kube.put(job(n)) for n in ("a", "b", "c")]
+    kube.reset_requests()
+    calls: list[bool] = []
+
+    def may_write() -> bool:
+        # leads for the first patch only; lost before its Event
+        calls.append(len(calls) < 1)
+        return calls[-1]
+
+    result = await actuator.apply(plan(*(decide(j, 4) for j in jobs)), NOW, may_write)
+
+    assert outcomes(result) == [Outcome.APPLIED, Outcome.NOT_LEADER, Outcome.NOT_LEADER]
+    assert "leadership lost" in result.results[0].message
+    assert [r.verb for r in kube.requests] == ["patch"]
+    assert [replicas(kube, n) for n in ("a", "b", "c")] == [4, 2, 2]
+
+
+async def test_not_leader_from_the_start_writes_nothing(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    a = kube.put(job("a"))
+    kube.reset_requests()
+    result = await actuator.apply(plan(decide(a, 4)), NOW, lambda: False)
+    assert outcomes(result) == [Outcome.NOT_LEADER]
+    assert kube.requests == []
+
+
+@pytest.mark.parametrize(
+    ("target", "kind", "lo", "hi", "why"),
+    [
+        (9, "PyTorchJob", 1, 8, "outside [1, 8]"),
+        (0, "PyTorchJob", 1, 8, "outside [1, 8]"),
+        (4, "PaddleJob", 1, 8, "not PyTorchJob"),
+        (4, "PyTorchJob", None, 8, "no min/max"),
+    ],
+)
+async def test_out_of_range_or_foreign_decision_is_refused(
+    kube: FakeKubeApi, actuator: KubeActuator, target: int, kind: str,
+    lo: int | None, hi: int | None, why: str,
+) -> None:
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    kube.reset_requests()
+    bad = decide(a, target, kind=kind, lo=lo, hi=hi)
+    result = await actuator.apply(plan(bad, decide(b, 3)), NOW)
+    assert outcomes(result) == [Outcome.REFUSED, Outcome.APPLIED]
+    assert why in result.results[0].message
+    assert not result.ok
+    assert [r.name for r in kube.requests if r.verb == "patch"] == ["b"]
+    assert replicas(kube, "a") == 2
+
+
+def test_refusal_of_missing_target() -> None:
+    d = Decision(ref=ObjectRef(NS, "a"), queue="q", current=2, target=None,
+                 reason=Reason.SCALE_UP_IDLE_GPUS, message="", min_replicas=1, max_replicas=4)
+    assert refusal(d) is not None
+    ok = Decision(ref=ObjectRef(NS, "a"), queue="q", current=2, target=4,
+                  reason=Reason.SCALE_UP_IDLE_GPUS, message="", min_replicas=1, max_replicas=4)
+    assert refusal(ok) is None
+
+
+async def test_event_failure_does_not_fail_the_action(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    a = kube.put(job("a"))
+    kube.fail_next("POST", r"/events$", 500)
+    result = await actuator.apply(plan(decide(a, 4)), NOW)
+    assert outcomes(result) == [Outcome.APPLIED]
+    assert "event not recorded" in result.results[0].message
+    assert replicas(kube, "a") == 4
+    assert actuator.backoff_until(NS, "a") is None
+
+
+async def test_cancellation_propagates(kube: FakeKubeApi, actuator: KubeActuator) -> None:
+    a = kube.put(job("a"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.5)
+    task = asyncio.create_task(actuator.apply(plan(decide(a, 4)), NOW))
+    deadline = asyncio.get_running_loop().time() + 5
+    while kube.count(verb="patch") == 0:  # the request reached the server
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_dry_run_writes_nothing(kube: FakeKubeApi) -> None:
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    kube.reset_requests()
+    out = io.StringIO()
+    dry = DryRunActuator(settings(), out)
+    result = await dry.apply(plan(decide(a, 4), decide(b, 9)), NOW)
+    assert outcomes(result) == [Outcome.DRY_RUN, Outcome.REFUSED]
+    assert kube.requests == []
+    text = out.getvalue()
+    assert f"would scale {NS}/a (queue vision): 2 -> 4 [ScaleUpIdleGpus]" in text
+    assert "REFUSED" in text and f"{NS}/b" in text
+
+
+def test_rfc3339_is_utc_whole_seconds() -> None:
+    from datetime import timezone
+
+    east = timezone(timedelta(hours=2))
+    assert rfc3339(datetime(2026, 11, 22, 12, 0, 0, 999_000, tzinfo=east)) == (
+        "2026-11-22T10:00:00Z"
+    )
+    assert rfc3339(datetime(2026, 11, 22, 10, 0, 0)) == "2026-11-22T10:00:00Z"
