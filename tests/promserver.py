@@ -418,3 +418,41 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     except TimeoutError:
         process.kill()
         await process.wait()
+
+
+# ---- an auth-checking reverse proxy ----------------------------------------------------------
+
+
+@dataclass
+class AuthProxy:
+    """Forwards GETs to `upstream` only with `Authorization: Bearer <token>`, else 401 —
+    what kube-rbac-proxy or an oauth proxy in front of Prometheus does."""
+
+    upstream: str
+    token: str
+    url: str = ""
+    seen: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        got = request.headers.get("Authorization", "")
+        self.seen.append(got)
+        if got != f"Bearer {self.token}":
+            return web.Response(status=401, text="Unauthorized")
+        async with ClientSession(timeout=ClientTimeout(total=10)) as http:
+            async with http.get(f"{self.upstream}{request.path}", params=request.query) as up:
+                return web.Response(
+                    status=up.status, body=await up.read(), content_type=up.content_type
+                )
+
+
+@contextlib.asynccontextmanager
+async def auth_proxy(upstream: str, token: str) -> AsyncIterator[AuthProxy]:
+    proxy = AuthProxy(upstream, token)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    runner, port = await _start_site(app)
+    proxy.url = f"http://127.0.0.1:{port}"
+    try:
+        yield proxy
+    finally:
+        await runner.cleanup()

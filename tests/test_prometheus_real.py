@@ -1,0 +1,199 @@
+"""PrometheusSource against the real Prometheus (Debian 2.42) scraping a Volcano-shaped
+exporter: the default query's arithmetic, scrape-to-answer latency, staleness, auth.
+
+One Prometheus serves the whole module (it takes ~5 s to its first scrape). It scrapes two
+exporters: `main` for the arithmetic tests and `side`, which the staleness test breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from promserver import (
+    HAVE_PROMETHEUS,
+    SKIP_REASON,
+    PrometheusProcess,
+    VolcanoExporter,
+    auth_proxy,
+    running_exporter,
+    running_prometheus,
+    wait_until,
+)
+
+from autoscaler.model import Reason
+from autoscaler.settings import DEFAULT_FREE_GPUS_QUERY, Settings
+from autoscaler.sources.prometheus import FreeGpuReading, PrometheusSource
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(not HAVE_PROMETHEUS, reason=SKIP_REASON),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+SCRAPE_DEADLINE = 15.0  # scrape interval is 1 s; generous for a loaded CI runner
+
+
+@dataclass
+class Stack:
+    prometheus: PrometheusProcess
+    main: VolcanoExporter
+    side: VolcanoExporter
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack() -> AsyncIterator[Stack]:
+    main, side = VolcanoExporter(), VolcanoExporter()
+    main.set_queue("team-a", deserved=8000, allocated=3000)
+    main.set_queue("team-b", deserved=4000, allocated=None)  # nothing ever allocated
+    main.set_queue("team-c", deserved=2000, allocated=5000)  # over its share (reclaimable)
+    main.set_queue("team-half", deserved=4000, allocated=2500)
+    side.set_queue("side-q", deserved=3000, allocated=1000)
+    async with running_exporter(main), running_exporter(side):
+        async with running_prometheus([main.target, side.target]) as prometheus:
+            yield Stack(prometheus, main, side)
+
+
+async def fetch(url: str, now: datetime | None = None, **fields: Any) -> FreeGpuReading:
+    fields.setdefault("prometheus_timeout_seconds", 5)
+    source = PrometheusSource(Settings(prometheus_url=url, **fields))
+    try:
+        return await source.fetch(now or datetime.now(UTC))
+    finally:
+        source.close()
+
+
+async def fetch_until(
+    url: str, holds: Callable[[FreeGpuReading], bool], what: str
+) -> FreeGpuReading:
+    last: list[FreeGpuReading] = []
+
+    async def check() -> bool:
+        last[:] = [await fetch(url)]
+        return holds(last[0])
+
+    try:
+        await wait_until(check, deadline_seconds=SCRAPE_DEADLINE, what=what)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last reading: {last}") from None
+    return last[0]
+
+
+def free(reading: FreeGpuReading, queue: str) -> float | None:
+    state = reading.queues.get(queue)
+    return None if state is None else state.free_gpus
+
+
+async def test_default_query_gives_free_gpus_per_queue(stack: Stack):
+    reading = await fetch(stack.prometheus.url)
+    assert reading.problem is None, reading.message
+    assert Settings().free_gpus_query == DEFAULT_FREE_GPUS_QUERY
+    assert free(reading, "team-a") == 5.0  # (8000 - 3000) / 1000
+    assert free(reading, "team-b") == 4.0  # no allocated series: the `or` fallback
+    assert free(reading, "team-c") == 0.0  # clamped, never negative
+    assert free(reading, "team-half") == 1.5  # fractions are kept; the planner floors
+    assert free(reading, "side-q") == 2.0  # second target, same query
+    assert reading.errors == ()  # the cpu series do not make duplicates
+
+
+async def test_exporter_changes_show_after_a_scrape(stack: Stack):
+    stack.main.set_queue("team-new", deserved=6000, allocated=1000)
+    reading = await fetch_until(
+        stack.prometheus.url, lambda r: free(r, "team-new") == 5.0, "team-new to appear"
+    )
+    assert reading.queues["team-new"].usable
+    stack.main.set_queue("team-new", deserved=6000, allocated=6000)
+    await fetch_until(
+        stack.prometheus.url, lambda r: free(r, "team-new") == 0.0, "team-new to fill up"
+    )
+    stack.main.remove_queue("team-new")
+    reading = await fetch_until(
+        stack.prometheus.url, lambda r: "team-new" not in r.queues, "team-new to go stale"
+    )
+    assert free(reading, "team-a") == 5.0  # the rest is untouched
+
+
+async def test_failed_scrape_makes_the_queue_unknown_not_zero(stack: Stack):
+    stack.side.failing = True  # Prometheus writes staleness markers on a failed scrape
+    try:
+        reading = await fetch_until(
+            stack.prometheus.url, lambda r: "side-q" not in r.queues, "side-q to go stale"
+        )
+        assert reading.problem is None
+        assert free(reading, "team-a") == 5.0
+    finally:
+        stack.side.failing = False
+    await fetch_until(stack.prometheus.url, lambda r: free(r, "side-q") == 2.0, "side-q back")
+
+
+async def test_answer_older_than_max_age_holds(stack: Stack):
+    later = datetime.now(UTC) + timedelta(seconds=400)  # as if the answer were 400 s old
+    reading = await fetch(stack.prometheus.url, now=later, max_metric_age_seconds=300)
+    assert reading.queues["team-a"].free_gpus is None
+    assert reading.queues["team-a"].problem is Reason.METRICS_STALE
+    assert set(reading.errors) == {"stale"}
+
+
+@pytest.mark.parametrize(
+    ("query", "reason", "kind"),
+    [
+        ("scalar(vector(1))", Reason.METRICS_INVALID, "non_vector"),
+        ('"text"', Reason.METRICS_INVALID, "non_vector"),
+        ("volcano_queue_deserved_scalar_resources[10s]", Reason.METRICS_INVALID, "non_vector"),
+        ("vector(1000)", Reason.METRICS_INVALID, "missing_label"),
+        ("sum by (queue_name) (", Reason.METRICS_UNAVAILABLE, "http_4xx"),
+    ],
+)
+async def test_real_answers_of_the_wrong_kind_hold_every_queue(stack, query, reason, kind):
+    reading = await fetch(stack.prometheus.url, free_gpus_query=query)
+    assert reading.problem is reason, reading.message
+    assert reading.queues == {}
+    assert reading.errors == (kind,)
+
+
+@pytest.mark.parametrize(
+    ("query", "reason", "kind"),
+    [
+        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+         " * NaN", Reason.METRICS_INVALID, "nan"),
+        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+         " * -Inf", Reason.METRICS_INVALID, "inf"),
+        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+         " - 1e9", Reason.METRICS_INVALID, "negative"),
+        ('volcano_queue_deserved_scalar_resources{queue_name="team-a"}',
+         Reason.METRICS_INVALID, "duplicate"),  # one series per resource
+    ],
+)
+async def test_real_bad_samples_hold_the_queue(stack, query, reason, kind):
+    reading = await fetch(stack.prometheus.url, free_gpus_query=query)
+    assert reading.problem is None, reading.message
+    assert reading.queues["team-a"].free_gpus is None
+    assert reading.queues["team-a"].problem is reason
+    assert reading.errors == (kind,)
+
+
+async def test_bearer_token_through_an_auth_proxy(stack: Stack, tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("token-1\n")
+    async with auth_proxy(stack.prometheus.url, "token-1") as proxy:
+        source = PrometheusSource(
+            Settings(prometheus_url=proxy.url, prometheus_bearer_token_file=token_file)
+        )
+        try:
+            good = await source.fetch(datetime.now(UTC))
+            proxy.token = "token-2"  # the proxy rotated first: we are refused ...
+            refused = await source.fetch(datetime.now(UTC))
+            token_file.write_text("token-2")  # ... until the mounted file catches up
+            rotated = await source.fetch(datetime.now(UTC))
+        finally:
+            source.close()
+    assert free(good, "team-a") == 5.0
+    assert refused.problem is Reason.METRICS_UNAVAILABLE and refused.errors == ("auth",)
+    assert "token-1" not in refused.message and "token-2" not in refused.message
+    assert free(rotated, "team-a") == 5.0
+    assert proxy.seen == ["Bearer token-1", "Bearer token-1", "Bearer token-2"]
