@@ -30,7 +30,9 @@ from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-PROMETHEUS_BINARY = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMETHEUS_BINARY = (
+    os.environ.get("PROMETHEUS_BINARY") or shutil.which("prometheus") or "/usr/bin/prometheus"
+)
 HAVE_PROMETHEUS = os.access(PROMETHEUS_BINARY, os.X_OK)
 SKIP_REASON = (
     f"the prometheus binary is not installed ({PROMETHEUS_BINARY}; apt install prometheus)"
@@ -311,6 +313,7 @@ class PrometheusProcess:
     url: str
     process: asyncio.subprocess.Process
     log: Path
+    ssl_context: ssl.SSLContext | None = None  # trusts the test CA when served over TLS
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -320,8 +323,14 @@ class PrometheusProcess:
 
     async def query(self, promql: str) -> dict[str, Any]:
         async with ClientSession(timeout=ClientTimeout(total=5)) as http:
-            async with http.get(f"{self.url}/api/v1/query", params={"query": promql}) as resp:
+            async with http.get(
+                f"{self.url}/api/v1/query", params={"query": promql}, ssl=self._ssl
+            ) as resp:
                 return await resp.json()
+
+    @property
+    def _ssl(self) -> ssl.SSLContext | bool:
+        return self.ssl_context or True
 
 
 async def wait_until(
@@ -339,14 +348,26 @@ async def wait_until(
 
 @contextlib.asynccontextmanager
 async def running_prometheus(
-    targets: Iterable[str], *, deadline_seconds: float = 30.0
+    targets: Iterable[str], *, tls: TlsFiles | None = None, deadline_seconds: float = 30.0
 ) -> AsyncIterator[PrometheusProcess]:
-    """The real Prometheus scraping `targets` (host:port) every second as job "volcano".
+    """The real Prometheus scraping `targets` (host:port) every second as job "volcano",
+    served over HTTPS with `tls`'s server certificate if given.
 
     Ready when /-/ready answers 200 and every target has been scraped up at least once."""
     targets = list(targets)
     with tempfile.TemporaryDirectory(prefix="prom-test-") as tmp:
         root = Path(tmp)
+        extra: list[str] = []
+        client_ssl: ssl.SSLContext | None = None
+        if tls is not None:
+            web_config = root / "web.yml"
+            web_config.write_text(
+                json.dumps(
+                    {"tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)}}
+                )
+            )
+            extra.append(f"--web.config.file={web_config}")
+            client_ssl = ssl.create_default_context(cafile=str(tls.ca_cert))
         config = root / "prometheus.yml"
         config.write_text(
             json.dumps(  # JSON is YAML
@@ -368,11 +389,13 @@ async def running_prometheus(
                 f"--storage.tsdb.path={root / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=warn",
+                *extra,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
             )
-        server = PrometheusProcess(f"http://127.0.0.1:{port}", process, log)
+        scheme = "https" if tls is not None else "http"
+        server = PrometheusProcess(f"{scheme}://127.0.0.1:{port}", process, log, client_ssl)
         try:
             await _wait_ready(server, targets, deadline_seconds)
             yield server
@@ -389,16 +412,15 @@ async def _wait_ready(server: PrometheusProcess, targets: list[str], deadline: f
                     f"prometheus exited with {server.process.returncode}:\n{server.log_tail()}"
                 )
             try:
-                async with http.get(f"{server.url}/-/ready") as resp:
+                async with http.get(f"{server.url}/-/ready", ssl=server._ssl) as resp:
                     return resp.status == 200
             except OSError:
                 return False
 
         async def scraped() -> bool:
-            async with http.get(
-                f"{server.url}/api/v1/query", params={"query": 'up{job="volcano"} == 1'}
-            ) as resp:
-                body = await resp.json()
+            if not targets:
+                return True
+            body = await server.query('up{job="volcano"} == 1')
             up = {s["metric"].get("instance") for s in body["data"]["result"]}
             return set(targets) <= up
 

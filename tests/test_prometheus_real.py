@@ -21,6 +21,7 @@ from promserver import (
     PrometheusProcess,
     VolcanoExporter,
     auth_proxy,
+    make_tls_files,
     running_exporter,
     running_prometheus,
     wait_until,
@@ -197,3 +198,20 @@ async def test_bearer_token_through_an_auth_proxy(stack: Stack, tmp_path: Path):
     assert "token-1" not in refused.message and "token-2" not in refused.message
     assert free(rotated, "team-a") == 5.0
     assert proxy.seen == ["Bearer token-1", "Bearer token-1", "Bearer token-2"]
+
+
+async def test_real_prometheus_over_tls(tmp_path: Path):
+    """Prometheus's own TLS (--web.config.file): verified by default, against our CA."""
+    tls = make_tls_files(tmp_path)
+    async with running_prometheus([], tls=tls) as prometheus:
+        query = 'label_replace(vector(3000), "queue_name", "tls-q", "", "")'
+        default = await fetch(prometheus.url, free_gpus_query=query)
+        with_ca = await fetch(prometheus.url, free_gpus_query=query, prometheus_ca_file=tls.ca_cert)
+        insecure = await fetch(
+            prometheus.url, free_gpus_query=query, prometheus_insecure_skip_verify=True
+        )
+    assert prometheus.url.startswith("https://")
+    assert default.problem is Reason.METRICS_UNAVAILABLE and default.errors == ("tls",)
+    assert default.queues == {}
+    assert free(with_ca, "tls-q") == 3.0
+    assert free(insecure, "tls-q") == 3.0

@@ -250,7 +250,7 @@ async def test_always_500_gives_up_after_the_retries():
     assert fake.hits == 3
     assert reading.errors == ("http_5xx",) * 3
     assert fake.url in reading.message and "HTTP 500" in reading.message
-    assert "internal: boom" in reading.message and "3 attempt" in reading.message
+    assert "internal: boom" in reading.message and "after 3 attempts" in reading.message
 
 
 async def test_default_backoff_is_applied_between_retries():
@@ -314,6 +314,15 @@ async def test_slow_server_times_out_within_the_deadline():
     assert reading.errors[-1] == "timeout"
     assert "timeout" in reading.message or "timed out" in reading.message
     assert elapsed < 1.5  # the server never answers; we do not wait for it
+
+
+async def test_errors_before_a_timeout_are_kept():
+    answers = [Canned("overloaded", status=503), Canned(vector_body(), hold=True)]
+    async with fake_prometheus(*answers) as fake:
+        reading = await fetch(fake.url, prometheus_timeout_seconds=0.5, prometheus_retries=2)
+    assert fake.hits == 2
+    assert reading.problem is Reason.METRICS_UNAVAILABLE
+    assert reading.errors == ("http_5xx", "timeout")
 
 
 async def test_cancel_mid_query_propagates():

@@ -76,6 +76,12 @@ KIND_STALE = "stale"
 KIND_CLOCK_SKEW = "clock_skew"
 KIND_BAD_VALUE = "bad_value"
 
+ERROR_KINDS = (
+    KIND_TIMEOUT, KIND_CONNECTION, KIND_TLS, KIND_AUTH, KIND_HTTP_5XX, KIND_HTTP_4XX,
+    KIND_GARBAGE, KIND_NON_VECTOR, KIND_CONFIG, KIND_INTERNAL, KIND_MISSING_LABEL, KIND_NAN,
+    KIND_INF, KIND_NEGATIVE, KIND_DUPLICATE, KIND_STALE, KIND_CLOCK_SKEW, KIND_BAD_VALUE,
+)  # every value `FreeGpuReading.errors` can hold, to pre-create the counter's series
+
 _RETRYABLE_STATUS = frozenset({408, 429})
 _BACKOFF_SECONDS = 0.2
 _DETAIL_CHARS = 200
@@ -323,6 +329,14 @@ class _Response:
     body: bytes
 
 
+@dataclass(slots=True)
+class _Progress:
+    """What a fetch got done, kept when the deadline cuts it short."""
+
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     reading: FreeGpuReading
@@ -385,16 +399,17 @@ class PrometheusSource:
         every attempt and backoff, so a timeout ends the fetch)."""
         started = time.monotonic()
         timeout = self._settings.prometheus_timeout_seconds
-        attempts = [0]
+        progress = _Progress()
         try:
             async with asyncio.timeout(timeout):
-                reading = await self._fetch(now, started + timeout, attempts)
+                reading = await self._fetch(now, started + timeout, progress)
         except TimeoutError:
-            reading = _failed(
-                Reason.METRICS_UNAVAILABLE,
-                KIND_TIMEOUT,
-                f"{self._shown_url}: no answer within prometheus_timeout_seconds={timeout:g} "
-                f"({attempts[0]} attempt(s))",
+            progress.errors.append(KIND_TIMEOUT)
+            reading = FreeGpuReading(
+                problem=Reason.METRICS_UNAVAILABLE,
+                message=f"{self._shown_url}: no answer within "
+                f"prometheus_timeout_seconds={timeout:g} ({progress.attempts} attempt(s))",
+                errors=tuple(progress.errors),
             )
         except Exception as exc:  # the contract: a reading, never an exception
             reading = _failed(
@@ -405,33 +420,31 @@ class PrometheusSource:
             )
         return replace(reading, duration_seconds=time.monotonic() - started)
 
-    async def _fetch(self, now: datetime, deadline: float, attempts: list[int]) -> FreeGpuReading:
+    async def _fetch(self, now: datetime, deadline: float, progress: _Progress) -> FreeGpuReading:
         headers, problem = self._auth_headers()
         if problem is not None:
             return problem
         self._client.headers = headers
         loop = asyncio.get_running_loop()
         retries = self._settings.prometheus_retries
-        errors: list[str] = []
-        attempt = 0
         while True:
-            attempts[0] = attempt + 1
+            progress.attempts += 1
             remaining = max(deadline - time.monotonic(), 0.001)
             answer = await loop.run_in_executor(self._executor, self._attempt, remaining)
             outcome = self._judge(answer, now)
-            errors.extend(outcome.reading.errors)
+            progress.errors.extend(outcome.reading.errors)
             if not outcome.retryable:
                 break
-            delay = self._backoff * 2**attempt
-            if attempt >= retries or time.monotonic() + delay >= deadline:
+            delay = self._backoff * 2 ** (progress.attempts - 1)
+            if progress.attempts > retries or time.monotonic() + delay >= deadline:
                 break
-            attempt += 1
             await asyncio.sleep(delay)
         reading = outcome.reading
         message = reading.message
-        if attempt > 0:
-            message = f"{message} (after {attempt + 1} attempt(s))"
-        return replace(reading, message=message, errors=tuple(errors))
+        if progress.attempts > 1:
+            tries = f"after {progress.attempts} attempts"
+            message = f"{message} ({tries})" if message else tries
+        return replace(reading, message=message, errors=tuple(progress.errors))
 
     def _auth_headers(self) -> tuple[dict[str, str] | None, FreeGpuReading | None]:
         path: Path | None = self._settings.prometheus_bearer_token_file
