@@ -438,6 +438,15 @@ async def test_tls_with_the_wrong_ca_fails(tls, tmp_path):
     assert reading.errors == ("tls",)
 
 
+async def test_missing_ca_file_is_a_config_problem(tls, tmp_path):
+    async with fake_prometheus(vector_body(), ssl_context=tls.server_context()) as fake:
+        reading = await fetch(fake.url, prometheus_ca_file=tmp_path / "no-ca.crt")
+    assert fake.hits == 0
+    assert reading.problem is Reason.METRICS_UNAVAILABLE
+    assert reading.errors == ("config",)
+    assert "no-ca.crt" in reading.message
+
+
 async def test_tls_insecure_skip_verify(tls):
     body = vector_body(sample("q", 1000, TS))
     async with fake_prometheus(body, ssl_context=tls.server_context()) as fake:

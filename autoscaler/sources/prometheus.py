@@ -16,7 +16,8 @@ Staleness. The samples of an instant query carry the *evaluation* time, not the 
 series was scraped, so the age check below (`max_metric_age_seconds`, measured against the
 caller's `now`) catches an answer that is old as a whole: a caching query frontend, a
 federated or remote-read Prometheus lagging behind, a server whose clock is wrong (a
-timestamp ahead of `now` by more than `clock_skew_seconds` holds as `HoldClockSkew`).
+timestamp ahead of `now` by more than `clock_skew_seconds`, the same tolerance as for our
+annotations, holds as `HoldClockSkew`).
 The age of the underlying series is Prometheus's job: a series not scraped within the
 lookback delta (5 min by default), or ended by a staleness marker when its target
 disappears or fails a scrape, is absent from the answer, so its queue is unknown and
@@ -26,8 +27,9 @@ A stricter check of the raw series' age belongs in the query itself, e.g.
 `... and on (queue_name) (time() - timestamp(volcano_queue_allocated_scalar_resources) < 120)`.
 
 Secrets. The bearer token (re-read from its file every fetch, so rotation works) and the
-basic-auth password never appear in a message: URLs are shown without user info and every
-message is scrubbed of both values before it leaves this module.
+basic-auth password never appear in a message: our own text never holds them, URLs are
+shown without user info, and text that comes from outside (answer bodies, error strings,
+label values: a proxy may echo the credentials it rejected) is scrubbed of them.
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def parse_query_result(
         return _failed(Reason.METRICS_INVALID, KIND_GARBAGE, f"garbage sample: {exc}")
 
     label = settings.queue_label
-    by_queue: dict[str, list[tuple[dict[str, str], float | None, float]]] = {}
+    by_queue: dict[str, list[_Series]] = {}
     unlabelled: list[dict[str, str]] = []
     for metric, value, ts in samples:
         queue = metric.get(label)
@@ -174,51 +176,13 @@ def parse_query_result(
             errors=tuple(errors),
         )
 
-    now_ts = now.timestamp()
-    max_age = settings.max_metric_age_seconds
-    max_ahead = float(getattr(settings, "clock_skew_seconds", 120.0))
-    divisor = settings.metric_unit_divisor
     queues: dict[str, QueueState] = {}
     for queue in sorted(by_queue):
-        series = by_queue[queue]
-        metric, value, ts = series[0]
-        problem: tuple[Reason, str, str] | None = None
-        if len(series) > 1:
-            sets = "; ".join(_labels(m) for m, _, _ in series[:3])
-            problem = (
-                Reason.METRICS_INVALID,
-                KIND_DUPLICATE,
-                f"{len(series)} series for one queue ({sets}): the query must return one "
-                f"series per queue, e.g. aggregate with sum by ({label})",
-            )
-        elif value is None:
-            problem = (Reason.METRICS_INVALID, KIND_BAD_VALUE, "sample value is not a number")
-        elif math.isnan(value):
-            problem = (Reason.METRICS_INVALID, KIND_NAN, "sample value is NaN")
-        elif math.isinf(value):
-            problem = (Reason.METRICS_INVALID, KIND_INF, f"sample value is {value:+}")
-        elif value < 0:
-            problem = (
-                Reason.METRICS_INVALID,
-                KIND_NEGATIVE,
-                f"sample value is negative ({value:g}): free capacity cannot be below 0",
-            )
-        elif now_ts - ts > max_age:
-            problem = (
-                Reason.METRICS_STALE,
-                KIND_STALE,
-                f"sample is {now_ts - ts:.0f}s old (max_metric_age_seconds={max_age:g})",
-            )
-        elif ts - now_ts > max_ahead:
-            problem = (
-                Reason.CLOCK_SKEW,
-                KIND_CLOCK_SKEW,
-                f"sample timestamp is {ts - now_ts:.0f}s ahead of our clock: "
-                "Prometheus and this daemon disagree on the time",
-            )
+        problem = _sample_problem(by_queue[queue], settings, now.timestamp())
         if problem is None:
-            assert value is not None
-            queues[queue] = QueueState(name=queue, free_gpus=value / divisor)
+            value = by_queue[queue][0][1]
+            assert value is not None  # _sample_problem rejects a missing value
+            queues[queue] = QueueState(name=queue, free_gpus=value / settings.metric_unit_divisor)
         else:
             reason, kind, what = problem
             errors.append(kind)
@@ -233,6 +197,52 @@ def parse_query_result(
             f"(e.g. {_labels(unlabelled[0])})"
         )
     return FreeGpuReading(queues=queues, message=message, errors=tuple(errors))
+
+
+_Series = tuple[dict[str, str], float | None, float]  # labels, value, timestamp
+
+
+def _sample_problem(
+    series: list[_Series], settings: Settings, now_ts: float
+) -> tuple[Reason, str, str] | None:
+    """Why one queue's series cannot be read as its free GPUs (reason, kind, message)."""
+    if len(series) > 1:
+        sets = "; ".join(_labels(m) for m, _, _ in series[:3])
+        return (
+            Reason.METRICS_INVALID,
+            KIND_DUPLICATE,
+            f"{len(series)} series for one queue ({sets}): the query must return one "
+            f"series per queue, e.g. aggregate with sum by ({settings.queue_label})",
+        )
+    _, value, ts = series[0]
+    if value is None:
+        return Reason.METRICS_INVALID, KIND_BAD_VALUE, "sample value is not a number"
+    if math.isnan(value):
+        return Reason.METRICS_INVALID, KIND_NAN, "sample value is NaN"
+    if math.isinf(value):
+        return Reason.METRICS_INVALID, KIND_INF, f"sample value is {value:+}"
+    if value < 0:
+        return (
+            Reason.METRICS_INVALID,
+            KIND_NEGATIVE,
+            f"sample value is negative ({value:g}): free capacity cannot be below 0",
+        )
+    max_age = settings.max_metric_age_seconds
+    if now_ts - ts > max_age:
+        return (
+            Reason.METRICS_STALE,
+            KIND_STALE,
+            f"sample is {now_ts - ts:.0f}s old (max_metric_age_seconds={max_age:g})",
+        )
+    if ts - now_ts > settings.clock_skew_seconds:
+        return (
+            Reason.CLOCK_SKEW,
+            KIND_CLOCK_SKEW,
+            f"sample timestamp is {ts - now_ts:.0f}s ahead of our clock "
+            f"(clock_skew_seconds={settings.clock_skew_seconds:g}): Prometheus and this "
+            "daemon disagree on the time",
+        )
+    return None
 
 
 class _NonVector(ValueError):
@@ -274,7 +284,7 @@ def _vector_result(answer: bytes | str | Mapping[str, Any] | Sequence[Any]) -> l
     raise _Garbage(f"unexpected {type(answer).__name__}")
 
 
-def _sample(item: Any) -> tuple[dict[str, str], float | None, float]:
+def _sample(item: Any) -> _Series:
     if not isinstance(item, Mapping):
         raise _Garbage(f"sample is a {type(item).__name__}, not an object")
     metric = item.get("metric")
@@ -478,8 +488,8 @@ class PrometheusSource:
             )
         except requests.exceptions.JSONDecodeError:
             pass  # a 200 that is not JSON: judged from the kept response
-        except requests.RequestException as exc:
-            return exc
+        except (requests.RequestException, OSError) as exc:
+            return exc  # OSError: requests' own, e.g. a CA bundle path that does not exist
         except (PrometheusApiClientException, KeyError, TypeError, ValueError):
             pass  # non-200, or JSON of the wrong shape: judged from the kept response
         response: requests.Response | None = self._local.response
@@ -546,12 +556,13 @@ def _transport_outcome(exc: BaseException, url: str, cause: str) -> _Outcome:
     if isinstance(exc, requests.exceptions.ConnectionError):
         message = f"{url}: cannot connect ({cause})"
         return _Outcome(_failed(Reason.METRICS_UNAVAILABLE, KIND_CONNECTION, message), True)
-    # InvalidURL, MissingSchema, ...: settings to fix, no retry will help
+    # InvalidURL, MissingSchema, a missing CA file...: settings to fix, a retry won't help
     return _Outcome(
         _failed(
             Reason.METRICS_UNAVAILABLE,
             KIND_CONFIG,
-            f"{url}: bad request ({type(exc).__name__}: {cause}): check prometheus_url",
+            f"{url}: cannot send the query ({type(exc).__name__}: {cause}): check the "
+            "prometheus_* settings",
         )
     )
 
