@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from promserver import (
     Canned,
     error_body,
@@ -166,6 +168,42 @@ def test_unusable_answer_is_a_cycle_problem(body, kind):
 def test_bare_result_list_as_custom_query_returns_it():
     reading = parse([sample("team-a", 3000, TS)])
     assert reading.queues["team-a"].free_gpus == 3.0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=20,
+)
+values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e400", "-0", "x"]),
+    st.integers(-(10**6), 10**6),
+)
+vector_samples = st.lists(
+    st.builds(
+        lambda q, v, age: {"metric": {} if q is None else {"queue_name": q},
+                           "value": [TS - age, v]},
+        st.none() | st.sampled_from(["a", "b", "c"]),
+        values,
+        st.floats(-1000, 1000),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(json_values, vector_samples.map(lambda s: vector_body(*s))))
+def test_parse_never_raises_and_never_reads_bad_data_as_a_number(body):
+    reading = parse(body)
+    if reading.problem is not None:
+        assert reading.queues == {}
+    for state in reading.queues.values():
+        assert (state.free_gpus is None) == (state.problem is not None)
+        if state.free_gpus is not None:
+            assert 0 <= state.free_gpus < float("inf")
+    assert len(reading.errors) >= sum(1 for q in reading.queues.values() if q.problem)
 
 
 # ---- fetch() over HTTP: one fake server per bad answer ---------------------------------------

@@ -314,6 +314,8 @@ def _number(raw: Any) -> float | None:
 
 def _labels(metric: Mapping[str, str]) -> str:
     inner = ", ".join(f'{k}="{v}"' for k, v in sorted(metric.items()))
+    if len(inner) > _DETAIL_CHARS:  # label values come from outside: keep messages short
+        inner = inner[:_DETAIL_CHARS] + "..."
     return "{" + inner + "}"
 
 
