@@ -597,6 +597,7 @@ class FakeKubeApi:
         self._floor: dict[str, int] = {}  # oldest rv a watch may start from, per store
         self._watchers: set[_Watcher] = set()
         self._faults: list[_Fault] = []
+        self._continues: dict[str, tuple[list[JsonObj], int]] = {}
         self.requests: list[RecordedRequest] = []
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -797,7 +798,11 @@ class FakeKubeApi:
         return closed
 
     def compact(self, plural: str | None = None) -> None:
-        """Forget event history, so a watch from an older resourceVersion gets 410."""
+        """Forget event history, so a watch from an older resourceVersion gets 410.
+
+        Pending list continue tokens expire too (410 on the next page).
+        """
+        self._continues.clear()
 
         stores = {self.resource(plural).store} if plural else set(self._history) | set(
             rt.store for rt in self._types.values())
@@ -1108,15 +1113,35 @@ class FakeKubeApi:
         ]
 
     def _list(self, rt: ResourceType, namespace: str | None, query: dict[str, str]) -> JsonObj:
-        items = self._selected(rt, namespace, query)
+        token = query.get("continue", "")
+        if token:
+            # A continued list pages through the snapshot taken by its first request.
+            if token not in self._continues:
+                raise ApiError(
+                    410, "Expired", "The provided continue parameter is too old to display a "
+                    "consistent list result. You can start a new list without the continue "
+                    "parameter.",
+                )
+            items, rv = self._continues.pop(token)
+        else:
+            items, rv = self._selected(rt, namespace, query), self._rv
         if not rt.custom:
             # Built-in list items carry no kind/apiVersion on the wire; CRD items do.
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
                      for o in items]
+        meta: JsonObj = {"resourceVersion": str(rv)}
+        limit = int(query.get("limit") or 0)
+        if 0 < limit < len(items):
+            rest = items[limit:]
+            items = items[:limit]
+            next_token = secrets.token_urlsafe(12)
+            self._continues[next_token] = (rest, rv)
+            meta["continue"] = next_token
+            meta["remainingItemCount"] = len(rest)
         return {
             "apiVersion": rt.api_version,
             "kind": f"{rt.kind}List",
-            "metadata": {"resourceVersion": str(self._rv)},
+            "metadata": meta,
             "items": items,
         }
 

@@ -1,0 +1,551 @@
+"""Kubernetes objects the planner reads, kept current by list-then-watch caches.
+
+One cache per (resource, namespace scope), each the loop of an informer: LIST (record the
+resourceVersion), WATCH from it, apply ADDED/MODIFIED/DELETED, follow BOOKMARKs; a watch
+that ends is renewed from the last version; `410 Gone` (the server forgot that version)
+means LIST again; other errors back off exponentially with jitter. A cycle then reads
+`KubeSource.objects()`, a frozen snapshot of raw dicts that costs no API call.
+
+Raw dicts stop here: the parser turns a `KubeObjects` into typed models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException
+
+__all__ = [
+    "JOB",
+    "PODGROUP",
+    "PRIORITY_CLASS",
+    "QUEUE",
+    "KubeObjects",
+    "KubeSource",
+    "OnChange",
+    "ResourceKind",
+    "make_api_client",
+]
+
+log = structlog.get_logger("autoscaler.sources.kube")
+
+RawObject = dict[str, Any]
+Key = tuple[str, str]  # (namespace or "", name)
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A resource we cache, addressed through the custom-objects paths of the API."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+JOB = ResourceKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", namespaced=True)
+PODGROUP = ResourceKind(
+    "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True
+)
+QUEUE = ResourceKind("Queue", "scheduling.volcano.sh", "v1beta1", "queues", namespaced=False)
+PRIORITY_CLASS = ResourceKind(
+    "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False
+)
+
+
+class OnChange(Protocol):
+    """Called (synchronously; keep it cheap) for every change applied to a cache.
+
+    `kind` is the Kubernetes kind (`PyTorchJob`, `PodGroup`, `Queue`, `PriorityClass`),
+    `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same way).
+    """
+
+    def __call__(self, kind: str, event_type: str, obj: RawObject) -> None: ...
+
+
+class KubeSettings(Protocol):
+    """The fields of `autoscaler.settings.Settings` this module reads."""
+
+    namespaces: list[str]
+    label_selector: str
+    kube_request_timeout_seconds: float
+    watch_timeout_seconds: int
+    max_object_bytes: int
+
+
+@dataclass(frozen=True)
+class KubeObjects:
+    """One consistent-enough read of all caches: raw objects as the API serves them.
+
+    Each tuple is ordered by (namespace, name). The dicts are shared with the caches and
+    must not be mutated. `synced` is False until every cache finished its first LIST;
+    `errors` names caches whose last LIST/WATCH failed and objects that were dropped.
+    """
+
+    jobs: tuple[RawObject, ...]
+    podgroups: tuple[RawObject, ...]
+    queues: tuple[RawObject, ...]
+    priorityclasses: tuple[RawObject, ...]
+    synced: bool
+    errors: tuple[str, ...]
+
+
+@dataclass
+class _Counters:
+    lists: int = 0
+    watches: int = 0
+    watch_restarts: int = 0
+    relists_410: int = 0
+    events: int = 0
+    dropped_oversized: int = 0
+    errors: int = 0
+
+
+class _Cache:
+    """The objects of one resource in one namespace scope (None: all namespaces)."""
+
+    def __init__(
+        self,
+        resource: ResourceKind,
+        namespace: str | None,
+        label_selector: str,
+        api: CustomObjectsApi,
+        settings: KubeSettings,
+        notify: Callable[[str, str, RawObject], None],
+        backoff: Callable[[int], float],
+        page_size: int,
+    ) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self._api = api
+        self._settings = settings
+        self._notify = notify
+        self._backoff = backoff
+        self._page_size = page_size
+        self.items: dict[Key, RawObject] = {}
+        self.oversized: dict[Key, int] = {}  # key -> size in bytes of the dropped object
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.last_error: str | None = None
+        self.counters = _Counters()
+        self.version = 0  # bumped on every change, so readers can memoise snapshots
+
+    @property
+    def name(self) -> str:
+        scope = self.namespace if self.namespace is not None else "*"
+        return f"{self.resource.kind}({scope})" if self.resource.namespaced \
+            else self.resource.kind
+
+    # -- the informer loop --------------------------------------------------------------
+
+    async def run(self) -> None:
+        need_list = True
+        failures = 0  # consecutive attempts that made no progress
+        while True:
+            retry_after = 0.0
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                events, seconds = await self._watch()
+                self.counters.watch_restarts += 1
+                if events or seconds >= 1.0:
+                    failures = 0
+                    continue
+                # A server that closes watches at once would make us spin: back off.
+                failures += 1
+                log.debug("kube.watch_short", cache=self.name, seconds=round(seconds, 3))
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                failures += 1
+                if exc.status == 410:
+                    need_list = True
+                    self.counters.relists_410 += 1
+                    log.info("kube.watch_expired", cache=self.name,
+                             resource_version=self.resource_version)
+                    if failures == 1:
+                        continue  # the normal case: relist at once
+                else:
+                    self._failed(exc, f"HTTP {exc.status} {exc.reason or ''}".strip())
+                    retry_after = _retry_after(exc)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                failures += 1
+                self._failed(exc, f"{type(exc).__name__}: {exc}".rstrip(": "))
+            except Exception as exc:  # a cache must outlive any surprise
+                failures += 1
+                self._failed(exc, f"unexpected {type(exc).__name__}: {exc}")
+                log.exception("kube.cache_unexpected_error", cache=self.name)
+            await asyncio.sleep(max(self._backoff(failures), retry_after))
+
+    def _failed(self, exc: BaseException, text: str) -> None:
+        self.counters.errors += 1
+        self.last_error = text
+        log.warning("kube.cache_error", cache=self.name, error=text,
+                    resource_version=self.resource_version)
+
+    def _call_args(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        r = self.resource
+        kwargs: dict[str, Any] = {}
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        if not r.namespaced:
+            return self._api.list_cluster_custom_object, (r.group, r.version, r.plural), kwargs
+        if self.namespace is None:
+            return (self._api.list_custom_object_for_all_namespaces,
+                    (r.group, r.version, r.plural), kwargs)
+        return (self._api.list_namespaced_custom_object,
+                (r.group, r.version, self.namespace, r.plural), kwargs)
+
+    async def _list(self) -> None:
+        func, args, kwargs = self._call_args()
+        items: list[RawObject] = []
+        token = ""
+        while True:
+            page = await func(
+                *args, **kwargs, limit=self._page_size, _continue=token or None,
+                _request_timeout=self._settings.kube_request_timeout_seconds,
+            )
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                break
+        self.counters.lists += 1
+        self._replace(items, str(meta.get("resourceVersion") or ""))
+        self.last_error = None
+        self.synced.set()
+
+    async def _watch(self) -> tuple[int, float]:
+        """One watch request from the last version; returns (events, seconds) at its end."""
+
+        func, args, kwargs = self._call_args()
+        timeout = self._settings.watch_timeout_seconds
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        events = 0
+        stream = watch.Watch()  # needs the running loop: created here, not in __init__
+        async with stream:
+            self.counters.watches += 1
+            async for event in stream.stream(
+                func, *args, **kwargs,
+                resource_version=self.resource_version,
+                timeout_seconds=timeout,
+                allow_watch_bookmarks=True,
+                # The server ends the watch after timeout_seconds; this only catches a
+                # server (or proxy) that does not.
+                _request_timeout=timeout + max(5.0, timeout * 0.1),
+            ):
+                events += 1
+                self.last_error = None
+                self._apply(str(event.get("type", "")), event.get("raw_object"))
+        return events, loop.time() - started
+
+    # -- applying changes ---------------------------------------------------------------
+
+    def _fits(self, key: Key, obj: RawObject) -> bool:
+        size = len(json.dumps(obj, separators=(",", ":")))
+        if size <= self._settings.max_object_bytes:
+            self.oversized.pop(key, None)
+            return True
+        if self.oversized.get(key) != size:
+            self.counters.dropped_oversized += 1
+            log.warning("kube.object_too_large", cache=self.name, namespace=key[0],
+                        name=key[1], bytes=size, max_bytes=self._settings.max_object_bytes)
+        self.oversized[key] = size
+        return False
+
+    def _normalise(self, obj: RawObject) -> RawObject:
+        # Lists of built-in types (PriorityClass) omit kind/apiVersion; watches carry them.
+        if "kind" in obj and "apiVersion" in obj:
+            return obj
+        return {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
+
+    def _apply(self, event_type: str, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            log.warning("kube.watch_bad_event", cache=self.name, type=event_type)
+            return
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if event_type == "BOOKMARK":
+            self.resource_version = rv or self.resource_version
+            return
+        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("kube.watch_unknown_event", cache=self.name, type=event_type)
+            return
+        self.counters.events += 1
+        obj = self._normalise(obj)
+        key = _key(obj)
+        old = self.items.get(key)
+        if rv:
+            self.resource_version = rv
+        if event_type == "DELETED":
+            self.oversized.pop(key, None)
+            if self.items.pop(key, None) is not None:
+                self.version += 1
+            self._notify(self.resource.kind, "DELETED", obj)
+            return
+        if not self._fits(key, obj):
+            self.version += 1
+            if old is not None:  # what we knew is no longer true: forget it
+                del self.items[key]
+                self._notify(self.resource.kind, "DELETED", old)
+            return
+        self.items[key] = obj  # replace, never mutate: snapshots share these dicts
+        self.version += 1
+        self._notify(self.resource.kind, "MODIFIED" if old is not None else "ADDED", obj)
+
+    def _replace(self, listed: Sequence[RawObject], resource_version: str) -> None:
+        """Install a fresh LIST, reporting its differences to the cache as events."""
+
+        fresh: dict[Key, RawObject] = {}
+        seen: set[Key] = set()
+        for raw in listed:
+            obj = self._normalise(raw)
+            key = _key(obj)
+            seen.add(key)
+            if self._fits(key, obj):
+                fresh[key] = obj
+        for key in set(self.oversized) - seen:
+            del self.oversized[key]
+        old, self.items = self.items, fresh
+        self.resource_version = resource_version
+        self.version += 1
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None:
+                self._notify(self.resource.kind, "ADDED", obj)
+            elif _rv(before) != _rv(obj):
+                self._notify(self.resource.kind, "MODIFIED", obj)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._notify(self.resource.kind, "DELETED", obj)
+
+    def errors(self) -> list[str]:
+        out = []
+        if self.last_error:
+            out.append(f"{self.name}: {self.last_error}")
+        for (ns, name), size in sorted(self.oversized.items()):
+            where = f"{ns}/{name}" if ns else name
+            out.append(f"{self.name}: {where} dropped: {size} bytes exceeds max_object_bytes "
+                       f"{self._settings.max_object_bytes}")
+        return out
+
+
+def _key(obj: RawObject) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _rv(obj: RawObject) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _retry_after(exc: ApiException) -> float:
+    """The server's Retry-After (seconds) on 429/503, capped; 0 when absent."""
+
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return min(float(headers.get("Retry-After", 0)), 60.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+@dataclass
+class _Memo:
+    versions: tuple[Any, ...] = ()
+    snapshot: KubeObjects | None = None
+
+
+class KubeSource:
+    """Informer-like caches of PyTorchJobs, PodGroups, Queues and PriorityClasses.
+
+    `settings.namespaces` empty: one all-namespaces cache per namespaced resource, else
+    one per namespace. `settings.label_selector` applies to jobs only. Call `start()`
+    inside the event loop, `wait_synced()` before the first cycle, `stop()` at the end.
+    """
+
+    def __init__(
+        self,
+        settings: KubeSettings,
+        api_client: ApiClient,
+        on_change: OnChange | None = None,
+        *,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        rng: random.Random | None = None,
+        page_size: int = 500,
+    ) -> None:
+        self._settings = settings
+        self._on_change = on_change
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._rng = rng or random.Random()
+        api = CustomObjectsApi(api_client)
+        namespaces: list[str | None] = list(dict.fromkeys(settings.namespaces)) or [None]
+
+        def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
+            return _Cache(resource, namespace, selector, api, settings, self._notify,
+                          self._backoff, page_size)
+
+        self._jobs = [cache(JOB, ns, settings.label_selector) for ns in namespaces]
+        self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
+        self._queues = [cache(QUEUE, None)]
+        self._priorityclasses = [cache(PRIORITY_CLASS, None)]
+        self._caches = self._jobs + self._podgroups + self._queues + self._priorityclasses
+        self._tasks: list[asyncio.Task[None]] = []
+        self._memo = _Memo()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tasks:
+            raise RuntimeError("KubeSource already started")
+        self._tasks = [
+            asyncio.create_task(c.run(), name=f"kube-cache-{c.name}") for c in self._caches
+        ]
+
+    async def wait_synced(self, timeout: float) -> None:  # noqa: ASYNC109 - our contract
+        """Return once every cache finished its first LIST; TimeoutError names the rest."""
+
+        pending = [c for c in self._caches if not c.synced.is_set()]
+        if pending:
+            waiters = [asyncio.create_task(c.synced.wait()) for c in pending]
+            try:
+                await asyncio.wait(waiters, timeout=timeout)
+            finally:
+                for w in waiters:
+                    w.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+        unsynced = [c for c in self._caches if not c.synced.is_set()]
+        if unsynced:
+            detail = "; ".join(
+                c.name + (f" (last error: {c.last_error})" if c.last_error else "")
+                for c in unsynced
+            )
+            raise TimeoutError(f"Kubernetes caches not synced after {timeout:g}s: {detail}")
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for cache, result in zip(self._caches, results, strict=False):
+            if isinstance(result, BaseException) and not isinstance(
+                result, asyncio.CancelledError
+            ):
+                log.error("kube.cache_crashed", cache=cache.name, error=repr(result))
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return all(c.synced.is_set() for c in self._caches)
+
+    def objects(self) -> KubeObjects:
+        """The current objects; no API call. Memoised until a cache changes."""
+
+        versions = tuple((c.version, c.last_error, c.synced.is_set()) for c in self._caches)
+        if self._memo.snapshot is not None and self._memo.versions == versions:
+            return self._memo.snapshot
+        snapshot = KubeObjects(
+            jobs=_merged(self._jobs),
+            podgroups=_merged(self._podgroups),
+            queues=_merged(self._queues),
+            priorityclasses=_merged(self._priorityclasses),
+            synced=self.synced,
+            errors=tuple(e for c in self._caches for e in c.errors()),
+        )
+        self._memo = _Memo(versions, snapshot)
+        return snapshot
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for metrics: totals plus `by_cache` detail and `errors` per kind."""
+
+        totals = _Counters()
+        errors: dict[str, int] = {}
+        by_cache: dict[str, dict[str, Any]] = {}
+        for c in self._caches:
+            for name in vars(totals):
+                setattr(totals, name, getattr(totals, name) + getattr(c.counters, name))
+            errors[c.resource.kind] = errors.get(c.resource.kind, 0) + c.counters.errors
+            by_cache[c.name] = {
+                **vars(c.counters),
+                "synced": c.synced.is_set(),
+                "last_error": c.last_error,
+                "objects": len(c.items),
+                "resource_version": c.resource_version,
+            }
+        return {**vars(totals), "errors": errors, "by_cache": by_cache}
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _notify(self, kind: str, event_type: str, obj: RawObject) -> None:
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(kind, event_type, obj)
+        except Exception:  # a callback bug must not stop the watch
+            log.exception("kube.on_change_failed", kind=kind, event_type=event_type)
+
+    def _backoff(self, failures: int) -> float:
+        """Exponential in consecutive failures, capped, with jitter in [d/2, d]."""
+
+        if failures <= 0:
+            return 0.0
+        delay = min(self._backoff_cap, self._backoff_base * 2 ** min(failures - 1, 30))
+        return self._rng.uniform(delay / 2, delay)
+
+
+def _merged(caches: Sequence[_Cache]) -> tuple[RawObject, ...]:
+    items: dict[Key, RawObject] = {}
+    for c in caches:
+        items.update(c.items)
+    return tuple(obj for _, obj in sorted(items.items()))
+
+
+async def make_api_client(settings: Any) -> ApiClient:
+    """An ApiClient from `settings.kubeconfig`, else in-cluster, else ~/.kube/config."""
+
+    configuration = Configuration()
+    kubeconfig = getattr(settings, "kubeconfig", None)
+    if kubeconfig:
+        await kube_config.load_kube_config(
+            config_file=str(kubeconfig), client_configuration=configuration,
+            persist_config=False,
+        )
+    else:
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as in_cluster:
+            try:
+                await kube_config.load_kube_config(
+                    client_configuration=configuration, persist_config=False
+                )
+            except (ConfigException, OSError) as default:
+                raise ConfigException(
+                    f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no "
+                    f"usable default kubeconfig ({default}); set kubeconfig"
+                ) from default
+    # Every cache holds one connection for its watch; lists must still find one free.
+    watches = 2 * max(1, len(getattr(settings, "namespaces", []) or [])) + 2
+    configuration.connection_pool_maxsize = max(
+        configuration.connection_pool_maxsize, watches + 16
+    )
+    return ApiClient(configuration)

@@ -1,0 +1,413 @@
+"""KubeSource caches against the fake API server, through the real kubernetes_asyncio client."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakekube import FakeKubeApi, eventually
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+
+from autoscaler.settings import Settings
+from autoscaler.sources.kube import KubeObjects, KubeSource, OnChange, make_api_client
+
+
+def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}},
+    }
+
+
+def podgroup(name: str, namespace: str = "ns1", phase: str = "Pending") -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": 2, "minResources": {"nvidia.com/gpu": "2"}},
+        "status": {"phase": phase},
+    }
+
+
+def queue(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1},
+    }
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+def names(objs: tuple[dict[str, Any], ...]) -> list[str]:
+    out = []
+    for o in objs:
+        meta = o["metadata"]
+        out.append(f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"])
+    return out
+
+
+def replicas(objects: KubeObjects, name: str) -> int | None:
+    for o in objects.jobs:
+        if o["metadata"]["name"] == name:
+            return o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    return None
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKubeApi]:
+    async with FakeKubeApi() as api:
+        yield api
+
+
+@pytest.fixture
+async def client(kube: FakeKubeApi) -> AsyncIterator[ApiClient]:
+    async with ApiClient(kube.configuration()) as api:
+        yield api
+
+
+@asynccontextmanager
+async def running(
+    client: ApiClient,
+    on_change: OnChange | None = None,
+    *,
+    sync: bool = True,
+    page_size: int = 500,
+    **overrides: Any,
+) -> AsyncIterator[KubeSource]:
+    source = KubeSource(
+        Settings(**overrides), client, on_change,
+        backoff_base=0.01, backoff_cap=0.05, rng=random.Random(7), page_size=page_size,
+    )
+    await source.start()
+    try:
+        if sync:
+            await source.wait_synced(5)
+        yield source
+    finally:
+        await source.stop()
+
+
+def seed(kube: FakeKubeApi) -> None:
+    kube.put(job("a", "ns1"))
+    kube.put(job("b", "ns2"))
+    kube.put(podgroup("pg-a", "ns1"))
+    kube.put(queue("team-x"))
+    kube.put(priority_class("high", 1000))
+
+
+async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClient) -> None:
+    seed(kube)
+    async with running(client) as source:
+        objects = source.objects()
+        assert objects.synced and objects.errors == ()
+        assert names(objects.jobs) == ["ns1/a", "ns2/b"]
+        assert names(objects.podgroups) == ["ns1/pg-a"]
+        assert names(objects.queues) == ["team-x"]
+        assert names(objects.priorityclasses) == ["high"]
+        # Built-in list items lack kind/apiVersion on the wire; the cache fills them in.
+        pc = objects.priorityclasses[0]
+        assert (pc["apiVersion"], pc["kind"], pc["value"]) == (
+            "scheduling.k8s.io/v1", "PriorityClass", 1000
+        )
+        assert source.stats()["lists"] == 4
+        # Without namespaces configured, namespaced kinds use the all-namespaces paths.
+        lists = [r.path for r in kube.requests if r.verb == "list"]
+        assert sorted(lists) == [
+            "/apis/kubeflow.org/v1/pytorchjobs",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+            "/apis/scheduling.volcano.sh/v1beta1/queues",
+        ]
+
+
+async def test_watch_events_update_the_cache_without_listing(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers() == 4, message="4 watches open")
+        kube.put(job("c", "ns3"))
+        kube.patch("pytorchjobs", "ns1", "a", {"spec": {"pytorchReplicaSpecs": {
+            "Worker": {"replicas": 5}}}})
+        kube.delete("pytorchjobs", "ns2", "b")
+        kube.put(podgroup("pg-b", "ns2"))
+        kube.delete("queues", None, "team-x")
+        kube.put(priority_class("low", 10))
+
+        def converged() -> bool:
+            o = source.objects()
+            return (
+                names(o.jobs) == ["ns1/a", "ns3/c"] and replicas(o, "a") == 5
+                and names(o.podgroups) == ["ns1/pg-a", "ns2/pg-b"]
+                and o.queues == () and names(o.priorityclasses) == ["high", "low"]
+            )
+
+        await eventually(converged, message="cache converged")
+        assert kube.count(verb="list") == 4
+        stats = source.stats()
+        assert stats["events"] >= 6 and stats["relists_410"] == 0
+        patched_rv = int(kube.get("pytorchjobs", "ns1", "a")["metadata"]["resourceVersion"])
+        assert int(stats["by_cache"]["PyTorchJob(*)"]["resource_version"]) > patched_rv
+
+
+async def test_steady_state_reads_make_no_api_calls(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers() == 4, message="4 watches open")
+        kube.reset_requests()
+        first = source.objects()
+        for _ in range(200):
+            assert source.objects() is first  # memoised while nothing changes
+        assert kube.count() == 0
+        kube.put(job("z"))
+        await eventually(lambda: "ns1/z" in names(source.objects().jobs), message="z seen")
+        assert kube.count(verb="list") == 0 and kube.count(watch=True) == 0
+
+
+async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    changes: list[tuple[str, str, str]] = []
+
+    def record(kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        changes.append((kind, event_type, obj["metadata"]["name"]))
+
+    async with running(client, record) as source:
+        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        changes.clear()
+        # All in one step, so no watch can see these: the only way to learn is a relist.
+        kube.close_watches("pytorchjobs")
+        kube.delete("pytorchjobs", "ns1", "a")
+        kube.put(job("c", "ns1"))
+        kube.patch("pytorchjobs", "ns2", "b", {"spec": {"pytorchReplicaSpecs": {
+            "Worker": {"replicas": 7}}}})
+        kube.compact("pytorchjobs")
+
+        await eventually(
+            lambda: names(source.objects().jobs) == ["ns1/c", "ns2/b"]
+            and replicas(source.objects(), "b") == 7,
+            message="relisted cache",
+        )
+        assert source.stats()["relists_410"] == 1
+        assert kube.count(verb="list", plural="pytorchjobs") == 2
+        assert kube.count(verb="list", plural="podgroups") == 1
+        assert sorted(changes) == [
+            ("PyTorchJob", "ADDED", "c"),
+            ("PyTorchJob", "DELETED", "a"),
+            ("PyTorchJob", "MODIFIED", "b"),
+        ]
+        # And the new watch runs from the relist's version.
+        await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="watch reopened")
+        kube.put(job("d", "ns1"))
+        await eventually(lambda: "ns1/d" in names(source.objects().jobs), message="d seen")
+
+
+async def test_closed_watch_resumes_from_last_version_without_relist(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="job watch open")
+        kube.put(job("c"))
+        await eventually(lambda: "ns1/c" in names(source.objects().jobs), message="c seen")
+        last_seen = kube.get("pytorchjobs", "ns1", "c")["metadata"]["resourceVersion"]
+        kube.close_watches("pytorchjobs")
+        kube.put(job("d"))  # while no watch is open: the resumed watch must replay it
+        await eventually(lambda: "ns1/d" in names(source.objects().jobs), message="d seen")
+        job_watches = [r for r in kube.requests if r.is_watch and r.plural == "pytorchjobs"]
+        assert [r.query["resourceVersion"] for r in job_watches][-1] == last_seen
+        assert kube.count(verb="list", plural="pytorchjobs") == 1
+        assert source.stats()["relists_410"] == 0
+
+
+async def test_dropped_connection_is_an_error_then_recovers(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch open")
+        kube.close_watches("queues", abrupt=True)
+        await eventually(lambda: source.stats()["errors"]["Queue"] >= 1, message="error")
+        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch reopened")
+        kube.put(queue("team-y"))
+        await eventually(lambda: names(source.objects().queues) == ["team-x", "team-y"],
+                         message="team-y seen")
+        assert source.objects().errors == ()  # cleared by the next good event
+        assert kube.count(verb="list", plural="queues") == 1
+
+
+async def test_watch_errors_back_off_and_retry(kube: FakeKubeApi, client: ApiClient) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("podgroups") == 1, message="watch open")
+        kube.fail_next("GET", r"/podgroups$", 500, times=3, watch=True)
+        kube.close_watches("podgroups")
+        kube.put(podgroup("pg-b"))
+        await eventually(lambda: len(source.objects().podgroups) == 2, message="pg-b seen")
+        assert source.stats()["errors"]["PodGroup"] == 3
+        assert kube.count(plural="podgroups", watch=True) == 5  # first, 3 failed, the good one
+        assert kube.count(verb="list", plural="podgroups") == 1
+
+
+async def test_namespaces_and_label_selector(kube: FakeKubeApi, client: ApiClient) -> None:
+    kube.put(job("a", "ns1", team="ml"))
+    kube.put(job("b", "ns2", team="ml"))
+    kube.put(job("c", "ns3", team="ml"))
+    kube.put(job("d", "ns1", team="web"))
+    kube.put(podgroup("pg-1", "ns1"))
+    kube.put(podgroup("pg-3", "ns3"))
+    async with running(client, namespaces=["ns1", "ns2"], label_selector="team=ml") as source:
+        objects = source.objects()
+        assert names(objects.jobs) == ["ns1/a", "ns2/b"]
+        assert names(objects.podgroups) == ["ns1/pg-1"]
+        job_lists = [r for r in kube.requests if r.verb == "list" and r.plural == "pytorchjobs"]
+        assert sorted(r.namespace for r in job_lists) == ["ns1", "ns2"]
+        assert {r.query.get("labelSelector") for r in job_lists} == {"team=ml"}
+        pg_lists = [r for r in kube.requests if r.verb == "list" and r.plural == "podgroups"]
+        assert {r.query.get("labelSelector") for r in pg_lists} == {None}
+
+        await eventually(lambda: kube.watchers() == 6, message="6 watches open")
+        kube.patch("pytorchjobs", "ns1", "a", {"metadata": {"labels": {"team": "web"}}})
+        kube.patch("pytorchjobs", "ns1", "d", {"metadata": {"labels": {"team": "ml"}}})
+        kube.put(job("e", "ns3", team="ml"))
+        kube.put(podgroup("pg-2", "ns2"))
+        await eventually(
+            lambda: names(source.objects().jobs) == ["ns1/d", "ns2/b"]
+            and names(source.objects().podgroups) == ["ns1/pg-1", "ns2/pg-2"],
+            message="scoped changes",
+        )
+        watches = [r for r in kube.requests if r.is_watch and r.plural == "pytorchjobs"]
+        assert all(r.query["labelSelector"] == "team=ml" for r in watches)
+
+
+async def test_on_change_reports_events_and_survives_errors(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    seen: list[tuple[str, str, str]] = []
+
+    def flaky(kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        seen.append((kind, event_type, obj["metadata"]["name"]))
+        if obj["metadata"]["name"] == "boom":
+            raise RuntimeError("callback bug")
+
+    async with running(client, flaky) as source:
+        assert sorted(seen) == [
+            ("PodGroup", "ADDED", "pg-a"),
+            ("PriorityClass", "ADDED", "high"),
+            ("PyTorchJob", "ADDED", "a"),
+            ("PyTorchJob", "ADDED", "b"),
+            ("Queue", "ADDED", "team-x"),
+        ]
+        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        seen.clear()
+        kube.put(podgroup("boom"))
+        kube.patch("podgroups", "ns1", "pg-a", {"status": {"phase": "Running"}})
+        kube.delete("pytorchjobs", "ns1", "a")
+        await eventually(lambda: len(seen) == 3, message="3 changes")
+        assert sorted(seen) == [
+            ("PodGroup", "ADDED", "boom"),
+            ("PodGroup", "MODIFIED", "pg-a"),
+            ("PyTorchJob", "DELETED", "a"),
+        ]
+        assert source.stats()["errors"] == {
+            "PyTorchJob": 0, "PodGroup": 0, "Queue": 0, "PriorityClass": 0
+        }
+
+
+async def test_wait_synced_names_the_caches_that_are_not(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    kube.fail_next("GET", r"/priorityclasses$", 403, times=10_000, watch=False)
+    async with running(client, sync=False) as source:
+        with pytest.raises(TimeoutError) as err:
+            await source.wait_synced(0.3)
+        message = str(err.value)
+        assert "PriorityClass" in message and "403" in message
+        assert "PyTorchJob" not in message
+        assert not source.objects().synced
+        assert any("PriorityClass" in e for e in source.objects().errors)
+        kube.clear_faults()
+        await source.wait_synced(5)
+        assert source.objects().synced and source.objects().errors == ()
+
+
+async def test_oversized_objects_are_dropped_and_reported(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    big = job("big")
+    big["metadata"]["annotations"] = {"blob": "x" * 5000}
+    kube.put(big)
+    kube.put(job("small"))
+    async with running(client, max_object_bytes=2048) as source:
+        objects = source.objects()
+        assert names(objects.jobs) == ["ns1/small"]
+        assert len(objects.errors) == 1 and "ns1/big" in objects.errors[0]
+        assert source.stats()["dropped_oversized"] == 1
+
+        await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="watch open")
+        kube.patch("pytorchjobs", "ns1", "small", {"metadata": {"annotations": {
+            "blob": "y" * 5000}}})
+        kube.patch("pytorchjobs", "ns1", "big", {"metadata": {"annotations": None}})
+        await eventually(lambda: names(source.objects().jobs) == ["ns1/big"],
+                         message="sizes swapped")
+        assert "ns1/small" in source.objects().errors[0]
+
+
+async def test_paginated_list(kube: FakeKubeApi, client: ApiClient) -> None:
+    for i in range(5):
+        kube.put(job(f"j{i}"))
+    async with running(client, page_size=2) as source:
+        assert len(source.objects().jobs) == 5
+        job_lists = [r for r in kube.requests if r.verb == "list" and r.plural == "pytorchjobs"]
+        assert [r.query.get("limit") for r in job_lists] == ["2", "2", "2"]
+        assert [bool(r.query.get("continue")) for r in job_lists] == [False, True, True]
+
+
+async def test_bookmarks_advance_the_resource_version(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        assert all(r.query.get("allowWatchBookmarks") == "True"
+                   for r in kube.requests if r.is_watch)
+        kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
+        kube.send_bookmarks()
+        await eventually(
+            lambda: source.stats()["by_cache"]["Queue"]["resource_version"]
+            == kube.resource_version,
+            message="bookmark applied",
+        )
+
+
+async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path) -> None:
+    path = kube.write_kubeconfig(tmp_path / "config")
+    settings = Settings(kubeconfig=path, namespaces=[f"ns{i}" for i in range(60)])
+    api = await make_api_client(settings)
+    async with api:
+        assert api.configuration.host == kube.url
+        assert api.configuration.connection_pool_maxsize >= 122 + 16
+        res = await CustomObjectsApi(api).list_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues"
+        )
+        assert res["kind"] == "QueueList"
