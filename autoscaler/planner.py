@@ -370,7 +370,8 @@ class _QueuePlanner:
             elif j.releasing_workers:
                 self._hold(w, Reason.RELEASING,
                            f"{j.releasing_workers} worker(s) are still being released")
-            elif since is not None and since < p.cooldown_seconds:
+            elif since is not None and (since < p.cooldown_seconds or since <= 0):
+                # even with no cooldown, a job resized at `now` is not resized again at `now`
                 self._hold(w, Reason.COOLDOWN,
                            f"resized {since:.0f}s ago; cooldown {p.cooldown_seconds:.0f}s")
             elif starving:

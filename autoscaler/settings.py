@@ -19,6 +19,7 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings import SettingsError as SourceError
 
 ENV_PREFIX = "AUTOSCALER_"
 
@@ -297,6 +298,8 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         return cls(**overrides)
     except ValidationError as exc:
         raise SettingsError(describe_validation_error(exc)) from None
+    except SourceError as exc:  # e.g. a list setting whose env var is not JSON
+        raise SettingsError(f"{exc} (lists are JSON, e.g. '[\"nvidia.com/gpu\"]')") from None
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -1,0 +1,115 @@
+"""`elastic-autoscaler plan --snapshot`: both outputs, and the error exits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from builders import podgroup, pytorchjob
+
+from autoscaler.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config" / "example-snapshot.yaml"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_example_snapshot_table(capsys):
+    code, out, _ = run(capsys, "plan", "--snapshot", str(EXAMPLE))
+    assert code == 0
+    assert "vision/resnet-small" in out and "ScaleUpIdleGpus" in out
+    assert "ReclaimForPending" in out and "HoldCooldown" in out and "InvalidPolicy" in out
+    assert "QUEUE" in out and "team-b" in out
+
+
+def test_example_snapshot_json_is_stable_and_documented_shape(capsys):
+    code, out, _ = run(capsys, "plan", "--snapshot", str(EXAMPLE), "--output", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["now"] == "2026-11-22T10:00:00Z"
+    assert set(doc) >= {"now", "actions", "jobs", "queues"}
+    moves = {(a["namespace"], a["name"]): (a["from"], a["to"], a["reason"])
+             for a in doc["actions"]}
+    assert moves[("nlp", "bert-pretrain")] == (8, 4, "ReclaimForPending")
+    assert moves[("vision", "resnet-small")] == (2, 4, "ScaleUpIdleGpus")
+    assert all(a["from"] != a["to"] for a in doc["actions"])
+    assert len(doc["jobs"]) == 9
+    assert {"namespace", "name", "queue", "replicas", "min", "max", "target", "reason",
+            "message"} <= set(doc["jobs"][0])
+    assert doc["queues"]["team-b"]["pending_gpus"] == 4
+    assert doc["queues"]["team-a"]["granted_gpus"] == 6
+    # same input, same bytes
+    assert run(capsys, "plan", "--snapshot", str(EXAMPLE), "-o", "json")[1] == out
+
+
+def test_now_flag_overrides_the_snapshot(capsys, tmp_path):
+    snap = {"now": "2026-11-22T10:00:00Z", "free_gpus": {"team-a": 4},
+            "objects": [pytorchjob("j", annotations={
+                "elastic-autoscaler.io/last-scale-time": "2026-11-22T09:58:00Z"})]}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(snap))
+    held = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json")[1])
+    assert held["jobs"][0]["reason"] == "HoldCooldown"
+    later = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json",
+                           "--now", "2026-11-22T11:00:00Z")[1])
+    assert later["jobs"][0]["reason"] == "ScaleUpIdleGpus" and later["jobs"][0]["target"] == 4
+
+
+def test_kind_list_objects_and_unknown_queue(capsys, tmp_path):
+    snap = {"free_gpus": {}, "objects": {"kind": "List", "items": [
+        pytorchjob("j", queue="nowhere"), podgroup("g", queue="nowhere")]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(snap))
+    doc = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json")[1])
+    assert doc["jobs"][0]["reason"] == "HoldMetricsMissing"
+    assert doc["actions"] == []
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "cannot read"),
+        ("{not: [valid", "not valid YAML"),
+        ("- just a list", "must be a mapping"),
+        ("free_gpus: 3\n", "free_gpus must be a mapping"),
+        ("now: yesterday\n", "now must be an RFC 3339 time"),
+        ("objects: 5\n", "objects must be a list"),
+        ("surprise: 1\n", "unknown key"),
+    ],
+)
+def test_unreadable_snapshot_exits_2_with_one_line(capsys, tmp_path, content, needle):
+    path = tmp_path / "bad.yaml"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run(capsys, "plan", "--snapshot", str(path))
+    assert code == 2 and out == ""
+    assert needle in err and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_settings_exit_2_naming_the_field(capsys, monkeypatch):
+    monkeypatch.setenv("AUTOSCALER_MIN_STEP_WORKERS", "zero")
+    code, _, err = run(capsys, "plan", "--snapshot", str(EXAMPLE))
+    assert code == 2 and "min_step_workers" in err and "AUTOSCALER_MIN_STEP_WORKERS" in err
+
+
+def test_bad_now_flag_exits_2(capsys):
+    code, _, err = run(capsys, "plan", "--snapshot", str(EXAMPLE), "--now", "soon")
+    assert code == 2 and "--now" in err
+
+
+def test_module_entry_point_runs():
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "plan", "--snapshot", str(EXAMPLE), "-o", "json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["actions"]

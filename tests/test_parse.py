@@ -1,0 +1,222 @@
+"""Parsing objects shaped like the real CRDs (../shared/crds) into the model."""
+
+from __future__ import annotations
+
+import pytest
+from builders import (
+    DELETE,
+    edit,
+    podgroup,
+    policy,
+    priority_class,
+    pytorchjob,
+    queue_obj,
+)
+
+from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
+from autoscaler.parse import Priorities, RawObjects, build_snapshot, parse_job, parse_podgroup
+from autoscaler.snapshot_file import free_gpu_states
+
+P = policy()
+NOPRIO = Priorities({})
+
+
+def parsed(obj, settings=P, prio=NOPRIO):
+    return parse_job(obj, settings, prio)
+
+
+def test_elastic_job_fields():
+    job = parsed(pytorchjob(min_replicas=2, max_replicas=8, replicas=4, active=3, gpus=2,
+                            annotations={"elastic-autoscaler.io/last-scale-time":
+                                         "2026-11-22T09:00:00Z"}))
+    assert isinstance(job, ElasticJob)
+    assert (job.min_replicas, job.max_replicas, job.replicas, job.active) == (2, 8, 4, 3)
+    assert job.gpus_per_worker == 2 and job.queue == "team-a"
+    assert job.last_scale_time.isoformat() == "2026-11-22T09:00:00+00:00"
+    assert job.resource_version == "42" and job.ref.uid == "uid-ml-job"
+    assert job.started is not None and job.has_min_available
+
+
+def test_older_min_max_keys_are_accepted():
+    obj = pytorchjob(min_replicas=None, max_replicas=None, replicas=2)
+    obj["spec"]["elasticPolicy"].update({"min": 1, "max": 6})
+    job = parsed(obj)
+    assert (job.min_replicas, job.max_replicas) == (1, 6)
+
+
+def test_missing_bounds_default_to_replicas_like_the_operator():
+    job = parsed(pytorchjob(min_replicas=None, max_replicas=None, replicas=3, active=3))
+    assert (job.min_replicas, job.max_replicas) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("obj", "queue"),
+    [
+        (pytorchjob(queue="team-x"), "team-x"),
+        (pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
+         "team-y"),
+        (pytorchjob(queue=None), "default"),
+    ],
+)
+def test_queue_resolution(obj, queue):
+    assert parsed(obj).queue == queue
+
+
+def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():
+    obj = pytorchjob(gpus=1)
+    containers = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    containers.append({"name": "sidecar", "resources": {"requests": {"nvidia.com/gpu": "2"}}})
+    containers.append({"name": "vendor", "resources": {"limits": {"baidu.com/a800": 4}}})
+    assert parsed(obj).gpus_per_worker == 3
+    settings = policy(gpu_resource_names=["nvidia.com/gpu", "baidu.com/a800"])
+    assert parsed(obj, settings).gpus_per_worker == 7
+
+
+def test_limits_win_over_requests_in_one_container():
+    obj = pytorchjob(gpus=2)
+    c = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    c["resources"]["requests"] = {"nvidia.com/gpu": 1}
+    assert parsed(obj).gpus_per_worker == 2
+
+
+def test_priority_from_priority_class_objects():
+    prio = Priorities.parse([priority_class("high", 1000), priority_class("std", 5, True)])
+    assert parsed(pytorchjob(priority_class="high"), prio=prio).priority == 1000
+    assert parsed(pytorchjob(), prio=prio).priority == 5  # the global default
+    assert parsed(pytorchjob(priority_class="nope"), prio=prio).priority == 5
+
+
+BAD = [
+    ("min above max", pytorchjob(min_replicas=5, max_replicas=2), Reason.INVALID_POLICY,
+     "spec.elasticPolicy.minReplicas"),
+    ("zero min", pytorchjob(min_replicas=0), Reason.INVALID_POLICY, "minReplicas"),
+    ("min as string", pytorchjob(min_replicas="2"), Reason.INVALID_POLICY, "minReplicas"),
+    ("replicas as string", pytorchjob(replicas="3"), Reason.INVALID_REPLICAS,
+     "Worker.replicas"),
+    ("negative replicas", pytorchjob(replicas=-1), Reason.INVALID_REPLICAS, "Worker.replicas"),
+    ("huge replicas", pytorchjob(replicas=10**9), Reason.INVALID_REPLICAS, "Worker.replicas"),
+    ("bool replicas", pytorchjob(replicas=True), Reason.INVALID_REPLICAS, "Worker.replicas"),
+    ("replicas above max", pytorchjob(replicas=9, max_replicas=4), Reason.INVALID_REPLICAS,
+     "outside elasticPolicy"),
+    ("missing worker", edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker", DELETE),
+     Reason.INVALID_SPEC, "spec.pytorchReplicaSpecs.Worker"),
+    ("zero gpus", pytorchjob(gpus=0), Reason.INVALID_SPEC, "requests no GPU"),
+    ("fractional gpus", pytorchjob(gpus="500m"), Reason.INVALID_SPEC, "nvidia.com/gpu"),
+    ("unknown gpu resource", pytorchjob(resource="amd.com/gpu"), Reason.INVALID_SPEC,
+     "requests no GPU"),
+    ("no containers", edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec", {}),
+     Reason.INVALID_SPEC, "containers"),
+    ("operator hpa", edit(pytorchjob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
+     Reason.OPERATOR_HPA, "elasticPolicy.metrics"),
+    ("paused", pytorchjob(annotations={"elastic-autoscaler.io/paused": "true"}),
+     Reason.PAUSED, "paused"),
+    ("garbage last-scale-time",
+     pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "yesterday"}),
+     Reason.INVALID_ANNOTATION, "last-scale-time"),
+    ("naive last-scale-time",
+     pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "2026-11-22T09:00:00"}),
+     Reason.INVALID_ANNOTATION, "time zone"),
+    ("not elastic", edit(pytorchjob(), "spec.elasticPolicy", DELETE), Reason.NOT_ELASTIC,
+     "elasticPolicy"),
+    ("elasticPolicy not a mapping", edit(pytorchjob(), "spec.elasticPolicy", [1]),
+     Reason.INVALID_POLICY, "elasticPolicy"),
+    ("active garbage", edit(pytorchjob(), "status.replicaStatuses.Worker.active", "x"),
+     Reason.INVALID_SPEC, "status.replicaStatuses.Worker.active"),
+    ("succeeded", pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
+     Reason.FINISHED, "Succeeded"),
+    ("failed", pytorchjob(conditions=[{"type": "Failed", "status": "True"}]),
+     Reason.FINISHED, "Failed"),
+    ("suspended", edit(pytorchjob(), "spec.runPolicy.suspend", True), Reason.SUSPENDED,
+     "suspend"),
+    ("no spec", edit(pytorchjob(), "spec", DELETE), Reason.INVALID_SPEC, "spec"),
+    ("very long name", pytorchjob(name="x" * 300), Reason.INVALID_SPEC, "metadata.name"),
+    ("no name", edit(pytorchjob(), "metadata.name", DELETE), Reason.INVALID_SPEC,
+     "metadata.name"),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "reason", "field"), BAD, ids=[b[0] for b in BAD])
+def test_bad_jobs_are_reported_with_the_field(case, obj, reason, field):
+    job = parsed(obj)
+    assert isinstance(job, UnmanagedJob), case
+    assert job.reason is reason
+    assert field in job.message
+
+
+def test_unicode_names_are_fine():
+    job = parsed(pytorchjob(name="trainer-λ", namespace="équipe"))
+    assert isinstance(job, ElasticJob) and job.ref.name == "trainer-λ"
+
+
+def test_unmanaged_job_keeps_its_inflight_gpus():
+    job = parsed(edit(pytorchjob(replicas=4, active=1, gpus=2), "spec.elasticPolicy", DELETE))
+    assert job.reason is Reason.NOT_ELASTIC and job.inflight_gpus == 6
+
+
+def test_finished_job_holds_nothing():
+    job = parsed(pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]))
+    assert job.inflight_gpus == 0
+
+
+@pytest.mark.parametrize(
+    ("obj", "gpus", "phase"),
+    [
+        (podgroup(gpus=4), 4, "Pending"),
+        (podgroup(gpus="8", phase="Inqueue"), 8, "Inqueue"),
+        (podgroup(gpus=2, key="requests.nvidia.com/gpu"), 2, "Pending"),
+        (podgroup(phase="Unknown", conditions=[{"type": "Unschedulable", "status": "True"}]),
+         4, "Unknown"),
+    ],
+)
+def test_waiting_podgroups(obj, gpus, phase):
+    g = parse_podgroup(obj, P, NOPRIO)
+    assert isinstance(g, PendingGroup) and g.gpus == gpus and g.phase == phase
+
+
+@pytest.mark.parametrize("obj", [podgroup(phase="Running"), podgroup(phase="Completed"),
+                                 podgroup(phase="Unknown"), podgroup(gpus=0)])
+def test_podgroups_that_need_no_room(obj):
+    assert parse_podgroup(obj, P, NOPRIO) is None
+
+
+def test_podgroup_owner_priority_and_queue():
+    prio = Priorities.parse([priority_class("high", 1000)])
+    g = parse_podgroup(podgroup(owner="trainer", priority_class="high", queue="team-z"), P,
+                       prio)
+    assert g.owner.name == "trainer" and g.owner.kind == "PyTorchJob"
+    assert g.priority == 1000 and g.queue == "team-z"
+
+
+def test_podgroup_with_garbage_min_resources():
+    g = parse_podgroup(podgroup(gpus="lots"), P, NOPRIO)
+    assert isinstance(g, InvalidGroup) and "spec.minResources[nvidia.com/gpu]" in g.message
+
+
+def test_snapshot_marks_queues_without_a_reading_unknown():
+    raw = RawObjects.from_objects([
+        {"kind": "List", "items": [pytorchjob("a", queue="team-a"),
+                                   pytorchjob("b", queue="team-b")]},
+        queue_obj("team-a"), queue_obj("team-c", "Closed"),
+    ])
+    snap = build_snapshot(raw, free_gpu_states({"team-a": 2, "team-c": 5}), P)
+    assert snap.queues["team-a"].free_gpus == 2
+    assert snap.queues["team-b"].free_gpus is None
+    assert snap.queues["team-b"].problem is Reason.METRICS_MISSING
+    assert snap.queues["team-c"].state == "Closed"
+
+
+def test_duplicates_are_reported_and_same_name_in_other_namespace_is_distinct():
+    raw = RawObjects.from_objects([pytorchjob("a", "ns1"), pytorchjob("a", "ns1"),
+                                   pytorchjob("a", "ns2")])
+    snap = build_snapshot(raw, free_gpu_states({"team-a": 2}), P)
+    assert len(snap.jobs) == 2
+    assert [u.reason for u in snap.unmanaged] == [Reason.DUPLICATE]
+
+
+@pytest.mark.parametrize(("value", "reason"), [(None, Reason.METRICS_MISSING),
+                                               (float("nan"), Reason.METRICS_INVALID),
+                                               (-1, Reason.METRICS_INVALID),
+                                               ("six", Reason.METRICS_INVALID)])
+def test_bad_free_gpu_values_hold_the_queue(value, reason):
+    state = free_gpu_states({"q": value})["q"]
+    assert state.free_gpus is None and state.problem is reason

@@ -1,0 +1,335 @@
+"""One table per planner rule (DESIGN.md "Planner rules"). Model objects in, Plan out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from builders import NOW, ago, ej, gang, policy, snap
+
+from autoscaler.model import ClusterSnapshot, ObjectRef, QueueState, Reason, UnmanagedJob
+from autoscaler.planner import plan
+
+
+def targets(p) -> dict[str, tuple[int | None, Reason]]:
+    return {d.ref.name: (d.target, d.reason) for d in p.decisions}
+
+
+def gang_reasons(p) -> dict[str, Reason]:
+    return {g.ref.name: g.reason for g in p.gangs}
+
+
+# ---- rule 1: bounds, invalid jobs never scaled -----------------------------------------
+
+
+def test_growth_stops_at_max():
+    p = plan(snap({"q": 100}, [ej("a", min=1, max=5, replicas=2)]), policy(), NOW)
+    assert targets(p)["a"] == (5, Reason.SCALE_UP_IDLE_GPUS)
+
+
+def test_reclaim_stops_at_min_and_skips_gang_it_cannot_cover():
+    jobs = [ej("a", min=3, max=8, replicas=5)]
+    p = plan(snap({"q": 0}, jobs, [gang("big", 3)]), policy(), NOW)
+    assert targets(p)["a"] == (5, Reason.NO_IDLE_GPUS)
+    assert gang_reasons(p)["big"] == Reason.GANG_UNCOVERABLE
+
+
+def test_unmanaged_job_is_reported_and_never_changed():
+    bad = UnmanagedJob(ObjectRef("ml", "bad"), "q", Reason.INVALID_POLICY, "min > max",
+                       replicas=4, gpus_per_worker=1)
+    p = plan(snap({"q": 10}, [], [], [bad]), policy(), NOW)
+    d = p.decisions[0]
+    assert (d.current, d.target, d.reason, d.changed) == (4, 4, Reason.INVALID_POLICY, False)
+    assert p.actions == ()
+
+
+# ---- rule 2: in-flight accounting ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("free", "jobs", "expected_b"),
+    [
+        # a asked for 3 workers not yet running: only 1 of 4 free GPUs is really idle
+        (4, [ej("a", replicas=5, active=2, max=8), ej("b", replicas=1, max=8)], 2),
+        # releasing GPUs (spec below active) never feed growth
+        (0, [ej("a", replicas=2, active=6, max=8), ej("b", replicas=1, max=8)], 1),
+        # an unmanaged job's promised workers count too
+        (2, [ej("b", replicas=1, max=8)], 1),
+    ],
+)
+def test_inflight_and_releasing_are_not_free(free, jobs, expected_b):
+    unmanaged = []
+    if len(jobs) == 1:
+        unmanaged = [UnmanagedJob(ObjectRef("ml", "fixed"), "q", Reason.NOT_ELASTIC, "x",
+                                  replicas=4, inflight_gpus=2)]
+    p = plan(snap({"q": free}, jobs, [], unmanaged), policy(), NOW)
+    assert targets(p)["b"][0] == expected_b
+
+
+def test_job_whose_own_podgroup_waits_counts_once_as_gang():
+    # own gang needs 4; its 4 unstarted workers are not also in flight, so 4 free GPUs fit it
+    waiting = ej("w", replicas=4, active=0, min=2, max=4)
+    p = plan(snap({"q": 4}, [waiting, ej("b", replicas=1)], [gang("w", 4, owner="w")]),
+             policy(), NOW)
+    assert gang_reasons(p)["w"] == Reason.GANG_FITS
+    assert targets(p)["w"] == (4, Reason.OWN_GANG_WAITING)
+    assert targets(p)["b"] == (1, Reason.NO_IDLE_GPUS)
+
+
+def test_own_podgroup_matched_by_name_without_owner_reference():
+    waiting = ej("w", replicas=4, active=0, min=2, max=4)
+    p = plan(snap({"q": 4}, [waiting], [gang("w", 4)]), policy(), NOW)
+    assert targets(p)["w"][1] == Reason.OWN_GANG_WAITING
+    assert gang_reasons(p)["w"] == Reason.GANG_FITS
+
+
+# ---- rule 3: waiting gangs first -----------------------------------------------------------
+
+
+def test_gang_that_fits_takes_its_share_before_growth():
+    p = plan(snap({"q": 6}, [ej("a", replicas=2, max=8)], [gang("g", 4)]), policy(), NOW)
+    assert gang_reasons(p)["g"] == Reason.GANG_FITS
+    assert targets(p)["a"] == (4, Reason.SCALE_UP_IDLE_GPUS)
+
+
+def test_reclaim_takes_as_few_whole_workers_as_cover_the_gang():
+    jobs = [ej("a", min=1, max=8, replicas=6, gpw=2)]
+    p = plan(snap({"q": 1}, jobs, [gang("g", 4)]), policy(), NOW)
+    # shortfall 3 GPUs, 2 GPUs a worker: 2 workers
+    assert targets(p)["a"] == (4, Reason.RECLAIM_FOR_PENDING)
+    assert gang_reasons(p)["g"] == Reason.GANG_COVERED
+    assert p.queues["q"].reclaimed_gpus == 4
+
+
+def test_victims_lowest_priority_then_most_reclaimable():
+    jobs = [
+        ej("hi", min=1, max=8, replicas=8, priority=100),
+        ej("few", min=3, max=8, replicas=5),
+        ej("many", min=1, max=8, replicas=7),
+    ]
+    p = plan(snap({"q": 0}, jobs, [gang("g", 4, priority=100)]), policy(), NOW)
+    t = targets(p)
+    assert t["many"] == (3, Reason.RECLAIM_FOR_PENDING)
+    assert t["few"][0] == 5 and t["hi"][0] == 8
+
+
+def test_higher_priority_jobs_are_not_victims_of_lower_priority_gangs():
+    jobs = [ej("hi", min=1, max=8, replicas=8, priority=100)]
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]), policy(), NOW)
+    assert targets(p)["hi"][0] == 8
+    assert gang_reasons(p)["g"] == Reason.GANG_UNCOVERABLE
+
+
+def test_gangs_served_by_priority_then_age_and_huge_gang_is_skipped():
+    jobs = [ej("a", min=1, max=8, replicas=4)]
+    gangs = [
+        gang("huge", 50, created=ago(100)),
+        gang("old", 2, created=ago(90)),
+        gang("new", 2, created=ago(10)),
+        gang("urgent", 1, created=ago(5), priority=10),
+    ]
+    p = plan(snap({"q": 2}, jobs, gangs), policy(), NOW)
+    g = gang_reasons(p)
+    assert g == {"huge": Reason.GANG_UNCOVERABLE, "urgent": Reason.GANG_FITS,
+                 "old": Reason.GANG_COVERED, "new": Reason.GANG_COVERED}
+    assert targets(p)["a"][0] == 1
+
+
+def test_released_gpus_count_for_gangs():
+    jobs = [ej("a", min=1, max=8, replicas=2, active=5)]
+    p = plan(snap({"q": 0}, jobs, [gang("g", 3)]), policy(), NOW)
+    assert gang_reasons(p)["g"] == Reason.GANG_FITS
+    assert targets(p)["a"] == (2, Reason.RELEASING)
+
+
+def test_starving_gang_blocks_growth_and_later_gangs():
+    gangs = [gang("starved", 20, created=ago(4000)), gang("small", 1, created=ago(10))]
+    p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], gangs), policy(), NOW)
+    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE,
+                               "small": Reason.GANG_BLOCKED}
+    assert targets(p)["a"] == (2, Reason.GANG_STARVING)
+    assert p.queues["q"].reason == Reason.GANG_STARVING
+
+
+def test_young_uncoverable_gang_does_not_block_growth():
+    p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], [gang("big", 20)]), policy(), NOW)
+    assert targets(p)["a"] == (5, Reason.SCALE_UP_IDLE_GPUS)
+
+
+def test_reclaim_cooldown_protects_recent_victims():
+    jobs = [ej("a", min=1, max=8, replicas=6, last=ago(30))]
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2)]), policy(reclaim_cooldown_seconds=60), NOW)
+    assert targets(p)["a"][0] == 6
+    assert gang_reasons(p)["g"] == Reason.GANG_UNCOVERABLE
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2)]), policy(reclaim_cooldown_seconds=20), NOW)
+    assert targets(p)["a"] == (4, Reason.RECLAIM_FOR_PENDING)
+
+
+def test_least_work_lost_prefers_the_victim_that_restarts_fewer_gpus():
+    jobs = [ej("big", min=1, max=16, replicas=16), ej("small", min=1, max=4, replicas=3)]
+    gangs = [gang("g", 2)]
+    most = plan(snap({"q": 0}, jobs, gangs), policy(), NOW)
+    least = plan(snap({"q": 0}, jobs, gangs), policy(victim_order="least-work-lost"), NOW)
+    assert targets(most)["big"][0] == 14 and targets(most)["small"][0] == 3
+    assert targets(least)["small"][0] == 1 and targets(least)["big"][0] == 16
+
+
+# ---- rule 4: growth ----------------------------------------------------------------------
+
+
+def test_fill_grows_smallest_job_first_to_its_max_in_one_step():
+    jobs = [ej("big", replicas=6, max=12), ej("small", replicas=1, max=4)]
+    p = plan(snap({"q": 5}, jobs), policy(), NOW)
+    assert targets(p) == {"big": (8, Reason.SCALE_UP_IDLE_GPUS),
+                          "small": (4, Reason.SCALE_UP_IDLE_GPUS)}
+
+
+def test_fill_priority_before_size():
+    jobs = [ej("big", replicas=6, max=12, priority=5), ej("small", replicas=1, max=4)]
+    p = plan(snap({"q": 3}, jobs), policy(), NOW)
+    assert targets(p)["big"][0] == 9 and targets(p)["small"] == (1, Reason.NO_IDLE_GPUS)
+
+
+def test_fair_is_max_min_in_workers():
+    jobs = [ej("a", replicas=1, max=10), ej("b", replicas=3, max=10), ej("c", replicas=6, max=7)]
+    p = plan(snap({"q": 6}, jobs), policy(growth_policy="fair"), NOW)
+    t = targets(p)
+    assert (t["a"][0], t["b"][0], t["c"][0]) == (5, 5, 6)
+
+
+def test_growth_in_whole_workers_of_each_jobs_size():
+    p = plan(snap({"q": 5}, [ej("a", replicas=1, gpw=4, max=4)]), policy(), NOW)
+    assert targets(p)["a"] == (2, Reason.SCALE_UP_IDLE_GPUS)
+    assert p.queues["q"].granted_gpus == 4
+
+
+def test_fractional_free_gpus_round_down():
+    p = plan(snap({"q": 2.9}, [ej("a", replicas=1, max=8)]), policy(), NOW)
+    assert targets(p)["a"][0] == 3
+
+
+def test_reserve_is_left_idle():
+    p = plan(snap({"q": 5}, [ej("a", replicas=1, max=8)]), policy(reserve_gpus_per_queue=2),
+             NOW)
+    assert targets(p)["a"][0] == 4
+
+
+def test_job_with_workers_in_flight_is_not_grown_again():
+    p = plan(snap({"q": 10}, [ej("a", replicas=4, active=2, max=8)]), policy(), NOW)
+    assert targets(p)["a"] == (4, Reason.IN_FLIGHT)
+
+
+def test_payoff_rule_skips_growth_of_a_job_that_just_started():
+    jobs = [ej("young", replicas=2, max=4, started=ago(20)),
+            ej("old", replicas=2, max=4, started=ago(3600))]
+    p = plan(snap({"q": 4}, jobs), policy(growth_payoff_factor=2.0), NOW)
+    assert targets(p)["young"] == (2, Reason.NOT_WORTH_RESTART)
+    assert targets(p)["old"] == (4, Reason.SCALE_UP_IDLE_GPUS)
+
+
+# ---- rule 5: trim unplaced workers ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("since", "active", "min_r", "expected"),
+    [
+        (400, 3, 1, (3, Reason.TRIM_UNPLACED)),
+        (200, 3, 1, (6, Reason.IN_FLIGHT)),  # not yet timed out
+        (400, 1, 2, (2, Reason.TRIM_UNPLACED)),  # never below min
+        (400, 6, 1, (6, Reason.NO_IDLE_GPUS)),  # all placed: nothing to trim
+    ],
+)
+def test_trim_unplaced_after_timeout(since, active, min_r, expected):
+    jobs = [ej("a", replicas=6, active=active, min=min_r, max=8, last=ago(since))]
+    p = plan(snap({"q": 0}, jobs), policy(unplaced_timeout_seconds=300), NOW)
+    assert targets(p)["a"] == expected
+
+
+def test_trim_ignores_jobs_we_never_resized():
+    p = plan(snap({"q": 0}, [ej("a", replicas=6, active=2)]), policy(), NOW)
+    assert targets(p)["a"] == (6, Reason.IN_FLIGHT)
+
+
+def test_trimmed_gpus_become_idle_for_others():
+    jobs = [ej("a", replicas=6, active=3, min=1, max=8, last=ago(400)),
+            ej("b", replicas=1, max=8)]
+    p = plan(snap({"q": 3}, jobs), policy(), NOW)
+    # free 3 - in-flight 3 = 0, trim frees 3
+    assert targets(p)["b"] == (4, Reason.SCALE_UP_IDLE_GPUS)
+
+
+# ---- rule 6: cooldown -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("since", "grows"), [(100, False), (299, False), (300, True),
+                                              (5000, True)])
+def test_cooldown_blocks_growth(since, grows):
+    p = plan(snap({"q": 4}, [ej("a", replicas=2, max=8, last=ago(since))]),
+             policy(cooldown_seconds=300), NOW)
+    assert (targets(p)["a"][1] == Reason.SCALE_UP_IDLE_GPUS) is grows
+    if not grows:
+        assert targets(p)["a"] == (2, Reason.COOLDOWN)
+
+
+def test_last_scale_time_in_the_future_holds_the_job():
+    future = NOW.replace(hour=12)
+    p = plan(snap({"q": 4}, [ej("a", replicas=2, last=future)], [gang("g", 6)]), policy(), NOW)
+    assert targets(p)["a"] == (2, Reason.CLOCK_SKEW)
+
+
+# ---- rule 7: min step -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("free", "max_r", "expected"),
+    [(1, 8, (2, Reason.MIN_STEP)), (2, 8, (4, Reason.SCALE_UP_IDLE_GPUS)),
+     (1, 3, (3, Reason.SCALE_UP_IDLE_GPUS))],  # a step that reaches max is always taken
+)
+def test_min_step(free, max_r, expected):
+    p = plan(snap({"q": free}, [ej("a", replicas=2, max=max_r)]), policy(min_step_workers=2),
+             NOW)
+    assert targets(p)["a"] == expected
+
+
+# ---- rule 9: missing data holds ------------------------------------------------------------
+
+
+def test_queue_without_reading_holds_everything_in_it():
+    jobs = [ej("a", queue="known", replicas=1), ej("b", queue="unknown", replicas=6, min=1)]
+    s = snap({"known": 4}, jobs, [gang("g", 4, queue="unknown")])
+    s = replace(s, queues={**s.queues, "unknown": QueueState(
+        "unknown", None, Reason.METRICS_MISSING, "no series")})
+    p = plan(s, policy(), NOW)
+    assert targets(p)["a"][1] == Reason.SCALE_UP_IDLE_GPUS
+    assert targets(p)["b"] == (6, Reason.METRICS_MISSING)
+    assert gang_reasons(p)["g"] == Reason.METRICS_MISSING
+
+
+def test_queue_missing_from_snapshot_is_unknown_not_zero():
+    s = ClusterSnapshot(queues={}, jobs=(ej("a", queue="x", replicas=6, min=1),),
+                        pending=(gang("g", 2, queue="x"),))
+    p = plan(s, policy(), NOW)
+    assert targets(p)["a"] == (6, Reason.METRICS_MISSING)
+
+
+def test_cycle_wide_problem_holds_every_queue():
+    s = replace(snap({"q": 10}, [ej("a", replicas=1)]), problem=Reason.METRICS_UNAVAILABLE,
+                message="prometheus down")
+    p = plan(s, policy(), NOW)
+    assert p.actions == () and targets(p)["a"][1] == Reason.METRICS_UNAVAILABLE
+
+
+def test_closed_queue_holds():
+    s = snap({"q": 10}, [ej("a", replicas=1)])
+    s = replace(s, queues={"q": QueueState("q", 10, state="Closed")})
+    assert targets(plan(s, policy(), NOW))["a"][1] == Reason.QUEUE_CLOSED
+
+
+# ---- rule 8 and determinism ---------------------------------------------------------------
+
+
+def test_every_job_and_gang_has_a_reason_and_message():
+    jobs = [ej("a", replicas=2), ej("b", replicas=8, max=8), ej("c", replicas=3, last=ago(5))]
+    p = plan(snap({"q": 3}, jobs, [gang("g", 1)]), policy(), NOW)
+    assert len(p.decisions) == 3 and len(p.gangs) == 1
+    assert all(d.message for d in p.decisions) and all(g.message for g in p.gangs)
