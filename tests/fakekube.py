@@ -477,6 +477,70 @@ def _set_path(obj: JsonObj, path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# Fields whose type the real CRD schemas fix, among those a scaler reads or writes.
+# "*" matches every key of a map.
+_TYPED_PATHS: dict[str, tuple[tuple[str, str], ...]] = {
+    "pytorchjobs": (
+        ("spec.pytorchReplicaSpecs.*.replicas", "integer"),
+        ("spec.pytorchReplicaSpecs.*.restartPolicy", "string"),
+        ("spec.elasticPolicy.minReplicas", "integer"),
+        ("spec.elasticPolicy.maxReplicas", "integer"),
+        ("spec.elasticPolicy.maxRestarts", "integer"),
+        ("spec.elasticPolicy.nProcPerNode", "integer"),
+        ("spec.elasticPolicy.metrics", "array"),
+        ("spec.runPolicy.schedulingPolicy.minAvailable", "integer"),
+        ("spec.runPolicy.schedulingPolicy.queue", "string"),
+        ("spec.runPolicy.schedulingPolicy.priorityClass", "string"),
+        ("spec.runPolicy.suspend", "boolean"),
+        ("status.replicaStatuses.*.active", "integer"),
+    ),
+    "podgroups": (
+        ("spec.minMember", "integer"),
+        ("spec.queue", "string"),
+        ("spec.priorityClassName", "string"),
+        ("spec.minResources", "object"),
+        ("status.phase", "string"),
+        ("status.conditions", "array"),
+    ),
+    "queues": (
+        ("spec.weight", "integer"),
+        ("spec.capability", "object"),
+        ("spec.deserved", "object"),
+    ),
+}
+
+
+def _walk(obj: Any, path: str) -> Iterable[tuple[str, Any]]:
+    """(concrete path, value) for each match of a dotted path with "*" map wildcards."""
+
+    nodes: list[tuple[str, Any]] = [("", obj)]
+    for part in path.split("."):
+        nxt: list[tuple[str, Any]] = []
+        for where, node in nodes:
+            if not isinstance(node, dict):
+                continue
+            keys = list(node) if part == "*" else [part] if part in node else []
+            nxt.extend((f"{where}.{k}" if where else k, node[k]) for k in keys)
+        nodes = nxt
+    return nodes
+
+
+def _is_type(value: Any, expected: str) -> bool:
+    if expected == "integer":
+        # Like go-openapi: a JSON number with no fractional part is an integer.
+        return not isinstance(value, bool) and (
+            isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        )
+    return {
+        "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+    }[expected]
+
+
 # ---- requests, faults, watchers -------------------------------------------------------
 
 
@@ -1225,13 +1289,48 @@ class FakeKubeApi:
         return self._create(rt, obj, keep_system_fields=False), True
 
     def _validate(self, rt: ResourceType, obj: JsonObj) -> None:
+        """What the real server rejects among what our daemon writes (not a full schema)."""
+
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        for field_name in ("labels", "annotations"):
+            mapping = meta.get(field_name)
+            if mapping is None:
+                continue
+            if not isinstance(mapping, dict) or not all(
+                isinstance(v, str) for v in mapping.values()
+            ):
+                raise bad_request(
+                    f"json: cannot unmarshal into Go struct field ObjectMeta.metadata."
+                    f"{field_name} of type string"
+                )
+        for key, value in (meta.get("labels") or {}).items():
+            if not _VALUE_RE.match(value) or len(value) > 63:
+                raise invalid(rt, name, f"metadata.labels: Invalid value: \"{value}\": a "
+                                        f"valid label must be 63 characters or less ({key})")
+        if len(json.dumps(meta.get("annotations") or {})) > 256 * 1024:
+            raise invalid(rt, name, "metadata.annotations: Too long: must have at most "
+                                    "262144 bytes")
+        if name and not _NAME_RE.match(name):
+            raise invalid(rt, name, f'metadata.name: Invalid value: "{name}": a lowercase '
+                                    "RFC 1123 subdomain must consist of lower case "
+                                    "alphanumeric characters, '-' or '.'")
+        for path, expected in _TYPED_PATHS.get(rt.plural, ()):
+            for where, value in _walk(obj, path):
+                if value is None:
+                    continue
+                if not _is_type(value, expected):
+                    raise invalid(
+                        rt, name, f"{where}: Invalid value: \"{type(value).__name__}\": "
+                                  f"{where} in body must be of type {expected}: "
+                                  f"{json.dumps(value)}"
+                    )
         if rt.store == "events":
             involved = obj.get("involvedObject") or obj.get("regarding") or {}
             ns = involved.get("namespace")
-            if ns and ns != obj["metadata"].get("namespace"):
-                raise invalid(rt, obj["metadata"].get("name", ""),
-                              "involvedObject.namespace: Invalid value: "
-                              f'"{ns}": does not match event.namespace')
+            if ns and ns != meta.get("namespace"):
+                raise invalid(rt, name, "involvedObject.namespace: Invalid value: "
+                                        f'"{ns}": does not match event.namespace')
 
     def _http_update(self, rt: ResourceType, namespace: str | None, name: str,
                      sub: str | None, body: Any) -> tuple[JsonObj, bool]:
@@ -1249,6 +1348,8 @@ class FakeKubeApi:
                 meta.pop("resourceVersion", None)
                 return self._create(rt, obj, keep_system_fields=False), True
             raise not_found(rt, name)
+        if meta.get("uid") and meta["uid"] != current["metadata"]["uid"]:
+            raise conflict(rt, name)  # the real message: "Precondition failed: UID ..."
         rv = meta.get("resourceVersion")
         if not rv:
             if not rt.allow_unconditional_update:

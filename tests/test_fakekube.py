@@ -599,3 +599,62 @@ async def test_bearer_token_and_kubeconfig(tmp_path: Path) -> None:
                 "scheduling.volcano.sh", "v1beta1", "queues"
             )
         assert res["kind"] == "QueueList"
+
+
+async def test_validation_of_what_a_scaler_writes(kube: FakeKubeApi, crd: CustomObjectsApi) -> None:
+    kube.put(job("a"))
+
+    async def merge(patch: dict[str, Any]) -> dict[str, Any]:
+        return await crd.patch_namespaced_custom_object(
+            *KF, "ns1", "pytorchjobs", "a", patch, _content_type=MERGE
+        )
+
+    with pytest.raises(ApiException) as as_string:
+        await merge({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "3"}}}})
+    assert as_string.value.status == 422
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in status_of(as_string.value)["message"]
+    ok = await merge({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3.0}}}})
+    assert ok["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+
+    with pytest.raises(ApiException) as number_annotation:
+        await merge({"metadata": {"annotations": {"x/last-scale-time": 1700000000}}})
+    assert number_annotation.value.status == 400
+    with pytest.raises(ApiException) as bad_label:
+        await merge({"metadata": {"labels": {"team": "not valid!"}}})
+    assert bad_label.value.status == 422
+    with pytest.raises(ApiException) as bad_name:
+        await crd.create_namespaced_custom_object(*KF, "ns1", "pytorchjobs", job("Bad_Name"))
+    assert bad_name.value.status == 422
+    assert kube.get("pytorchjobs", "ns1", "a")["spec"]["pytorchReplicaSpecs"]["Worker"][
+        "replicas"
+    ] == 3  # rejected writes changed nothing
+
+
+async def test_paginated_list_is_a_consistent_snapshot(
+    kube: FakeKubeApi, crd: CustomObjectsApi
+) -> None:
+    for i in range(5):
+        kube.put(job(f"j{i}"))
+    first = await crd.list_namespaced_custom_object(*KF, "ns1", "pytorchjobs", limit=2)
+    assert [o["metadata"]["name"] for o in first["items"]] == ["j0", "j1"]
+    assert first["metadata"]["remainingItemCount"] == 3
+    kube.put(job("j5"))  # after the snapshot: not in its pages
+    second = await crd.list_namespaced_custom_object(
+        *KF, "ns1", "pytorchjobs", limit=2, _continue=first["metadata"]["continue"]
+    )
+    third = await crd.list_namespaced_custom_object(
+        *KF, "ns1", "pytorchjobs", limit=2, _continue=second["metadata"]["continue"]
+    )
+    assert [o["metadata"]["name"] for o in second["items"] + third["items"]] == [
+        "j2", "j3", "j4"
+    ]
+    assert "continue" not in third["metadata"]
+    assert third["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+
+    again = await crd.list_namespaced_custom_object(*KF, "ns1", "pytorchjobs", limit=2)
+    kube.compact()
+    with pytest.raises(ApiException) as expired:
+        await crd.list_namespaced_custom_object(
+            *KF, "ns1", "pytorchjobs", limit=2, _continue=again["metadata"]["continue"]
+        )
+    assert expired.value.status == 410

@@ -246,12 +246,28 @@ async def test_dropped_connection_is_an_error_then_recovers(
         await eventually(lambda: kube.watchers("queues") == 1, message="queue watch open")
         kube.close_watches("queues", abrupt=True)
         await eventually(lambda: source.stats()["errors"]["Queue"] >= 1, message="error")
-        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch reopened")
+        # A reconnected watch clears the error even before any event arrives.
+        await eventually(lambda: source.objects().errors == (), message="error cleared")
+        assert kube.watchers("queues") == 1
         kube.put(queue("team-y"))
         await eventually(lambda: names(source.objects().queues) == ["team-x", "team-y"],
                          message="team-y seen")
-        assert source.objects().errors == ()  # cleared by the next good event
         assert kube.count(verb="list", plural="queues") == 1
+
+
+async def test_throttled_watch_reports_the_status_message(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch open")
+        kube.fail_next("GET", r"/queues$", 429, times=1_000, watch=True, retry_after=0)
+        kube.close_watches("queues")
+        errors = await eventually(lambda: source.objects().errors, message="error reported")
+        assert errors == ("Queue: HTTP 429 Too Many Requests: injected 429 TooManyRequests",)
+        kube.clear_faults()
+        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch reopened")
+        await eventually(lambda: source.objects().errors == (), message="error cleared")
 
 
 async def test_watch_errors_back_off_and_retry(kube: FakeKubeApi, client: ApiClient) -> None:

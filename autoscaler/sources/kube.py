@@ -24,6 +24,7 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
 __all__ = [
@@ -184,7 +185,7 @@ class _Cache:
                     if failures == 1:
                         continue  # the normal case: relist at once
                 else:
-                    self._failed(exc, f"HTTP {exc.status} {exc.reason or ''}".strip())
+                    self._failed(exc, _describe(exc))
                     retry_after = _retry_after(exc)
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 failures += 1
@@ -237,15 +238,29 @@ class _Cache:
         """One watch request from the last version; returns (events, seconds) at its end."""
 
         func, args, kwargs = self._call_args()
+
+        async def connect(*call_args: Any, **call_kwargs: Any) -> Any:
+            # Unpreloaded responses are not checked by the client: a 403 or 429 would be
+            # read as a stream. Raise it as the ApiException a LIST would have raised.
+            response = await func(*call_args, **call_kwargs)
+            if response.status != 200:
+                data = await response.read()
+                response.release()
+                raise ApiException(http_resp=RESTResponse(response, data))
+            self.last_error = None  # connected: whatever failed before works again
+            return response
+
         timeout = self._settings.watch_timeout_seconds
         loop = asyncio.get_running_loop()
         started = loop.time()
         events = 0
-        stream = watch.Watch()  # needs the running loop: created here, not in __init__
+        # `connect` has no ":rtype:" docstring, so Watch hands events over as raw dicts
+        # without a deserialisation round trip. It needs the running loop: made here.
+        stream = watch.Watch()
         async with stream:
             self.counters.watches += 1
             async for event in stream.stream(
-                func, *args, **kwargs,
+                connect, *args, **kwargs,
                 resource_version=self.resource_version,
                 timeout_seconds=timeout,
                 allow_watch_bookmarks=True,
@@ -254,7 +269,8 @@ class _Cache:
                 _request_timeout=timeout + max(5.0, timeout * 0.1),
             ):
                 events += 1
-                self.last_error = None
+                if not isinstance(event, dict):
+                    raise ValueError(f"watch sent a line that is not JSON: {str(event)[:200]}")
                 self._apply(str(event.get("type", "")), event.get("raw_object"))
         return events, loop.time() - started
 
@@ -355,6 +371,21 @@ def _key(obj: RawObject) -> Key:
 
 def _rv(obj: RawObject) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _describe(exc: ApiException) -> str:
+    """`HTTP 403 Forbidden: <the Status message>`, short enough for a log line."""
+
+    text = f"HTTP {exc.status} {exc.reason or ''}".strip()
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
+    if body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            text += f": {str(message)[:300]}"
+    return text
 
 
 def _retry_after(exc: ApiException) -> float:
