@@ -541,6 +541,49 @@ def _is_type(value: Any, expected: str) -> bool:
     }[expected]
 
 
+# events.k8s.io/v1 field <-> core/v1 field; the rest have the same name in both.
+_EVENT_FIELDS = (
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+)
+
+
+def _is_events_v1(rt: ResourceType) -> bool:
+    return rt.group == "events.k8s.io"
+
+
+def _view(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """A stored object as served by `rt` (events are stored in their core/v1 shape)."""
+
+    if not _is_events_v1(rt):
+        return obj
+    out = {k: v for k, v in obj.items()
+           if k not in {core for _, core in _EVENT_FIELDS}}
+    for new, core in _EVENT_FIELDS:
+        if core in obj:
+            out[new] = obj[core]
+    out["apiVersion"] = rt.api_version
+    return out
+
+
+def _unview(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """The inverse of `_view`: what to store for an object written through `rt`."""
+
+    if not _is_events_v1(rt):
+        return obj
+    out = {k: v for k, v in obj.items() if k not in {new for new, _ in _EVENT_FIELDS}}
+    for new, core in _EVENT_FIELDS:
+        if new in obj:
+            out[core] = obj[new]
+    out["apiVersion"] = "v1"
+    return out
+
+
 # ---- requests, faults, watchers -------------------------------------------------------
 
 
@@ -606,6 +649,12 @@ class _Watcher:
     def event_for(self, etype: str, obj: JsonObj, old: JsonObj | None) -> JsonObj | None:
         """What the real watch cache sends this watcher, applying its filter to both sides."""
 
+        event = self._event_for(etype, obj, old)
+        if event is not None:
+            event = {"type": event["type"], "object": _view(self.rt, event["object"])}
+        return event
+
+    def _event_for(self, etype: str, obj: JsonObj, old: JsonObj | None) -> JsonObj | None:
         new_ok = self._match(obj)
         if etype == "ADDED":
             return {"type": "ADDED", "object": obj} if new_ok else None
@@ -764,7 +813,7 @@ class FakeKubeApi:
         """
 
         rt = self._type_of(obj)
-        obj = copy.deepcopy(obj)
+        obj = _unview(rt, copy.deepcopy(obj))
         meta = obj.setdefault("metadata", {})
         if rt.namespaced:
             meta.setdefault("namespace", "default")
@@ -1189,6 +1238,7 @@ class FakeKubeApi:
             items, rv = self._continues.pop(token)
         else:
             items, rv = self._selected(rt, namespace, query), self._rv
+        items = [_view(rt, o) for o in items]
         if not rt.custom:
             # Built-in list items carry no kind/apiVersion on the wire; CRD items do.
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
@@ -1216,7 +1266,7 @@ class FakeKubeApi:
             raise not_found(rt, name)
         if sub == "scale":
             return self._scale_of(rt, obj)
-        return obj
+        return _view(rt, obj)
 
     def _scale_of(self, rt: ResourceType, obj: JsonObj) -> JsonObj:
         assert rt.scale_spec_path is not None
@@ -1286,7 +1336,8 @@ class FakeKubeApi:
             meta.pop(system, None)
         if rt.status_subresource and rt.custom:
             obj.pop("status", None)  # CRDs with /status drop status on create
-        return self._create(rt, obj, keep_system_fields=False), True
+        created = self._create(rt, _unview(rt, obj), keep_system_fields=False)
+        return _view(rt, created), True
 
     def _validate(self, rt: ResourceType, obj: JsonObj) -> None:
         """What the real server rejects among what our daemon writes (not a full schema)."""
@@ -1331,6 +1382,17 @@ class FakeKubeApi:
             if ns and ns != meta.get("namespace"):
                 raise invalid(rt, name, "involvedObject.namespace: Invalid value: "
                                         f'"{ns}": does not match event.namespace')
+        if rt.group == "events.k8s.io":
+            # The events.k8s.io API insists on the fields its consumers index by.
+            for required in ("eventTime", "reportingController", "reportingInstance",
+                             "action", "reason"):
+                if not obj.get(required):
+                    raise invalid(rt, name, f"{required}: Required value")
+            if obj.get("type") not in ("Normal", "Warning"):
+                raise invalid(rt, name, 'type: Unsupported value: supported values: '
+                                        '"Normal", "Warning"')
+            if len(str(obj.get("note") or "").encode()) > 1024:
+                raise invalid(rt, name, "note: Too long: must have at most 1024 bytes")
 
     def _http_update(self, rt: ResourceType, namespace: str | None, name: str,
                      sub: str | None, body: Any) -> tuple[JsonObj, bool]:
@@ -1346,7 +1408,9 @@ class FakeKubeApi:
         if current is None:
             if rt.allow_create_on_update and sub is None:
                 meta.pop("resourceVersion", None)
-                return self._create(rt, obj, keep_system_fields=False), True
+                self._validate(rt, obj)
+                created = self._create(rt, _unview(rt, obj), keep_system_fields=False)
+                return _view(rt, created), True
             raise not_found(rt, name)
         if meta.get("uid") and meta["uid"] != current["metadata"]["uid"]:
             raise conflict(rt, name)  # the real message: "Precondition failed: UID ..."
@@ -1358,7 +1422,7 @@ class FakeKubeApi:
         elif rv != current["metadata"]["resourceVersion"]:
             raise conflict(rt, name)
         self._validate(rt, obj)
-        return self._update(rt, key, current, obj, sub), False
+        return _view(rt, self._update(rt, key, current, _unview(rt, obj), sub)), False
 
     def _update_scale(self, rt: ResourceType, key: Key, current: JsonObj | None, name: str,
                       scale: Any) -> JsonObj:
@@ -1395,7 +1459,7 @@ class FakeKubeApi:
         current = self._store.get(rt.store, {}).get(key)
         if current is None:
             raise not_found(rt, name)
-        base = self._scale_of(rt, current) if sub == "scale" else current
+        base = self._scale_of(rt, current) if sub == "scale" else _view(rt, current)
         try:
             if media == "application/json-patch+json":
                 patched = json_patch(base, patch)
@@ -1417,7 +1481,7 @@ class FakeKubeApi:
             return self._update_scale(rt, key, current, name, patched)
         patched.setdefault("metadata", {})
         self._validate(rt, patched)
-        return self._update(rt, key, current, patched, sub)
+        return _view(rt, self._update(rt, key, current, _unview(rt, patched), sub))
 
     def _http_delete(self, rt: ResourceType, namespace: str | None, name: str,
                      options: Any) -> JsonObj:
@@ -1434,15 +1498,15 @@ class FakeKubeApi:
             raise conflict(rt, name)
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
-                return current
+                return _view(rt, current)
             marked = copy.deepcopy(current)
             marked["metadata"]["deletionTimestamp"] = _rfc3339(self._clock())
             rv = self._bump()
             marked["metadata"]["resourceVersion"] = str(rv)
             self._store[rt.store][key] = marked
             self._record_event(rt, "MODIFIED", marked, current, rv)
-            return marked
-        return self._remove(rt, key)
+            return _view(rt, marked)
+        return _view(rt, self._remove(rt, key))
 
     async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None,
                      query: dict[str, str]) -> web.StreamResponse:

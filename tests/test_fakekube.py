@@ -7,6 +7,7 @@ means the same calls work against kube-apiserver.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from kubernetes_asyncio.client import (
     CoreV1Api,
     CoreV1Event,
     CustomObjectsApi,
+    EventsV1Api,
+    EventsV1Event,
     SchedulingV1Api,
     V1Lease,
     V1LeaseSpec,
@@ -658,3 +661,32 @@ async def test_paginated_list_is_a_consistent_snapshot(
             *KF, "ns1", "pytorchjobs", limit=2, _continue=again["metadata"]["continue"]
         )
     assert expired.value.status == 410
+
+
+async def test_events_api_group_shares_storage_and_validates(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    events = EventsV1Api(client)
+    body = EventsV1Event(
+        metadata=V1ObjectMeta(name="job-a.1", namespace="ns1"),
+        regarding=V1ObjectReference(kind="PyTorchJob", name="a", namespace="ns1"),
+        reason="ScaleUpIdleGpus", note="2 -> 4", type="Normal", action="Scale",
+        reporting_controller="elastic-autoscaler.io/controller", reporting_instance="pod-1",
+        event_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+    )
+    await events.create_namespaced_event("ns1", body)
+    legacy = await CoreV1Api(client).list_namespaced_event("ns1")
+    assert [e.metadata.name for e in legacy.items] == ["job-a.1"]
+
+    back = await events.list_namespaced_event("ns1")
+    assert [(e.note, e.regarding.name) for e in back.items] == [("2 -> 4", "a")]
+    assert kube.objects("events")[0]["message"] == "2 -> 4"  # stored in core/v1 shape
+
+    raw = client.sanitize_for_serialization(body)
+    raw["metadata"]["name"] = "job-a.2"
+    del raw["eventTime"]  # the typed model refuses this already; a dict body does not
+    with pytest.raises(ApiException) as missing_time:
+        await events.create_namespaced_event("ns1", raw)
+    assert missing_time.value.status == 422
+    assert "eventTime" in status_of(missing_time.value)["message"]
+    assert len(kube.objects("events")) == 1

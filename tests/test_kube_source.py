@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.config import ConfigException
+from kubernetes_asyncio.config import kube_config as kube_config_module
 
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import KubeObjects, KubeSource, OnChange, make_api_client
@@ -427,3 +429,20 @@ async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path
             "scheduling.volcano.sh", "v1beta1", "queues"
         )
         assert res["kind"] == "QueueList"
+
+
+async def test_make_api_client_falls_back_to_the_default_kubeconfig(
+    kube: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a cluster
+    default = kube.write_kubeconfig(tmp_path / "default-config")
+    monkeypatch.setattr(kube_config_module, "KUBE_CONFIG_DEFAULT_LOCATION", str(default))
+    api = await make_api_client(Settings())
+    async with api:
+        assert api.configuration.host == kube.url
+
+    monkeypatch.setattr(
+        kube_config_module, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "missing")
+    )
+    with pytest.raises(ConfigException, match="not in a cluster"):
+        await make_api_client(Settings())
