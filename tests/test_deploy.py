@@ -760,3 +760,20 @@ def test_lock_pins_the_whole_runtime_closure() -> None:
             assert req.specifier.contains(pins[dep], prereleases=True), (
                 f"{name} needs {req}, the lock has {pins[dep]}")
     assert checked >= len(pins) // 2, "most locked versions are not installed here"
+
+
+# ---- docs ---------------------------------------------------------------------------------------
+
+
+def test_readme_troubleshooting_covers_every_reason() -> None:
+    text = (REPO / "README.md").read_text()
+    start, end = text.index("<!-- deploy:start -->"), text.index("<!-- deploy:end -->")
+    rows = set(re.findall(r"^\| `([A-Za-z]+)` \|", text[start:end], flags=re.MULTILINE))
+    assert rows == {r.value for r in Reason}, (
+        f"missing: {sorted({r.value for r in Reason} - rows)}, "
+        f"unknown: {sorted(rows - {r.value for r in Reason})}")
+    for command in ("kubectl apply -k deploy/overlays/dry-run", "kubectl apply -k deploy/base",
+                    "kubectl apply -k deploy/overlays/ha", "--server-side",
+                    Settings.model_fields["annotation_prefix"].default + "/paused"):
+        assert command in text[start:end], command
+    assert (REPO / "docs" / "deploy.md").is_file()
