@@ -1,0 +1,35 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, readable text when it is."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+from .settings import LogFormat, Settings
+
+
+def configure_logging(settings: Settings) -> None:
+    level = getattr(logging, settings.log_level.upper())
+    as_json = settings.log_format is LogFormat.JSON or (
+        settings.log_format is LogFormat.AUTO and not sys.stderr.isatty()
+    )
+    renderer = (structlog.processors.JSONRenderer() if as_json
+                else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    # libraries that log through the standard library end up in the same stream
+    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr,
+                        format="%(levelname)s %(name)s %(message)s")

@@ -1,0 +1,409 @@
+"""One cycle (`Controller.run_once(now)`: sources -> plan -> actuator) and the driver that
+runs it: interval, early cycles on watch events, a deadline per cycle, clean stop.
+
+Which actuator runs (live or dry-run) is decided once, at assembly in `run_daemon`; the
+cycle itself has no dry-run branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
+from .metrics import Metrics
+from .model import ClusterSnapshot, Plan, Reason
+from .parse import RawObjects, build_snapshot
+from .planner import plan as make_plan
+from .settings import Settings
+
+log = structlog.get_logger("autoscaler.loop")
+
+
+class SnapshotSource(Protocol):
+    """Reads the world once per cycle. Never raises for bad data: a problem becomes the
+    snapshot's (or a queue's) hold reason."""
+
+    async def read(self, now: datetime) -> ClusterSnapshot: ...
+
+
+class LiveSource:
+    """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
+
+    def __init__(self, settings: Settings, kube: Any, prometheus: Any,
+                 metrics: Metrics | None = None) -> None:
+        self.settings, self.kube, self.prometheus, self.metrics = (
+            settings, kube, prometheus, metrics)
+
+    async def read(self, now: datetime) -> ClusterSnapshot:
+        reading = await self.prometheus.fetch(now)
+        if self.metrics is not None:
+            for kind in reading.errors:
+                self.metrics.source_errors.labels("prometheus", kind).inc()
+        objects = self.kube.objects()  # the caches: no API call
+        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues,
+                         objects.priorityclasses)
+        problem, message = reading.problem, reading.message
+        if not objects.synced:
+            # half a picture could hide a pending gang or a job's real size: hold
+            problem = Reason.METRICS_UNAVAILABLE
+            message = "Kubernetes caches not synced: " + "; ".join(objects.errors)
+            if self.metrics is not None:
+                self.metrics.source_errors.labels("kubernetes", "not_synced").inc()
+        return build_snapshot(raw, reading.queues, self.settings, problem=problem,
+                              message=message)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    result: str  # ok | hold | error | timeout | follower
+    duration_seconds: float
+    plan: Plan | None = None
+    applied: ApplyResult | None = None
+    message: str = ""
+
+
+@dataclass
+class Health:
+    """Monotonic stamps the HTTP probes read."""
+
+    started: float = field(default_factory=time.monotonic)
+    last_cycle_start: float | None = None
+    last_cycle_end: float | None = None
+    last_good: float | None = None
+    last_result: str = ""
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: Settings,
+        source: SnapshotSource,
+        actuator: Actuator,
+        metrics: Metrics,
+        may_write: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings, self.source, self.actuator, self.metrics = (
+            settings, source, actuator, metrics)
+        self.may_write = may_write
+        self.clock = clock
+        self.health = Health(started=clock())
+        self._last_logged: dict[Any, tuple[str, int | None]] = {}
+
+    async def run_once(self, now: datetime) -> CycleResult:
+        """Read, plan, apply, record. Never raises except CancelledError."""
+
+        start = self.clock()
+        self.health.last_cycle_start = start
+        try:
+            async with asyncio.timeout(self.settings.cycle_deadline_seconds):
+                snapshot = await self.source.read(now)
+                plan = make_plan(snapshot, self.settings, now)
+                self._log_decisions(plan)
+                self.metrics.record_plan(plan)
+                applied = await self.actuator.apply(plan, now, self.may_write)
+            self._record_applied(applied)
+            result = "hold" if snapshot.problem is not None else "ok"
+            outcome = CycleResult(result, self.clock() - start, plan, applied,
+                                  snapshot.message)
+        except TimeoutError:
+            outcome = CycleResult("timeout", self.clock() - start,
+                                  message=f"cycle exceeded {self.settings.cycle_deadline_seconds}s")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not kill the daemon; it is logged and counted
+            log.exception("cycle-failed")
+            outcome = CycleResult("error", self.clock() - start, message=repr(exc))
+        self._finish(outcome, now)
+        return outcome
+
+    def _finish(self, outcome: CycleResult, now: datetime) -> None:
+        end = self.clock()
+        self.health.last_cycle_end = end
+        self.health.last_result = outcome.result
+        self.metrics.cycles.labels(outcome.result).inc()
+        self.metrics.cycle_duration.observe(outcome.duration_seconds)
+        if outcome.result in ("ok", "hold"):
+            self.health.last_good = end
+            self.metrics.last_success.set(now.timestamp())
+        summary: dict[str, Any] = {"result": outcome.result,
+                                   "duration_s": round(outcome.duration_seconds, 4)}
+        if outcome.plan is not None:
+            reasons: dict[str, int] = {}
+            for d in outcome.plan.decisions:
+                reasons[d.reason.value] = reasons.get(d.reason.value, 0) + 1
+            summary.update(jobs=len(outcome.plan.decisions), actions=len(outcome.plan.actions),
+                           gangs=len(outcome.plan.gangs), reasons=reasons)
+        if outcome.applied is not None:
+            summary["writes"] = {k.value: v for k, v in outcome.applied.counts().items()}
+        if outcome.message:
+            summary["message"] = outcome.message
+        level = log.info if outcome.result in ("ok", "hold", "follower") else log.error
+        level("cycle", **summary)
+
+    def _log_decisions(self, plan: Plan) -> None:
+        """One line per decision whose reason or target changed since the last cycle (every
+        action is logged); the rest at debug, so a steady cluster does not flood the log."""
+
+        seen: dict[Any, tuple[str, int | None]] = {}
+        for d in plan.decisions:
+            key = (d.ref.namespace, d.ref.name, d.ref.kind)
+            state = (d.reason.value, d.target)
+            seen[key] = state
+            fields = {"namespace": d.ref.namespace, "name": d.ref.name, "queue": d.queue,
+                      "reason": d.reason.value, "current": d.current, "target": d.target,
+                      "message": d.message}
+            if d.changed or self._last_logged.get(key) != state:
+                log.info("decision", **fields)
+            else:
+                log.debug("decision", **fields)
+        for g in plan.gangs:
+            log.debug("gang", namespace=g.ref.namespace, name=g.ref.name, queue=g.queue,
+                      gpus=g.gpus, reason=g.reason.value, message=g.message)
+        self._last_logged = seen
+
+    def _record_applied(self, applied: ApplyResult) -> None:
+        for r in applied.results:
+            self.metrics.writes.labels(r.outcome.value).inc()
+            if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
+                d = r.decision
+                self.metrics.actions.labels(d.queue, d.direction, d.reason.value).inc()
+
+    def follower_cycle(self, now: datetime) -> CycleResult:
+        """Followers keep caches warm and serve metrics; they neither plan nor write."""
+
+        self.health.last_cycle_start = self.clock()
+        outcome = CycleResult("follower", 0.0)
+        self.metrics.record_plan(Plan(now=now, decisions=()))
+        self.health.last_cycle_end = self.clock()
+        self.health.last_result = "follower"
+        self.metrics.cycles.labels("follower").inc()
+        return outcome
+
+
+class Driver:
+    """Runs cycles every `interval_seconds`, early when `trigger()` is called (debounced
+    to one per `min_interval_seconds`), until `stop()`; a stop waits for the current
+    cycle to finish."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        is_leader: Callable[[], bool] = lambda: True,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        ready_check: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.controller = controller
+        self.settings = controller.settings
+        self.is_leader = is_leader
+        self.wall = wall
+        self.ready_check = ready_check
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.cycles = 0
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        s, clock = self.settings, self.controller.clock
+        while not self._stopping.is_set():
+            started = clock()
+            self._wake.clear()
+            now = self.wall()
+            if self.is_leader():
+                await self.controller.run_once(now)
+            else:
+                self.controller.follower_cycle(now)
+            self.cycles += 1
+            # wait for the interval or a trigger, then hold a trigger back to min_interval
+            triggered = await self._wait(next_start(started, clock(), s, triggered=False),
+                                         self._wake)
+            if triggered and not self._stopping.is_set():
+                await self._wait(next_start(started, clock(), s, triggered=True),
+                                 self._stopping)
+
+    @staticmethod
+    async def _wait(seconds: float, event: asyncio.Event) -> bool:
+        """Wait up to `seconds` for `event`; True if it was set."""
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        return event.is_set()
+
+    # ---- probes ---------------------------------------------------------------------------
+
+    def alive(self) -> tuple[bool, str]:
+        h, s = self.controller.health, self.settings
+        limit = s.interval_seconds + 2 * s.cycle_deadline_seconds + 30
+        last = h.last_cycle_start if h.last_cycle_start is not None else h.started
+        age = self.controller.clock() - last
+        if age > limit:
+            return False, f"no cycle started for {age:.0f}s (limit {limit:.0f}s)"
+        return True, ""
+
+    def ready(self) -> tuple[bool, str]:
+        h, s = self.controller.health, self.settings
+        if not self.ready_check():
+            return False, "Kubernetes caches not synced"
+        if h.last_result == "follower":
+            return True, ""
+        limit = s.ready_max_age_seconds or 3 * s.interval_seconds
+        if h.last_good is None:
+            return False, "no successful cycle yet"
+        age = self.controller.clock() - h.last_good
+        if age > limit:
+            return False, f"last successful cycle {age:.0f}s ago (limit {limit:.0f}s)"
+        return True, ""
+
+
+def next_start(started: float, now: float, settings: Settings, *, triggered: bool) -> float:
+    """Seconds from `now` until the next cycle may start: the interval after the last
+    start, or for an early trigger, min_interval after it (the debounce)."""
+
+    gap = settings.min_interval_seconds if triggered else settings.interval_seconds
+    return max(0.0, started + gap - now)
+
+
+def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+    """A new waiting gang or a job that finished or went away frees or needs GPUs now."""
+
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    status = status if isinstance(status, Mapping) else {}
+    if kind == "PodGroup":
+        return event_type == "ADDED" and status.get("phase") in ("Pending", "Inqueue")
+    if kind == "PyTorchJob":
+        if event_type == "DELETED":
+            return True
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            return any(isinstance(c, Mapping) and c.get("status") == "True"
+                       and c.get("type") in ("Succeeded", "Failed") for c in conditions)
+    return False
+
+
+# ---- assembly ---------------------------------------------------------------------------
+
+
+def run_daemon(settings: Settings) -> int:
+    from .logs import configure_logging
+
+    configure_logging(settings)
+    try:
+        return asyncio.run(_daemon(settings))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _daemon(settings: Settings) -> int:
+    from prometheus_client import ProcessCollector
+
+    from .leader import AlwaysLeader, make_elector
+    from .server import HealthServer
+    from .sources.kube import KubeSource, make_api_client
+    from .sources.prometheus import PrometheusSource
+
+    metrics = Metrics()
+    ProcessCollector(registry=metrics.registry)
+    api_client = await make_api_client(settings)
+    driver: Driver | None = None
+
+    def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        if driver is not None and wants_early_cycle(kind, event_type, obj):
+            driver.trigger()
+
+    kube = KubeSource(settings, api_client, on_change)
+    prometheus = PrometheusSource(settings)
+    actuator: Actuator = (DryRunActuator(settings, out=sys.stdout) if settings.dry_run
+                          else KubeActuator(settings, api_client))
+
+    def leadership(leading: bool) -> None:
+        metrics.is_leader.set(1 if leading else 0)
+        if leading and driver is not None:
+            driver.trigger()
+
+    # a dry run writes nothing, the Lease included: it must never displace a live leader
+    elector = (AlwaysLeader(leadership) if settings.dry_run or not settings.leader_election
+               else make_elector(settings, api_client, leadership))
+    controller = Controller(settings, LiveSource(settings, kube, prometheus, metrics),
+                            actuator, metrics, may_write=lambda: elector.is_leader)
+    driver = Driver(controller, is_leader=lambda: elector.is_leader,
+                    ready_check=lambda: kube.synced)
+    server = HealthServer(metrics, driver.alive, driver.ready, settings.listen_host,
+                          settings.listen_port)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, driver.stop)
+    log.info("starting", dry_run=settings.dry_run, interval_s=settings.interval_seconds,
+             leader_election=settings.leader_election and not settings.dry_run,
+             namespaces=settings.namespaces or "all", port=settings.listen_port)
+    await server.start()
+    log.info("listening", host=settings.listen_host, port=server.port)
+    await kube.start()
+    elector_task = asyncio.create_task(elector.run(), name="leader-election")
+    try:
+        try:
+            await kube.wait_synced(settings.cycle_deadline_seconds)
+        except TimeoutError as exc:
+            log.warning("caches-not-synced-yet", error=str(exc))  # cycles hold until they are
+        await driver.run()
+    finally:
+        elector_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await elector_task
+        await kube.stop()
+        prometheus.close()
+        await server.stop()
+        await api_client.close()
+        log.info("stopped", cycles=driver.cycles)
+    return 0
+
+
+async def live_snapshot(settings: Settings, now: datetime,
+                        api_client: Any = None) -> ClusterSnapshot:
+    """One read of the live cluster, for `plan` without --snapshot. Lists once, writes
+    nothing."""
+
+    from .sources.kube import KubeSource, make_api_client
+    from .sources.prometheus import PrometheusSource
+
+    own_client = api_client is None
+    client = await make_api_client(settings) if own_client else api_client
+    kube = KubeSource(settings, client)
+    prometheus = PrometheusSource(settings)
+    try:
+        await kube.start()
+        await kube.wait_synced(settings.cycle_deadline_seconds)
+        return await LiveSource(settings, kube, prometheus).read(now)
+    finally:
+        await kube.stop()
+        prometheus.close()
+        if own_client:
+            await client.close()
+
+
+def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
+    from .cli import UsageError
+
+    now = now or datetime.now(UTC)
+    try:
+        snapshot = asyncio.run(live_snapshot(settings, now))
+    except Exception as exc:  # no kubeconfig, API unreachable, caches never synced
+        raise UsageError(f"cannot read the live cluster: {exc}") from None
+    return make_plan(snapshot, settings, now)

@@ -1,0 +1,336 @@
+"""The daemon end to end against servers that speak the real protocols: the fake API server
+(real kubernetes_asyncio client) and a Prometheus HTTP API. Time is injected (`now`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from datetime import timedelta
+
+import pytest
+from builders import NOW, podgroup, pytorchjob
+from fakekube import FakeKubeApi, eventually
+from kubernetes_asyncio.client import ApiClient
+from promserver import fake_prometheus, sample, vector_body
+
+from autoscaler.actuator import DryRunActuator, KubeActuator, Outcome
+from autoscaler.leader import LeaderElector
+from autoscaler.loop import Controller, Driver, LiveSource, next_start, wants_early_cycle
+from autoscaler.metrics import Metrics
+from autoscaler.model import Reason
+from autoscaler.settings import Settings
+from autoscaler.sources.kube import KubeSource
+from autoscaler.sources.prometheus import PrometheusSource
+
+ANNOTATION = "elastic-autoscaler.io/last-scale-time"
+
+
+def free_body(**free: float):
+    # Volcano milli-units, as the default query's divisor expects
+    return vector_body(*(sample(q, v * 1000, NOW.timestamp()) for q, v in free.items()))
+
+
+def settings_for(prom_url: str, **kw) -> Settings:
+    base = dict(prometheus_url=prom_url, leader_election=False, prometheus_retries=0,
+                prometheus_timeout_seconds=2, max_metric_age_seconds=10**9,
+                cycle_deadline_seconds=20, kube_request_timeout_seconds=5)
+    base.update(kw)
+    return Settings(**base)
+
+
+class Daemon:
+    """The real parts wired as run_daemon wires them, minus signals and HTTP."""
+
+    def __init__(self, api: FakeKubeApi, settings: Settings, *, dry_run: bool = False,
+                 may_write=lambda: True) -> None:
+        self.api, self.settings = api, settings
+        self.client = ApiClient(api.configuration())
+        self.kube = KubeSource(settings, self.client)
+        self.prometheus = PrometheusSource(settings)
+        self.metrics = Metrics()
+        actuator = DryRunActuator(settings) if dry_run else KubeActuator(settings, self.client)
+        self.controller = Controller(settings, LiveSource(settings, self.kube, self.prometheus,
+                                                          self.metrics),
+                                     actuator, self.metrics, may_write=may_write)
+
+    async def __aenter__(self) -> Daemon:
+        await self.kube.start()
+        await self.kube.wait_synced(5)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.kube.stop()
+        self.prometheus.close()
+        await self.client.close()
+
+    async def seen(self, plural_kind: str, name: str, check=lambda o: True) -> None:
+        def has() -> bool:
+            objs = self.kube.objects()
+            items = objs.jobs if plural_kind == "PyTorchJob" else objs.podgroups
+            return any(o["metadata"]["name"] == name and check(o) for o in items)
+        await eventually(has, message=f"{plural_kind} {name} in the cache")
+
+
+def replicas(api: FakeKubeApi, name: str, ns: str = "ml") -> int:
+    return api.get("pytorchjobs", ns, name)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+
+
+def set_active(api: FakeKubeApi, name: str, active: int, ns: str = "ml") -> None:
+    api.patch("pytorchjobs", ns, name,
+              {"status": {"replicaStatuses": {"Worker": {"active": active}}}})
+
+
+@pytest.fixture
+async def api():
+    async with FakeKubeApi() as server:
+        yield server
+
+
+async def test_full_cycle_grows_reclaims_and_records_why(api):
+    api.put(pytorchjob("small", queue="team-a", min_replicas=1, max_replicas=4,
+                       replicas=2, active=2))
+    api.put(pytorchjob("elastic", queue="team-b", min_replicas=2, max_replicas=8,
+                       replicas=6, active=6))
+    api.put(podgroup("newcomer", queue="team-b", gpus=3))
+    async with fake_prometheus(free_body(**{"team-a": 2, "team-b": 0})) as prom, \
+            Daemon(api, settings_for(prom.url)) as d:
+        result = await d.controller.run_once(NOW)
+        assert result.result == "ok"
+        assert replicas(api, "small") == 4
+        assert replicas(api, "elastic") == 3
+        job = api.get("pytorchjobs", "ml", "small")
+        assert job["metadata"]["annotations"][ANNOTATION] == "2026-11-22T10:00:00Z"
+        patches = [r for r in api.writes("pytorchjobs")]
+        assert {r.content_type for r in patches} == {"application/merge-patch+json"}
+        assert all(r.body["metadata"]["resourceVersion"] for r in patches)
+        events = api.objects("events", "ml")
+        reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert reasons == {("small", "ScaleUpIdleGpus"), ("elastic", "ReclaimForPending")}
+        assert prom.hits == 1
+        text = _metrics_text(d.metrics)
+        assert 'elastic_autoscaler_actions_total{direction="up",queue="team-a",' \
+               'reason="ScaleUpIdleGpus"} 1.0' in text
+        assert 'elastic_autoscaler_queue_reclaimed_gpus{queue="team-b"} 3.0' in text
+
+
+async def test_steady_cycle_makes_no_list_and_empty_plan_no_write(api):
+    api.put(pytorchjob("full", queue="team-a", min_replicas=1, max_replicas=2,
+                       replicas=2, active=2))
+    async with fake_prometheus(free_body(**{"team-a": 5})) as prom, \
+            Daemon(api, settings_for(prom.url)) as d:
+        lists_before = api.count(verb="list")
+        writes_before = len(api.writes())
+        for i in range(3):
+            result = await d.controller.run_once(NOW + timedelta(seconds=i))
+            assert result.plan.decisions[0].reason is Reason.AT_MAX
+            assert result.plan.actions == ()
+        assert api.count(verb="list") == lists_before
+        assert len(api.writes()) == writes_before
+
+
+async def test_cooldown_survives_a_daemon_restart(api):
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
+                       active=2))
+    async with fake_prometheus(free_body(**{"team-a": 2})) as prom:
+        settings = settings_for(prom.url, cooldown_seconds=300)
+        async with Daemon(api, settings) as first:
+            await first.controller.run_once(NOW)
+        assert replicas(api, "j") == 4
+        set_active(api, "j", 4)  # the new workers landed; the queue still shows 2 free
+        async with Daemon(api, settings) as second:  # a new process: no memory of the resize
+            await second.seen("PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]
+                              ["Worker"]["active"] == 4)
+            held = await second.controller.run_once(NOW + timedelta(seconds=120))
+            assert held.plan.decisions[0].reason is Reason.COOLDOWN
+            assert replicas(api, "j") == 4
+            grown = await second.controller.run_once(NOW + timedelta(seconds=301))
+            assert grown.plan.decisions[0].reason is Reason.SCALE_UP_IDLE_GPUS
+            assert replicas(api, "j") == 6
+
+
+class RacingSource:
+    """The live source, then another writer edits the job before our patch lands."""
+
+    def __init__(self, inner: LiveSource, api: FakeKubeApi) -> None:
+        self.inner, self.api, self.raced = inner, api, False
+
+    async def read(self, now):
+        snapshot = await self.inner.read(now)
+        if not self.raced:
+            self.raced = True
+            self.api.patch("pytorchjobs", "ml", "j", {"metadata": {"labels": {"edited": "y"}}})
+        return snapshot
+
+
+async def test_concurrent_writer_causes_409_and_the_next_cycle_applies(api):
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
+                       active=2))
+    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
+            Daemon(api, settings_for(prom.url)) as d:
+        d.controller.source = RacingSource(d.controller.source, api)
+        first = await d.controller.run_once(NOW)
+        assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
+        assert replicas(api, "j") == 2
+        assert api.get("pytorchjobs", "ml", "j")["metadata"]["labels"]["edited"] == "y"
+        await d.seen("PyTorchJob", "j", lambda o: o["metadata"].get("labels"))
+        second = await d.controller.run_once(NOW + timedelta(seconds=5))
+        assert [r.outcome for r in second.applied.results] == [Outcome.APPLIED]
+        assert replicas(api, "j") == 4
+        assert api.get("pytorchjobs", "ml", "j")["metadata"]["labels"]["edited"] == "y"
+
+
+async def test_watch_expiring_relists_and_the_cycle_sees_new_objects(api):
+    api.put(pytorchjob("a", queue="team-a", replicas=2, active=2, max_replicas=2))
+    async with fake_prometheus(free_body(**{"team-a": 1})) as prom, \
+            Daemon(api, settings_for(prom.url)) as d:
+        lists = api.count(verb="list")
+        watches = api.count(plural="pytorchjobs", watch=True)
+        # the job watch drops and its first retry fails; meanwhile history is compacted,
+        # so resuming from the last resourceVersion gets 410 Gone
+        api.fail_next("GET", "pytorchjobs", 500, watch=True)
+        api.close_watches("pytorchjobs")
+        await eventually(lambda: api.count(plural="pytorchjobs", watch=True) > watches)
+        api.put(pytorchjob("b", queue="team-a", replicas=1, active=1, max_replicas=3))
+        api.compact()
+        await d.seen("PyTorchJob", "b")
+        assert api.count(verb="list") > lists  # 410 Gone forced a relist
+        result = await d.controller.run_once(NOW)
+        assert {x.ref.name: x.target for x in result.plan.actions} == {"b": 2}
+
+
+async def test_prometheus_down_holds_everything_and_writes_nothing(api):
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2))
+    async with Daemon(api, settings_for("http://127.0.0.1:9")) as d:
+        writes = len(api.writes())
+        result = await d.controller.run_once(NOW)
+        assert result.result == "hold"
+        assert result.plan.decisions[0].reason is Reason.METRICS_UNAVAILABLE
+        assert len(api.writes()) == writes
+        assert 'elastic_autoscaler_source_errors_total{kind="connection",source="prometheus"}' \
+            in _metrics_text(d.metrics)
+
+
+async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkeypatch):
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=8))
+    async with fake_prometheus(free_body(**{"team-a": 4})) as prom:
+        async with Daemon(api, settings_for(prom.url), dry_run=True) as d:
+            result = await d.controller.run_once(NOW)
+            assert [r.outcome for r in result.applied.results] == [Outcome.DRY_RUN]
+        assert api.writes() == [] and replicas(api, "j") == 2
+        # `plan` without --snapshot: one live cycle, printed, nothing written
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv("AUTOSCALER_PROMETHEUS_URL", prom.url)
+        monkeypatch.setenv("AUTOSCALER_MAX_METRIC_AGE_SECONDS", str(10**9))
+        from autoscaler.cli import main
+
+        code = await asyncio.to_thread(main, ["plan", "-o", "json",
+                                              "--now", "2026-11-22T10:00:00Z"])
+        out = capsys.readouterr().out
+        assert code == 0 and '"to": 6' in out
+        assert api.writes() == []
+
+
+async def test_lost_leadership_stops_writes_mid_plan(api):
+    for name in ("a", "b", "c"):
+        api.put(pytorchjob(name, queue="team-a", replicas=1, active=1, max_replicas=2))
+    leading = iter([True, False, False])
+    async with fake_prometheus(free_body(**{"team-a": 3})) as prom, \
+            Daemon(api, settings_for(prom.url), may_write=lambda: next(leading)) as d:
+        result = await d.controller.run_once(NOW)
+        outcomes = [r.outcome for r in result.applied.results]
+        assert outcomes == [Outcome.APPLIED, Outcome.NOT_LEADER, Outcome.NOT_LEADER]
+        assert len(api.writes("pytorchjobs")) == 1
+
+
+async def test_leader_handover_between_two_daemons(api):
+    api.put(pytorchjob("j", queue="team-a", replicas=1, active=1, max_replicas=8))
+    async with fake_prometheus(free_body(**{"team-a": 1})) as prom:
+        settings = settings_for(prom.url, leader_election=True, lease_namespace="ml",
+                                lease_duration_seconds=1.0, lease_renew_deadline_seconds=0.6,
+                                lease_retry_period_seconds=0.1)
+        daemons, electors, tasks = [], [], []
+        async with contextlib.AsyncExitStack() as stack:
+            for ident in ("one", "two"):
+                d = await stack.enter_async_context(Daemon(api, settings))
+                e = LeaderElector(settings, d.client, ident)
+                d.controller.may_write = lambda e=e: e.is_leader
+                daemons.append(d)
+                electors.append(e)
+                tasks.append(asyncio.create_task(e.run()))
+            try:
+                await eventually(lambda: any(e.is_leader for e in electors), 5)
+                assert sum(e.is_leader for e in electors) == 1
+                first = next(i for i, e in enumerate(electors) if e.is_leader)
+                other = 1 - first
+                drivers = [Driver(d.controller, is_leader=lambda e=e: e.is_leader)
+                           for d, e in zip(daemons, electors, strict=True)]
+                assert drivers[other].is_leader() is False
+                # the follower does not plan or write; the leader does
+                drivers[other].controller.follower_cycle(NOW)
+                assert api.writes("pytorchjobs") == []
+                await daemons[first].controller.run_once(NOW)
+                assert replicas(api, "j") == 2
+                tasks[first].cancel()  # the leader stops: it releases the Lease
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tasks[first]
+                assert not electors[first].is_leader
+                await eventually(lambda: electors[other].is_leader, 5)
+                set_active(api, "j", 2)
+                api.patch("pytorchjobs", "ml", "j", {"metadata": {"annotations": {
+                    ANNOTATION: "2026-11-22T09:00:00Z"}}})
+                await daemons[other].seen("PyTorchJob", "j", lambda o: o["status"]
+                                          ["replicaStatuses"]["Worker"]["active"] == 2)
+                await daemons[other].controller.run_once(NOW)
+                assert replicas(api, "j") == 3
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_driver_runs_early_cycles_and_stops_cleanly(api):
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=2))
+    async with fake_prometheus(free_body(**{"team-a": 0})) as prom, \
+            Daemon(api, settings_for(prom.url, interval_seconds=3600,
+                                     min_interval_seconds=0)) as d:
+        driver = Driver(d.controller)
+        task = asyncio.create_task(driver.run())
+        await eventually(lambda: driver.cycles == 1)
+        driver.trigger()
+        await eventually(lambda: driver.cycles == 2)
+        assert driver.alive()[0] and driver.ready()[0]
+        driver.stop()
+        await asyncio.wait_for(task, 5)
+        assert driver.cycles == 2
+
+
+def test_next_start_debounces_triggers():
+    s = Settings(interval_seconds=120, min_interval_seconds=15)
+    assert next_start(100.0, 101.0, s, triggered=False) == 119.0
+    assert next_start(100.0, 101.0, s, triggered=True) == 14.0
+    assert next_start(100.0, 130.0, s, triggered=True) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "etype", "obj", "early"),
+    [
+        ("PodGroup", "ADDED", podgroup(phase="Pending"), True),
+        ("PodGroup", "ADDED", podgroup(phase="Running"), False),
+        ("PodGroup", "MODIFIED", podgroup(phase="Pending"), False),
+        ("PyTorchJob", "DELETED", pytorchjob(), True),
+        ("PyTorchJob", "MODIFIED",
+         pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]), True),
+        ("PyTorchJob", "MODIFIED", pytorchjob(), False),
+        ("Queue", "MODIFIED", {}, False),
+    ],
+)
+def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, early):
+    assert wants_early_cycle(kind, etype, copy.deepcopy(obj)) is early
+
+
+def _metrics_text(metrics: Metrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
