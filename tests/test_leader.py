@@ -1,0 +1,320 @@
+"""Leader election against a fake API server that speaks HTTP to the real client.
+
+Durations are tiny (lease 1 s, renew deadline 0.6 s, retry 0.1 s) and real: the elector's
+own clock and sleeps run, and tests wait for observable states with a bounded poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from fakekube import FakeKubeApi, eventually
+from kubernetes_asyncio.client import ApiClient
+
+from autoscaler.leader import AlwaysLeader, LeaderElector, make_elector
+from autoscaler.settings import Settings
+
+LEASE_NS = "elastic-autoscaler"
+LEASE = "elastic-autoscaler"
+DURATION, DEADLINE, RETRY = 1.0, 0.6, 0.1
+
+
+def settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "lease_name": LEASE,
+        "lease_namespace": LEASE_NS,
+        "lease_duration_seconds": DURATION,
+        "lease_renew_deadline_seconds": DEADLINE,
+        "lease_retry_period_seconds": RETRY,
+        "kube_request_timeout_seconds": 5,
+    }
+    base.update(overrides)
+    return Settings(**base)
+
+
+class Candidate:
+    """One replica: its own ApiClient (its own connections), elector and change log."""
+
+    def __init__(self, kube: FakeKubeApi, identity: str, **overrides: Any) -> None:
+        self.client = ApiClient(kube.configuration())
+        self.changes: list[bool] = []
+        self.elector = LeaderElector(
+            settings(**overrides), self.client, identity, on_change=self.changes.append
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector.is_leader
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.elector.run())
+
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await self.task
+        self.task = None
+
+    async def close(self) -> None:
+        await self.stop()
+        await self.client.close()
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKubeApi]:
+    async with FakeKubeApi() as api:
+        yield api
+
+
+@pytest.fixture
+async def candidates(kube: FakeKubeApi) -> AsyncIterator[Callable[..., Candidate]]:
+    made: list[Candidate] = []
+
+    def make(identity: str, **overrides: Any) -> Candidate:
+        c = Candidate(kube, identity, **overrides)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        await c.close()
+
+
+def lease(kube: FakeKubeApi) -> dict[str, Any]:
+    obj = kube.get("leases", LEASE_NS, LEASE)
+    assert obj is not None
+    return obj
+
+
+@asynccontextmanager
+async def never_two_leaders(*cands: Candidate) -> AsyncIterator[list[int]]:
+    """Sample is_leader of all candidates at every turn of the event loop meanwhile."""
+    samples = [0]
+    stop = asyncio.Event()
+    overlap: list[str] = []
+
+    async def sample() -> None:
+        while not stop.is_set():
+            leaders = [c.elector.identity for c in cands if c.is_leader]
+            if len(leaders) > 1:
+                overlap.append(",".join(leaders))
+            samples[0] += 1
+            await asyncio.sleep(0.002)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield samples
+    finally:
+        stop.set()
+        await task
+    assert overlap == [], f"two leaders at once: {overlap[:3]}"
+
+
+async def test_single_elector_acquires_and_renews(kube: FakeKubeApi, candidates) -> None:
+    a = candidates("a")
+    assert not a.is_leader
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    assert a.changes == [True]
+    spec = lease(kube)["spec"]
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseDurationSeconds"] == 1
+    assert spec["leaseTransitions"] == 0
+    assert spec["renewTime"].endswith("Z") and len(spec["renewTime"]) == 27
+    first_renew = spec["renewTime"]
+    # renews every retry period without reading first
+    puts = kube.count("PUT", "leases")
+    await eventually(lambda: kube.count("PUT", "leases") >= puts + 3, within=3,
+                     message="renewals")
+    assert lease(kube)["spec"]["renewTime"] > first_renew
+    assert lease(kube)["spec"]["acquireTime"] == spec["acquireTime"]
+    assert a.is_leader and a.changes == [True]
+
+
+async def test_follower_waits_while_leader_renews(kube: FakeKubeApi, candidates) -> None:
+    a, b = candidates("a"), candidates("b")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    gets = kube.count("GET", "leases")
+    b.start()
+    async with never_two_leaders(a, b):
+        # b polls every retry period; 20 polls span twice the lease duration
+        await eventually(lambda: kube.count("GET", "leases") >= gets + 20, within=6,
+                         message="b polls for two lease durations")
+        assert a.is_leader and not b.is_leader
+    assert b.changes == []
+    assert lease(kube)["spec"]["holderIdentity"] == "a"
+
+
+async def test_cancel_releases_and_successor_takes_over_fast(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a, b = candidates("a"), candidates("b")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    b.start()
+    async with never_two_leaders(a, b) as samples:
+        await eventually(lambda: kube.count("GET", "leases") >= 3, within=3,
+                         message="b polls")
+        started = time.monotonic()
+        await a.stop()
+        assert not a.is_leader and a.changes == [True, False]
+        released = lease(kube)["spec"]
+        assert released["holderIdentity"] in ("", "b")  # b may already have taken it
+        await eventually(lambda: b.is_leader, within=3, message="b leads")
+        # well under one lease duration: the release, not expiry, handed it over
+        assert time.monotonic() - started < DURATION * 0.8
+    assert samples[0] > 10
+    spec = lease(kube)["spec"]
+    assert spec["holderIdentity"] == "b"
+    assert spec["leaseTransitions"] == 1
+    assert b.changes == [True]
+
+
+async def test_release_leaves_an_empty_short_lease(kube: FakeKubeApi, candidates) -> None:
+    a = candidates("a")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.stop()
+    spec = lease(kube)["spec"]
+    assert spec["holderIdentity"] == ""
+    assert spec["leaseDurationSeconds"] == 1
+
+
+async def test_crashed_leader_is_replaced_after_the_lease_expires(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a, b = candidates("a"), candidates("b")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    b.start()
+    async with never_two_leaders(a, b):
+        await eventually(lambda: kube.count("GET", "leases") >= 2, within=3,
+                         message="b polls")
+        # a loses its connection to the API: it cannot renew and cannot release
+        await a.client.close()
+        crashed = time.monotonic()
+        await eventually(lambda: not a.is_leader, within=3, message="a steps down")
+        assert time.monotonic() - crashed <= DEADLINE + 0.2
+        await eventually(lambda: b.is_leader, within=5, message="b leads")
+        # b waited for the lease to stand still for a full duration
+        assert time.monotonic() - crashed >= DURATION - RETRY
+    assert a.changes == [True, False]
+    assert lease(kube)["spec"]["holderIdentity"] == "b"
+
+
+async def test_failing_renewals_end_leadership_within_the_deadline(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a = candidates("a")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    kube.fail_next("PUT", r"/leases/", 500, times=1000)
+    kube.fail_next("GET", r"/leases/", 500, times=1000)
+    failing = time.monotonic()
+    await eventually(lambda: not a.is_leader, within=3, message="a steps down")
+    assert time.monotonic() - failing <= DEADLINE + 0.1
+    await eventually(lambda: a.changes == [True, False], within=1, message="a reports")
+    # once the API recovers, the lease still names a: it takes it back
+    kube.clear_faults()
+    await eventually(lambda: a.is_leader, within=3, message="a leads again")
+    assert a.changes == [True, False, True]
+
+
+async def test_hanging_renewal_ends_leadership_at_the_deadline(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a = candidates("a", kube_request_timeout_seconds=30)
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    kube.fail_next("PUT", r"/leases/", 0, delay=10.0)
+    hanging = time.monotonic()
+    await eventually(lambda: a.changes == [True, False], within=3, message="a reports loss")
+    assert time.monotonic() - hanging <= DEADLINE + 0.2
+
+
+async def test_conflicting_renewal_is_retried(kube: FakeKubeApi, candidates) -> None:
+    a = candidates("a")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    kube.fail_next("PUT", r"/leases/", 409)
+    puts = kube.count("PUT", "leases")
+    await eventually(lambda: kube.count("PUT", "leases") >= puts + 4, within=3,
+                     message="renewals after the conflict")
+    assert a.is_leader and a.changes == [True]
+    assert lease(kube)["spec"]["holderIdentity"] == "a"
+
+
+async def test_lease_taken_by_another_writer_ends_leadership_at_once(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a = candidates("a")
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    current = lease(kube)
+    current["spec"]["holderIdentity"] = "intruder"
+    current["spec"]["leaseTransitions"] = 7
+    kube.put(current)
+    taken = time.monotonic()
+    await eventually(lambda: not a.is_leader, within=3, message="a steps down")
+    # noticed at its next renew (a 409), not at the renew deadline
+    assert time.monotonic() - taken < DEADLINE
+    assert lease(kube)["spec"]["holderIdentity"] == "intruder"
+    # the intruder never renews: after a full lease duration a takes over again
+    await eventually(lambda: a.is_leader, within=4, message="a leads again")
+    assert time.monotonic() - taken >= DURATION - RETRY
+    spec = lease(kube)["spec"]
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseTransitions"] == 8
+
+
+async def test_two_candidates_starting_together_elect_one(
+    kube: FakeKubeApi, candidates
+) -> None:
+    cands = [candidates(name) for name in ("a", "b", "c")]
+    async with never_two_leaders(*cands):
+        for c in cands:
+            c.start()
+        await eventually(lambda: any(c.is_leader for c in cands), within=3, message="a leader")
+        gets = kube.count("GET", "leases")
+        await eventually(lambda: kube.count("GET", "leases") >= gets + 15, within=5,
+                         message="followers poll")
+    leaders = [c for c in cands if c.is_leader]
+    assert len(leaders) == 1
+    assert lease(kube)["spec"]["holderIdentity"] == leaders[0].elector.identity
+
+
+def test_renew_deadline_must_be_below_duration() -> None:
+    s = settings()
+    bad = s.model_copy(update={"lease_renew_deadline_seconds": 2.0})
+    with pytest.raises(ValueError):
+        LeaderElector(bad, ApiClient.__new__(ApiClient), "a")
+
+
+async def test_always_leader_runs_until_cancelled() -> None:
+    seen: list[bool] = []
+    leader = AlwaysLeader(on_change=seen.append)
+    assert leader.is_leader
+    task = asyncio.create_task(leader.run())
+    await asyncio.sleep(0)
+    assert seen == [True] and not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_make_elector_follows_settings(kube: FakeKubeApi) -> None:
+    async with ApiClient(kube.configuration()) as client:
+        assert isinstance(make_elector(settings(leader_election=False), client), AlwaysLeader)
+        elector = make_elector(settings(identity="pod-0"), client)
+        assert isinstance(elector, LeaderElector) and elector.identity == "pod-0"
+        other = make_elector(settings(), client)
+        assert isinstance(other, LeaderElector) and other.identity
+        assert other.identity != make_elector(settings(), client).identity
