@@ -364,8 +364,7 @@ def test_overlay_can_set_the_image(tmp_path: Path) -> None:
         "images": [{"name": IMAGE, "newName": "registry.example.com/ml/elastic-autoscaler",
                     "newTag": "1.2.3"}],
     }))
-    proc = subprocess.run([kubectl, "kustomize", "--load-restrictor",
-                           "LoadRestrictionsNone", str(tmp_path)],
+    proc = subprocess.run([kubectl, "kustomize", str(tmp_path)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     objs = tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
@@ -480,6 +479,7 @@ def test_ha_overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objs = render("overlays/ha")
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     env = {e["name"]: e.get("value") for e in container(objs)["env"]}
     assert env["AUTOSCALER_LEADER_ELECTION"] == "true"
     assert _pod_settings(objs, tmp_path, monkeypatch).leader_election is True
@@ -492,7 +492,10 @@ def test_ha_overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("target", ["base", "overlays/dry-run"])
 def test_single_replica_without_pdb(target: str) -> None:
     objs = render(target)
-    assert one(objs, "Deployment")["spec"]["replicas"] == 1
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    # a surge pod could only wait as a follower: stop the leader first
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     # a PDB of minAvailable 1 over one replica would block every node drain
     assert not [o for o in objs if o["kind"] == "PodDisruptionBudget"]
 
