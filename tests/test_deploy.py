@@ -437,7 +437,10 @@ def test_pod_settings_load(target: str, tmp_path: Path,
     assert settings.dry_run is (target == "overlays/dry-run")
 
 
-def test_config_file_has_only_known_settings(tmp_path: Path) -> None:
+def test_config_file_has_only_known_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(ENV_PREFIX):
+            monkeypatch.delenv(key)
     data = yaml.safe_load((DEPLOY / "base" / "config.yaml").read_text())
     assert isinstance(data, dict) and data
     assert set(data) <= set(Settings.model_fields), set(data) - set(Settings.model_fields)
