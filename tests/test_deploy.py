@@ -315,6 +315,9 @@ def test_leases_only_in_our_namespace(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_pod_is_locked_down(target: str) -> None:
     objs = render(target)
+    # surge first: a ready follower exists before the leader stops
+    assert one(objs, "Deployment")["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == UID
@@ -482,7 +485,6 @@ def test_ha_overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objs = render("overlays/ha")
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     env = {e["name"]: e.get("value") for e in container(objs)["env"]}
     assert env["AUTOSCALER_LEADER_ELECTION"] == "true"
     assert _pod_settings(objs, tmp_path, monkeypatch).leader_election is True
@@ -497,8 +499,6 @@ def test_single_replica_without_pdb(target: str) -> None:
     objs = render(target)
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    # a surge pod could only wait as a follower: stop the leader first
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     # a PDB of minAvailable 1 over one replica would block every node drain
     assert not [o for o in objs if o["kind"] == "PodDisruptionBudget"]
 
