@@ -15,6 +15,7 @@ Per queue, in order:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ CLOSED_STATES = frozenset({"Closed", "Closing"})
 _EPS = 1e-9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, usable as a dict key
 class _Job:
     """A job's working state during one plan (mutable, private to this module)."""
 
     job: ElasticJob
     target: int
+    since: float | None  # seconds since our last resize; None: never resized by us
+    skey: tuple[str, str, str]  # stable order: namespace, name, kind
     reason: Reason | None = None
     message: str = ""
     locked: bool = False  # decided for this cycle: no further change
@@ -122,9 +125,13 @@ class _QueuePlanner:
         self.policy = policy
         self.now = now
         self.snapshot = snapshot
-        self.work = [_Job(j, j.replicas) for j in sorted(jobs, key=lambda j: j.ref)]
+        self.work = sorted(
+            (_Job(j, j.replicas, _seconds(j.last_scale_time, now),
+                  (j.ref.namespace, j.ref.name, j.ref.kind)) for j in jobs),
+            key=lambda w: w.skey)
         self.unmanaged = unmanaged
-        self.pending = sorted(pending, key=lambda g: (-g.priority, g.created, g.ref))
+        self.pending = sorted(pending, key=lambda g: (
+            -g.priority, g.created, g.ref.namespace, g.ref.name))
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
 
@@ -151,7 +158,7 @@ class _QueuePlanner:
     # ---- the cycle --------------------------------------------------------------------
 
     def run(self) -> QueueSummary:
-        p, now = self.policy, self.now
+        p = self.policy
         hold = self._hold_reason()
         pending_gpus = sum(g.gpus for g in self.pending)
         if hold is not None:
@@ -164,23 +171,22 @@ class _QueuePlanner:
                                 pending_gpus=pending_gpus, reason=reason, message=message)
 
         own_waiting = self._own_waiting()
+        inflight = releasing = 0
         for w in self.work:
-            last = w.job.last_scale_time
-            if last is not None and (last - now).total_seconds() > p.clock_skew_seconds:
-                self._settle(w, w.job.replicas, Reason.CLOCK_SKEW,
-                             f"{w.key}: last-scale-time {last.isoformat()} is in the future; "
-                             "fix the annotation or the clock")
-            elif w.key in own_waiting:
-                self._settle(w, w.job.replicas, Reason.OWN_GANG_WAITING,
-                             f"{w.key}: its own PodGroup is waiting to be scheduled")
-
-        # Rule 2: GPUs promised but not running are not free, whoever asked for them. A job
-        # waiting as a gang is counted once, as that gang.
-        inflight = sum(w.job.inflight_workers * w.job.gpus_per_worker
-                       for w in self.work if w.key not in own_waiting)
-        inflight += sum(u.inflight_gpus for u in self.unmanaged if u.ref not in own_waiting)
-        releasing = sum(w.job.releasing_workers * w.job.gpus_per_worker
-                        for w in self.work if w.key not in own_waiting)
+            j = w.job
+            if (j.ref.namespace, j.ref.name) in own_waiting:
+                self._settle(w, j.replicas, Reason.OWN_GANG_WAITING,
+                             "its own PodGroup is waiting to be scheduled")
+                continue  # counted once, as that gang
+            # Rule 2: GPUs promised but not running are not free, whoever asked for them.
+            inflight += max(0, j.replicas - j.active) * j.gpus_per_worker
+            releasing += max(0, j.active - j.replicas) * j.gpus_per_worker
+            if w.since is not None and -w.since > p.clock_skew_seconds:
+                self._settle(w, j.replicas, Reason.CLOCK_SKEW,
+                             f"last-scale-time {j.last_scale_time} is in the future; fix the "
+                             "annotation or the clock")
+        inflight += sum(u.inflight_gpus for u in self.unmanaged
+                        if (u.ref.namespace, u.ref.name) not in own_waiting)
         free = math.floor(self.state.free_gpus + _EPS)  # type: ignore[operator]
         summary_inflight, summary_releasing = inflight, releasing
 
@@ -211,23 +217,17 @@ class _QueuePlanner:
             return Reason.QUEUE_CLOSED, f"queue {s.name} is {s.state}"
         return None
 
-    def _own_waiting(self) -> set[ObjectRef]:
-        """Jobs whose own PodGroup is among the waiting gangs (matched by owner reference,
-        else by name: training-operator names the PodGroup after the job)."""
+    def _own_waiting(self) -> set[tuple[str, str]]:
+        """(namespace, name) of jobs whose own PodGroup is among the waiting gangs: by owner
+        reference, else by name (training-operator names the PodGroup after the job)."""
 
-        by_name = {(w.key.namespace, w.key.name): w.key for w in self.work}
-        by_name.update({(u.ref.namespace, u.ref.name): u.ref for u in self.unmanaged})
-        found: set[ObjectRef] = set()
+        found: set[tuple[str, str]] = set()
         for g in self.pending:
             o = g.owner
-            if o is not None and o.kind == "PyTorchJob":
-                key = by_name.get((o.namespace, o.name))
-            elif o is None:
-                key = by_name.get((g.ref.namespace, g.ref.name))
-            else:
-                key = None
-            if key is not None:
-                found.add(key)
+            if o is None:
+                found.add((g.ref.namespace, g.ref.name))
+            elif o.kind == "PyTorchJob":
+                found.add((o.namespace, o.name))
         return found
 
     # ---- rule 5: trim workers that never landed -----------------------------------------
@@ -235,8 +235,7 @@ class _QueuePlanner:
     def _trim(self) -> int:
         p, freed = self.policy, 0
         for w in self.work:
-            j = w.job
-            since = _seconds(j.last_scale_time, self.now)
+            j, since = w.job, w.since
             if w.locked or since is None or j.inflight_workers == 0:
                 continue
             if since <= p.unplaced_timeout_seconds:
@@ -256,6 +255,21 @@ class _QueuePlanner:
 
     def _serve_gangs(self, idle: int, releasing: int) -> tuple[int, int, str]:
         p, starving = self.policy, ""
+        # GPUs reclaimable per victim priority, so that deciding a gang cannot be covered
+        # (the common case in a full queue) costs O(priorities), not O(jobs)
+        by_priority: dict[int, int] = {}
+        reclaimable = [w for w in self.work if self._reclaimable(w)] if self.pending else []
+        for w in reclaimable:
+            prio = w.job.priority
+            by_priority[prio] = by_priority.get(prio, 0) + (
+                (w.target - w.job.min_replicas) * w.job.gpus_per_worker)
+        # Victims in order for the default victim_order, kept across gangs: O(log n) a pick
+        heap: list[tuple[int, int, tuple[str, str, str], _Job]] = []
+        by_heap = p.victim_order is VictimOrder.MOST_WORKERS
+        if by_heap:
+            heap = [(w.job.priority, w.job.min_replicas - w.target, w.skey, w)
+                    for w in reclaimable]
+            heapq.heapify(heap)
         for g in self.pending:
             if starving:
                 self.gangs.append(GangDecision(
@@ -269,9 +283,7 @@ class _QueuePlanner:
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released"))
                 continue
             shortfall = g.gpus - (idle + releasing)
-            candidates = [w for w in self._victim_candidates(g)]
-            if sum((w.target - w.job.min_replicas) * w.job.gpus_per_worker
-                   for w in candidates) < shortfall:
+            if sum(v for prio, v in by_priority.items() if prio <= g.priority) < shortfall:
                 waited = (self.now - g.created).total_seconds()
                 message = (f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
                            f"capacity fall {shortfall} short: skipped")
@@ -283,10 +295,15 @@ class _QueuePlanner:
                 self.gangs.append(GangDecision(g.ref, g.queue, g.gpus,
                                                Reason.GANG_UNCOVERABLE, message))
                 continue
-            victims = self._reclaim(g, candidates, shortfall)
+            if by_heap:
+                victims = self._reclaim_most_workers(heap, g.priority, shortfall)
+            else:
+                victims = self._reclaim([w for w in reclaimable if w.job.priority <= g.priority
+                                         and w.target > w.job.min_replicas], shortfall)
             gained = 0
             for w, workers in victims:
                 j = w.job
+                by_priority[j.priority] -= workers * j.gpus_per_worker
                 # Workers never placed come back as idle; running ones are released.
                 unplaced = min(workers, max(0, w.target - j.active))
                 idle += unplaced * j.gpus_per_worker
@@ -297,6 +314,8 @@ class _QueuePlanner:
                 self._settle(w, w.target, Reason.RECLAIM_FOR_PENDING,
                              f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
                              f"{', '.join(w.victim_of)}")
+                if by_heap and w.target > j.min_replicas:  # still a victim for later gangs
+                    heapq.heappush(heap, (j.priority, j.min_replicas - w.target, w.skey, w))
             self.reclaimed += gained
             idle, releasing = self._consume(g.gpus, idle, releasing)
             self.gangs.append(GangDecision(
@@ -311,24 +330,32 @@ class _QueuePlanner:
         from_release = min(max(releasing, 0), need)
         return idle - (need - from_release), releasing - from_release
 
-    def _victim_candidates(self, g: PendingGroup) -> list[_Job]:
-        p, out = self.policy, []
-        for w in self.work:
-            j = w.job
-            if w.reason in (Reason.CLOCK_SKEW, Reason.OWN_GANG_WAITING):
-                continue
-            if j.priority > g.priority or w.target <= j.min_replicas:
-                continue
-            since = _seconds(j.last_scale_time, self.now)
-            if since is not None and since < p.reclaim_cooldown_seconds:
-                continue
-            out.append(w)
-        return out
+    def _reclaimable(self, w: _Job) -> bool:
+        if w.reason in (Reason.CLOCK_SKEW, Reason.OWN_GANG_WAITING):
+            return False
+        if w.target <= w.job.min_replicas:
+            return False
+        return w.since is None or w.since >= self.policy.reclaim_cooldown_seconds
 
-    def _reclaim(self, g: PendingGroup, candidates: list[_Job],
-                 shortfall: int) -> list[tuple[_Job, int]]:
-        """Whole workers, as few as cover the shortfall. Victims: lowest priority first,
-        then by victim_order."""
+    @staticmethod
+    def _reclaim_most_workers(heap: list, priority: int,
+                              shortfall: int) -> list[tuple[_Job, int]]:
+        """Lowest priority first, then the job with the most reclaimable workers, so as few
+        jobs as possible restart; whole workers, as few as cover the shortfall. A job
+        only partly used goes back on the heap (by the caller, with its new size)."""
+
+        chosen: list[tuple[_Job, int]] = []
+        while shortfall > 0 and heap and heap[0][0] <= priority:
+            _, _, _, w = heapq.heappop(heap)
+            j = w.job
+            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
+            chosen.append((w, workers))
+            shortfall -= workers * j.gpus_per_worker
+        return chosen
+
+    def _reclaim(self, candidates: list[_Job], shortfall: int) -> list[tuple[_Job, int]]:
+        """victim_order=least-work-lost: the rank depends on the shortfall, so each pick
+        scans the candidates."""
 
         chosen: list[tuple[_Job, int]] = []
         left = list(candidates)
@@ -342,26 +369,23 @@ class _QueuePlanner:
         return chosen
 
     def _victim_rank(self, w: _Job, shortfall: int) -> tuple:
+        # A resize restarts the whole job: it loses restart_cost for every GPU it runs on.
+        # Greedy weighted cover: least GPU-seconds lost per GPU of shortfall covered.
         j = w.job
         reclaimable = w.target - j.min_replicas
-        if self.policy.victim_order is VictimOrder.LEAST_WORK_LOST:
-            # A resize restarts the whole job: it loses restart_cost for every GPU it runs
-            # on. Greedy weighted cover: least GPU-seconds lost per GPU of shortfall covered.
-            covered = min(reclaimable * j.gpus_per_worker, shortfall)
-            lost = self.policy.restart_cost_seconds * j.active * j.gpus_per_worker
-            return (j.priority, lost / covered, -reclaimable, j.ref)
-        return (j.priority, -reclaimable, j.ref)
+        covered = min(reclaimable * j.gpus_per_worker, shortfall)
+        lost = self.policy.restart_cost_seconds * j.active * j.gpus_per_worker
+        return (j.priority, lost / covered, -reclaimable, w.skey)
 
     # ---- rules 4, 6, 7: growth ------------------------------------------------------------
 
     def _grow(self, pool: int, starving: str) -> None:
-        p, now = self.policy, self.now
+        p = self.policy
         growable: list[_Job] = []
         for w in self.work:
             if w.locked:
                 continue
-            j = w.job
-            since = _seconds(j.last_scale_time, now)
+            j, since = w.job, w.since
             if j.replicas >= j.max_replicas:
                 self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
             elif j.inflight_workers:
@@ -384,7 +408,7 @@ class _QueuePlanner:
             grants = self._fill(growable, pool)
         for w in growable:
             j = w.job
-            extra = grants.get(w.key, 0)
+            extra = grants.get(w, 0)
             if extra:
                 self.granted += extra * j.gpus_per_worker
                 self._settle(w, j.replicas + extra, Reason.SCALE_UP_IDLE_GPUS,
@@ -395,7 +419,7 @@ class _QueuePlanner:
                            f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)")
 
     def _hold(self, w: _Job, reason: Reason, message: str) -> None:
-        self._settle(w, w.job.replicas, reason, f"{w.key}: {message}")
+        self._settle(w, w.job.replicas, reason, message)
         w.locked = False  # still a candidate only if the caller says so
 
     def _step_ok(self, w: _Job, extra: int) -> bool:
@@ -427,45 +451,45 @@ class _QueuePlanner:
                    f"{factor:g} x restart cost {self.policy.restart_cost_seconds:.0f}s")
         return False
 
-    def _fill(self, growable: list[_Job], pool: int) -> dict[ObjectRef, int]:
+    def _fill(self, growable: list[_Job], pool: int) -> dict[_Job, int]:
         """Few jobs, one step each: smallest job first, each up to its max."""
 
-        grants: dict[ObjectRef, int] = {}
+        grants: dict[_Job, int] = {}
         order = sorted(growable, key=lambda w: (
-            -w.job.priority, w.job.replicas * w.job.gpus_per_worker, w.job.created, w.key))
+            -w.job.priority, w.job.replicas * w.job.gpus_per_worker, w.job.created, w.skey))
         for w in order:
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
             if extra <= 0 or not self._step_ok(w, extra):
                 continue
-            grants[w.key] = extra
+            grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
 
-    def _fair(self, growable: list[_Job], pool: int) -> dict[ObjectRef, int]:
+    def _fair(self, growable: list[_Job], pool: int) -> dict[_Job, int]:
         """Max-min fair in workers: water-fill one worker at a time to the job with the
         fewest; jobs whose share stays under min_step drop out and the rest re-fill."""
 
         candidates = list(growable)
         while True:
-            grants = {w.key: 0 for w in candidates}
+            grants = {w: 0 for w in candidates}
             left = pool
             while True:
                 best = None
                 for w in candidates:
                     j = w.job
-                    size = j.replicas + grants[w.key]
+                    size = j.replicas + grants[w]
                     if size >= j.max_replicas or j.gpus_per_worker > left:
                         continue
-                    rank = (size, -j.priority, j.gpus_per_worker, j.created, w.key)
+                    rank = (size, -j.priority, j.gpus_per_worker, j.created, w.skey)
                     if best is None or rank < best[0]:
                         best = (rank, w)
                 if best is None:
                     break
-                grants[best[1].key] += 1
+                grants[best[1]] += 1
                 left -= best[1].job.gpus_per_worker
             dropped = [w for w in candidates
-                       if grants[w.key] and not self._step_ok(w, grants[w.key])]
+                       if grants[w] and not self._step_ok(w, grants[w])]
             if not dropped:
                 return {k: v for k, v in grants.items() if v}
             candidates = [w for w in candidates if w not in dropped]
