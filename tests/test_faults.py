@@ -1,0 +1,807 @@
+"""Fault matrix: the daemon against servers that misbehave, asserting what it DID.
+
+Every case runs the real wiring (the `Daemon` helper of test_loop: KubeSource + real
+kubernetes_asyncio client against the fake API server, PrometheusSource against a fake or
+real Prometheus, KubeActuator) and checks the same things: no job outside [min, max], no
+double grant, no write while data is bad, the metrics and logs say why, and the loop keeps
+running (a later cycle with good data plans again).
+
+The process-level faults (kill -9 mid-cycle, SIGTERM, API unreachable at start, secrets in
+logs) run the real CLI `python -m autoscaler run` as a subprocess; see the second half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from builders import NOW, pytorchjob
+from fakekube import FakeKubeApi, eventually
+from prometheus_client import generate_latest
+from promserver import (
+    HAVE_PROMETHEUS,
+    SKIP_REASON,
+    Canned,
+    VolcanoExporter,
+    fake_prometheus,
+    free_port,
+    make_tls_files,
+    running_exporter,
+    running_prometheus,
+    sample,
+    vector_body,
+)
+from structlog.testing import capture_logs
+from test_loop import Daemon, replicas, set_active, settings_for
+
+from autoscaler.actuator import Outcome
+from autoscaler.leader import LeaderElector
+from autoscaler.loop import LiveSource
+from autoscaler.model import Reason
+
+TS = NOW.timestamp()
+REPO = Path(__file__).resolve().parents[1]
+
+
+def metrics_text(d: Daemon) -> str:
+    return generate_latest(d.metrics.registry).decode()
+
+
+def counter(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the Prometheus text, 0 when absent."""
+
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    prefix = f"{name}{{{want}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def patches(api: FakeKubeApi, name: str | None = None) -> int:
+    return api.count(method="PATCH", plural="pytorchjobs", name=name)
+
+
+def assert_bounds(api: FakeKubeApi) -> None:
+    """No job in the fake API is outside its elasticPolicy bounds (rule 1)."""
+
+    for job in api.objects("pytorchjobs"):
+        spec = job["spec"]
+        r = spec["pytorchReplicaSpecs"]["Worker"]["replicas"]
+        lo, hi = spec["elasticPolicy"]["minReplicas"], spec["elasticPolicy"]["maxReplicas"]
+        assert lo <= r <= hi, (job["metadata"]["name"], r, lo, hi)
+
+
+def decision_logs(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in logs if e.get("event") == "decision" and e.get("name") == name]
+
+
+@pytest.fixture
+async def api():
+    async with FakeKubeApi() as server:
+        yield server
+
+
+def two_queue_cluster(api: FakeKubeApi) -> None:
+    """`a` in team-a (where the fault is) and `b` in team-b (healthy), both growable."""
+
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
+                       active=2))
+    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=4, replicas=2,
+                       active=2))
+
+
+GOOD = vector_body(sample("team-a", 2000, TS), sample("team-b", 2000, TS))
+
+
+def with_team_b(*team_a: dict[str, Any]) -> dict[str, Any]:
+    return vector_body(*team_a, sample("team-b", 2000, TS))
+
+
+# ---- Prometheus faults ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromFault:
+    """One bad Prometheus answer. `reason`: what job `a` holds with; `kind`: the
+    source_errors_total kind counted (None: nothing counted); `cycle_wide`: the whole cycle
+    holds (b too) rather than just team-a; `why`: text the logs must carry."""
+
+    id: str
+    answer: Canned | None  # None: nothing listens (Prometheus down)
+    reason: Reason
+    kind: str | None
+    cycle_wide: bool
+    why: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    b_holds: bool = False  # team-b holds too although the cycle itself is "ok"
+
+    @property
+    def all_hold(self) -> bool:
+        return self.cycle_wide or self.b_holds
+
+
+PROM_FAULTS = [
+    PromFault("down", None, Reason.METRICS_UNAVAILABLE, "connection", True, "cannot connect"),
+    PromFault("slow-past-timeout", Canned(GOOD, hold=True), Reason.METRICS_UNAVAILABLE,
+              "timeout", True, "no answer within prometheus_timeout_seconds",
+              {"prometheus_timeout_seconds": 0.3}),
+    PromFault("empty-result", Canned(vector_body()), Reason.METRICS_MISSING, None, False,
+              "has no series", b_holds=True),
+    PromFault("nan", Canned(with_team_b(sample("team-a", float("nan"), TS))),
+              Reason.METRICS_INVALID, "nan", False, "NaN"),
+    PromFault("+inf", Canned(with_team_b(sample("team-a", float("inf"), TS))),
+              Reason.METRICS_INVALID, "inf", False, "+inf"),
+    PromFault("-inf", Canned(with_team_b(sample("team-a", float("-inf"), TS))),
+              Reason.METRICS_INVALID, "inf", False, "-inf"),
+    PromFault("negative", Canned(with_team_b(sample("team-a", -3000, TS))),
+              Reason.METRICS_INVALID, "negative", False, "negative"),
+    PromFault("duplicate-series", Canned(with_team_b(
+        sample("team-a", 2000, TS, instance="s1"), sample("team-a", 9000, TS, instance="s2"))),
+        Reason.METRICS_INVALID, "duplicate", False, "2 series for one queue"),
+    PromFault("wrong-label-one-series", Canned(with_team_b(
+        sample(None, 2000, TS, queue="team-a"))), Reason.METRICS_MISSING, "missing_label",
+        False, "has no series"),
+    PromFault("wrong-label-all-series", Canned(vector_body(
+        sample(None, 2000, TS, queue="team-a"), sample(None, 2000, TS, queue="team-b"))),
+        Reason.METRICS_INVALID, "missing_label", True, "no series has the queue label"),
+    PromFault("stale-sample", Canned(with_team_b(sample("team-a", 2000, TS - 3600))),
+              Reason.METRICS_STALE, "stale", False, "3600s old",
+              {"max_metric_age_seconds": 300}),
+    PromFault("future-sample", Canned(with_team_b(sample("team-a", 2000, TS + 3600))),
+              Reason.CLOCK_SKEW, "clock_skew", False, "ahead of our clock",
+              {"max_metric_age_seconds": 300}),
+    PromFault("garbage-body", Canned(b"<html>502 Bad Gateway</html>", content_type="text/html"),
+              Reason.METRICS_INVALID, "garbage", True, "garbage answer"),
+    PromFault("truncated-json", Canned(json.dumps(GOOD)[:40]), Reason.METRICS_INVALID,
+              "garbage", True, "not JSON"),
+    PromFault("error-envelope", Canned({"status": "error", "errorType": "execution",
+                                        "error": "query timed out"}, status=503),
+              Reason.METRICS_UNAVAILABLE, "http_5xx", True, "HTTP 503"),
+    PromFault("auth-401", Canned(b"Unauthorized", status=401), Reason.METRICS_UNAVAILABLE,
+              "auth", True, "HTTP 401"),
+    PromFault("auth-403", Canned(b"Forbidden", status=403), Reason.METRICS_UNAVAILABLE,
+              "auth", True, "HTTP 403"),
+    PromFault("tls-untrusted", Canned(GOOD), Reason.METRICS_UNAVAILABLE, "tls", True,
+              "TLS failed"),
+    PromFault("scalar-not-vector", Canned({"status": "success", "data": {
+        "resultType": "scalar", "result": [TS, "4"]}}), Reason.METRICS_INVALID, "non_vector",
+        True, "scalar"),
+]
+
+
+@contextlib.asynccontextmanager
+async def prometheus_for(case: PromFault, tmp_path: Path):
+    if case.answer is None:
+        yield f"http://127.0.0.1:{free_port()}", None
+        return
+    ssl_context = None
+    if case.id.startswith("tls"):
+        ssl_context = make_tls_files(tmp_path).server_context()  # a CA the daemon never saw
+    # the fault first, then a good answer: the next cycle must plan again
+    async with fake_prometheus(case.answer, Canned(GOOD), ssl_context=ssl_context) as prom:
+        yield prom.url, prom
+
+
+@pytest.mark.parametrize("case", PROM_FAULTS, ids=[c.id for c in PROM_FAULTS])
+async def test_prometheus_fault_holds_and_says_why(api, tmp_path, case: PromFault):
+    two_queue_cluster(api)
+    async with prometheus_for(case, tmp_path) as (url, prom):
+        settings = settings_for(url, **case.settings)
+        async with Daemon(api, settings) as d:
+            with capture_logs() as logs:
+                first = await d.controller.run_once(NOW)
+            assert first.result == ("hold" if case.cycle_wide else "ok")
+            by_name = {x.ref.name: x for x in first.plan.decisions}
+            assert by_name["a"].reason is case.reason, by_name["a"].message
+            assert case.why.lower() in by_name["a"].message.lower()
+            assert by_name["a"].target == by_name["a"].current == 2
+            assert patches(api, "a") == 0  # no write while its data is bad
+            if case.all_hold:
+                assert by_name["b"].reason is case.reason
+                assert patches(api) == 0
+            else:  # the rest of the cluster is still planned
+                assert by_name["b"].reason is Reason.SCALE_UP_IDLE_GPUS
+                assert replicas(api, "b") == 4
+            # metrics say why
+            text = metrics_text(d)
+            if case.kind is not None:
+                assert counter(text, "elastic_autoscaler_source_errors_total",
+                               kind=case.kind, source="prometheus") >= 1
+            result = "hold" if case.cycle_wide else "ok"
+            assert counter(text, "elastic_autoscaler_cycles_total", result=result) == 1
+            # logs say why: the decision line for `a` carries reason and message
+            lines = decision_logs(logs, "a")
+            assert lines and lines[0]["reason"] == case.reason.value
+            assert case.why.lower() in lines[0]["message"].lower()
+            cycle = [e for e in logs if e.get("event") == "cycle"]
+            assert cycle and cycle[0]["result"] == result
+            if case.cycle_wide:
+                assert case.why.lower() in cycle[0]["message"].lower()
+
+            if prom is None or case.id.startswith("tls"):
+                return  # nothing will ever answer well at that address
+            # the loop keeps running: Prometheus recovers, the next cycle plans team-a
+            set_active(api, "b", replicas(api, "b"))
+            second = await d.controller.run_once(NOW + timedelta(seconds=30))
+            assert second.result == "ok", second.message
+            grown = {x.ref.name: x.target for x in second.plan.actions}
+            want = {"a": 4, "b": 4} if case.all_hold else {"a": 4}
+            assert grown == want, [(x.ref.name, x.reason, x.message)
+                                       for x in second.plan.decisions]
+            assert replicas(api, "a") == 4
+            assert_bounds(api)
+
+
+@pytest.mark.skipif(not HAVE_PROMETHEUS, reason=SKIP_REASON)
+@pytest.mark.prometheus
+async def test_real_prometheus_target_down_holds_then_recovers(api):
+    """Where staleness really comes from: the scrape target fails, Prometheus marks its
+    series stale, the default query returns nothing for the queue, the queue holds."""
+
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
+                       active=2))
+    exporter = VolcanoExporter()
+    exporter.set_queue("team-a", deserved=4000, allocated=2000)
+    async with running_exporter(exporter), running_prometheus([exporter.target]) as prom:
+        settings = settings_for(prom.url, prometheus_timeout_seconds=5)
+        async with Daemon(api, settings) as d:
+            exporter.failing = True
+            scrapes = exporter.scrapes
+
+            async def stale() -> bool:
+                body = await prom.query(settings.free_gpus_query)
+                return exporter.scrapes > scrapes and not body["data"]["result"]
+
+            deadline = time.monotonic() + 20
+            while not await stale():
+                assert time.monotonic() < deadline, "series never went stale"
+                await asyncio.sleep(0.2)
+            now = datetime.now(UTC)
+            held = await d.controller.run_once(now)
+            assert held.plan.decisions[0].reason is Reason.METRICS_MISSING
+            assert patches(api) == 0
+            exporter.failing = False
+
+            async def fresh() -> bool:
+                body = await prom.query(settings.free_gpus_query)
+                return bool(body["data"]["result"])
+
+            deadline = time.monotonic() + 20
+            while not await fresh():
+                assert time.monotonic() < deadline, "series never came back"
+                await asyncio.sleep(0.2)
+            grown = await d.controller.run_once(datetime.now(UTC))
+            assert [(x.ref.name, x.target) for x in grown.plan.actions] == [("a", 4)]
+            assert replicas(api, "a") == 4
+
+
+# ---- API server faults on the write path ------------------------------------------------------
+
+
+class AfterRead:
+    """The live source, then `hook` runs after the cycle read its snapshot: another writer
+    acts between our read and our patch."""
+
+    def __init__(self, inner: LiveSource, hook) -> None:
+        self.inner, self.hook = inner, hook
+
+    async def read(self, now):
+        snapshot = await self.inner.read(now)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return snapshot
+
+
+def one_job(api: FakeKubeApi) -> None:
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
+                       active=2))
+
+
+ONE_QUEUE = vector_body(sample("team-a", 2000, TS))
+
+
+async def test_api_404_on_patch_object_deleted_between_read_and_patch(api):
+    one_job(api)
+    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=1, replicas=1,
+                       active=1))
+    async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+        d.controller.source = AfterRead(d.controller.source,
+                                        lambda: api.delete("pytorchjobs", "ml", "j"))
+        with capture_logs() as logs:
+            first = await d.controller.run_once(NOW)
+        assert first.result == "ok"
+        assert [r.outcome for r in first.applied.results] == [Outcome.GONE]
+        assert api.get("pytorchjobs", "ml", "j") is None  # a patch never resurrects it
+        scale = [e for e in logs if e.get("event") == "scale"]
+        assert scale[0]["outcome"] == "gone" and "not found" in scale[0]["message"]
+        assert counter(metrics_text(d), "elastic_autoscaler_writes_total", result="gone") == 1
+        assert api.objects("events", "ml") == []  # no Event about a job that is gone
+        await eventually(lambda: len(d.kube.objects().jobs) == 1)
+        second = await d.controller.run_once(NOW + timedelta(seconds=30))
+        assert second.result == "ok" and second.plan.actions == ()
+        assert [x.ref.name for x in second.plan.decisions] == ["k"]
+
+
+async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(api):
+    """Another writer resizes the job between our read and our patch: our patch carries
+    the old resourceVersion, so it is refused (409) instead of overwriting theirs; the next
+    cycle plans from the new size and never grants the same GPUs twice."""
+
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+        def user_resizes() -> None:
+            api.patch("pytorchjobs", "ml", "j",
+                      {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}})
+        d.controller.source = AfterRead(d.controller.source, user_resizes)
+        first = await d.controller.run_once(NOW)
+        assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
+        assert replicas(api, "j") == 3  # theirs, not ours
+        assert counter(metrics_text(d), "elastic_autoscaler_writes_total",
+                       result="conflict") == 1
+        await d.seen("PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]
+                     ["replicas"] == 3)
+        second = await d.controller.run_once(NOW + timedelta(seconds=30))
+        # their extra worker is in flight (3 asked, 2 running): Prometheus, which lags,
+        # still shows 2 free, yet nothing is granted on top of a pending resize
+        assert second.plan.actions == ()
+        assert second.plan.decisions[0].reason is Reason.IN_FLIGHT
+        assert patches(api) == 1
+        set_active(api, "j", 3)  # it lands; Prometheus now shows the 1 GPU left
+        prom.answers[:] = [Canned(vector_body(sample("team-a", 1000, TS)))]
+        await d.seen("PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]
+                     ["active"] == 3)
+        third = await d.controller.run_once(NOW + timedelta(seconds=60))
+        assert [(x.ref.name, x.target) for x in third.plan.actions] == [("j", 4)]
+        assert replicas(api, "j") == 4
+        assert_bounds(api)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "outcome", "blocked_until"),
+    [
+        (429, 30, Outcome.THROTTLED, 30),  # the server's Retry-After
+        (500, 1, Outcome.ERROR, 10),  # our own backoff: 10 s after the first failure
+        (503, 1, Outcome.ERROR, 10),
+    ],
+    ids=["429", "500", "503"],
+)
+async def test_api_throttled_or_failing_backs_off_then_applies(
+        api, status, retry_after, outcome, blocked_until):
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+        api.fail_next("PATCH", r"/pytorchjobs/j$", status, retry_after=retry_after)
+        with capture_logs() as logs:
+            first = await d.controller.run_once(NOW)
+        assert [r.outcome for r in first.applied.results] == [outcome]
+        assert replicas(api, "j") == 2
+        assert patches(api) == 1
+        warn = [e for e in logs if e.get("event") == "scale"]
+        assert warn[0]["log_level"] == "warning" and f"HTTP {status}" in warn[0]["message"]
+        assert "backing off until" in warn[0]["message"]
+        # within the backoff: the plan still wants it, but no request is made
+        held = await d.controller.run_once(NOW + timedelta(seconds=blocked_until - 1))
+        assert [r.outcome for r in held.applied.results] == [Outcome.BACKOFF]
+        assert patches(api) == 1
+        done = await d.controller.run_once(NOW + timedelta(seconds=blocked_until + 1))
+        assert [r.outcome for r in done.applied.results] == [Outcome.APPLIED]
+        assert replicas(api, "j") == 4 and patches(api) == 2
+        text = metrics_text(d)
+        assert counter(text, "elastic_autoscaler_writes_total", result=outcome.value) == 1
+        assert counter(text, "elastic_autoscaler_writes_total", result="backoff") == 1
+        assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 1
+
+
+async def test_api_request_timeout_on_patch_backs_off_and_never_doubles(api):
+    """The patch hangs past kube_request_timeout_seconds. Whether or not the server applied
+    it, we must not grant twice: a retry carries the old resourceVersion (409 if it did
+    land) and the next plan counts the workers in flight."""
+
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        settings = settings_for(prom.url, kube_request_timeout_seconds=0.3)
+        async with Daemon(api, settings) as d:
+            api.fail_next("PATCH", r"/pytorchjobs/j$", 0, delay=1.0)
+            first = await d.controller.run_once(NOW)
+            assert [(r.outcome, r.message.split(";")[0]) for r in first.applied.results] == \
+                [(Outcome.ERROR, "request timed out")]
+            assert first.result == "ok"  # a failed write is the job's problem, not the loop's
+            await asyncio.sleep(1.2)  # let the abandoned request finish on the server, if it can
+            for seconds in (5, 11, 60):
+                await d.controller.run_once(NOW + timedelta(seconds=seconds))
+            assert replicas(api, "j") == 4
+            assert_bounds(api)
+
+
+@pytest.mark.parametrize("how", ["clean-close", "abrupt-close", "410-gone"])
+async def test_watch_interrupted_cache_recovers_and_cycle_sees_changes(api, how):
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+        watches = api.count(plural="pytorchjobs", watch=True)
+        lists = api.count(plural="pytorchjobs", verb="list")
+        if how == "410-gone":
+            api.fail_next("GET", "pytorchjobs", 500, watch=True)  # first resume fails...
+        api.close_watches("pytorchjobs", abrupt=how == "abrupt-close")
+        api.put(pytorchjob("late", queue="team-a", min_replicas=1, max_replicas=3,
+                           replicas=1, active=1))
+        if how == "410-gone":
+            api.compact()  # ...and by the time it retries, its version is forgotten
+        await d.seen("PyTorchJob", "late")
+        assert api.count(plural="pytorchjobs", watch=True) > watches
+        if how == "410-gone":
+            assert api.count(plural="pytorchjobs", verb="list") > lists
+        result = await d.controller.run_once(NOW)
+        assert result.result == "ok"
+        # 2 free: fill grows the smaller job (late: 1 worker) to its max of 3 first
+        assert {x.ref.name: x.target for x in result.plan.actions} == {"late": 3}
+
+
+async def test_api_list_failing_at_start_holds_until_synced(api):
+    """The first LISTs fail (500): the cycle holds, writes nothing and says why; once the
+    caches sync, it plans."""
+
+    one_job(api)
+    api.fail_next("GET", "pytorchjobs", 500, times=2, watch=False)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        settings = settings_for(prom.url)
+        d = Daemon(api, settings)
+        await d.kube.start()
+        try:
+            held = await d.controller.run_once(NOW)
+            assert held.result == "hold"
+            assert "not synced" in held.message
+            assert patches(api) == 0
+            assert counter(metrics_text(d), "elastic_autoscaler_source_errors_total",
+                           kind="not_synced", source="kubernetes") == 1
+            await d.kube.wait_synced(10)
+            ok = await d.controller.run_once(NOW + timedelta(seconds=1))
+            assert ok.result == "ok" and replicas(api, "j") == 4
+        finally:
+            await d.__aexit__(None, None, None)
+
+
+# ---- leadership and concurrency ------------------------------------------------------------
+
+
+async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
+    """A real elector leads; mid-plan the API stops accepting its renewals and the first
+    patch hangs past the renew deadline. Everything after that patch is not written."""
+
+    for name in ("a", "b", "c"):
+        api.put(pytorchjob(name, queue="team-a", min_replicas=1, max_replicas=2, replicas=1,
+                           active=1))
+    async with fake_prometheus(vector_body(sample("team-a", 3000, TS))) as prom:
+        settings = settings_for(prom.url, leader_election=True, lease_namespace="ml",
+                                lease_duration_seconds=1.0, lease_renew_deadline_seconds=0.5,
+                                lease_retry_period_seconds=0.1)
+        async with Daemon(api, settings) as d:
+            elector = LeaderElector(settings, d.client, "me")
+            d.controller.may_write = lambda: elector.is_leader
+            task = asyncio.create_task(elector.run())
+            try:
+                await eventually(lambda: elector.is_leader, 5)
+                api.fail_next("PUT", "/leases/", 500, times=1000)  # renewals fail from now
+                api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.0)  # a slow write
+                with capture_logs() as logs:
+                    result = await d.controller.run_once(NOW)
+                outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
+                assert outcomes == {"a": Outcome.APPLIED, "b": Outcome.NOT_LEADER,
+                                    "c": Outcome.NOT_LEADER}
+                assert patches(api) == 1
+                # the slow write landed after leadership was lost: no Event for it
+                assert api.objects("events", "ml") == []
+                assert "leadership lost" in result.applied.results[0].message
+                assert counter(metrics_text(d), "elastic_autoscaler_writes_total",
+                               result="not_leader") == 2
+                assert any(e.get("event") == "leader-lost" for e in logs)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+class Barrier:
+    """Both daemons read the same world before either writes: a deterministic race."""
+
+    def __init__(self, inner: LiveSource, barrier: asyncio.Barrier) -> None:
+        self.inner, self.barrier = inner, barrier
+
+    async def read(self, now):
+        snapshot = await self.inner.read(now)
+        await self.barrier.wait()
+        return snapshot
+
+
+async def test_two_daemons_racing_without_leader_election_stay_consistent(api):
+    """Leader election off and two replicas (a misconfiguration): both plan from the same
+    read and both patch. resourceVersion makes the second patch a 409, so the job is grown
+    once, not twice, and the loser's next cycle sees the workers in flight."""
+
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
+                       active=2))
+    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=8, replicas=4,
+                       active=4))
+    async with fake_prometheus(vector_body(sample("team-a", 3000, TS))) as prom:
+        settings = settings_for(prom.url)
+        async with Daemon(api, settings) as one, Daemon(api, settings) as two:
+            barrier = asyncio.Barrier(2)
+            one.controller.source = Barrier(one.controller.source, barrier)
+            two.controller.source = Barrier(two.controller.source, barrier)
+            r1, r2 = await asyncio.gather(one.controller.run_once(NOW),
+                                          two.controller.run_once(NOW))
+            outcomes = sorted(r.outcome.value for x in (r1, r2) for r in x.applied.results)
+            assert outcomes == ["applied", "conflict"]
+            assert replicas(api, "j") == 5 and replicas(api, "k") == 4  # 3 free GPUs, once
+            assert patches(api) == 2
+            for d in (one, two):
+                await d.seen("PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]
+                             ["Worker"]["replicas"] == 5)
+            # Prometheus still says 3 free (it lags): in-flight accounting stops a regrant
+            again = await asyncio.gather(one.controller.run_once(NOW + timedelta(seconds=60)),
+                                         two.controller.run_once(NOW + timedelta(seconds=60)))
+            assert all(x.plan.actions == () for x in again)
+            assert patches(api) == 2
+            assert_bounds(api)
+
+
+# ---- the real process: kill -9, SIGTERM, API unreachable, secrets ------------------------------
+
+
+@dataclass
+class Proc:
+    """`python -m autoscaler run` as a child process, JSON logs read line by line."""
+
+    process: asyncio.subprocess.Process
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    reader: asyncio.Task | None = None
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for line in self.process.stderr:
+            text = line.decode(errors="replace").rstrip("\n")
+            self.raw.append(text)
+            with contextlib.suppress(ValueError):
+                event = json.loads(text)
+                if isinstance(event, dict):
+                    self.lines.append(event)
+
+    def events(self, event: str, /, **match: Any) -> list[dict[str, Any]]:
+        return [e for e in self.lines if e.get("event") == event
+                and all(e.get(k) == v for k, v in match.items())]
+
+    @property
+    def port(self) -> int:
+        listening = self.events("listening")
+        return int(listening[0]["port"]) if listening else 0
+
+    async def wait_for(self, name: str, within: float = 15.0, /, **match: Any) -> dict[str, Any]:
+        def found():
+            if self.process.returncode is not None and not self.events(name, **match):
+                raise AssertionError(f"daemon exited {self.process.returncode}:\n"
+                                     + "\n".join(self.raw[-30:]))
+            got = self.events(name, **match)
+            return got[-1] if got else None
+        try:
+            return await eventually(found, within, 0.02, f"log event {name} {match}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n" + "\n".join(self.raw[-30:])) from None
+
+    async def stop(self, sig: int = signal.SIGTERM, within: float = 15.0) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(sig)
+        code = await asyncio.wait_for(self.process.wait(), within)
+        if self.reader is not None:
+            await asyncio.wait_for(self.reader, 5)
+        return code
+
+
+def daemon_env(tmp_path: Path, kubeconfig: Path, prom_url: str, **extra: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    env.update({
+        "AUTOSCALER_KUBECONFIG": str(kubeconfig),
+        "AUTOSCALER_PROMETHEUS_URL": prom_url,
+        "AUTOSCALER_LEADER_ELECTION": "false",
+        "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
+        "AUTOSCALER_LISTEN_PORT": "0",
+        "AUTOSCALER_INTERVAL_SECONDS": "3600",
+        "AUTOSCALER_MIN_INTERVAL_SECONDS": "3600",
+        "AUTOSCALER_PROMETHEUS_RETRIES": "0",
+        "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "3",
+        "AUTOSCALER_CYCLE_DEADLINE_SECONDS": "10",
+        "AUTOSCALER_KUBE_REQUEST_TIMEOUT_SECONDS": "20",
+        "AUTOSCALER_LOG_FORMAT": "json",
+        "AUTOSCALER_COOLDOWN_SECONDS": "300",
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),  # no ~/.kube/config of the machine running the tests
+    })
+    env.update({f"AUTOSCALER_{k.upper()}": str(v) for k, v in extra.items()})
+    return env
+
+
+@contextlib.asynccontextmanager
+async def daemon_process(env: dict[str, str]):
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "autoscaler", "run", cwd=str(REPO), env=env,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    proc = Proc(process)
+    proc.reader = asyncio.create_task(proc._read())
+    try:
+        yield proc
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        if proc.reader is not None:
+            proc.reader.cancel()
+            await asyncio.gather(proc.reader, return_exceptions=True)
+
+
+def live_body(**free: float) -> dict[str, Any]:
+    """Free GPUs stamped with the wall clock: the child process plans at its real now."""
+
+    return vector_body(*(sample(q, v * 1000, time.time()) for q, v in free.items()))
+
+
+async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, tmp_path):
+    """kill -9 between two patches of one cycle: `a` landed, `b`'s patch was hanging. The
+    restarted process must not resize `a` again (cooldown from its annotation) and must do
+    `b` exactly once."""
+
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
+                       active=1))
+    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=8, replicas=1,
+                       active=1))
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    api.fail_next("PATCH", r"/pytorchjobs/b$", 0, delay=30.0)  # b's write hangs
+    async with fake_prometheus(live_body(**{"team-a": 2, "team-b": 2})) as prom:
+        env = daemon_env(tmp_path, kubeconfig, prom.url)
+        async with daemon_process(env) as first:
+            await eventually(lambda: replicas(api, "a") == 3, 20, 0.02, "a's patch")
+            await eventually(lambda: patches(api, "b") == 1, 5, 0.01, "b's patch in flight")
+            first.process.kill()  # SIGKILL: no cleanup, no "stopped"
+            assert await first.process.wait() == -signal.SIGKILL
+            assert not first.events("stopped")
+        assert replicas(api, "b") == 1  # the hanging write never landed
+        job_a = api.get("pytorchjobs", "ml", "a")
+        stamp = job_a["metadata"]["annotations"]["elastic-autoscaler.io/last-scale-time"]
+        assert abs(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                   - time.time()) < 60
+        # a's workers land; Prometheus (lagging) still shows team-a's 2 GPUs free
+        set_active(api, "a", 3)
+        prom.answers[:] = [Canned(live_body(**{"team-a": 2, "team-b": 2}))]
+        a_patches = patches(api, "a")
+        async with daemon_process(env) as second:
+            cycle = await second.wait_for("cycle", 30)
+            assert cycle["result"] == "ok", cycle
+            held = second.events("decision", name="a")
+            assert held and held[-1]["reason"] == "HoldCooldown", held
+            assert patches(api, "a") == a_patches  # no second resize within the cooldown
+            assert replicas(api, "a") == 3
+            assert replicas(api, "b") == 3  # b done, once
+            assert [e["outcome"] for e in second.events("scale")] == ["applied"]
+            # SIGTERM: the process finishes and says so, exit 0
+            assert await second.stop(signal.SIGTERM) == 0
+            assert second.events("stopped")
+        assert_bounds(api)
+
+
+async def test_sigterm_during_a_cycle_finishes_it_then_exits_zero(api, tmp_path):
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
+                       active=1))
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.5)  # the cycle is mid-write
+    async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
+        async with daemon_process(daemon_env(tmp_path, kubeconfig, prom.url)) as proc:
+            await eventually(lambda: patches(api, "a") == 1, 20, 0.02, "the patch")
+            proc.process.send_signal(signal.SIGTERM)
+            assert await proc.stop(signal.SIGTERM) == 0
+            assert replicas(api, "a") == 3  # the cycle under way was completed
+            cycles = proc.events("cycle")
+            assert len(cycles) == 1 and cycles[0]["result"] == "ok"
+            stopped = proc.events("stopped")
+            assert stopped and stopped[0]["cycles"] == 1
+
+
+class PinnedFakeKubeApi(FakeKubeApi):
+    """The fake API server on a port chosen before it starts: 'the API comes up later'."""
+
+    def __init__(self, port: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._pinned = port
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0,
+                                     access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self._pinned).start()
+        self._port = self._pinned
+
+
+async def test_api_unreachable_at_start_daemon_stays_alive_then_syncs(tmp_path):
+    port = free_port()
+    late = PinnedFakeKubeApi(port)
+    late._port = port  # for write_kubeconfig before it listens
+    kubeconfig = late.write_kubeconfig(tmp_path / "kubeconfig")
+    late._port = 0
+    async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
+        env = daemon_env(tmp_path, kubeconfig, prom.url, interval_seconds=0.5,
+                         min_interval_seconds=0, cycle_deadline_seconds=1)
+        async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
+            await proc.wait_for("listening")
+            base = f"http://127.0.0.1:{proc.port}"
+            held = await proc.wait_for("cycle", 20, result="hold")
+            assert "Kubernetes caches not synced" in held["message"]
+            async with http.get(f"{base}/healthz") as r:
+                assert r.status == 200
+            async with http.get(f"{base}/readyz") as r:
+                assert r.status == 503 and "not synced" in await r.text()
+            async with http.get(f"{base}/metrics") as r:
+                text = await r.text()
+            assert counter(text, "elastic_autoscaler_source_errors_total",
+                           kind="not_synced", source="kubernetes") >= 1
+            assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 0
+            # the API comes up: the daemon syncs and plans without a restart
+            late.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8,
+                                replicas=1, active=1))
+            async with late:
+                await eventually(lambda: replicas(late, "a") == 3, 30, 0.05, "the resize")
+                await proc.wait_for("cycle", 10, result="ok")
+                async with http.get(f"{base}/readyz") as r:
+                    assert r.status == 200
+                assert proc.process.returncode is None
+                assert await proc.stop() == 0
+
+
+async def test_tokens_never_reach_logs_or_metrics(tmp_path):
+    """A kube bearer token and a Prometheus bearer token file; Prometheus answers 401 and
+    echoes the token it rejected, as some auth proxies do. Debug logs and /metrics must not
+    contain either token."""
+
+    kube_token = "kube-s3cret-token-0123456789abcdef"
+    prom_token = "prom-s3cret-token-fedcba9876543210"
+    token_file = tmp_path / "prom-token"
+    token_file.write_text(prom_token + "\n")
+    echo = {"status": "error", "errorType": "unauthorized",
+            "error": f"invalid token: Bearer {prom_token}"}
+    async with FakeKubeApi(token=kube_token) as api:
+        api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
+                           active=1))
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        async with fake_prometheus(Canned(echo, status=401),
+                                   Canned(live_body(**{"team-a": 2}))) as prom:
+            env = daemon_env(tmp_path, kubeconfig, prom.url, log_level="debug",
+                             prometheus_bearer_token_file=token_file, interval_seconds=0.5,
+                             min_interval_seconds=0)
+            async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
+                await proc.wait_for("cycle", 20, result="hold")
+                await eventually(lambda: replicas(api, "a") == 3, 20, 0.05, "a resize")
+                await proc.wait_for("cycle", 10, result="ok")
+                async with http.get(f"http://127.0.0.1:{proc.port}/metrics") as r:
+                    metrics = await r.text()
+                assert await proc.stop() == 0
+            assert prom.requests[0]["headers"]["Authorization"] == f"Bearer {prom_token}"
+            assert all(r.authorization == f"Bearer {kube_token}" for r in api.requests
+                       if r.verb)
+        logs = "\n".join(proc.raw)
+        assert "HTTP 401" in logs  # the failure is reported...
+        for secret in (kube_token, prom_token):
+            assert secret not in logs  # ...without the secret
+            assert secret not in metrics
+        assert "***" in logs  # the echoed token was scrubbed, not just absent
