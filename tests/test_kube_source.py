@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from kubernetes_asyncio.config import kube_config as kube_config_module
 
@@ -267,9 +268,14 @@ async def test_throttled_watch_reports_the_status_message(
         kube.close_watches("queues")
         errors = await eventually(lambda: source.objects().errors, message="error reported")
         assert errors == ("Queue: HTTP 429 Too Many Requests: injected 429 TooManyRequests",)
+        failing = source.objects().failing_seconds
+        assert failing > 0
+        await eventually(lambda: source.objects().failing_seconds > failing, message="grows")
+        assert source.objects().synced  # it listed once; staleness is failing_seconds' job
         kube.clear_faults()
         await eventually(lambda: kube.watchers("queues") == 1, message="queue watch reopened")
         await eventually(lambda: source.objects().errors == (), message="error cleared")
+        assert source.objects().failing_seconds == 0
 
 
 async def test_watch_errors_back_off_and_retry(kube: FakeKubeApi, client: ApiClient) -> None:
@@ -446,3 +452,15 @@ async def test_make_api_client_falls_back_to_the_default_kubeconfig(
     )
     with pytest.raises(ConfigException, match="not in a cluster"):
         await make_api_client(Settings())
+
+
+async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiClient) -> None:
+    seed(kube)
+    source = KubeSource(Settings(namespaces=["ns1"]), client)
+    objects = await source.list_once()
+    assert names(objects.jobs) == ["ns1/a"] and objects.synced
+    assert kube.count(verb="list") == 4 and kube.count(watch=True) == 0
+    kube.fail_next("GET", r"/queues$", 403)
+    with pytest.raises(ApiException) as denied:
+        await KubeSource(Settings(), client).list_once()
+    assert denied.value.status == 403

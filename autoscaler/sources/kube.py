@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -97,6 +98,8 @@ class KubeObjects:
     Each tuple is ordered by (namespace, name). The dicts are shared with the caches and
     must not be mutated. `synced` is False until every cache finished its first LIST;
     `errors` names caches whose last LIST/WATCH failed and objects that were dropped.
+    `failing_seconds` is how long the longest-failing cache has been unable to list or
+    watch (0 when all are connected): past a bound its objects are stale, not current.
     """
 
     jobs: tuple[RawObject, ...]
@@ -105,6 +108,7 @@ class KubeObjects:
     priorityclasses: tuple[RawObject, ...]
     synced: bool
     errors: tuple[str, ...]
+    failing_seconds: float = 0.0
 
 
 @dataclass
@@ -145,6 +149,7 @@ class _Cache:
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.last_error: str | None = None
+        self.failing_since: float | None = None  # monotonic start of the error streak
         self.counters = _Counters()
         self.version = 0  # bumped on every change, so readers can memoise snapshots
 
@@ -199,6 +204,8 @@ class _Cache:
     def _failed(self, exc: BaseException, text: str) -> None:
         self.counters.errors += 1
         self.last_error = text
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
         log.warning("kube.cache_error", cache=self.name, error=text,
                     resource_version=self.resource_version)
 
@@ -214,6 +221,9 @@ class _Cache:
                     (r.group, r.version, r.plural), kwargs)
         return (self._api.list_namespaced_custom_object,
                 (r.group, r.version, self.namespace, r.plural), kwargs)
+
+    async def list_once(self) -> None:
+        await self._list()
 
     async def _list(self) -> None:
         func, args, kwargs = self._call_args()
@@ -231,8 +241,12 @@ class _Cache:
                 break
         self.counters.lists += 1
         self._replace(items, str(meta.get("resourceVersion") or ""))
-        self.last_error = None
+        self._recovered()
         self.synced.set()
+
+    def _recovered(self) -> None:
+        self.last_error = None
+        self.failing_since = None
 
     async def _watch(self) -> tuple[int, float]:
         """One watch request from the last version; returns (events, seconds) at its end."""
@@ -247,7 +261,7 @@ class _Cache:
                 data = await response.read()
                 response.release()
                 raise ApiException(http_resp=RESTResponse(response, data))
-            self.last_error = None  # connected: whatever failed before works again
+            self._recovered()  # connected: whatever failed before works again
             return response
 
         timeout = self._settings.watch_timeout_seconds
@@ -452,6 +466,16 @@ class KubeSource:
             asyncio.create_task(c.run(), name=f"kube-cache-{c.name}") for c in self._caches
         ]
 
+    async def list_once(self) -> KubeObjects:
+        """LIST every cache once, without watching: a one-shot read (e.g. `plan`).
+
+        Raises the first failure (ApiException, aiohttp.ClientError, TimeoutError).
+        Do not mix with `start()`.
+        """
+
+        await asyncio.gather(*(c.list_once() for c in self._caches))
+        return self.objects()
+
     async def wait_synced(self, timeout: float) -> None:  # noqa: ASYNC109 - our contract
         """Return once every cache finished its first LIST; TimeoutError names the rest."""
 
@@ -492,9 +516,15 @@ class KubeSource:
     def objects(self) -> KubeObjects:
         """The current objects; no API call. Memoised until a cache changes."""
 
+        now = time.monotonic()
+        failing = max(
+            (now - c.failing_since for c in self._caches if c.failing_since is not None),
+            default=0.0,
+        )
         versions = tuple((c.version, c.last_error, c.synced.is_set()) for c in self._caches)
-        if self._memo.snapshot is not None and self._memo.versions == versions:
-            return self._memo.snapshot
+        memo = self._memo.snapshot
+        if memo is not None and self._memo.versions == versions and not failing:
+            return memo
         snapshot = KubeObjects(
             jobs=_merged(self._jobs),
             podgroups=_merged(self._podgroups),
@@ -502,12 +532,21 @@ class KubeSource:
             priorityclasses=_merged(self._priorityclasses),
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
+            failing_seconds=failing,
         )
         self._memo = _Memo(versions, snapshot)
         return snapshot
 
     def stats(self) -> dict[str, Any]:
-        """Counters for metrics: totals plus `by_cache` detail and `errors` per kind."""
+        """Counters for metrics (monotonic, except the `by_cache` state fields).
+
+        Totals over all caches: `lists` (completed LISTs), `watches` (watch requests),
+        `watch_restarts` (watches that ended cleanly and were resumed), `relists_410`
+        (watches expired by the server), `events` (ADDED/MODIFIED/DELETED applied),
+        `dropped_oversized`; `errors` is {kind: failed LIST/WATCH attempts}; `by_cache`
+        maps a cache name (`PyTorchJob(ns1)`, `Queue`, ...) to its own counters plus
+        `synced`, `last_error`, `objects` and `resource_version`.
+        """
 
         totals = _Counters()
         errors: dict[str, int] = {}
