@@ -22,7 +22,7 @@ import structlog
 from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
-from .parse import RawObjects, build_snapshot
+from .parse import ParseCache, RawObjects, build_snapshot
 from .planner import plan as make_plan
 from .settings import Settings
 
@@ -43,6 +43,7 @@ class LiveSource:
                  metrics: Metrics | None = None) -> None:
         self.settings, self.kube, self.prometheus, self.metrics = (
             settings, kube, prometheus, metrics)
+        self.parsed = ParseCache()
 
     async def read(self, now: datetime) -> ClusterSnapshot:
         reading = await self.prometheus.fetch(now)
@@ -60,7 +61,7 @@ class LiveSource:
             if self.metrics is not None:
                 self.metrics.source_errors.labels("kubernetes", "not_synced").inc()
         return build_snapshot(raw, reading.queues, self.settings, problem=problem,
-                              message=message)
+                              message=message, cache=self.parsed)
 
 
 @dataclass(frozen=True, slots=True)

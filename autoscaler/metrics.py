@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .model import Plan
 
@@ -33,50 +38,11 @@ class Metrics:
             "(applied, conflict, gone, throttled, error, backoff, not_leader, dry_run).",
             ["result"], registry=r,
         )
-        self.jobs = Gauge(
-            f"{PREFIX}_jobs", "Jobs in the last plan by queue and reason.",
-            ["queue", "reason"], registry=r,
-        )
-        self.gangs = Gauge(
-            f"{PREFIX}_gangs", "Waiting gangs in the last plan by queue and reason.",
-            ["queue", "reason"], registry=r,
-        )
-        self.queue_free = Gauge(
-            f"{PREFIX}_queue_free_gpus", "Free GPUs per queue as read from Prometheus.",
-            ["queue"], registry=r,
-        )
-        self.queue_pending = Gauge(
-            f"{PREFIX}_queue_pending_gpus", "GPUs waiting gangs need, per queue.",
-            ["queue"], registry=r,
-        )
-        self.queue_granted = Gauge(
-            f"{PREFIX}_queue_granted_gpus", "GPUs granted to growing jobs in the last plan.",
-            ["queue"], registry=r,
-        )
-        self.queue_reclaimed = Gauge(
-            f"{PREFIX}_queue_reclaimed_gpus", "GPUs reclaimed for waiting gangs in the last plan.",
-            ["queue"], registry=r,
-        )
-        self.queue_inflight = Gauge(
-            f"{PREFIX}_queue_inflight_gpus", "GPUs promised to workers not yet running.",
-            ["queue"], registry=r,
-        )
-        self.queue_growable = Gauge(
-            f"{PREFIX}_queue_growable_gpus", "GPUs managed jobs of the queue could still take "
-            "(up to their max) after the last plan.", ["queue"], registry=r,
-        )
-        self.queue_holding = Gauge(
-            f"{PREFIX}_queue_holding", "1 when the whole queue holds (missing or bad data).",
-            ["queue", "reason"], registry=r,
-        )
-        self.job_current = Gauge(
-            f"{PREFIX}_job_current_replicas", "Worker replicas in the job's spec.",
-            ["namespace", "name", "queue"], registry=r,
-        )
-        self.job_desired = Gauge(
-            f"{PREFIX}_job_desired_replicas", "Worker replicas the last plan wants.",
-            ["namespace", "name", "queue"], registry=r,
-        )
+        # Per-plan gauges (one series per job, queue and reason) come from the last plan
+        # at scrape time: building 10k labelled children every cycle costs more than
+        # planning them.
+        self.plan_collector = PlanCollector()
+        r.register(self.plan_collector)
         self.source_errors = Counter(
             f"{PREFIX}_source_errors", "Errors reading sources, by source and kind.",
             ["source", "kind"], registry=r,
@@ -91,42 +57,73 @@ class Metrics:
         )
 
     def record_plan(self, plan: Plan) -> None:
-        """Replace the per-plan gauges with this plan's view (jobs that left disappear)."""
+        """The gauges of this plan replace the last one's (jobs that left disappear)."""
 
-        for gauge in (self.jobs, self.gangs, self.queue_free, self.queue_pending,
-                      self.queue_granted, self.queue_reclaimed, self.queue_inflight,
-                      self.queue_growable, self.queue_holding, self.job_current,
-                      self.job_desired):
-            gauge.clear()
-        jobs: dict[tuple[str, str], int] = {}
-        growable: dict[str, int] = {}
+        self.plan_collector.plan = plan
+
+
+_GAUGES = {
+    "jobs": ("Jobs in the last plan by queue and reason.", ["queue", "reason"]),
+    "gangs": ("Waiting gangs in the last plan by queue and reason.", ["queue", "reason"]),
+    "queue_free_gpus": ("Free GPUs per queue as read from Prometheus.", ["queue"]),
+    "queue_pending_gpus": ("GPUs waiting gangs need, per queue.", ["queue"]),
+    "queue_granted_gpus": ("GPUs granted to growing jobs in the last plan.", ["queue"]),
+    "queue_reclaimed_gpus": ("GPUs reclaimed for waiting gangs in the last plan.", ["queue"]),
+    "queue_inflight_gpus": ("GPUs promised to workers not yet running.", ["queue"]),
+    "queue_growable_gpus": ("GPUs managed jobs of the queue could still take (up to their "
+                            "max) after the last plan.", ["queue"]),
+    "queue_holding": ("1 when the whole queue holds (missing or bad data).",
+                      ["queue", "reason"]),
+    "job_current_replicas": ("Worker replicas in the job's spec.",
+                             ["namespace", "name", "queue"]),
+    "job_desired_replicas": ("Worker replicas the last plan wants.",
+                             ["namespace", "name", "queue"]),
+}
+
+
+class PlanCollector(Collector):
+    """Gauges describing the last plan, computed when Prometheus scrapes."""
+
+    def __init__(self) -> None:
+        self.plan: Plan | None = None
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return [GaugeMetricFamily(f"{PREFIX}_{n}", h, labels=ls) for n, (h, ls) in _GAUGES.items()]
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        families = {n: GaugeMetricFamily(f"{PREFIX}_{n}", h, labels=ls)
+                    for n, (h, ls) in _GAUGES.items()}
+        plan = self.plan
+        if plan is not None:
+            self._fill(plan, families)
+        return families.values()
+
+    @staticmethod
+    def _fill(plan: Plan, f: dict[str, GaugeMetricFamily]) -> None:
+        jobs: Counter_[tuple[str, str]] = Counter_()
+        growable: Counter_[str] = Counter_()
         for d in plan.decisions:
-            key = (d.queue, d.reason.value)
-            jobs[key] = jobs.get(key, 0) + 1
+            jobs[(d.queue, d.reason.value)] += 1
             if d.current is not None:
-                labels = (d.ref.namespace, d.ref.name, d.queue)
-                self.job_current.labels(*labels).set(d.current)
-                self.job_desired.labels(*labels).set(d.target if d.target is not None
-                                                     else d.current)
+                labels = [d.ref.namespace, d.ref.name, d.queue]
+                f["job_current_replicas"].add_metric(labels, d.current)
+                f["job_desired_replicas"].add_metric(
+                    labels, d.target if d.target is not None else d.current)
             if (not d.reason.unmanaged and d.max_replicas is not None
                     and d.gpus_per_worker is not None and d.target is not None):
-                growable[d.queue] = growable.get(d.queue, 0) + (
-                    (d.max_replicas - d.target) * d.gpus_per_worker)
-        for (queue, reason), n in jobs.items():
-            self.jobs.labels(queue, reason).set(n)
-        gangs: dict[tuple[str, str], int] = {}
-        for g in plan.gangs:
-            key = (g.queue, g.reason.value)
-            gangs[key] = gangs.get(key, 0) + 1
-        for (queue, reason), n in gangs.items():
-            self.gangs.labels(queue, reason).set(n)
-        for name, q in plan.queues.items():
+                growable[d.queue] += (d.max_replicas - d.target) * d.gpus_per_worker
+        for (queue, reason), n in sorted(jobs.items()):
+            f["jobs"].add_metric([queue, reason], n)
+        gangs = Counter_((g.queue, g.reason.value) for g in plan.gangs)
+        for (queue, reason), n in sorted(gangs.items()):
+            f["gangs"].add_metric([queue, reason], n)
+        for name, q in sorted(plan.queues.items()):
             if q.free_gpus is not None:
-                self.queue_free.labels(name).set(q.free_gpus)
-            self.queue_pending.labels(name).set(q.pending_gpus)
-            self.queue_granted.labels(name).set(q.granted_gpus)
-            self.queue_reclaimed.labels(name).set(q.reclaimed_gpus)
-            self.queue_inflight.labels(name).set(q.inflight_gpus)
-            self.queue_growable.labels(name).set(growable.get(name, 0))
+                f["queue_free_gpus"].add_metric([name], q.free_gpus)
+            f["queue_pending_gpus"].add_metric([name], q.pending_gpus)
+            f["queue_granted_gpus"].add_metric([name], q.granted_gpus)
+            f["queue_reclaimed_gpus"].add_metric([name], q.reclaimed_gpus)
+            f["queue_inflight_gpus"].add_metric([name], q.inflight_gpus)
+            f["queue_growable_gpus"].add_metric([name], growable.get(name, 0))
             if q.reason is not None:
-                self.queue_holding.labels(name, q.reason.value).set(1)
+                f["queue_holding"].add_metric([name, q.reason.value], 1)

@@ -477,6 +477,41 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
 # ---- the snapshot ---------------------------------------------------------------------
 
 
+class ParseCache:
+    """Parsed jobs and PodGroups kept across cycles by (namespace, name, resourceVersion):
+    a steady cycle parses only what changed. Cleared when the PriorityClasses change
+    (priorities are part of what is parsed). Objects without a resourceVersion (snapshot
+    files) are always parsed."""
+
+    def __init__(self) -> None:
+        self._priorities: Priorities | None = None
+        self._entries: dict[tuple[str, str, str], Any] = {}
+        self._next: dict[tuple[str, str, str], Any] = {}
+
+    def start(self, priorities: Priorities) -> None:
+        if priorities != self._priorities:
+            self._priorities, self._entries = priorities, {}
+        self._next = {}
+
+    def finish(self) -> None:
+        self._entries, self._next = self._next, {}  # drop what was not seen this cycle
+
+    def get(self, kind: str, obj: Mapping[str, Any], parse: Any) -> Any:
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if not isinstance(rv, str) or not rv:
+            return parse(obj)
+        key = (kind, f"{meta.get('namespace')}/{meta.get('name')}", rv)
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            value = parse(obj)
+        self._next[key] = value
+        return value
+
+
+_MISSING = object()
+
+
 def build_snapshot(
     raw: RawObjects,
     free: Mapping[str, QueueState],
@@ -484,18 +519,29 @@ def build_snapshot(
     *,
     problem: Reason | None = None,
     message: str = "",
+    cache: ParseCache | None = None,
 ) -> ClusterSnapshot:
     """Parse everything once. `free` holds what the free-GPU source said per queue; a queue
-    that jobs or gangs use but `free` lacks is unknown (held), never zero."""
+    that jobs or gangs use but `free` lacks is unknown (held), never zero. A `cache`
+    (the daemon keeps one; settings must not change between cycles) reuses what was
+    parsed for objects whose resourceVersion did not change."""
 
     priorities = Priorities.parse(raw.priorityclasses)
     queue_states = parse_queue_states(raw.queues)
+    cache = cache or ParseCache()
+    cache.start(priorities)
+
+    def job(obj: Mapping[str, Any]) -> ElasticJob | UnmanagedJob:
+        return parse_job(obj, settings, priorities)
+
+    def group(obj: Mapping[str, Any]) -> PendingGroup | InvalidGroup | None:
+        return parse_podgroup(obj, settings, priorities)
 
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str]] = set()
     for obj in raw.jobs:
-        parsed = parse_job(obj, settings, priorities)
+        parsed = cache.get("PyTorchJob", obj, job)
         key = (parsed.ref.namespace, parsed.ref.name)
         if key in seen:
             unmanaged.append(UnmanagedJob(parsed.ref, parsed.queue, Reason.DUPLICATE,
@@ -507,11 +553,12 @@ def build_snapshot(
     pending: list[PendingGroup] = []
     invalid: list[InvalidGroup] = []
     for obj in raw.podgroups:
-        group = parse_podgroup(obj, settings, priorities)
-        if isinstance(group, PendingGroup):
-            pending.append(group)
-        elif isinstance(group, InvalidGroup):
-            invalid.append(group)
+        parsed_group = cache.get("PodGroup", obj, group)
+        if isinstance(parsed_group, PendingGroup):
+            pending.append(parsed_group)
+        elif isinstance(parsed_group, InvalidGroup):
+            invalid.append(parsed_group)
+    cache.finish()
 
     names = set(free) | {j.queue for j in jobs} | {u.queue for u in unmanaged}
     names |= {g.queue for g in pending}

@@ -18,6 +18,7 @@ import subprocess
 import sysconfig
 import tomllib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from autoscaler import cli
 from autoscaler.metrics import Metrics
-from autoscaler.model import Reason
+from autoscaler.model import Decision, GangDecision, ObjectRef, Plan, QueueSummary, Reason
 from autoscaler.settings import ENV_PREFIX, Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +120,16 @@ def exported() -> dict[str, frozenset[str]]:
     for attr in vars(metrics).values():
         if isinstance(attr, MetricWrapperBase) and attr._labelnames:
             attr.labels(*["x"] * len(attr._labelnames))
+    # the per-plan gauges are computed from the last plan at scrape time: give them one
+    # job, one gang and one held queue
+    ref = ObjectRef("ns", "job")
+    metrics.record_plan(Plan(
+        now=datetime(2026, 11, 22, tzinfo=UTC),
+        decisions=(Decision(ref, "q", 2, 3, Reason.SCALE_UP_IDLE_GPUS, "m", 1, 4, 1),),
+        gangs=(GangDecision(ObjectRef("ns", "pg", "PodGroup"), "q", 2, Reason.GANG_FITS,
+                            "m"),),
+        queues={"q": QueueSummary("q", 1.0, reason=Reason.METRICS_STALE)},
+    ))
     names: dict[str, frozenset[str]] = {}
     for family in metrics.registry.collect():
         for sample in family.samples:

@@ -220,3 +220,23 @@ def test_duplicates_are_reported_and_same_name_in_other_namespace_is_distinct():
 def test_bad_free_gpu_values_hold_the_queue(value, reason):
     state = free_gpu_states({"q": value})["q"]
     assert state.free_gpus is None and state.problem is reason
+
+
+def test_parse_cache_reuses_unchanged_objects_only():
+    from autoscaler.parse import ParseCache
+
+    cache = ParseCache()
+    free = free_gpu_states({"team-a": 2})
+    a, b = pytorchjob("a"), pytorchjob("b")
+    first = build_snapshot(RawObjects.from_objects([a, b]), free, P, cache=cache)
+    b2 = edit(b, "spec.pytorchReplicaSpecs.Worker.replicas", 3)
+    b2 = edit(b2, "metadata.resourceVersion", "43")
+    second = build_snapshot(RawObjects.from_objects([a, b2]), free, P, cache=cache)
+    assert second.jobs[0] is first.jobs[0]  # same resourceVersion: not parsed again
+    assert second.jobs[1].replicas == 3 and second.jobs[1] is not first.jobs[1]
+    # a new PriorityClass changes what parsing means: everything is parsed again
+    third = build_snapshot(RawObjects.from_objects([a, b2, priority_class("x", 1, True)]),
+                           free, P, cache=cache)
+    assert third.jobs[0] is not second.jobs[0] and third.jobs[0].priority == 1
+    assert third == build_snapshot(RawObjects.from_objects([a, b2, priority_class("x", 1, True)]),
+                                   free, P)
