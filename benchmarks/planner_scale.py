@@ -18,17 +18,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.model import (  # noqa: E402
+from autoscaler.model import (
     ClusterSnapshot,
     ElasticJob,
     ObjectRef,
     PendingGroup,
     QueueState,
 )
-from autoscaler.parse import RawObjects, build_snapshot  # noqa: E402
-from autoscaler.planner import plan  # noqa: E402
-from autoscaler.settings import Settings  # noqa: E402
-from autoscaler.snapshot_file import free_gpu_states  # noqa: E402
+from autoscaler.parse import RawObjects, build_snapshot
+from autoscaler.planner import plan
+from autoscaler.settings import Settings
+from autoscaler.snapshot_file import free_gpu_states
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 QUEUES = 100
