@@ -22,7 +22,7 @@ import structlog
 from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
-from .parse import ParseCache, RawObjects, build_snapshot
+from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free
 from .planner import plan as make_plan
 from .settings import Settings
 
@@ -54,13 +54,16 @@ class LiveSource:
         raw = RawObjects(objects.jobs, objects.podgroups, objects.queues,
                          objects.priorityclasses)
         problem, message = reading.problem, reading.message
+        free = reading.queues
+        if self.settings.cross_check_queue_status:
+            free = cross_check_free(free, objects.queues, self.settings)
         if not objects.synced:
             # half a picture could hide a pending gang or a job's real size: hold
             problem = Reason.METRICS_UNAVAILABLE
             message = "Kubernetes caches not synced: " + "; ".join(objects.errors)
             if self.metrics is not None:
                 self.metrics.source_errors.labels("kubernetes", "not_synced").inc()
-        return build_snapshot(raw, reading.queues, self.settings, problem=problem,
+        return build_snapshot(raw, free, self.settings, problem=problem,
                               message=message, cache=self.parsed)
 
 

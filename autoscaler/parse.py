@@ -209,6 +209,46 @@ def parse_queue_states(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return states
 
 
+def cross_check_free(
+    free: Mapping[str, QueueState], queues: Iterable[Mapping[str, Any]], settings: Settings
+) -> dict[str, QueueState]:
+    """Hold a queue whose free-GPU reading disagrees by more than one GPU with what the API
+    says: `Queue.spec.deserved` minus `Queue.status.allocated`, for queues that set both.
+    Catches a query that no longer matches the scheduler (renamed metrics, wrong units)."""
+
+    out = dict(free)
+    for obj in queues:
+        name = _get(obj, "metadata", "name")
+        state = out.get(name) if isinstance(name, str) else None
+        if state is None or state.free_gpus is None:
+            continue
+        try:
+            deserved = _gpu_sum(_get(obj, "spec", "deserved"), settings, "spec.deserved")
+            allocated = _gpu_sum(_get(obj, "status", "allocated"), settings,
+                                 "status.allocated")
+        except BadField:
+            continue  # not comparable: the reading stands on its own
+        if deserved is None or allocated is None:
+            continue
+        expected = max(0, deserved - allocated)
+        if abs(expected - state.free_gpus) > 1:
+            out[name] = QueueState(
+                name, None, Reason.METRICS_INVALID,
+                f"queue {name}: Prometheus says {state.free_gpus:g} free GPUs, the Queue "
+                f"object says {expected} (spec.deserved {deserved} - status.allocated "
+                f"{allocated})", state.state)
+    return out
+
+
+def _gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
+    if not isinstance(resources, Mapping):
+        return None
+    present = [n for n in settings.gpu_resource_names if n in resources]
+    if not present:
+        return None
+    return sum(parse_quantity(resources[n], f"{field}[{n}]") for n in present)
+
+
 # ---- jobs -----------------------------------------------------------------------------
 
 

@@ -240,3 +240,21 @@ def test_parse_cache_reuses_unchanged_objects_only():
     assert third.jobs[0] is not second.jobs[0] and third.jobs[0].priority == 1
     assert third == build_snapshot(RawObjects.from_objects([a, b2, priority_class("x", 1, True)]),
                                    free, P)
+
+
+def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
+    from autoscaler.parse import cross_check_free
+
+    def q(name, deserved, allocated):
+        obj = queue_obj(name)
+        obj["spec"]["deserved"] = {"nvidia.com/gpu": deserved}
+        obj["status"]["allocated"] = {"nvidia.com/gpu": allocated, "cpu": "10"}
+        return obj
+
+    free = free_gpu_states({"agree": 4, "near": 5, "off": 12, "no-spec": 3})
+    out = cross_check_free(free, [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4),
+                                  queue_obj("no-spec")], P)
+    assert out["agree"].free_gpus == 4 and out["near"].free_gpus == 5
+    assert out["no-spec"].free_gpus == 3
+    assert out["off"].free_gpus is None and out["off"].problem is Reason.METRICS_INVALID
+    assert "spec.deserved 8 - status.allocated 4" in out["off"].message
