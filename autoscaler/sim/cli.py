@@ -1,0 +1,140 @@
+"""`elastic-autoscaler simulate`: replay a trace under several policies, print the
+comparison, write JSON and plots. Called by autoscaler/cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..settings import Settings
+from .policies import POLICIES
+from .report import plot, table, write_json
+from .runner import DEFAULT_RESTART_PENALTY, compare
+from .traces import FORMATS, TraceOptions, read_trace
+from .workload import ElasticRule, SpecError, parse_speedup_kind
+
+DEFAULT_GPUS = 64
+BUNDLED_GPUS = 32  # the bundled workload is sized for a 32-GPU cluster
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", type=Path, help="trace file (default: the small bundled "
+                   "workload)")
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="trace format (default: detected from the CSV header)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help=f"GPUs in the cluster (default {DEFAULT_GPUS}; {BUNDLED_GPUS} for the "
+                   "bundled workload), split over the trace's queues by their GPU-time")
+    p.add_argument("--policies", default=",".join(POLICIES),
+                   help=f"comma-separated, in table order (default {','.join(POLICIES)})")
+    p.add_argument("--out", type=Path, default=Path("sim-out"),
+                   help="directory for results.json and the plots (default ./sim-out)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    p.add_argument("--queues", default="", help="comma-separated queues to keep (default "
+                   "all)")
+    p.add_argument("--philly-slice", default=None, metavar="START,END",
+                   help="jobs START..END-1 of the trace in submit order")
+    p.add_argument("--max-jobs", type=int, default=None, help="first N jobs only")
+    p.add_argument("--restart-penalty", type=float, default=DEFAULT_RESTART_PENALTY,
+                   help="seconds of progress lost on every change of a job's workers "
+                   f"(default {DEFAULT_RESTART_PENALTY:g})")
+    p.add_argument("--speedup", default="auto", help="linear | amdahl:P | measured | auto "
+                   "(auto: measured for pollux traces, else per-row or amdahl:0.95)")
+    p.add_argument("--elastic-range", default="0.5,2", metavar="MIN,MAX",
+                   help="elastic range of jobs without one, as factors of the requested "
+                   "workers (default 0.5,2)")
+    p.add_argument("--profiles", type=Path, default=None,
+                   help="Pollux application profiles directory (default: "
+                   "pollux-app-profiles next to the trace)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _usage(message: str) -> Exception:
+    from ..cli import UsageError  # the CLI's own error type: exit 2
+
+    return UsageError(message)
+
+
+def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
+    try:
+        parse_speedup_kind(args.speedup)
+        rule = ElasticRule.parse(args.elastic_range)
+    except SpecError as exc:
+        raise _usage(str(exc)) from None
+    slice_ = None
+    if args.philly_slice:
+        try:
+            start, end = (int(x) for x in args.philly_slice.split(","))
+        except ValueError:
+            raise _usage(f"--philly-slice wants START,END, got {args.philly_slice!r}") from None
+        if not 0 <= start < end:
+            raise _usage("--philly-slice needs 0 <= START < END")
+        slice_ = (start, end)
+    if args.max_jobs is not None and args.max_jobs < 1:
+        raise _usage("--max-jobs must be >= 1")
+    if args.gpus is None:
+        args.gpus = DEFAULT_GPUS if args.trace is not None else BUNDLED_GPUS
+    if args.gpus < 1:
+        raise _usage("--gpus must be >= 1")
+    if args.restart_penalty < 0:
+        raise _usage("--restart-penalty must be >= 0")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise _usage(f"unknown policy {', '.join(unknown) or '(none)'}: choose from "
+                     f"{', '.join(POLICIES)}")
+    queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
+    opts = TraceOptions(format=args.format, speedup=args.speedup, elastic=rule,
+                        seed=args.seed, max_jobs=args.max_jobs, philly_slice=slice_,
+                        queues=queues, profiles_dir=args.profiles)
+    return opts, policies
+
+
+def run_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    opts, policies = _options(args)
+    try:
+        workload = read_trace(args.trace, opts)
+    except SpecError as exc:
+        raise _usage(str(exc)) from None
+    bar = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(workload.jobs) * len(policies), unit="job", delay=2.0,
+                   file=sys.stderr, desc="simulating")
+    state = {"policy": "", "done": 0}
+
+    def progress(policy: str, done: int) -> None:
+        if bar is None:
+            return
+        if policy != state["policy"]:
+            state["policy"], state["done"] = policy, 0
+            bar.set_postfix_str(policy)
+        if done > state["done"]:
+            bar.update(done - state["done"])
+            state["done"] = done
+
+    try:
+        result = compare(workload, args.gpus, settings, policies, args.restart_penalty,
+                         args.seed, progress if bar is not None else None)
+    except ValueError as exc:  # a cluster too small for the trace
+        raise _usage(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        planner = settings.model_dump(mode="json", exclude={"prometheus_password"})
+        write_json(result, args.out / "results.json", planner)
+        written = [args.out / "results.json"]
+        if not args.no_plots:
+            written += plot(result, args.out)
+    except OSError as exc:
+        print(f"elastic-autoscaler: error: cannot write to {args.out}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(table(result))
+    sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")
+    return 0

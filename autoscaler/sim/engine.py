@@ -1,0 +1,398 @@
+"""The simulated cluster: queues with deserved GPUs, jobs, and a Volcano-like scheduler,
+driven by an event loop in simulated seconds.
+
+Volcano's behaviour as modelled (see docs/simulator.md):
+- a job is admitted when its gang (min workers) fits in its queue's free GPUs
+  (deserved - allocated); waiting gangs are tried FIFO per queue and a smaller gang
+  behind one that does not fit may go first (backfill);
+- gangs are served before extra pods of running jobs (the gang plugin orders not-ready
+  jobs first); extra pods then go one at a time to the running job with the fewest
+  allocated GPUs (drf job order), ties by submit time;
+- optionally (`preempt=True`, Volcano's preempt action with the gang plugin) a gang that
+  does not fit evicts elastic pods (beyond min) of running jobs of its queue, the job
+  holding the most GPUs first, only when that makes the gang fit. Evicted pods stay
+  pending and come back when GPUs free up;
+- pods land the instant GPUs are free; removed workers free their GPUs at once.
+Every change of a running job's worker count restarts it: progress pauses for the
+restart penalty (several changes at one instant are one restart).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .workload import JobSpec
+
+EPS = 1e-9
+
+
+@dataclass(slots=True)
+class SimJob:
+    """A job's mutable state in one simulation run."""
+
+    spec: JobSpec
+    min_workers: int
+    max_workers: int
+    replicas: int  # the job's spec: workers wanted
+    gang: int  # workers needed to admit it (PodGroup minMember)
+    index: int  # submit order, the FIFO tie-break
+    remaining: float = 0.0  # seconds of work at requested size still to do
+    active: int = 0  # workers placed and running
+    submitted: bool = False
+    admitted: bool = False
+    done: bool = False
+    first_start: float | None = None
+    finish: float | None = None
+    paused_until: float = 0.0
+    restarts: int = 0
+    last_restart: float = -math.inf
+    last_scale_time: float | None = None  # set by a controller's resize (the annotation)
+    gpu_seconds: float = 0.0
+    last_update: float = 0.0
+    changed_at: float = -math.inf  # last instant its worker count changed
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    @property
+    def gpw(self) -> int:
+        return self.spec.gpus_per_worker
+
+    @property
+    def running(self) -> bool:
+        return self.admitted and not self.done
+
+    @property
+    def waiting(self) -> bool:
+        return self.submitted and not self.admitted
+
+    def rate(self) -> float:
+        return self.spec.rate(self.active)
+
+    def eta(self, now: float) -> float:
+        r = self.rate()
+        if r <= 0:
+            return math.inf
+        return max(now, self.paused_until) + self.remaining / r
+
+
+class Controller(Protocol):
+    """A scaling policy acting on the cluster between scheduler steps."""
+
+    name: str
+
+    def setup(self, job: SimJob) -> None:
+        """Set the job's initial replicas, range and gang before it is submitted."""
+
+    def next_time(self) -> float:
+        """When this controller wants to run next (math.inf: never)."""
+
+    def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        """A job was submitted or finished at `now` (event: "submit" | "finish")."""
+
+    def cycle(self, now: float, cluster: Cluster) -> None:
+        """Run one cycle: may change replicas of jobs through `cluster.resize`."""
+
+
+@dataclass(slots=True)
+class Sample:
+    time: float
+    allocated: int  # GPUs allocated cluster-wide right after this instant
+    demand: int  # GPUs of the physical bound right after this instant (capped per queue)
+
+
+@dataclass
+class Cluster:
+    """Queues, jobs and the scheduler. `deserved` maps queue -> GPUs."""
+
+    deserved: dict[str, int]
+    jobs: list[SimJob]
+    restart_penalty: float
+    preempt: bool = False
+    now: float = 0.0
+    allocated: dict[str, int] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    queue_gpu_seconds: dict[str, float] = field(default_factory=dict)
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        self.allocated = {q: 0 for q in self.deserved}
+        self.queue_gpu_seconds = {q: 0.0 for q in self.deserved}
+        self._by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
+        self._live: list[SimJob] = []  # submitted, not done
+
+    # ---- state queries -----------------------------------------------------------------
+
+    def free(self, queue: str) -> int:
+        return self.deserved[queue] - self.allocated[queue]
+
+    def live(self, queue: str | None = None) -> list[SimJob]:
+        if queue is None:
+            return self._live
+        return self._by_queue[queue]
+
+    @property
+    def capacity(self) -> int:
+        return sum(self.deserved.values())
+
+    # ---- changes -----------------------------------------------------------------------
+
+    def submit(self, job: SimJob) -> None:
+        job.submitted = True
+        job.remaining = job.spec.work
+        job.last_update = self.now
+        self._live.append(job)
+        self._by_queue[job.queue].append(job)
+
+    def resize(self, job: SimJob, replicas: int) -> None:
+        """A controller sets the job's spec (and the last-resize annotation). Workers
+        above the new spec go at once; new ones land when the scheduler places them."""
+
+        replicas = max(job.min_workers, min(job.max_workers, replicas))
+        if replicas == job.replicas:
+            return
+        job.replicas = replicas
+        job.last_scale_time = self.now
+        if job.active > replicas:
+            self._set_active(job, replicas)
+
+    def _set_active(self, job: SimJob, workers: int) -> None:
+        if workers == job.active:
+            return
+        self.allocated[job.queue] += (workers - job.active) * job.gpw
+        job.active = workers
+        now = self.now
+        if job.first_start is None:
+            job.first_start = now
+        elif job.first_start < now and job.last_restart < now:
+            # the job was running before this instant: torchrun restarts the worker group
+            job.restarts += 1
+            job.last_restart = now
+            job.paused_until = now + self.restart_penalty
+        job.changed_at = now
+
+    def advance(self, t: float) -> None:
+        """Integrate progress and GPU-time of every running job up to `t`."""
+
+        dt_all = t - self.now
+        if dt_all < 0:
+            raise AssertionError(f"time went backwards: {self.now} -> {t}")
+        if dt_all == 0:
+            return
+        for job in self._live:
+            if not job.admitted:
+                continue
+            start = max(job.last_update, job.paused_until)
+            if t > start:
+                job.remaining -= (t - start) * job.rate()
+            job.gpu_seconds += (t - job.last_update) * job.active * job.gpw
+            job.last_update = t
+        for q, a in self.allocated.items():
+            self.queue_gpu_seconds[q] += a * dt_all
+        self.now = t
+
+    def finish_due(self) -> list[SimJob]:
+        done = []
+        for job in self._live:
+            if job.admitted and job.remaining <= 1e-6 * max(1.0, job.spec.work):
+                done.append(job)
+        for job in done:
+            self._set_active_no_restart(job, 0)
+            job.remaining = 0.0
+            job.done = True
+            job.finish = self.now
+            self._live.remove(job)
+            self._by_queue[job.queue].remove(job)
+        return done
+
+    def _set_active_no_restart(self, job: SimJob, workers: int) -> None:
+        self.allocated[job.queue] += (workers - job.active) * job.gpw
+        job.active = workers
+
+    def next_finish(self) -> float:
+        best = math.inf
+        for job in self._live:
+            if job.admitted:
+                best = min(best, job.eta(self.now))
+        return best
+
+    # ---- the scheduler -------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        for queue in self.deserved:
+            jobs = self._by_queue[queue]
+            if jobs:
+                self._schedule_queue(queue, jobs)
+
+    def _schedule_queue(self, queue: str, jobs: list[SimJob]) -> None:
+        waiting = sorted((j for j in jobs if not j.admitted), key=lambda j: j.index)
+        for job in waiting:
+            need = job.gang * job.gpw
+            if need > self.free(queue) and self.preempt:
+                self._preempt_for(queue, jobs, need - self.free(queue))
+            if need <= self.free(queue):
+                job.admitted = True
+                job.last_update = self.now
+                job.paused_until = self.now
+                self._set_active(job, job.gang)
+        # extra pods, one at a time to the job holding the fewest GPUs (drf)
+        heap = [(j.active * j.gpw, j.index, j) for j in jobs
+                if j.admitted and j.active < j.replicas]
+        heapq.heapify(heap)
+        placed: dict[int, int] = {}
+        free = self.free(queue)
+        while heap:
+            held, idx, job = heapq.heappop(heap)
+            if job.gpw > free:
+                continue
+            free -= job.gpw
+            placed[idx] = placed.get(idx, 0) + 1
+            if job.active + placed[idx] < job.replicas:
+                heapq.heappush(heap, (held + job.gpw, idx, job))
+        for job in jobs:
+            extra = placed.get(job.index)
+            if extra:
+                self._set_active(job, job.active + extra)
+
+    def _preempt_for(self, queue: str, jobs: list[SimJob], shortfall: int) -> None:
+        victims = [j for j in jobs if j.admitted and j.active > j.min_workers]
+        if sum((j.active - j.min_workers) * j.gpw for j in victims) < shortfall:
+            return
+        take: dict[int, int] = {}
+        held = {j.index: j.active for j in victims}
+        by_index = {j.index: j for j in victims}
+        while shortfall > 0:
+            idx = max((i for i in held if held[i] > by_index[i].min_workers),
+                      key=lambda i: (held[i] * by_index[i].gpw, i))
+            held[idx] -= 1
+            take[idx] = take.get(idx, 0) + 1
+            shortfall -= by_index[idx].gpw
+        for idx, n in take.items():
+            job = by_index[idx]
+            self.preemptions += n
+            self._set_active(job, job.active - n)
+
+    def sample(self) -> None:
+        demand = 0
+        for queue, cap in self.deserved.items():
+            want = sum(j.max_workers * j.gpw for j in self._by_queue[queue])
+            demand += min(cap, want)
+        alloc = sum(self.allocated.values())
+        if self.samples and self.samples[-1].time == self.now:
+            self.samples[-1] = Sample(self.now, alloc, demand)
+        else:
+            self.samples.append(Sample(self.now, alloc, demand))
+
+
+def split_capacity(gpus: int, jobs: Sequence[JobSpec]) -> dict[str, int]:
+    """Deserved GPUs per queue: proportional to each queue's requested GPU-time, every
+    queue at least its largest gang of the smallest policy (min workers), largest
+    remainder rounding. One queue gets everything."""
+
+    queues = sorted({j.queue for j in jobs})
+    if len(queues) == 1:
+        return {queues[0]: gpus}
+    weight = {q: 0.0 for q in queues}
+    floor_ = {q: 1 for q in queues}
+    for j in jobs:
+        weight[j.queue] += j.work * j.requested_gpus
+        floor_[j.queue] = max(floor_[j.queue], j.min_workers * j.gpus_per_worker)
+    if sum(floor_.values()) > gpus:
+        raise ValueError(f"{gpus} GPUs cannot hold the smallest gang of each of "
+                         f"{len(queues)} queues ({sum(floor_.values())} needed)")
+    total = sum(weight.values()) or 1.0
+    share = {q: weight[q] / total * gpus for q in queues}
+    out = {q: max(floor_[q], math.floor(share[q])) for q in queues}
+    # take back from the largest shares, or hand out by largest remainder, to sum to gpus
+    while sum(out.values()) > gpus:
+        q = max((q for q in queues if out[q] > floor_[q]), key=lambda q: (out[q], q))
+        out[q] -= 1
+    order = sorted(queues, key=lambda q: (-(share[q] - math.floor(share[q])), q))
+    i = 0
+    while sum(out.values()) < gpus:
+        out[order[i % len(order)]] += 1
+        i += 1
+    return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    policy: str
+    jobs: tuple[SimJob, ...]
+    deserved: dict[str, int]
+    samples: tuple[Sample, ...]
+    queue_gpu_seconds: dict[str, float]
+    end: float
+    cycles: int
+    preemptions: int
+
+
+def simulate(
+    specs: Sequence[JobSpec],
+    deserved: dict[str, int],
+    controller: Controller,
+    restart_penalty: float,
+    preempt: bool = False,
+    progress: Callable[[float, int], None] | None = None,
+    horizon: float = math.inf,
+) -> RunResult:
+    """Replay `specs` on the cluster under `controller`. Pure: same input, same result."""
+
+    jobs = []
+    for i, spec in enumerate(sorted(specs, key=lambda s: (s.submit, s.name))):
+        if spec.queue not in deserved:
+            raise ValueError(f"job {spec.name}: queue {spec.queue!r} has no capacity")
+        job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested,
+                     spec.min_workers, i)
+        controller.setup(job)
+        cap = deserved[spec.queue] // spec.gpus_per_worker
+        if job.gang > cap:
+            raise ValueError(f"job {spec.name}: its gang of {job.gang} worker(s) can never "
+                             f"fit queue {spec.queue} ({deserved[spec.queue]} GPUs)")
+        job.max_workers = min(job.max_workers, cap)
+        job.replicas = min(job.replicas, job.max_workers)
+        jobs.append(job)
+    cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt)
+    nxt = 0
+    cycles = 0
+    finished = 0
+    if jobs:
+        cluster.now = jobs[0].spec.submit
+    while True:
+        t_submit = jobs[nxt].spec.submit if nxt < len(jobs) else math.inf
+        t_finish = cluster.next_finish()
+        t_ctrl = controller.next_time()
+        if t_submit == math.inf and not cluster.live():
+            break
+        t = min(t_submit, t_finish, t_ctrl)
+        if t == math.inf or t > horizon:
+            raise RuntimeError("simulation stalled: live jobs can never run "
+                               f"({[j.name for j in cluster.live()][:5]})")
+        cluster.advance(max(t, cluster.now))
+        for _ in cluster.finish_due():
+            finished += 1
+            controller.notify(cluster.now, cluster, "finish")
+        while nxt < len(jobs) and jobs[nxt].spec.submit <= cluster.now:
+            cluster.submit(jobs[nxt])
+            nxt += 1
+            controller.notify(cluster.now, cluster, "submit")
+        cluster.schedule()
+        if controller.next_time() <= cluster.now + EPS:
+            controller.cycle(cluster.now, cluster)
+            cycles += 1
+            cluster.schedule()
+        cluster.sample()
+        if progress is not None:
+            progress(cluster.now, finished)
+    return RunResult(controller.name, tuple(jobs), dict(deserved), tuple(cluster.samples),
+                     dict(cluster.queue_gpu_seconds), cluster.now, cycles,
+                     cluster.preemptions)

@@ -1,0 +1,193 @@
+"""The policies compared: how each sets a job's size, gang and replicas, and what (if
+anything) resizes jobs while they run.
+
+- static           every job at its requested size, gang = requested, never resized.
+- hpa              per-job HorizontalPodAutoscaler (training-operator style), each job
+                   alone, on a queue-level "pressure" metric; see HpaController.
+- volcano-default  replicas = max, gang = min; elastic pods placed when GPUs are free,
+                   never preempted (Volcano's enqueue, allocate, backfill).
+- volcano-elastic  the same plus preemption of elastic pods for waiting gangs.
+- planner          replicas = requested, gang = min; the real `autoscaler.planner.plan`
+                   on a ClusterSnapshot of the simulated state, every interval_seconds and
+                   early (at most once per min_interval_seconds) on submit/finish.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+from ..model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, QueueState
+from ..planner import plan
+from ..settings import Settings
+from .engine import Cluster, SimJob
+
+POLICIES = ("static", "hpa", "volcano-default", "volcano-elastic", "planner")
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 as the planner's clock
+NAMESPACE = "sim"
+
+
+def sim_time(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+class _Passive:
+    """No controller: Volcano alone."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def setup(self, job: SimJob) -> None:
+        if self.name == "static":
+            job.min_workers = job.max_workers = job.replicas = job.gang = job.spec.requested
+        else:  # volcano-*: the whole range asked for, the gang at min
+            job.replicas = job.max_workers
+            job.gang = job.min_workers
+
+    def next_time(self) -> float:
+        return math.inf
+
+    def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        pass
+
+    def cycle(self, now: float, cluster: Cluster) -> None:
+        pass
+
+
+class _Elastic:
+    """Jobs submitted as users do: replicas = requested, gang = min."""
+
+    name = "elastic"
+
+    def setup(self, job: SimJob) -> None:
+        job.replicas = job.spec.requested
+        job.gang = job.min_workers
+
+
+class PlannerController(_Elastic):
+    """Our daemon in simulated time: the real planner on a snapshot built from the model
+    objects, its actions applied like the actuator (spec + last-resize annotation)."""
+
+    name = "planner"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.interval = settings.interval_seconds
+        self.min_interval = settings.min_interval_seconds
+        self._next = math.inf
+        self._last = -math.inf
+
+    def next_time(self) -> float:
+        return self._next
+
+    def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        early = max(now, self._last + self.min_interval)
+        self._next = min(self._next, early)
+
+    def cycle(self, now: float, cluster: Cluster) -> None:
+        snapshot = snapshot_of(cluster)
+        result = plan(snapshot, self.settings, sim_time(now))
+        by_name = {j.name: j for j in cluster.live()}
+        for d in result.actions:
+            cluster.resize(by_name[d.ref.name], d.target)  # type: ignore[arg-type]
+        self._last = now
+        self._next = now + self.interval if cluster.live() else math.inf
+
+
+def snapshot_of(cluster: Cluster) -> ClusterSnapshot:
+    """What the daemon's sources would read: free GPUs per queue as the Volcano PromQL
+    (deserved - allocated), every live job as an ElasticJob, every job still waiting for
+    its gang also as a PendingGroup owned by it."""
+
+    queues = {q: QueueState(q, float(cluster.free(q))) for q in cluster.deserved}
+    jobs = []
+    pending = []
+    for j in cluster.live():
+        ref = ObjectRef(NAMESPACE, j.name)
+        jobs.append(ElasticJob(
+            ref=ref, queue=j.queue, min_replicas=j.min_workers, max_replicas=j.max_workers,
+            replicas=j.replicas, active=j.active, gpus_per_worker=j.gpw,
+            created=sim_time(j.spec.submit),
+            last_scale_time=None if j.last_scale_time is None else sim_time(j.last_scale_time),
+            started=None if j.first_start is None else sim_time(j.first_start),
+            resource_version="1",
+        ))
+        if not j.admitted:
+            pending.append(PendingGroup(
+                ref=ObjectRef(NAMESPACE, j.name, "PodGroup"), queue=j.queue,
+                gpus=j.gang * j.gpw, created=sim_time(j.spec.submit), owner=ref))
+    return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
+
+
+class HpaController(_Elastic):
+    """One HPA per job, as training-operator builds it from elasticPolicy.metrics, run by
+    the HPA controller every `period` seconds (its default sync period, 15 s).
+
+    Metric: queue pressure seen by the job alone, in its workers:
+        ratio = (replicas + (free GPUs of its queue - GPUs of gangs waiting in it) / gpw)
+                / replicas
+    i.e. "use the idle GPUs, give back what waiting jobs need". HPA defaults:
+    desired = ceil(replicas x ratio), nothing when |ratio - 1| <= tolerance (0.1); scale-up
+    at most max(+100%, +4 pods) per period; scale-down takes the highest recommendation
+    of the last 300 s (stabilisation window); clamped to [min, max]. A job with no running
+    pod has no metric and is left alone."""
+
+    name = "hpa"
+
+    def __init__(self, period: float = 15.0, tolerance: float = 0.1,
+                 stabilisation: float = 300.0) -> None:
+        self.period = period
+        self.tolerance = tolerance
+        self.stabilisation = stabilisation
+        self._next = math.inf
+        self._history: dict[str, deque[tuple[float, int]]] = {}
+
+    def next_time(self) -> float:
+        return self._next
+
+    def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        if self._next == math.inf:
+            self._next = now
+
+    def cycle(self, now: float, cluster: Cluster) -> None:
+        waiting_gpus = {q: 0 for q in cluster.deserved}
+        for j in cluster.live():
+            if not j.admitted:
+                waiting_gpus[j.queue] += j.gang * j.gpw
+        # every HPA reads the same metric sample this period, then acts
+        reading = {q: cluster.free(q) - waiting_gpus[q] for q in cluster.deserved}
+        for j in list(cluster.live()):
+            if not j.admitted or j.active == 0:
+                continue
+            current = j.replicas
+            ratio = (current + reading[j.queue] / j.gpw) / current
+            desired = current
+            if abs(ratio - 1.0) > self.tolerance:
+                desired = math.ceil(current * ratio - 1e-9)
+            desired = max(j.min_workers, min(j.max_workers, desired))
+            hist = self._history.setdefault(j.name, deque())
+            hist.append((now, desired))
+            while hist and hist[0][0] < now - self.stabilisation:
+                hist.popleft()
+            if desired < current:
+                desired = min(current, max(d for _, d in hist))  # scale-down stabilisation
+            elif desired > current:
+                desired = min(desired, max(2 * current, current + 4))
+            if desired != current:
+                cluster.resize(j, desired)
+        self._next = now + self.period if cluster.live() else math.inf
+
+
+def make_controller(name: str, settings: Settings):  # -> Controller
+    if name in ("static", "volcano-default", "volcano-elastic"):
+        return _Passive(name)
+    if name == "hpa":
+        return HpaController()
+    if name == "planner":
+        return PlannerController(settings)
+    raise ValueError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)}")
+
+
+def preempts(name: str) -> bool:
+    return name == "volcano-elastic"

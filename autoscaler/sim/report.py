@@ -1,0 +1,126 @@
+"""The comparison as a terminal table, a JSON document and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .metrics import utilisation_series
+from .runner import Comparison
+
+COLUMNS = (
+    ("policy", "{}"),
+    ("util", "{:.1%}"),
+    ("bound", "{:.1%}"),
+    ("avg JCT h", "{:.2f}"),
+    ("p50 JCT h", "{:.2f}"),
+    ("p95 JCT h", "{:.2f}"),
+    ("avg queue h", "{:.2f}"),
+    ("p95 queue h", "{:.2f}"),
+    ("makespan h", "{:.1f}"),
+    ("restarts/job", "{:.2f}"),
+    ("idle GPU-h", "{:.0f}"),
+)
+
+
+def table(c: Comparison) -> str:
+    rows = []
+    for name, m in c.metrics.items():
+        values = (name, m.utilisation, m.bound, m.avg_jct / 3600, m.p50_jct / 3600,
+                  m.p95_jct / 3600, m.avg_queueing / 3600, m.p95_queueing / 3600,
+                  m.makespan / 3600, m.restarts_per_job, sum(m.idle_gpu_hours.values()))
+        rows.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
+    heads = [h for h, _ in COLUMNS]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
+                     enumerate(zip(heads, widths, strict=True)))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in
+                             enumerate(zip(r, widths, strict=True))))
+    jobs = len(c.workload.jobs)
+    head = (f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
+            f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}")
+    return head + "\n" + "\n".join(out) + "\n"
+
+
+def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "workload": {"source": c.workload.source, "jobs": len(c.workload.jobs),
+                     "notes": list(c.workload.notes)},
+        "cluster": {"gpus": c.gpus, "deserved": dict(sorted(c.deserved.items()))},
+        "restart_penalty_seconds": c.restart_penalty,
+        "seed": c.seed,
+        "planner_settings": settings or {},
+        "policies": {name: m.to_json() for name, m in c.metrics.items()},
+        "jobs": {
+            name: [
+                {"name": j.name, "queue": j.queue, "submit": j.spec.submit,
+                 "first_start": j.first_start, "finish": j.finish, "restarts": j.restarts,
+                 "gpu_seconds": round(j.gpu_seconds, 3)}
+                for j in run.jobs
+            ]
+            for name, run in c.runs.items()
+        },
+    }
+
+
+def write_json(c: Comparison, path: Path, settings: dict[str, Any] | None = None) -> None:
+    path.write_text(json.dumps(to_json(c, settings), indent=1, sort_keys=False) + "\n",
+                    encoding="utf-8")
+
+
+def plot(c: Comparison, out: Path) -> list[Path]:
+    """utilisation.png, jct-cdf.png, queueing-cdf.png in `out`."""
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for name, run in c.runs.items():
+        xs, ys = utilisation_series(run)
+        ax.plot(xs, ys, label=name, linewidth=1.2)
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("allocated GPUs / capacity")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"GPU utilisation over time ({c.gpus} GPUs)")
+    ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.3)
+    paths.append(_save(fig, out / "utilisation.png"))
+
+    for key, title, fname in (
+        ("jct", "job completion time", "jct-cdf.png"),
+        ("queueing", "queueing delay (submit to first start)", "queueing-cdf.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, run in c.runs.items():
+            if key == "jct":
+                vals = sorted((j.finish - j.spec.submit) / 3600 for j in run.jobs
+                              if j.finish is not None)
+            else:
+                vals = sorted((j.first_start - j.spec.submit) / 3600 for j in run.jobs
+                              if j.first_start is not None)
+            n = len(vals)
+            ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=name,
+                    linewidth=1.2)
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xlabel(f"{title} (h)")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title(f"CDF of {title}")
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(alpha=0.3)
+        paths.append(_save(fig, out / fname))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,244 @@
+"""Trace readers: our CSV format, Microsoft Philly (as Pollux published it) and the
+Pollux workloads. Each returns a `Workload`; nothing here reads the network.
+
+Our CSV format (header required; column order free):
+
+    submit     seconds from the start of the trace (float)            required
+    duration   seconds the job runs at its requested size              required
+    gpus       GPUs the user asked for (requested size)                required
+    name       job name (default: job-<row>)                           optional
+    queue      Volcano queue (default: "default")                      optional
+    gpus_per_worker   GPUs of one worker (default 1); gpus must be a multiple
+    min_workers, max_workers   elastic range (default: the --elastic-range rule)
+    speedup    linear | amdahl:P for this job (default: --speedup)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+from .profiles import AppProfile, load_profiles
+from .workload import (
+    ElasticRule,
+    JobSpec,
+    SpecError,
+    Speedup,
+    Workload,
+    amdahl,
+    linear,
+    parse_speedup_kind,
+)
+
+FORMATS = ("auto", "csv", "philly", "pollux")
+DEFAULT_AMDAHL = 0.95
+BUNDLED = "small.csv"
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    format: str = "auto"
+    speedup: str = "auto"  # linear | amdahl:P | measured | auto
+    elastic: ElasticRule = field(default_factory=ElasticRule)
+    seed: int = 0
+    max_jobs: int | None = None
+    philly_slice: tuple[int, int] | None = None
+    queues: tuple[str, ...] = ()  # keep only these queues (empty: all)
+    profiles_dir: Path | None = None
+    top_gpus: int = 1024  # speedup tables are built up to this many GPUs
+
+
+def detect_format(header: Iterable[str]) -> str:
+    cols = set(header)
+    if {"application", "num_replicas", "batch_size", "time"} <= cols:
+        return "pollux"
+    if {"timestamp", "duration", "num_gpus"} <= cols:
+        return "philly"
+    if {"submit", "duration", "gpus"} <= cols:
+        return "csv"
+    raise SpecError(
+        "unknown trace format: expected columns submit,duration,gpus (csv), "
+        "timestamp,duration,num_gpus,cluster (philly) or name,time,application,"
+        f"num_replicas,batch_size (pollux); got {','.join(sorted(cols)) or 'nothing'}")
+
+
+def read_trace(path: Path | None, opts: TraceOptions) -> Workload:
+    """The workload in `path`, or the bundled small workload when `path` is None."""
+
+    if path is None:
+        text = resources.files("autoscaler.sim").joinpath("data", BUNDLED).read_text("utf-8")
+        source = f"bundled:{BUNDLED}"
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise SpecError(f"trace {path}: cannot read: {reason}") from None
+        source = str(path)
+    reader = csv.DictReader(io.StringIO(text))
+    rows = list(reader)
+    fmt = opts.format if opts.format != "auto" else detect_format(reader.fieldnames or ())
+    if not rows:
+        raise SpecError(f"trace {source}: no jobs")
+    try:
+        if fmt == "pollux":
+            profiles_dir = opts.profiles_dir or _default_profiles(path)
+            workload = _pollux(rows, opts, load_profiles(profiles_dir), source)
+        elif fmt == "philly":
+            workload = _philly(rows, opts, source)
+        elif fmt == "csv":
+            workload = _csv(rows, opts, source)
+        else:
+            raise SpecError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")
+    except (KeyError, ValueError) as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(f"trace {source} ({fmt}): bad row: {exc!r}") from None
+    if not workload.jobs:
+        raise SpecError(f"trace {source}: no jobs left after filtering")
+    return workload
+
+
+def _default_profiles(path: Path | None) -> Path:
+    if path is not None:
+        for cand in (path.parent / "pollux-app-profiles",
+                     path.parent.parent / "pollux-app-profiles"):
+            if cand.is_dir():
+                return cand
+    raise SpecError("pollux trace: application profiles not found next to the trace; "
+                    "pass --profiles DIR (the pollux-app-profiles directory)")
+
+
+def _speedup(kind: str, requested_gpus: int, top: int,
+             measured: Speedup | None = None) -> Speedup:
+    name, p = parse_speedup_kind(kind)
+    if name == "linear":
+        return linear(requested_gpus, top)
+    if name == "amdahl":
+        return amdahl(requested_gpus, top, p)
+    if name == "measured":
+        if measured is None:
+            raise SpecError("--speedup measured needs a pollux trace (application profiles)")
+        return measured
+    return measured if measured is not None else amdahl(requested_gpus, top, DEFAULT_AMDAHL)
+
+
+def _range(rule: ElasticRule, requested: int, speedup: Speedup, gpw: int) -> tuple[int, int]:
+    """The rule's range, with max cut to the fastest size in it (never below requested):
+    nobody declares workers that slow the job down."""
+
+    lo, hi = rule.range(requested)
+    best = max(range(requested, hi + 1), key=lambda w: (speedup.rate(w * gpw), -w))
+    return lo, best
+
+
+def _limit(rows: list[dict[str, str]], opts: TraceOptions) -> list[dict[str, str]]:
+    if opts.philly_slice is not None:
+        start, end = opts.philly_slice
+        rows = rows[start:end]
+    if opts.max_jobs is not None:
+        rows = rows[: opts.max_jobs]
+    return rows
+
+
+def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
+    jobs = []
+    for i, r in enumerate(rows):
+        queue = (r.get("queue") or "").strip() or "default"
+        if opts.queues and queue not in opts.queues:
+            continue
+        gpus = int(r["gpus"])
+        gpw = int(r.get("gpus_per_worker") or 1)
+        if gpus < 1 or gpw < 1 or gpus % gpw:
+            raise SpecError(f"trace {source} row {i + 2}: gpus={gpus} is not a positive "
+                            f"multiple of gpus_per_worker={gpw}")
+        requested = gpus // gpw
+        top = max(opts.top_gpus, gpus)
+        sp = _speedup((r.get("speedup") or "").strip() or opts.speedup, gpus, top)
+        if r.get("min_workers") and r.get("max_workers"):
+            lo, hi = int(r["min_workers"]), int(r["max_workers"])
+            if not 1 <= lo <= requested <= hi:
+                raise SpecError(f"trace {source} row {i + 2}: need 1 <= min_workers <= "
+                                f"gpus/gpus_per_worker <= max_workers")
+        else:
+            lo, hi = _range(opts.elastic, requested, sp, gpw)
+        submit, duration = float(r["submit"]), float(r["duration"])
+        if not (math.isfinite(submit) and submit >= 0 and math.isfinite(duration)
+                and duration > 0):
+            raise SpecError(f"trace {source} row {i + 2}: submit >= 0 and duration > 0")
+        jobs.append(JobSpec((r.get("name") or "").strip() or f"job-{i}", submit, duration,
+                            requested, lo, hi, gpw, queue, sp))
+    jobs.sort(key=lambda j: (j.submit, j.name))
+    return Workload(tuple(_limit_jobs(jobs, opts)), source)
+
+
+def _limit_jobs(jobs: list[JobSpec], opts: TraceOptions) -> list[JobSpec]:
+    if opts.max_jobs is not None:
+        jobs = jobs[: opts.max_jobs]
+    return jobs
+
+
+def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
+    """Philly: `cluster` is the queue; jobs sorted by submit time, then sliced."""
+
+    parsed = []
+    for r in rows:
+        queue = r["cluster"].strip() or "default"
+        if opts.queues and queue not in opts.queues:
+            continue
+        ts = datetime.fromisoformat(r["timestamp"]).timestamp()
+        parsed.append((ts, r, queue))
+    parsed.sort(key=lambda x: (x[0], x[1]["cluster"], float(x[1]["duration"])))
+    if opts.philly_slice is not None:
+        start, end = opts.philly_slice
+        parsed = parsed[start:end]
+    if opts.max_jobs is not None:
+        parsed = parsed[: opts.max_jobs]
+    if not parsed:
+        return Workload((), source)
+    t0 = parsed[0][0]
+    jobs = []
+    for i, (ts, r, queue) in enumerate(parsed):
+        gpus = int(float(r["num_gpus"]))
+        duration = float(r["duration"])
+        if gpus < 1 or duration <= 0:
+            continue
+        top = max(opts.top_gpus, gpus)
+        sp = _speedup(opts.speedup, gpus, top)
+        lo, hi = _range(opts.elastic, gpus, sp, 1)
+        jobs.append(JobSpec(f"philly-{i}", ts - t0, duration, gpus, lo, hi, 1, queue, sp))
+    return Workload(tuple(jobs), source)
+
+
+def _pollux(rows: list[dict[str, str]], opts: TraceOptions,
+            profiles: dict[str, AppProfile], source: str) -> Workload:
+    """Pollux workloads: work = iterations to finish at the job's batch size x step time
+    at its requested GPUs, from the application's profile (see profiles.py)."""
+
+    rows = _limit(sorted(rows, key=lambda r: (float(r["time"]), r["name"])), opts)
+    rng = random.Random(opts.seed)  # noqa: F841 - pollux traces need no randomness
+    jobs = []
+    for r in rows:
+        app = r["application"]
+        if app not in profiles:
+            raise SpecError(f"trace {source}: no profile for application {app!r}")
+        prof = profiles[app]
+        gpus, bsz = int(r["num_replicas"]), int(r["batch_size"])
+        queue = (r.get("queue") or "").strip() or "default"
+        if opts.queues and queue not in opts.queues:
+            continue
+        top = max(opts.top_gpus, gpus)
+        measured = prof.speedup(gpus, bsz, min(top, 4 * prof.useful_gpus(bsz)))
+        sp = _speedup(opts.speedup, gpus, top, measured)
+        lo, hi = _range(opts.elastic, gpus, sp, 1)
+        jobs.append(JobSpec(r["name"], float(r["time"]), prof.duration(gpus, bsz), gpus,
+                            lo, hi, 1, queue, sp, app))
+    return Workload(tuple(jobs), source,
+                    (f"work from {len(profiles)} application profiles",))
