@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -69,13 +68,14 @@ def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
     for g in snapshot.pending:
         pending_by_queue.setdefault(g.queue, []).append(g)
 
-    decisions: list[Decision] = [_unmanaged_decision(u) for u in snapshot.unmanaged]
+    decisions: list[Decision] = []
     gangs: list[GangDecision] = [
         GangDecision(g.ref, g.queue, 0, Reason.INVALID_GANG, g.message)
         for g in snapshot.invalid_groups
     ]
     summaries: dict[str, QueueSummary] = {}
-    names = sorted(set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue))
+    names = sorted(set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue)
+                   | set(unmanaged_by_queue))
     for name in names:
         state = snapshot.queues.get(name) or QueueState(
             name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading")
@@ -88,12 +88,15 @@ def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
             policy,
             now,
         )
-        summary = queue_plan.run()
-        summaries[name] = summary
-        decisions.extend(queue_plan.decisions())
+        summaries[name] = queue_plan.run()
+        # queues in name order, each job list already in (namespace, name) order: merge in
+        # the few unmanaged jobs instead of sorting everything
+        unmanaged = sorted((_unmanaged_decision(u) for u in unmanaged_by_queue.get(name, ())),
+                           key=_decision_order)
+        decisions.extend(heapq.merge(queue_plan.decisions(), unmanaged, key=_decision_order)
+                         if unmanaged else queue_plan.decisions())
         gangs.extend(queue_plan.gangs)
 
-    decisions.sort(key=lambda d: (d.queue, d.ref.namespace, d.ref.name, d.ref.kind))
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
     return Plan(now=now, decisions=tuple(decisions), gangs=tuple(gangs), queues=summaries)
 
@@ -104,6 +107,18 @@ def _unmanaged_decision(u: UnmanagedJob) -> Decision:
         message=u.message, min_replicas=u.min_replicas, max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
     )
+
+
+def _decision_order(d: Decision) -> tuple[str, str, str]:
+    return (d.ref.namespace, d.ref.name, d.ref.kind)
+
+
+_NO_MIN_AVAILABLE = ("no runPolicy.schedulingPolicy.minAvailable: training-operator sets the "
+                     "gang size to all replicas, so growing raises it",)
+
+
+def _skey(w: _Job) -> tuple[str, str, str]:
+    return w.skey
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -126,9 +141,10 @@ class _QueuePlanner:
         self.now = now
         self.snapshot = snapshot
         self.work = sorted(
-            (_Job(j, j.replicas, _seconds(j.last_scale_time, now),
+            (_Job(j, j.replicas,
+                  None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
                   (j.ref.namespace, j.ref.name, j.ref.kind)) for j in jobs),
-            key=lambda w: w.skey)
+            key=_skey)
         self.unmanaged = unmanaged
         self.pending = sorted(pending, key=lambda g: (
             -g.priority, g.created, g.ref.namespace, g.ref.name))
@@ -140,20 +156,14 @@ class _QueuePlanner:
     def _settle(self, w: _Job, target: int, reason: Reason, message: str) -> None:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
 
-    def decisions(self) -> Iterable[Decision]:
-        for w in self.work:
-            j = w.job
-            notes: tuple[str, ...] = ()
-            if not j.has_min_available:
-                notes = ("no runPolicy.schedulingPolicy.minAvailable: training-operator sets "
-                         "the gang size to all replicas, so growing raises it",)
-            reason = w.reason or Reason.NO_IDLE_GPUS
-            yield Decision(
-                ref=j.ref, queue=j.queue, current=j.replicas, target=w.target, reason=reason,
-                message=w.message, min_replicas=j.min_replicas, max_replicas=j.max_replicas,
-                gpus_per_worker=j.gpus_per_worker, resource_version=j.resource_version,
-                notes=notes,
-            )
+    def decisions(self) -> list[Decision]:
+        # positional: this runs once per job per cycle
+        return [
+            Decision(j.ref, j.queue, j.replicas, w.target, w.reason or Reason.NO_IDLE_GPUS,
+                     w.message, j.min_replicas, j.max_replicas, j.gpus_per_worker,
+                     j.resource_version, () if j.has_min_available else _NO_MIN_AVAILABLE)
+            for w in self.work for j in (w.job,)
+        ]
 
     # ---- the cycle --------------------------------------------------------------------
 
