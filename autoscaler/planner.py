@@ -264,7 +264,7 @@ class _QueuePlanner:
     # ---- rule 3: waiting gangs ------------------------------------------------------------
 
     def _serve_gangs(self, idle: int, releasing: int) -> tuple[int, int, str]:
-        p, starving = self.policy, ""
+        p, starving, from_idle = self.policy, "", 0
         # GPUs reclaimable per victim priority, so that deciding a gang cannot be covered
         # (the common case in a full queue) costs O(priorities), not O(jobs)
         by_priority: dict[int, int] = {}
@@ -287,7 +287,7 @@ class _QueuePlanner:
                     f"{g.ref} waits behind a starving gang: {starving}"))
                 continue
             if g.gpus <= idle + releasing:
-                idle, releasing = self._consume(g.gpus, idle, releasing)
+                idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
                 self.gangs.append(GangDecision(
                     g.ref, g.queue, g.gpus, Reason.GANG_FITS,
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released"))
@@ -327,18 +327,24 @@ class _QueuePlanner:
                 if by_heap and w.target > j.min_replicas:  # still a victim for later gangs
                     heapq.heappush(heap, (j.priority, j.min_replicas - w.target, w.skey, w))
             self.reclaimed += gained
-            idle, releasing = self._consume(g.gpus, idle, releasing)
+            idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
             self.gangs.append(GangDecision(
                 g.ref, g.queue, g.gpus, Reason.GANG_COVERED,
                 f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
                 f"{len(victims)} elastic job(s)", tuple(w.key for w, _ in victims)))
-        return idle, releasing, starving
+        # A gang served from idle GPUs before a later reclaim released more than that gang
+        # needed (whole workers) could as well have taken released ones: trade them, so
+        # the plan is what replanning on its result gives (idempotence).
+        swap = min(releasing, from_idle)
+        return idle + swap, releasing - swap, starving
 
     @staticmethod
-    def _consume(need: int, idle: int, releasing: int) -> tuple[int, int]:
+    def _consume(need: int, idle: int, releasing: int,
+                 from_idle: int) -> tuple[int, int, int]:
         # Released GPUs can serve only gangs, so gangs use them before idle ones.
         from_release = min(max(releasing, 0), need)
-        return idle - (need - from_release), releasing - from_release
+        used_idle = need - from_release
+        return idle - used_idle, releasing - from_release, from_idle + max(0, used_idle)
 
     def _reclaimable(self, w: _Job) -> bool:
         if w.reason in (Reason.CLOCK_SKEW, Reason.OWN_GANG_WAITING):

@@ -157,13 +157,10 @@ def test_checker_flags_data_problems_as_holds():
     assert "hold" in {v.kind for v in check_plan(s, forced, P, NOW)}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: planner not idempotent after an over-reclaim. A gang served from idle GPUs before "
-    "a later gang's reclaim releases more than that gang needs (whole workers) leaves the "
-    "surplus 'releasing', which growth may not use; replanning serves both gangs from the "
-    "released GPUs and grants the idle one. Found by the soak (seed 10, cycle 2387). Fix: "
-    "in _serve_gangs, at the end swap idle GPUs that gangs used for released ones left over."))
 def test_idempotent_after_a_whole_worker_over_reclaim():
+    """Found by the soak (seed 10, cycle 2387): a gang served from idle GPUs before a later
+    gang's whole-worker reclaim released more than needed; replanning served both from the
+    released GPUs and granted the idle one."""
     p = policy(reclaim_cooldown_seconds=0)
     s = snap({"q": 1},
              jobs=[ej("a", min=1, max=4, replicas=3, gpw=2),
