@@ -334,3 +334,37 @@ def _metrics_text(metrics: Metrics) -> str:
     from prometheus_client import generate_latest
 
     return generate_latest(metrics.registry).decode()
+
+
+async def test_http_endpoints_follow_the_loop(api):
+    import aiohttp
+
+    from autoscaler.server import HealthServer
+
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=4))
+    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
+            Daemon(api, settings_for(prom.url, interval_seconds=3600)) as d:
+        driver = Driver(d.controller, ready_check=lambda: d.kube.synced)
+        server = HealthServer(d.metrics, driver.alive, driver.ready, "127.0.0.1", 0)
+        await server.start()
+        try:
+            base = f"http://127.0.0.1:{server.port}"
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{base}/readyz") as r:
+                    assert r.status == 503 and "no successful cycle" in await r.text()
+                async with http.get(f"{base}/healthz") as r:
+                    assert r.status == 200
+                await d.controller.run_once(NOW)
+                async with http.get(f"{base}/readyz") as r:
+                    assert r.status == 200
+                async with http.get(f"{base}/metrics") as r:
+                    text = await r.text()
+                assert 'elastic_autoscaler_job_desired_replicas{name="j",namespace="ml",' \
+                       'queue="team-a"} 4.0' in text
+                assert 'elastic_autoscaler_cycles_total{result="ok"} 1.0' in text
+                # a cycle that overran its deadline long ago: alive fails
+                d.controller.health.last_cycle_start -= 10**6
+                async with http.get(f"{base}/healthz") as r:
+                    assert r.status == 503 and "no cycle started" in await r.text()
+        finally:
+            await server.stop()
