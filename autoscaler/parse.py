@@ -514,6 +514,81 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
     return None
 
 
+# ---- keeping only what we read -------------------------------------------------------------
+
+KEEP = True  # keep this value whole
+
+
+def _annotations(settings: Settings) -> Any:
+    ours = (settings.last_scale_annotation, settings.paused_annotation, VOLCANO_QUEUE_ANNOTATION)
+
+    def keep(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # garbage stays, so parsing reports it
+        return {k: v for k, v in value.items() if k in ours}
+    return keep
+
+
+def _shapes(settings: Settings) -> dict[str, Any]:
+    meta = {"name": KEEP, "namespace": KEEP, "uid": KEEP, "resourceVersion": KEEP,
+            "creationTimestamp": KEEP}
+    conditions = [{"type": KEEP, "status": KEEP}]
+    return {
+        "PyTorchJob": {
+            "apiVersion": KEEP, "kind": KEEP,
+            "metadata": {**meta, "annotations": _annotations(settings)},
+            "spec": {
+                "elasticPolicy": KEEP,
+                "runPolicy": {"suspend": KEEP, "schedulingPolicy": KEEP},
+                "pytorchReplicaSpecs": {"Worker": {
+                    "replicas": KEEP,
+                    "template": {"spec": {"containers": [{"name": KEEP, "resources": KEEP}]}},
+                }},
+            },
+            "status": {"conditions": conditions, "startTime": KEEP,
+                       "replicaStatuses": {"Worker": {"active": KEEP}}},
+        },
+        "PodGroup": {
+            "apiVersion": KEEP, "kind": KEEP,
+            "metadata": {**meta, "ownerReferences": KEEP},
+            "spec": {"queue": KEEP, "minMember": KEEP, "minResources": KEEP,
+                     "priorityClassName": KEEP},
+            "status": {"phase": KEEP, "conditions": conditions},
+        },
+        "Queue": {
+            "apiVersion": KEEP, "kind": KEEP, "metadata": meta,
+            "spec": {"deserved": KEEP}, "status": {"state": KEEP, "allocated": KEEP},
+        },
+    }
+
+
+def _prune(value: Any, shape: Any) -> Any:
+    if shape is KEEP:
+        return value
+    if callable(shape):
+        return shape(value)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return value
+        return [_prune(item, shape[0]) for item in value]
+    if not isinstance(value, Mapping):
+        return value  # not the shape we expect: keep it whole, parsing will say why
+    return {k: _prune(value[k], sub) for k, sub in shape.items() if k in value}
+
+
+def pruner(settings: Settings) -> Any:
+    """A function that keeps, of a raw object, only the fields parsing reads (pod
+    templates, managed fields and kubectl's last-applied annotation are most of a job's
+    size). Parsing a pruned object gives exactly what parsing the whole one gives."""
+
+    shapes = _shapes(settings)
+
+    def prune(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        shape = shapes.get(obj.get("kind")) if isinstance(obj, Mapping) else None
+        return obj if shape is None else _prune(obj, shape)
+    return prune
+
+
 # ---- the snapshot ---------------------------------------------------------------------
 
 

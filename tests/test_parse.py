@@ -258,3 +258,23 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
     assert out["no-spec"].free_gpus == 3
     assert out["off"].free_gpus is None and out["off"].problem is Reason.METRICS_INVALID
     assert "spec.deserved 8 - status.allocated 4" in out["off"].message
+
+
+@pytest.mark.parametrize("obj", [b[1] for b in BAD] + [
+    pytorchjob(), podgroup(), podgroup(owner="x", phase="Inqueue"),
+    edit(pytorchjob(), "metadata.annotations", "garbage"),
+    edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "nope"),
+], ids=[b[0] for b in BAD] + ["job", "pg", "pg-owner", "ann-garbage", "containers-garbage"])
+def test_pruned_objects_parse_exactly_like_whole_ones(obj):
+    from autoscaler.parse import pruner
+
+    whole = edit(obj, "metadata.managedFields", [{"manager": "kubectl", "fieldsV1": {}}])
+    annotations = whole["metadata"].get("annotations")
+    if isinstance(annotations, dict):  # kubectl apply's copy of the whole object
+        annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{" + "x" * 5000 + "}"
+    pruned = pruner(P)(whole)
+    assert len(str(pruned)) < len(str(whole))
+    if whole.get("kind") == "PodGroup":
+        assert parse_podgroup(pruned, P, NOPRIO) == parse_podgroup(whole, P, NOPRIO)
+    else:
+        assert parsed(pruned) == parsed(whole)
