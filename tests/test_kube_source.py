@@ -464,3 +464,24 @@ async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiCl
     with pytest.raises(ApiException) as denied:
         await KubeSource(Settings(), client).list_once()
     assert denied.value.status == 403
+
+
+async def test_backoff_grows_exponentially_with_jitter_and_is_capped(client: ApiClient) -> None:
+    source = KubeSource(Settings(), client, backoff_base=0.5, backoff_cap=30.0,
+                        rng=random.Random(1))
+    assert source._backoff(0) == 0.0
+    for failures, full in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 16.0), (7, 30.0), (60, 30.0)]:
+        delays = [source._backoff(failures) for _ in range(50)]
+        assert all(full / 2 <= d <= full for d in delays), (failures, delays)
+        assert max(delays) - min(delays) > full / 10  # jittered, not a fixed step
+
+
+async def test_blank_namespaces_and_selector_whitespace_are_ignored(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    kube.put(job("a", "ns1", team="ml"))
+    async with running(client, namespaces=["", "ns1", "ns1"], label_selector=" team=ml ") as s:
+        assert names(s.objects().jobs) == ["ns1/a"]
+        assert sorted(s.stats()["by_cache"]) == [
+            "PodGroup(ns1)", "PriorityClass", "PyTorchJob(ns1)", "Queue"
+        ]

@@ -443,13 +443,14 @@ class KubeSource:
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
         api = CustomObjectsApi(api_client)
-        namespaces: list[str | None] = list(dict.fromkeys(settings.namespaces)) or [None]
+        chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
+        namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
         def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
             return _Cache(resource, namespace, selector, api, settings, self._notify,
                           self._backoff, page_size)
 
-        self._jobs = [cache(JOB, ns, settings.label_selector) for ns in namespaces]
+        self._jobs = [cache(JOB, ns, settings.label_selector.strip()) for ns in namespaces]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
         self._queues = [cache(QUEUE, None)]
         self._priorityclasses = [cache(PRIORITY_CLASS, None)]
