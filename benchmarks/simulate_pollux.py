@@ -1,0 +1,76 @@
+"""All policies on the eight Pollux workloads (64 GPUs): per-workload and averaged
+metrics, plus planner ablations. Used for docs/benchmarks-sim.md.
+
+    python benchmarks/simulate_pollux.py /work/shared/traces [--set key=value ...]
+        [--ablate] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autoscaler.settings import Settings
+from autoscaler.sim.policies import POLICIES
+from autoscaler.sim.runner import compare
+from autoscaler.sim.traces import TraceOptions, read_trace
+from autoscaler.sim.workload import ElasticRule
+
+KEYS = ("utilisation", "bound", "avg_jct", "p95_jct", "p95_queueing", "restarts_per_job")
+
+
+def run_all(traces: Path, settings: Settings, policies: tuple[str, ...], gpus: int,
+            penalty: float, opts: TraceOptions) -> dict[str, dict[str, float]]:
+    per: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
+    for i in range(1, 9):
+        w = read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", opts)
+        c = compare(w, gpus, settings, policies, penalty)
+        for p in policies:
+            m = c.metrics[p]
+            per[p].append({k: getattr(m, k) for k in KEYS})
+    return {p: {k: statistics.fmean(r[k] for r in rows) for k in KEYS} | {
+        "util/bound": statistics.fmean(r["utilisation"] / r["bound"] for r in rows)}
+        for p, rows in per.items()} | {"_per_workload": per}  # type: ignore[operator]
+
+
+def show(avg: dict[str, Any], ref: str = "planner") -> str:
+    lines = [f"{'policy':24s} util  u/bound  avgJCT h  p95JCT h  p95queue h  restarts"]
+    for p, m in avg.items():
+        if p.startswith("_"):
+            continue
+        lines.append(f"{p:24s} {m['utilisation']:.3f} {m['util/bound']:.3f}   "
+                     f"{m['avg_jct'] / 3600:7.3f}   {m['p95_jct'] / 3600:7.2f}   "
+                     f"{m['p95_queueing'] / 3600:8.2f}   {m['restarts_per_job']:.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("traces", type=Path)
+    ap.add_argument("--set", action="append", default=[], help="planner setting key=value")
+    ap.add_argument("--gpus", type=int, default=64)
+    ap.add_argument("--penalty", type=float, default=30.0)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--elastic-range", default="0.5,2")
+    ap.add_argument("--speedup", default="auto")
+    args = ap.parse_args()
+    overrides = dict(kv.split("=", 1) for kv in args.set)
+    settings = Settings(**overrides)
+    t = time.time()
+    opts = TraceOptions(elastic=ElasticRule.parse(args.elastic_range), speedup=args.speedup)
+    avg = run_all(args.traces, settings, tuple(args.policies.split(",")), args.gpus,
+                  args.penalty, opts)
+    print(show(avg))
+    print(f"({time.time() - t:.1f}s)", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(avg, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The simulator: accounting, determinism, each policy on tiny hand-checked traces,
+trace readers and the `simulate` CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.settings import Settings
+from autoscaler.sim.engine import simulate, split_capacity
+from autoscaler.sim.metrics import compute, percentile
+from autoscaler.sim.policies import POLICIES, make_controller, preempts
+from autoscaler.sim.runner import compare
+from autoscaler.sim.traces import TraceOptions, detect_format, read_trace
+from autoscaler.sim.workload import ElasticRule, JobSpec, SpecError, amdahl, linear
+
+TRACES = Path("/work/shared/traces")
+
+
+def job(name: str, submit: float, work: float, requested: int, lo: int, hi: int,
+        queue: str = "q") -> JobSpec:
+    return JobSpec(name, submit, work, requested, lo, hi, 1, queue, linear(requested, 64))
+
+
+def run(policy: str, specs: list[JobSpec], gpus: int = 4, penalty: float = 30.0,
+        **settings: object):
+    controller = make_controller(policy, Settings(**settings))
+    result = simulate(specs, {"q": gpus}, controller, penalty, preempt=preempts(policy))
+    return result, {j.name: j for j in result.jobs}
+
+
+# ---- hand-checked traces ----------------------------------------------------------------
+# A asks for 2 GPUs (range 1..4, linear speedup, 100 s of work at 2 GPUs); B, one GPU for
+# 40 s, arrives at t=10 on a 4-GPU cluster.
+A = job("a", 0, 100, 2, 1, 4)
+B = job("b", 10, 40, 1, 1, 1)
+
+
+def jct(j) -> float:  # type: ignore[no-untyped-def]
+    return j.finish - j.spec.submit
+
+
+def test_static_runs_requested_sizes_fifo() -> None:
+    big = job("big", 0, 100, 4, 2, 8)
+    small = job("small", 10, 50, 2, 1, 4)
+    _, jobs = run("static", [big, small])
+    assert jct(jobs["big"]) == pytest.approx(100)
+    assert jobs["small"].first_start == pytest.approx(100)  # waits for its whole gang
+    assert jct(jobs["small"]) == pytest.approx(140)
+    assert jobs["big"].restarts == jobs["small"].restarts == 0
+
+
+def test_static_backfills_a_smaller_gang_past_one_that_does_not_fit() -> None:
+    first = job("first", 0, 100, 3, 3, 3)
+    huge = job("huge", 1, 10, 4, 4, 4)
+    small = job("small", 2, 10, 1, 1, 1)
+    _, jobs = run("static", [first, huge, small])
+    assert jobs["small"].first_start == pytest.approx(2)  # Volcano backfill
+    assert jobs["huge"].first_start == pytest.approx(100)
+
+
+def test_volcano_default_fills_to_max_and_never_preempts() -> None:
+    _, jobs = run("volcano-default", [A, B])
+    assert jct(jobs["a"]) == pytest.approx(50)  # 4 GPUs from the start: twice as fast
+    assert jobs["a"].restarts == 0
+    assert jobs["b"].first_start == pytest.approx(50)  # waits for A to finish
+    assert jct(jobs["b"]) == pytest.approx(80)
+
+
+def test_volcano_elastic_preempts_and_pays_two_restarts() -> None:
+    _, jobs = run("volcano-elastic", [A, B])
+    # t=10: one of A's pods is evicted for B (restart, paused to 40), 1.5x until B ends
+    # at 50, the pod comes back (restart, paused to 80), then 2x: 80 + (100-20-15)/2.
+    assert jobs["b"].first_start == pytest.approx(10)
+    assert jct(jobs["b"]) == pytest.approx(40)
+    assert jobs["a"].restarts == 2
+    assert jct(jobs["a"]) == pytest.approx(112.5)
+
+
+def test_hpa_holds_scale_down_in_its_stabilisation_window() -> None:
+    _, jobs = run("hpa", [A, B])
+    # t=0: ratio (2+2)/2 -> 4 workers at once (no restart: first start). From t=15 the
+    # pressure says 3, but the 300 s window still holds the 4: B waits for A.
+    assert jct(jobs["a"]) == pytest.approx(50)
+    assert jobs["a"].restarts == 0
+    assert jct(jobs["b"]) == pytest.approx(80)
+
+
+def test_planner_grows_then_reclaims_for_the_waiting_gang() -> None:
+    result, jobs = run("planner", [A, B], reclaim_cooldown_seconds=0)
+    # t=0 grow 2->4; t=15 (early cycle, rate-limited from B's submit at 10) reclaim one
+    # worker for B: restart, paused to 45; 30 s of work done at 2x, the rest at 1.5x.
+    assert jobs["b"].first_start == pytest.approx(15)
+    assert jct(jobs["b"]) == pytest.approx(45)
+    assert jobs["a"].restarts == 1
+    assert jct(jobs["a"]) == pytest.approx(45 + 70 / 1.5)
+    assert jobs["a"].last_scale_time == pytest.approx(15)
+    assert result.cycles == 4  # t=0, 15, 55 (B finished), A finished
+
+
+def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
+    _, jobs = run("planner", [A, B])  # reclaim_cooldown_seconds=60 > 15 s since growth
+    assert jobs["b"].first_start == pytest.approx(50)
+    assert jobs["a"].restarts == 0
+
+
+def test_restart_penalty_is_a_parameter() -> None:
+    _, jobs = run("volcano-elastic", [A, B], penalty=0)
+    # no pause: 0..10 at 2x (20), 10..50 at 1.5x (60), then 20 left at 2x
+    assert jct(jobs["a"]) == pytest.approx(60)
+    assert jobs["a"].restarts == 2
+
+
+# ---- accounting --------------------------------------------------------------------------
+
+
+def _workload(n: int = 40) -> list[JobSpec]:
+    out = []
+    for i in range(n):
+        req = (1, 2, 4, 8)[i % 4]
+        lo, hi = ElasticRule().range(req)
+        sp = amdahl(req, 64, 0.9 + 0.02 * (i % 5))
+        out.append(JobSpec(f"j{i:02d}", i * 97.0 % 3000, 200.0 + (i * 7919) % 4000, req,
+                           lo, hi, 1, ("a", "b")[i % 2], sp))
+    return out
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_gpu_time_is_conserved_and_bounded(policy: str) -> None:
+    specs = _workload()
+    deserved = split_capacity(24, specs)
+    result = simulate(specs, deserved, make_controller(policy, Settings()), 30.0,
+                      preempt=preempts(policy))
+    m = compute(result)
+    per_job = sum(j.gpu_seconds for j in result.jobs)
+    per_queue = sum(result.queue_gpu_seconds.values())
+    assert per_job == pytest.approx(per_queue, rel=1e-9)
+    assert 0 < m.utilisation <= 1 + 1e-9
+    assert m.utilisation <= m.bound + 1e-9
+    for j in result.jobs:
+        assert j.finish is not None and j.first_start is not None
+        assert j.finish - j.spec.submit >= j.spec.best_duration() - 1e-6
+        assert j.first_start >= j.spec.submit
+    for s in result.samples:
+        assert s.allocated <= sum(deserved.values())
+
+
+def test_split_capacity_sums_and_covers_every_gang() -> None:
+    specs = _workload()
+    out = split_capacity(24, specs)
+    assert sum(out.values()) == 24
+    assert all(out[q] >= max(j.min_workers for j in specs if j.queue == q) for q in out)
+    with pytest.raises(ValueError):
+        split_capacity(3, [job("x", 0, 1, 4, 4, 4, "a"), job("y", 0, 1, 4, 4, 4, "b")])
+
+
+def test_percentile_matches_linear_interpolation() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 95) == 5
+    assert math.isnan(percentile([], 50))
+
+
+def test_same_seed_same_result() -> None:
+    specs = _workload()
+    wl = read_trace(None, TraceOptions())
+    a = compare(wl, 32, Settings(), seed=3)
+    b = compare(wl, 32, Settings(), seed=3)
+    assert {k: m.to_json() for k, m in a.metrics.items()} == {
+        k: m.to_json() for k, m in b.metrics.items()}
+    assert specs == _workload()
+
+
+# ---- traces ------------------------------------------------------------------------------
+
+
+def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("submit,duration,gpus,queue,min_workers,max_workers\n"
+                 "5,100,4,,2,8\n0,50,3,team,,\n")
+    w = read_trace(p, TraceOptions(speedup="linear"))
+    first, second = w.jobs
+    assert (first.name, first.queue, first.min_workers, first.max_workers) == (
+        "job-1", "team", 1, 6)
+    assert (second.submit, second.min_workers, second.max_workers) == (5, 2, 8)
+    assert second.queue == "default"
+
+
+@pytest.mark.parametrize("text", [
+    "submit,duration,gpus\n0,-5,1\n",
+    "submit,duration,gpus\n0,5,0\n",
+    "submit,duration,gpus,min_workers,max_workers\n0,5,2,3,4\n",
+    "a,b\n1,2\n",
+    "submit,duration,gpus\nx,5,1\n",
+])
+def test_bad_csv_rows_are_spec_errors(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(SpecError):
+        read_trace(p, TraceOptions())
+
+
+def test_format_detection() -> None:
+    assert detect_format(["name", "time", "application", "num_replicas", "batch_size"]) == \
+        "pollux"
+    assert detect_format(["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]) == \
+        "philly"
+    assert detect_format(["submit", "duration", "gpus"]) == "csv"
+
+
+def test_philly_reader_slices_in_submit_order(tmp_path: Path) -> None:
+    p = tmp_path / "philly.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
+                 "2017-10-09 07:01:55,66.0,1,66.0,q1\n"
+                 "2017-10-09 06:00:00,100.0,4,400.0,q2\n"
+                 "2017-10-09 06:30:00,10.0,2,20.0,q1\n")
+    w = read_trace(p, TraceOptions(philly_slice=(1, 3)))
+    assert [(j.submit, j.queue, j.requested) for j in w.jobs] == [(0, "q1", 2),
+                                                                  (1915, "q1", 1)]
+    w = read_trace(p, TraceOptions(queues=("q2",)))
+    assert [j.queue for j in w.jobs] == ["q2"]
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not present")
+def test_pollux_work_comes_from_the_profiles() -> None:
+    from autoscaler.sim.profiles import AppProfile
+
+    w = read_trace(TRACES / "pollux-workloads" / "workload-1.csv", TraceOptions())
+    assert len(w.jobs) == 160
+    prof = AppProfile.load(TRACES / "pollux-app-profiles" / "cifar10")
+    j = next(j for j in w.jobs if j.application == "cifar10")
+    assert j.speedup.rate(j.requested) == pytest.approx(1.0)
+    row = "cifar10-0,107,cifar10,6,2048"
+    assert j.name == row.split(",")[0]
+    assert j.work == pytest.approx(prof.iterations(2048) * prof.iter_time(6, 2048))
+    # never declares a size that slows the job down
+    assert all(j.rate(j.max_workers) >= j.rate(j.requested) for j in w.jobs)
+
+
+# ---- CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_runs_the_bundled_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) \
+        -> None:
+    out = tmp_path / "out"
+    assert main(["simulate", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "avg JCT h" in printed
+    for name in POLICIES:
+        assert f"\n{name} " in printed
+    for f in ("results.json", "utilisation.png", "jct-cdf.png", "queueing-cdf.png"):
+        assert (out / f).stat().st_size > 0
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["policies"]) == set(POLICIES)
+    assert data["cluster"]["gpus"] == 32
+
+
+def test_cli_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit,duration,gpus\n" + "".join(
+        f"{i * 60},{300 + 50 * i},{1 + i % 4}\n" for i in range(12)))
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"o{k}"
+        assert main(["simulate", "--trace", str(trace), "--gpus", "8", "--out", str(out),
+                     "--no-plots", "--seed", "7", "--no-progress"]) == 0
+        outs.append((out / "results.json").read_text())
+    assert outs[0] == outs[1]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--trace", "/nonexistent/trace.csv"], "cannot read"),
+    (["--policies", "static,nope"], "unknown policy"),
+    (["--speedup", "amdahl:7"], "0 < P <= 1"),
+    (["--philly-slice", "5"], "START,END"),
+])
+def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               argv: list[str], needle: str) -> None:
+    assert main(["simulate", "--out", str(tmp_path), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("elastic-autoscaler: error:") and needle in err
