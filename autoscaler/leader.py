@@ -95,6 +95,7 @@ class LeaderElector:
         self._observed_at = 0.0  # our clock when that record was first seen
         self._renewed_at: float | None = None  # start of our last successful write; None: follower
         self._reported = False
+        self._failures = 0  # consecutive failed attempts, for quieter logs
 
     # ---- state ----------------------------------------------------------------------
 
@@ -155,8 +156,8 @@ class LeaderElector:
         if self._renewed_at is not None:
             # wake when the deadline passes, to report the loss at once
             remaining = self._renewed_at + self._deadline - self._clock()
-            delay = min(delay, max(remaining, 0.0))
-        return delay
+            delay = min(delay, remaining)
+        return max(delay, 0.001)  # never spin, whatever the clock says
 
     def _request_timeout(self) -> float:
         if self._renewed_at is None:
@@ -168,22 +169,33 @@ class LeaderElector:
         start = self._clock()
         try:
             if self._renewed_at is not None and self._lease is not None:
-                try:
-                    await self._write(self._lease, start, fast=True)
-                    return
+                try:  # a leader renews from its own copy: one request
+                    await self._write(self._lease, start)
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
                     # someone wrote the Lease since: read it and decide afresh
-            await self._acquire_or_renew(start)
+                    await self._acquire_or_renew(start)
+            else:
+                await self._acquire_or_renew(start)
         except asyncio.CancelledError:
             raise
         except (ApiException, TimeoutError, aiohttp.ClientError) as exc:
-            log.info("lease-attempt-failed", lease=self.name, identity=self.identity,
-                     leading=self.is_leader, error=_error_text(exc))
-        except Exception:
+            self._failed(exc, trace=False)
+        except Exception as exc:
             # a malformed Lease or a bug must not kill election; is_leader stays safe
-            log.exception("lease-attempt-failed", lease=self.name, identity=self.identity)
+            self._failed(exc, trace=True)
+        else:
+            self._failures = 0
+
+    def _failed(self, exc: Exception, *, trace: bool) -> None:
+        self._failures += 1
+        log.warning(
+            "lease-attempt-failed", lease=self.name, identity=self.identity,
+            leading=self.is_leader, failures=self._failures, error=_error_text(exc),
+            # a traceback once per streak of failures, not every retry period
+            exc_info=trace and self._failures == 1,
+        )
 
     async def _acquire_or_renew(self, start: float) -> None:
         timeout = self._request_timeout()
@@ -207,7 +219,7 @@ class LeaderElector:
                 self._lose(f"lease held by {holder}")
                 return
             log.info("lease-expired", lease=self.name, previous=holder)
-        await self._write(lease, start, fast=False)
+        await self._write(lease, start)
 
     def _observe(self, lease: client.V1Lease, now: float) -> None:
         spec = lease.spec or client.V1LeaseSpec()
@@ -245,7 +257,7 @@ class LeaderElector:
         body["spec"] = spec
         return body
 
-    async def _write(self, lease: client.V1Lease, start: float, *, fast: bool) -> None:
+    async def _write(self, lease: client.V1Lease, start: float) -> None:
         body = self._replace_body(lease, self._spec(lease.spec, self._wall()))
         timeout = self._request_timeout()
         written = await asyncio.wait_for(
@@ -285,35 +297,53 @@ class LeaderElector:
 
     async def _release(self) -> None:
         """Hand the Lease back so a successor need not wait for it to expire."""
-        lease = self._lease
-        was_ours = self._renewed_at is not None or self.holder == self.identity
         self._renewed_at = None  # stop leading before anything else
         self._settle()
-        if lease is None or not was_ours or self.holder != self.identity:
+        if self._lease is None or self.holder != self.identity:
             return
-        now = self._wall()
-        spec = {
-            "holderIdentity": "",
-            "leaseDurationSeconds": 1,
-            "acquireTime": micro_time(now),
-            "renewTime": micro_time(now),
-            "leaseTransitions": (lease.spec.lease_transitions if lease.spec else 0) or 0,
-        }
+        # Past one lease duration the Lease has expired anyway: never hold up shutdown longer.
+        limit = min(self._timeout, self._duration)
         try:
-            # resourceVersion guards us: if someone took the Lease meanwhile, this is a 409
-            await asyncio.wait_for(
-                self._api.replace_namespaced_lease(
-                    self.name, self.namespace, self._replace_body(lease, spec),
-                    _request_timeout=self._timeout,
-                ),
-                self._timeout,
-            )
-            log.info("leader-released", lease=self.name, identity=self.identity)
+            released = await asyncio.wait_for(self._release_lease(limit), limit)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # best effort: without it the successor waits for the lease to expire
+            # best effort: without it the successor waits for the Lease to expire
             log.warning("lease-release-failed", lease=self.name, error=_error_text(exc))
+            return
+        if released:
+            log.info("leader-released", lease=self.name, identity=self.identity)
+
+    async def _release_lease(self, request_timeout: float) -> bool:
+        lease = self._lease
+        for _ in range(2):
+            assert lease is not None
+            now = self._wall()
+            spec = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": micro_time(now),
+                "renewTime": micro_time(now),
+                "leaseTransitions": (lease.spec.lease_transitions if lease.spec else 0) or 0,
+            }
+            try:
+                # resourceVersion guards us: if someone took the Lease meanwhile, a 409
+                await self._api.replace_namespaced_lease(
+                    self.name, self.namespace, self._replace_body(lease, spec),
+                    _request_timeout=request_timeout,
+                )
+                return True
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            # our copy was stale (e.g. a renew cancelled in flight landed): look again
+            lease = await self._api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=request_timeout
+            )
+            holder = lease.spec.holder_identity if lease.spec else None
+            if holder != self.identity:
+                return False
+        return False
 
 
 class AlwaysLeader:

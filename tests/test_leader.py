@@ -188,6 +188,34 @@ async def test_release_leaves_an_empty_short_lease(kube: FakeKubeApi, candidates
     assert spec["leaseDurationSeconds"] == 1
 
 
+async def test_release_with_a_stale_copy_rereads_the_lease(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a = candidates("a", lease_retry_period_seconds=0.5)  # no renew between the two steps
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    # another writer touches the Lease (holder unchanged): a's copy is now stale
+    kube.patch("leases", LEASE_NS, LEASE, {"metadata": {"labels": {"team": "ml"}}})
+    await a.stop()
+    released = lease(kube)
+    assert released["spec"]["holderIdentity"] == ""
+    assert released["metadata"]["labels"] == {"team": "ml"}  # replace kept the metadata
+
+
+async def test_release_never_clobbers_a_lease_taken_by_another(
+    kube: FakeKubeApi, candidates
+) -> None:
+    a = candidates("a", lease_retry_period_seconds=0.5)
+    a.start()
+    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    current = lease(kube)
+    current["spec"]["holderIdentity"] = "intruder"
+    kube.put(current)
+    await a.stop()
+    assert lease(kube)["spec"]["holderIdentity"] == "intruder"
+    assert a.changes == [True, False]
+
+
 async def test_crashed_leader_is_replaced_after_the_lease_expires(
     kube: FakeKubeApi, candidates
 ) -> None:
