@@ -323,3 +323,21 @@ async def test_the_fake_api_rejects_some_on_create(bad: Bad):
             return
         assert bad.id not in REJECTED_ON_CREATE
         await eventually(lambda: api.objects("pytorchjobs"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (hardening): a Prometheus answer is read whole, however large; a broken or hostile "
+    "endpoint can exhaust the daemon's memory. Fix: Settings.prometheus_max_response_bytes "
+    "(16 MiB) and a bounded read in PrometheusSource's response hook (docs/security.md)."))
+async def test_oversized_prometheus_answer_is_not_read_and_holds():
+    from autoscaler.sources.prometheus import PrometheusSource
+
+    huge = vector_body(sample("team-a", 2000, NOW.timestamp(), junk="x" * (17 * 1024 * 1024)))
+    async with fake_prometheus(huge) as prom:
+        source = PrometheusSource(settings_for(prom.url))
+        try:
+            reading = await source.fetch(NOW)
+        finally:
+            source.close()
+    assert reading.problem is Reason.METRICS_INVALID
+    assert "prometheus_max_response_bytes" in reading.message
