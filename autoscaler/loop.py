@@ -22,7 +22,7 @@ import structlog
 from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
-from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free
+from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free, pruner
 from .planner import plan as make_plan
 from .settings import Settings
 
@@ -57,12 +57,16 @@ class LiveSource:
         free = reading.queues
         if self.settings.cross_check_queue_status:
             free = cross_check_free(free, objects.queues, self.settings)
-        if not objects.synced:
+        stale = objects.failing_seconds > self.settings.kube_max_stale_seconds
+        if not objects.synced or stale:
             # half a picture could hide a pending gang or a job's real size: hold
             problem = Reason.METRICS_UNAVAILABLE
-            message = "Kubernetes caches not synced: " + "; ".join(objects.errors)
+            what = (f"failing for {objects.failing_seconds:.0f}s" if objects.synced
+                    else "not synced")
+            message = f"Kubernetes caches {what}: " + "; ".join(objects.errors)
             if self.metrics is not None:
-                self.metrics.source_errors.labels("kubernetes", "not_synced").inc()
+                self.metrics.source_errors.labels(
+                    "kubernetes", "not_synced" if not objects.synced else "stale").inc()
         return build_snapshot(raw, free, self.settings, problem=problem,
                               message=message, cache=self.parsed)
 
@@ -331,7 +335,7 @@ async def _daemon(settings: Settings) -> int:
         if driver is not None and wants_early_cycle(kind, event_type, obj):
             driver.trigger()
 
-    kube = KubeSource(settings, api_client, on_change)
+    kube = KubeSource(settings, api_client, on_change, transform=pruner(settings))
     prometheus = PrometheusSource(settings)
     actuator: Actuator = (DryRunActuator(settings, out=sys.stdout) if settings.dry_run
                           else KubeActuator(settings, api_client))
@@ -389,14 +393,13 @@ async def live_snapshot(settings: Settings, now: datetime,
 
     own_client = api_client is None
     client = await make_api_client(settings) if own_client else api_client
-    kube = KubeSource(settings, client)
+    kube = KubeSource(settings, client, transform=pruner(settings))
     prometheus = PrometheusSource(settings)
     try:
-        await kube.start()
-        await kube.wait_synced(settings.cycle_deadline_seconds)
-        return await LiveSource(settings, kube, prometheus).read(now)
+        async with asyncio.timeout(settings.cycle_deadline_seconds):
+            await kube.list_once()  # a one-shot read: no watches
+            return await LiveSource(settings, kube, prometheus).read(now)
     finally:
-        await kube.stop()
         prometheus.close()
         if own_client:
             await client.close()

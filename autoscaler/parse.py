@@ -519,45 +519,66 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
 KEEP = True  # keep this value whole
 
 
-def _annotations(settings: Settings) -> Any:
-    ours = (settings.last_scale_annotation, settings.paused_annotation, VOLCANO_QUEUE_ANNOTATION)
+def _only(keys: Iterable[str]) -> Any:
+    """Keep these keys of a mapping (anything else stays whole, for parsing to report)."""
+
+    wanted = frozenset(keys)
 
     def keep(value: Any) -> Any:
         if not isinstance(value, Mapping):
-            return value  # garbage stays, so parsing reports it
-        return {k: v for k, v in value.items() if k in ours}
+            return value
+        return {k: v for k, v in value.items() if k in wanted}
+    return keep
+
+
+def _conditions(types: Iterable[str]) -> Any:
+    """Keep the conditions parsing looks at (finished, suspended, unschedulable)."""
+
+    wanted = frozenset(types)
+
+    def keep(value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [{"type": c.get("type"), "status": c.get("status")} for c in value
+                if isinstance(c, Mapping) and c.get("type") in wanted]
     return keep
 
 
 def _shapes(settings: Settings) -> dict[str, Any]:
     meta = {"name": KEEP, "namespace": KEEP, "uid": KEEP, "resourceVersion": KEEP,
             "creationTimestamp": KEEP}
-    conditions = [{"type": KEEP, "status": KEEP}]
+    gpus = _only(settings.gpu_resource_names)
+    group_gpus = _only([*settings.gpu_resource_names,
+                        *(f"requests.{n}" for n in settings.gpu_resource_names)])
     return {
         "PyTorchJob": {
             "apiVersion": KEEP, "kind": KEEP,
-            "metadata": {**meta, "annotations": _annotations(settings)},
+            "metadata": {**meta, "annotations": _only(
+                (settings.last_scale_annotation, settings.paused_annotation,
+                 VOLCANO_QUEUE_ANNOTATION))},
             "spec": {
-                "elasticPolicy": KEEP,
-                "runPolicy": {"suspend": KEEP, "schedulingPolicy": KEEP},
+                "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
+                "runPolicy": {"suspend": KEEP, "schedulingPolicy": _only(
+                    ("queue", "priorityClass", "minAvailable"))},
                 "pytorchReplicaSpecs": {"Worker": {
                     "replicas": KEEP,
-                    "template": {"spec": {"containers": [{"name": KEEP, "resources": KEEP}]}},
+                    "template": {"spec": {"containers": [
+                        {"resources": {"limits": gpus, "requests": gpus}}]}},
                 }},
             },
-            "status": {"conditions": conditions, "startTime": KEEP,
-                       "replicaStatuses": {"Worker": {"active": KEEP}}},
+            "status": {"conditions": _conditions((*_FINISHED, "Suspended")),
+                       "startTime": KEEP, "replicaStatuses": {"Worker": {"active": KEEP}}},
         },
         "PodGroup": {
             "apiVersion": KEEP, "kind": KEEP,
             "metadata": {**meta, "ownerReferences": KEEP},
-            "spec": {"queue": KEEP, "minMember": KEEP, "minResources": KEEP,
+            "spec": {"queue": KEEP, "minMember": KEEP, "minResources": group_gpus,
                      "priorityClassName": KEEP},
-            "status": {"phase": KEEP, "conditions": conditions},
+            "status": {"phase": KEEP, "conditions": _conditions(("Unschedulable",))},
         },
         "Queue": {
             "apiVersion": KEEP, "kind": KEEP, "metadata": meta,
-            "spec": {"deserved": KEEP}, "status": {"state": KEEP, "allocated": KEEP},
+            "spec": {"deserved": gpus}, "status": {"state": KEEP, "allocated": gpus},
         },
     }
 

@@ -171,6 +171,10 @@ class Settings(BaseSettings):
     watch_timeout_seconds: int = Field(
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
+    kube_max_stale_seconds: float = Field(
+        120, gt=0, description="Hold every queue when a Kubernetes cache has failed to "
+        "list or watch for longer than this: its picture of jobs and gangs may be stale."
+    )
     max_object_bytes: int = Field(
         1_048_576, ge=1024, description="Objects larger than this are reported and ignored."
     )

@@ -30,6 +30,9 @@ NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
 
 def _jobs(n: int) -> list[dict]:
+    """Jobs as a cluster holds them: a Master and a Worker template with a command, env,
+    volumes and probes, managedFields, and kubectl's last-applied annotation."""
+
     from builders import pytorchjob
 
     rng = random.Random(7)
@@ -38,9 +41,29 @@ def _jobs(n: int) -> list[dict]:
         min_r = rng.randint(1, 3)
         max_r = min_r + rng.randint(0, 8)
         replicas = rng.randint(min_r, max_r)
-        out.append(pytorchjob(f"job-{i}", f"ns-{i % 37}", queue=f"team-{i % QUEUES:03d}",
-                              min_replicas=min_r, max_replicas=max_r, replicas=replicas,
-                              active=replicas, gpus=rng.choice([1, 1, 2, 4, 8])))
+        job = pytorchjob(f"job-{i}", f"ns-{i % 37}", queue=f"team-{i % QUEUES:03d}",
+                         min_replicas=min_r, max_replicas=max_r, replicas=replicas,
+                         active=replicas, gpus=rng.choice([1, 1, 2, 4, 8]))
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+        container = worker["template"]["spec"]["containers"][0]
+        container.update({
+            "command": ["torchrun", "--nnodes=1:8", "--nproc-per-node=1", "train.py",
+                        "--config", f"/configs/run-{i}.yaml"],
+            "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(12)],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                             {"name": "dshm", "mountPath": "/dev/shm"}],
+        })
+        worker["template"]["spec"]["volumes"] = [
+            {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{i % 50}"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        job["spec"]["pytorchReplicaSpecs"]["Master"] = json.loads(json.dumps(worker))
+        job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 1
+        job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = \
+            json.dumps({"spec": job["spec"]})
+        job["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply",
+                                             "operation": "Update", "fieldsType": "FieldsV1",
+                                             "fieldsV1": {"f:spec": {"f:elasticPolicy": {}}}}]
+        out.append(job)
     return out
 
 
@@ -98,6 +121,7 @@ async def _measure(n: int, steady: int) -> dict:
     from autoscaler.logs import configure_logging
     from autoscaler.loop import Controller, LiveSource
     from autoscaler.metrics import Metrics
+    from autoscaler.parse import pruner
     from autoscaler.settings import Settings
     from autoscaler.sources.kube import KubeSource
     from autoscaler.sources.prometheus import PrometheusSource
@@ -109,7 +133,7 @@ async def _measure(n: int, steady: int) -> dict:
                             kube_request_timeout_seconds=60, log_level="warning")
         configure_logging(settings)  # as the daemon does: debug lines cost nothing
         client = ApiClient(Configuration(host=child.urls["api"]))
-        kube = KubeSource(settings, client)
+        kube = KubeSource(settings, client, transform=pruner(settings))  # as the daemon
         prom = PrometheusSource(settings)
         controller = Controller(settings, LiveSource(settings, kube, prom), KubeActuator(
             settings, client), Metrics())

@@ -368,3 +368,21 @@ async def test_http_endpoints_follow_the_loop(api):
                     assert r.status == 503 and "no cycle started" in await r.text()
         finally:
             await server.stop()
+
+
+async def test_caches_failing_too_long_hold_the_cycle_until_they_recover(api):
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=4))
+    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
+            Daemon(api, settings_for(prom.url, kube_max_stale_seconds=0.05)) as d:
+        api.fail_next("GET", "pytorchjobs", 500, times=10**6)
+        api.close_watches("pytorchjobs")
+        await eventually(lambda: d.kube.objects().failing_seconds > 0.05)
+        held = await d.controller.run_once(NOW)
+        assert held.result == "hold" and held.plan.actions == ()
+        assert held.plan.decisions[0].reason is Reason.METRICS_UNAVAILABLE
+        assert "failing for" in held.plan.decisions[0].message
+        assert api.writes("pytorchjobs") == []
+        api.clear_faults()
+        await eventually(lambda: d.kube.objects().failing_seconds == 0, within=40)
+        ok = await d.controller.run_once(NOW)
+        assert ok.result == "ok" and replicas(api, "j") == 4

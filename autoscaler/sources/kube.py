@@ -135,8 +135,10 @@ class _Cache:
         notify: Callable[[str, str, RawObject], None],
         backoff: Callable[[int], float],
         page_size: int,
+        transform: Callable[[RawObject], RawObject] | None = None,
     ) -> None:
         self.resource = resource
+        self._transform = transform or (lambda obj: obj)
         self.namespace = namespace
         self.label_selector = label_selector
         self._api = api
@@ -227,20 +229,23 @@ class _Cache:
 
     async def _list(self) -> None:
         func, args, kwargs = self._call_args()
-        items: list[RawObject] = []
+        fresh: dict[Key, RawObject] = {}
+        seen: set[Key] = set()
         token = ""
         while True:
             page = await func(
                 *args, **kwargs, limit=self._page_size, _continue=token or None,
                 _request_timeout=self._settings.kube_request_timeout_seconds,
             )
-            items.extend(page.get("items") or [])
+            # page by page, so only the transformed objects of a large LIST stay in memory
+            for raw in page.get("items") or []:
+                self._take(raw, fresh, seen)
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
                 break
         self.counters.lists += 1
-        self._replace(items, str(meta.get("resourceVersion") or ""))
+        self._install(fresh, seen, str(meta.get("resourceVersion") or ""))
         self._recovered()
         self.synced.set()
 
@@ -337,21 +342,22 @@ class _Cache:
                 del self.items[key]
                 self._notify(self.resource.kind, "DELETED", old)
             return
+        obj = self._transform(obj)
         self.items[key] = obj  # replace, never mutate: snapshots share these dicts
         self.version += 1
         self._notify(self.resource.kind, "MODIFIED" if old is not None else "ADDED", obj)
 
-    def _replace(self, listed: Sequence[RawObject], resource_version: str) -> None:
+    def _take(self, raw: RawObject, fresh: dict[Key, RawObject], seen: set[Key]) -> None:
+        obj = self._normalise(raw)
+        key = _key(obj)
+        seen.add(key)
+        if self._fits(key, obj):
+            fresh[key] = self._transform(obj)
+
+    def _install(self, fresh: dict[Key, RawObject], seen: set[Key],
+                 resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
 
-        fresh: dict[Key, RawObject] = {}
-        seen: set[Key] = set()
-        for raw in listed:
-            obj = self._normalise(raw)
-            key = _key(obj)
-            seen.add(key)
-            if self._fits(key, obj):
-                fresh[key] = obj
         for key in set(self.oversized) - seen:
             del self.oversized[key]
         old, self.items = self.items, fresh
@@ -435,8 +441,12 @@ class KubeSource:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         rng: random.Random | None = None,
-        page_size: int = 500,
+        page_size: int = 100,  # small pages: a LIST of big objects is parsed page by page
+        transform: Callable[[RawObject], RawObject] | None = None,
     ) -> None:
+        """`transform` is applied to every object before it is stored (after the size
+        check): the daemon passes `parse.pruner(settings)` so the caches keep only what
+        is parsed."""
         self._settings = settings
         self._on_change = on_change
         self._backoff_base = backoff_base
@@ -448,7 +458,7 @@ class KubeSource:
 
         def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
             return _Cache(resource, namespace, selector, api, settings, self._notify,
-                          self._backoff, page_size)
+                          self._backoff, page_size, transform)
 
         self._jobs = [cache(JOB, ns, settings.label_selector.strip()) for ns in namespaces]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
