@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from .model import (
@@ -50,7 +50,7 @@ class _Job:
     reason: Reason | None = None
     message: str = ""
     locked: bool = False  # decided for this cycle: no further change
-    victim_of: list[str] = field(default_factory=list)
+    victim_of: list[str] | None = None  # the gangs it gives workers to, once it does
 
     @property
     def key(self) -> ObjectRef:
@@ -320,7 +320,7 @@ class _QueuePlanner:
                 releasing += (workers - unplaced) * j.gpus_per_worker
                 gained += workers * j.gpus_per_worker
                 w.target -= workers
-                w.victim_of.append(f"{g.ref.namespace}/{g.ref.name}")
+                w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
                 self._settle(w, w.target, Reason.RECLAIM_FOR_PENDING,
                              f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
                              f"{', '.join(w.victim_of)}")
@@ -404,12 +404,12 @@ class _QueuePlanner:
             j, since = w.job, w.since
             if j.replicas >= j.max_replicas:
                 self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
-            elif j.inflight_workers:
+            elif j.replicas > j.active:
                 self._hold(w, Reason.IN_FLIGHT,
-                           f"{j.inflight_workers} worker(s) asked for are not running yet")
-            elif j.releasing_workers:
+                           f"{j.replicas - j.active} worker(s) asked for are not running yet")
+            elif j.replicas < j.active:
                 self._hold(w, Reason.RELEASING,
-                           f"{j.releasing_workers} worker(s) are still being released")
+                           f"{j.active - j.replicas} worker(s) are still being released")
             elif since is not None and (since < p.cooldown_seconds or since <= 0):
                 # even with no cooldown, a job resized at `now` is not resized again at `now`
                 self._hold(w, Reason.COOLDOWN,
@@ -434,9 +434,10 @@ class _QueuePlanner:
                 self._hold(w, Reason.NO_IDLE_GPUS,
                            f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)")
 
-    def _hold(self, w: _Job, reason: Reason, message: str) -> None:
-        self._settle(w, w.job.replicas, reason, message)
-        w.locked = False  # still a candidate only if the caller says so
+    @staticmethod
+    def _hold(w: _Job, reason: Reason, message: str) -> None:
+        # an unlocked job's target is still its replicas: a hold only says why
+        w.reason, w.message = reason, message
 
     def _step_ok(self, w: _Job, extra: int) -> bool:
         j = w.job
@@ -484,9 +485,24 @@ class _QueuePlanner:
 
     def _fair(self, growable: list[_Job], pool: int) -> dict[_Job, int]:
         """Max-min fair in workers: water-fill one worker at a time to the job with the
-        fewest; jobs whose share stays under min_step drop out and the rest re-fill."""
+        fewest. Jobs whose share stays under min_step drop out and the rest re-fill; what
+        is then left is water-filled again among the dropped ones, until a round grants
+        nothing (so planning on the result grants nothing more: idempotence)."""
 
+        granted: dict[_Job, int] = {}
         candidates = list(growable)
+        while candidates:
+            grants, dropped = self._fair_round(candidates, pool)
+            if not grants:
+                break
+            granted.update(grants)
+            pool -= sum(n * w.job.gpus_per_worker for w, n in grants.items())
+            candidates = dropped
+        return granted
+
+    def _fair_round(self, candidates: list[_Job],
+                    pool: int) -> tuple[dict[_Job, int], list[_Job]]:
+        all_dropped: list[_Job] = []
         while True:
             grants = {w: 0 for w in candidates}
             left = pool
@@ -507,5 +523,6 @@ class _QueuePlanner:
             dropped = [w for w in candidates
                        if grants[w] and not self._step_ok(w, grants[w])]
             if not dropped:
-                return {k: v for k, v in grants.items() if v}
+                return {k: v for k, v in grants.items() if v}, all_dropped
+            all_dropped += dropped
             candidates = [w for w in candidates if w not in dropped]

@@ -197,13 +197,9 @@ def test_soak_catches_a_broken_planner(broken, kind):
     assert kind in result.by_kind, result.by_kind
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: fair growth is not idempotent with min_step_workers > 1. Jobs whose water-filled "
-    "share is under min_step drop out and the rest re-fill, but what is left after the "
-    "re-fill never goes back to the dropped jobs; planning on the result then grants it "
-    "(soak seed 11, cycle 713). Fix: repeat the fair round among the dropped jobs with "
-    "what is left (diff in the [faults] report)."))
 def test_fair_growth_with_min_step_is_idempotent():
+    """Found by the soak (seed 11, cycle 713): what was left after the fair re-fill never
+    went back to the jobs that dropped out under min_step."""
     p = policy(growth_policy="fair", min_step_workers=2)
     s = snap({"q": 9}, jobs=[ej("a", min=4, max=12, replicas=8),
                              ej("b", min=3, max=7, replicas=3, gpw=4),
