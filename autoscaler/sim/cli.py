@@ -51,10 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _usage(message: str) -> Exception:
-    from ..cli import UsageError  # the CLI's own error type: exit 2
+class _Usage(Exception):
+    """Unusable input: printed as the CLI prints its errors, exit 2."""
 
-    return UsageError(message)
+
+def _usage(message: str) -> Exception:
+    return _Usage(message)
 
 
 def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
@@ -93,6 +95,14 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
 
 
 def run_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        return _run(args, settings)
+    except _Usage as exc:
+        print(f"elastic-autoscaler: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
     opts, policies = _options(args)
     try:
         workload = read_trace(args.trace, opts)

@@ -129,6 +129,9 @@ class Cluster:
         self.queue_gpu_seconds = {q: 0.0 for q in self.deserved}
         self._by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
         self._live: list[SimJob] = []  # submitted, not done
+        # queues whose jobs or free GPUs changed since the scheduler last looked: the
+        # scheduler is a function of a queue's state, so a clean queue needs no pass
+        self._dirty: set[str] = set()
 
     # ---- state queries -----------------------------------------------------------------
 
@@ -152,6 +155,7 @@ class Cluster:
         job.last_update = self.now
         self._live.append(job)
         self._by_queue[job.queue].append(job)
+        self._dirty.add(job.queue)
 
     def resize(self, job: SimJob, replicas: int) -> None:
         """A controller sets the job's spec (and the last-resize annotation). Workers
@@ -160,6 +164,7 @@ class Cluster:
         replicas = max(job.min_workers, min(job.max_workers, replicas))
         if replicas == job.replicas:
             return
+        self._dirty.add(job.queue)
         job.replicas = replicas
         job.last_scale_time = self.now
         if job.active > replicas:
@@ -212,6 +217,7 @@ class Cluster:
             job.finish = self.now
             self._live.remove(job)
             self._by_queue[job.queue].remove(job)
+            self._dirty.add(job.queue)
         return done
 
     def _set_active_no_restart(self, job: SimJob, workers: int) -> None:
@@ -228,17 +234,21 @@ class Cluster:
     # ---- the scheduler -------------------------------------------------------------------
 
     def schedule(self) -> None:
-        for queue in self.deserved:
+        for queue in sorted(self._dirty):
             jobs = self._by_queue[queue]
             if jobs:
                 self._schedule_queue(queue, jobs)
+        self._dirty.clear()
 
     def _schedule_queue(self, queue: str, jobs: list[SimJob]) -> None:
         waiting = sorted((j for j in jobs if not j.admitted), key=lambda j: j.index)
+        spare = 0  # GPUs preemption could still free in this queue
+        if self.preempt and waiting:
+            spare = sum((j.active - j.min_workers) * j.gpw for j in jobs if j.admitted)
         for job in waiting:
             need = job.gang * job.gpw
-            if need > self.free(queue) and self.preempt:
-                self._preempt_for(queue, jobs, need - self.free(queue))
+            if need > self.free(queue) and 0 < need - self.free(queue) <= spare:
+                spare -= self._preempt_for(queue, jobs, need - self.free(queue))
             if need <= self.free(queue):
                 job.admitted = True
                 job.last_update = self.now
@@ -263,10 +273,13 @@ class Cluster:
             if extra:
                 self._set_active(job, job.active + extra)
 
-    def _preempt_for(self, queue: str, jobs: list[SimJob], shortfall: int) -> None:
+    def _preempt_for(self, queue: str, jobs: list[SimJob], shortfall: int) -> int:
+        """Evict elastic pods for a gang short of `shortfall` GPUs; the GPUs freed."""
+
         victims = [j for j in jobs if j.admitted and j.active > j.min_workers]
         if sum((j.active - j.min_workers) * j.gpw for j in victims) < shortfall:
-            return
+            return 0
+        freed = 0
         take: dict[int, int] = {}
         held = {j.index: j.active for j in victims}
         by_index = {j.index: j for j in victims}
@@ -276,10 +289,12 @@ class Cluster:
             held[idx] -= 1
             take[idx] = take.get(idx, 0) + 1
             shortfall -= by_index[idx].gpw
+            freed += by_index[idx].gpw
         for idx, n in take.items():
             job = by_index[idx]
             self.preemptions += n
             self._set_active(job, job.active - n)
+        return freed
 
     def sample(self) -> None:
         demand = 0
@@ -308,7 +323,8 @@ def split_capacity(gpus: int, jobs: Sequence[JobSpec]) -> dict[str, int]:
         floor_[j.queue] = max(floor_[j.queue], j.min_workers * j.gpus_per_worker)
     if sum(floor_.values()) > gpus:
         raise ValueError(f"{gpus} GPUs cannot hold the smallest gang of each of "
-                         f"{len(queues)} queues ({sum(floor_.values())} needed)")
+                         f"{len(queues)} queues ({sum(floor_.values())} needed): use more "
+                         "--gpus or fewer --queues")
     total = sum(weight.values()) or 1.0
     share = {q: weight[q] / total * gpus for q in queues}
     out = {q: max(floor_[q], math.floor(share[q])) for q in queues}

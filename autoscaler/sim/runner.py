@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..settings import Settings
 from .engine import RunResult, simulate, split_capacity
 from .metrics import Metrics, compute
 from .policies import POLICIES, make_controller, preempts
-from .workload import Workload
+from .workload import JobSpec, Workload
 
 DEFAULT_RESTART_PENALTY = 30.0
 
@@ -36,6 +36,11 @@ def compare(
     progress: Callable[[str, int], None] | None = None,
 ) -> Comparison:
     deserved = split_capacity(gpus, workload.jobs)
+    specs, capped = fit_to_queues(workload.jobs, deserved)
+    if capped:
+        workload = replace(workload, jobs=specs, notes=(
+            *workload.notes, f"{capped} job(s) asked for more GPUs than their queue "
+            "deserves: their sizes are capped at the queue (their work is unchanged)"))
     runs: dict[str, RunResult] = {}
     metrics: dict[str, Metrics] = {}
     for name in policies:
@@ -46,3 +51,22 @@ def compare(
         runs[name] = run
         metrics[name] = compute(run)
     return Comparison(workload, gpus, deserved, restart_penalty, seed, runs, metrics)
+
+
+def fit_to_queues(jobs: Sequence[JobSpec], deserved: dict[str, int]) -> tuple[
+        tuple[JobSpec, ...], int]:
+    """Jobs whose requested or elastic sizes exceed their queue's deserved GPUs, cut to
+    it (a Volcano queue never admits such a gang). Work keeps its meaning: seconds at the
+    originally requested size, so a capped job runs at speedup(cap) of it."""
+
+    out, capped = [], 0
+    for j in jobs:
+        cap = deserved[j.queue] // j.gpus_per_worker
+        if j.max_workers <= cap:
+            out.append(j)
+            continue
+        capped += 1
+        out.append(replace(j, requested=min(j.requested, cap),
+                           min_workers=min(j.min_workers, cap),
+                           max_workers=cap))
+    return tuple(out), capped
