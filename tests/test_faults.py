@@ -472,6 +472,31 @@ async def test_api_list_failing_at_start_holds_until_synced(api):
             await d.__aexit__(None, None, None)
 
 
+async def test_api_lost_after_sync_plans_on_cache_then_holds_when_stale(api):
+    """The API server goes away mid-run: the caches keep the last picture, which is fine
+    for a while, but past kube_max_stale_seconds it may hide a new gang or a resize, so
+    every queue holds (no write) and says why; when the API returns, planning resumes."""
+
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        settings = settings_for(prom.url, kube_max_stale_seconds=0.5)
+        async with Daemon(api, settings) as d:
+            api.fail_next("GET", "pytorchjobs", 500, times=10**6)  # lists and watches fail
+            api.close_watches("pytorchjobs")
+            await eventually(lambda: d.kube.objects().failing_seconds > 0.5, 10)
+            held = await d.controller.run_once(NOW)
+            assert held.result == "hold" and "Kubernetes caches failing for" in held.message
+            assert "PyTorchJob" in held.message and "HTTP 500" in held.message
+            assert held.plan.decisions[0].reason is Reason.METRICS_UNAVAILABLE
+            assert patches(api) == 0
+            assert counter(metrics_text(d), "elastic_autoscaler_source_errors_total",
+                           kind="stale", source="kubernetes") == 1
+            api.clear_faults()  # the API is back
+            await eventually(lambda: d.kube.objects().failing_seconds == 0, 30)
+            ok = await d.controller.run_once(NOW + timedelta(seconds=60))
+            assert ok.result == "ok" and replicas(api, "j") == 4
+
+
 # ---- leadership and concurrency ------------------------------------------------------------
 
 
