@@ -309,17 +309,19 @@ class Cluster:
 
 
 def split_capacity(gpus: int, jobs: Sequence[JobSpec]) -> dict[str, int]:
-    """Deserved GPUs per queue: proportional to each queue's requested GPU-time, every
-    queue at least its largest gang of the smallest policy (min workers), largest
-    remainder rounding. One queue gets everything."""
+    """Deserved GPUs per queue: proportional to each queue's requested GPU-time within
+    the submission window (a job counts gpus x min(duration, window), so one month-long
+    job does not buy its queue most of the cluster), every queue at least its largest
+    min gang, largest remainder rounding. One queue gets everything."""
 
     queues = sorted({j.queue for j in jobs})
     if len(queues) == 1:
         return {queues[0]: gpus}
     weight = {q: 0.0 for q in queues}
     floor_ = {q: 1 for q in queues}
+    window = max(1.0, max(j.submit for j in jobs) - min(j.submit for j in jobs))
     for j in jobs:
-        weight[j.queue] += j.work * j.requested_gpus
+        weight[j.queue] += min(j.work, window) * j.requested_gpus
         floor_[j.queue] = max(floor_[j.queue], j.min_workers * j.gpus_per_worker)
     if sum(floor_.values()) > gpus:
         raise ValueError(f"{gpus} GPUs cannot hold the smallest gang of each of "
