@@ -38,6 +38,16 @@ def run_all(traces: Path, settings: Settings, policies: tuple[str, ...], gpus: i
         for p, rows in per.items()} | {"_per_workload": per}  # type: ignore[operator]
 
 
+def per_workload(avg: dict[str, Any]) -> str:
+    per = avg["_per_workload"]
+    lines = ["avg JCT h / restarts per job, by workload",
+             f"{'policy':16s} " + " ".join(f"{'wl-' + str(i):>10s}" for i in range(1, 9))]
+    for p, rows in per.items():
+        lines.append(f"{p:16s} " + " ".join(
+            f"{r['avg_jct'] / 3600:5.2f}/{r['restarts_per_job']:4.2f}" for r in rows))
+    return "\n".join(lines)
+
+
 def show(avg: dict[str, Any], ref: str = "planner") -> str:
     lines = [f"{'policy':24s} util  u/bound  avgJCT h  p95JCT h  p95queue h  restarts"]
     for p, m in avg.items():
@@ -67,6 +77,7 @@ def main() -> None:
     avg = run_all(args.traces, settings, tuple(args.policies.split(",")), args.gpus,
                   args.penalty, opts)
     print(show(avg))
+    print(per_workload(avg))
     print(f"({time.time() - t:.1f}s)", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(avg, indent=1) + "\n")
