@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     prometheus_insecure_skip_verify: bool = Field(
         False, description="Skip TLS verification of Prometheus (never in production)."
     )
+    prometheus_max_response_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="A Prometheus answer larger than this is not "
+        "read: the cycle holds (a broken or hostile endpoint cannot exhaust our memory)."
+    )
     cross_check_queue_status: bool = Field(
         False, description="Hold a queue whose Prometheus answer disagrees with "
         "Queue.status.allocated from the API by more than one GPU."

@@ -325,10 +325,6 @@ async def test_the_fake_api_rejects_some_on_create(bad: Bad):
         await eventually(lambda: api.objects("pytorchjobs"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (hardening): a Prometheus answer is read whole, however large; a broken or hostile "
-    "endpoint can exhaust the daemon's memory. Fix: Settings.prometheus_max_response_bytes "
-    "(16 MiB) and a bounded read in PrometheusSource's response hook (docs/security.md)."))
 async def test_oversized_prometheus_answer_is_not_read_and_holds():
     from autoscaler.sources.prometheus import PrometheusSource
 

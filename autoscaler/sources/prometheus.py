@@ -77,11 +77,13 @@ KIND_DUPLICATE = "duplicate"
 KIND_STALE = "stale"
 KIND_CLOCK_SKEW = "clock_skew"
 KIND_BAD_VALUE = "bad_value"
+KIND_TOO_LARGE = "too_large"
 
 ERROR_KINDS = (
     KIND_TIMEOUT, KIND_CONNECTION, KIND_TLS, KIND_AUTH, KIND_HTTP_5XX, KIND_HTTP_4XX,
     KIND_GARBAGE, KIND_NON_VECTOR, KIND_CONFIG, KIND_INTERNAL, KIND_MISSING_LABEL, KIND_NAN,
     KIND_INF, KIND_NEGATIVE, KIND_DUPLICATE, KIND_STALE, KIND_CLOCK_SKEW, KIND_BAD_VALUE,
+    KIND_TOO_LARGE,
 )  # every value `FreeGpuReading.errors` can hold, to pre-create the counter's series
 
 _RETRYABLE_STATUS = frozenset({408, 429})
@@ -339,6 +341,7 @@ def _prometheus_error(body: Any) -> str:
 class _Response:
     status: int
     body: bytes
+    too_large: bool = False
 
 
 @dataclass(slots=True)
@@ -476,7 +479,19 @@ class PrometheusSource:
         return {"Authorization": f"Bearer {token}"}, None
 
     def _keep_response(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        """Runs before requests reads the body: read it here, at most
+        prometheus_max_response_bytes of it, so a huge answer cannot exhaust memory."""
         self._local.response = response
+        self._local.too_large = False
+        limit = self._settings.prometheus_max_response_bytes
+        body = response.raw.read(limit + 1, decode_content=True) if response.raw else b""
+        if len(body) > limit:
+            body = b""
+            self._local.too_large = True
+            response.close()
+        # hand requests the body we read, so it does not read again
+        response._content = body
+        response._content_consumed = True
 
     def _attempt(self, timeout: float) -> _Response | BaseException:
         """One HTTP round trip in a worker thread: the full answer, or the transport error."""
@@ -497,13 +512,18 @@ class PrometheusSource:
         response: requests.Response | None = self._local.response
         if response is None:  # pragma: no cover - requests always calls the hook
             return RuntimeError("no response recorded")
-        return _Response(response.status_code, response.content)
+        return _Response(response.status_code, response.content, self._local.too_large)
 
     def _judge(self, answer: _Response | BaseException, now: datetime) -> _Outcome:
         url = self._shown_url
         if isinstance(answer, BaseException):
             return _transport_outcome(answer, url, self._scrub(_root_cause(answer)))
         status = answer.status
+        if answer.too_large:
+            return _Outcome(_failed(
+                Reason.METRICS_INVALID, KIND_TOO_LARGE,
+                f"{url}: answer larger than prometheus_max_response_bytes="
+                f"{self._settings.prometheus_max_response_bytes}: not read"))
         if status == 200:
             return _Outcome(self._scrubbed(parse_query_result(answer.body, self._settings, now)))
         detail = self._scrub(_prometheus_error(answer.body) or _snippet(answer.body))
