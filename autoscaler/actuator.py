@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .model import Decision, Plan
+from .redact import redact, remember_client
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -150,9 +151,9 @@ def _status_message(exc: ApiException) -> str:
         try:
             status = json.loads(body)
         except ValueError:
-            return body[:200]
+            return redact(body[:200])
         if isinstance(status, dict) and isinstance(status.get("message"), str):
-            return status["message"]
+            return redact(status["message"])
     return ""
 
 
@@ -208,6 +209,7 @@ class KubeActuator:
         self._settings = settings
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
+        remember_client(api_client.configuration)
         self._component = component
         self._instance = settings.identity or socket.gethostname()
         self._backoff: dict[tuple[str, str], _Backoff] = {}

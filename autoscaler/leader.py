@@ -35,6 +35,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .redact import redact
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -58,7 +59,7 @@ def _error_text(exc: BaseException) -> str:
         return f"HTTP {exc.status} {exc.reason or ''}".rstrip()
     if isinstance(exc, TimeoutError):
         return "request timed out"
-    return f"{type(exc).__name__}: {exc}"
+    return redact(f"{type(exc).__name__}: {exc}")
 
 
 class LeaderElector:

@@ -830,11 +830,6 @@ async def test_tokens_never_reach_logs_or_metrics(tmp_path):
         assert "***" in logs  # the echoed token was scrubbed, not just absent
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the kube side logs text the server sends back without scrubbing credentials "
-    "(actuator scale message from the Status body, kube source cache_error); the Prometheus "
-    "side does scrub. A proxy or webhook that echoes the bearer token puts it in the logs. "
-    "Fix: scrub the client's api_key/password from _status_message/_describe output."))
 async def test_kube_token_echoed_by_the_server_is_not_logged():
     token = "kube-s3cret-token-0123456789abcdef"
     echo = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,

@@ -28,6 +28,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
+from ..redact import redact, remember_client
+
 __all__ = [
     "JOB",
     "PODGROUP",
@@ -405,7 +407,7 @@ def _describe(exc: ApiException) -> str:
             message = None
         if message:
             text += f": {str(message)[:300]}"
-    return text
+    return redact(text)
 
 
 def _retry_after(exc: ApiException) -> float:
@@ -453,6 +455,7 @@ class KubeSource:
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
         api = CustomObjectsApi(api_client)
+        remember_client(api_client.configuration)
         chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
         namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
