@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -741,11 +742,20 @@ async def test_sigterm_during_a_cycle_finishes_it_then_exits_zero(api, tmp_path)
 
 
 class PinnedFakeKubeApi(FakeKubeApi):
-    """The fake API server on a port chosen before it starts: 'the API comes up later'."""
+    """The fake API server on a socket bound before it starts: 'the API comes up later'.
 
-    def __init__(self, port: int, **kw: Any) -> None:
+    Bound but not listening, the port refuses connections (like a server that is down)
+    and no other server of the test run can take it in the meantime."""
+
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self._pinned = port
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._pinned = self._socket.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._pinned}"
 
     async def start(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -753,43 +763,50 @@ class PinnedFakeKubeApi(FakeKubeApi):
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0,
                                      access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self._pinned).start()
+        await web.SockSite(self._runner, self._socket).start()
         self._port = self._pinned
+
+    async def stop(self) -> None:
+        await super().stop()
+        self._socket.close()
 
 
 async def test_api_unreachable_at_start_daemon_stays_alive_then_syncs(tmp_path):
-    port = free_port()
-    late = PinnedFakeKubeApi(port)
-    late._port = port  # for write_kubeconfig before it listens
-    kubeconfig = late.write_kubeconfig(tmp_path / "kubeconfig")
-    late._port = 0
-    async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
-        env = daemon_env(tmp_path, kubeconfig, prom.url, interval_seconds=0.5,
-                         min_interval_seconds=0, cycle_deadline_seconds=1)
-        async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
-            await proc.wait_for("listening")
-            base = f"http://127.0.0.1:{proc.port}"
-            held = await proc.wait_for("cycle", 20, result="hold")
-            assert "Kubernetes caches not synced" in held["message"]
-            async with http.get(f"{base}/healthz") as r:
-                assert r.status == 200
-            async with http.get(f"{base}/readyz") as r:
-                assert r.status == 503 and "not synced" in await r.text()
-            async with http.get(f"{base}/metrics") as r:
-                text = await r.text()
-            assert counter(text, "elastic_autoscaler_source_errors_total",
-                           kind="not_synced", source="kubernetes") >= 1
-            assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 0
-            # the API comes up: the daemon syncs and plans without a restart
-            late.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8,
-                                replicas=1, active=1))
-            async with late:
-                await eventually(lambda: replicas(late, "a") == 3, 30, 0.05, "the resize")
-                await proc.wait_for("cycle", 10, result="ok")
-                async with http.get(f"{base}/readyz") as r:
+    late = PinnedFakeKubeApi()
+    try:
+        kubeconfig = late.write_kubeconfig(tmp_path / "kubeconfig")
+        async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
+            env = daemon_env(tmp_path, kubeconfig, prom.url, interval_seconds=0.5,
+                             min_interval_seconds=0, cycle_deadline_seconds=1)
+            async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
+                await proc.wait_for("listening")
+                base = f"http://127.0.0.1:{proc.port}"
+                held = await proc.wait_for("cycle", 20, result="hold")
+                assert "Kubernetes caches not synced" in held["message"]
+                async with http.get(f"{base}/healthz") as r:
                     assert r.status == 200
-                assert proc.process.returncode is None
-                assert await proc.stop() == 0
+                async with http.get(f"{base}/readyz") as r:
+                    assert r.status == 503 and "not synced" in await r.text()
+                async with http.get(f"{base}/metrics") as r:
+                    text = await r.text()
+                assert counter(text, "elastic_autoscaler_source_errors_total",
+                               kind="not_synced", source="kubernetes") >= 1
+                assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 0
+                # the API comes up: the daemon syncs and plans without a restart
+                late.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8,
+                                    replicas=1, active=1))
+                async with late:
+                    try:
+                        await eventually(lambda: replicas(late, "a") == 3, 30, 0.05, "the resize")
+                    except AssertionError as exc:
+                        raise AssertionError(f"{exc}\n" + "\n".join(proc.raw[-40:])) from None
+                    await proc.wait_for("cycle", 10, result="ok")
+                    async with http.get(f"{base}/readyz") as r:
+                        assert r.status == 200
+                    assert proc.process.returncode is None
+                    assert await proc.stop() == 0
+    finally:
+        late._socket.close()  # also when the test fails before it starts
 
 
 async def test_tokens_never_reach_logs_or_metrics(tmp_path):
