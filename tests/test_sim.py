@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -283,3 +285,24 @@ def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["simulate", "--out", str(tmp_path), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("elastic-autoscaler: error:") and needle in err
+
+
+def test_cli_takes_policies_space_or_comma_separated(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--out", str(tmp_path), "--no-plots", "--no-progress",
+                 "--policies", "planner,static", "static"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines[3:5]] == ["planner", "static"]
+    assert not lines[5].startswith(("planner", "static"))
+
+
+def test_simulator_needs_no_cluster_libraries() -> None:
+    """`simulate` runs on a fresh machine without a cluster: no Kubernetes or Prometheus
+    client is imported on its path."""
+
+    code = ("import sys, autoscaler.sim.cli, autoscaler.sim.runner; bad = [m for m in "
+            "('kubernetes_asyncio', 'prometheus_api_client', 'aiohttp') if m in sys.modules];"
+            " print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
+    assert out == ""

@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=None,
                    help=f"GPUs in the cluster (default {DEFAULT_GPUS}; {BUNDLED_GPUS} for the "
                    "bundled workload), split over the trace's queues by their GPU-time")
-    p.add_argument("--policies", default=",".join(POLICIES),
-                   help=f"comma-separated, in table order (default {','.join(POLICIES)})")
+    p.add_argument("--policies", nargs="+", default=[",".join(POLICIES)],
+                   help=f"policies in table order, comma- or space-separated (default "
+                   f"{','.join(POLICIES)})")
     p.add_argument("--out", type=Path, default=Path("sim-out"),
                    help="directory for results.json and the plots (default ./sim-out)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
@@ -82,7 +83,8 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
         raise _usage("--gpus must be >= 1")
     if args.restart_penalty < 0:
         raise _usage("--restart-penalty must be >= 0")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = [p.strip() for arg in args.policies for p in arg.split(",") if p.strip()]
+    policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise _usage(f"unknown policy {', '.join(unknown) or '(none)'}: choose from "
