@@ -177,6 +177,9 @@ PROM_FAULTS = [
               "auth", True, "HTTP 403"),
     PromFault("tls-untrusted", Canned(GOOD), Reason.METRICS_UNAVAILABLE, "tls", True,
               "TLS failed"),
+    PromFault("too-large", Canned(with_team_b(sample("team-a", 2000, TS, junk="x" * 4096))),
+              Reason.METRICS_INVALID, "too_large", True, "prometheus_max_response_bytes",
+              {"prometheus_max_response_bytes": 1024}),
     PromFault("scalar-not-vector", Canned({"status": "success", "data": {
         "resultType": "scalar", "result": [TS, "4"]}}), Reason.METRICS_INVALID, "non_vector",
         True, "scalar"),
