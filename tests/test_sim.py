@@ -189,6 +189,8 @@ def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
         "job-1", "team", 1, 6)
     assert (second.submit, second.min_workers, second.max_workers) == (5, 2, 8)
     assert second.queue == "default"
+    sliced = read_trace(p, TraceOptions(philly_slice=(1, 2)))
+    assert [j.submit for j in sliced.jobs] == [5]
 
 
 @pytest.mark.parametrize("text", [

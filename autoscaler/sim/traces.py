@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -180,6 +179,9 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
 
 
 def _limit_jobs(jobs: list[JobSpec], opts: TraceOptions) -> list[JobSpec]:
+    if opts.philly_slice is not None:
+        start, end = opts.philly_slice
+        jobs = jobs[start:end]
     if opts.max_jobs is not None:
         jobs = jobs[: opts.max_jobs]
     return jobs
@@ -223,7 +225,6 @@ def _pollux(rows: list[dict[str, str]], opts: TraceOptions,
     at its requested GPUs, from the application's profile (see profiles.py)."""
 
     rows = _limit(sorted(rows, key=lambda r: (float(r["time"]), r["name"])), opts)
-    rng = random.Random(opts.seed)  # noqa: F841 - pollux traces need no randomness
     jobs = []
     for r in rows:
         app = r["application"]
