@@ -7,14 +7,15 @@
 A seeded driver runs `plan()` once per cycle (60 s of simulated time) over a cluster that
 keeps changing: elastic jobs and non-elastic gangs arrive, get placed by a Volcano-like
 scheduler (gang first, then elastic workers one at a time, sometimes late, sometimes never),
-finish, get edited by users (max changed, replicas cut, paused); Prometheus answers lag a
-cycle and fail now and then (down, missing, NaN, negative, stale); some writes fail (409).
+finish, get edited by users (max changed, replicas cut, paused), queues get closed for a
+while; Prometheus answers lag a cycle and fail now and then (down, missing, NaN, negative,
+stale); some writes fail (409).
 After every cycle the plan is checked against what the planner knew (the snapshot) and
 against the history of its own actions:
 
   bounds        every managed job's target is within [min, max]
   accounted     every job and every waiting gang has a decision with a message
-  hold          a queue with missing/bad data changes nothing
+  hold          a queue with missing/bad data, or Closed/Closing, changes nothing
   overcommit    growth fits in free GPUs minus in-flight (minus reserve), plus what trims
                 and reclaims hand back; gangs served plus growth fit in free + releasing
   gangs-first   nothing grows while a waiting gang that reclaim could cover is left
@@ -144,6 +145,7 @@ class World:
         self.gangs: dict[str, SimGang] = {}
         self.serial = 0
         self.last_free: dict[str, int] = {q: c for q, c in CAPACITY.items()}
+        self.queue_state: dict[str, str] = {q: "Open" for q in CAPACITY}
 
     def used(self, queue: str) -> int:
         return (sum(j.active * j.gpw for j in self.jobs.values() if j.queue == queue)
@@ -179,6 +181,11 @@ class World:
                 del self.jobs[j.name]  # finished, or given up on while waiting
             elif r.random() < 0.004:
                 self._edit(j)
+        for q, state in self.queue_state.items():  # an admin closes a queue for a while
+            if state == "Open" and r.random() < 0.002:
+                self.queue_state[q] = r.choice(["Closed", "Closing"])
+            elif state != "Open" and r.random() < 0.05:
+                self.queue_state[q] = "Open"
         for g in list(self.gangs.values()):
             if r.random() < (0.03 if g.running else 0.003):
                 del self.gangs[g.name]
@@ -280,6 +287,7 @@ class World:
         for q in CAPACITY:
             queues.setdefault(q, QueueState(q, None, Reason.METRICS_MISSING,
                                             f"queue {q} has no series in the free-GPU query"))
+            queues[q] = replace(queues[q], state=self.queue_state[q])
         return ClusterSnapshot(queues=queues, jobs=tuple(jobs), unmanaged=tuple(unmanaged),
                                pending=tuple(pending), problem=problem, message=message)
 
@@ -296,7 +304,10 @@ class World:
                    for g in sorted(self.gangs.values(), key=lambda g: g.name)]
         classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                     "metadata": {"name": n}, "value": v} for n, v in PRIORITIES.items()]
-        return RawObjects(tuple(jobs), tuple(groups), (), tuple(classes))
+        queues = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                   "metadata": {"name": q}, "spec": {"weight": 1},
+                   "status": {"state": state}} for q, state in self.queue_state.items()]
+        return RawObjects(tuple(jobs), tuple(groups), tuple(queues), tuple(classes))
 
     def apply(self, plan: Plan, now: datetime) -> list[Decision]:
         """Write the plan's actions; 2% of writes lose a race (409) and change nothing."""
@@ -376,7 +387,7 @@ class History:
 def _usable(state: QueueState | None, snapshot: ClusterSnapshot) -> bool:
     return (snapshot.problem is None and state is not None and state.problem is None
             and state.free_gpus is not None and math.isfinite(state.free_gpus)
-            and state.free_gpus >= 0)
+            and state.free_gpus >= 0 and state.state not in ("Closed", "Closing"))
 
 
 def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: datetime,

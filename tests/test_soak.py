@@ -112,6 +112,9 @@ def _broken_cases():
                                 else j for j in s.jobs))
     yield "reclaim-in-cooldown", hot, tamper(plan(hot, P, NOW), "big", 2,
                                               Reason.RECLAIM_FOR_PENDING), "cooldown"
+    closed = replace(s, queues={**s.queues, "q": replace(s.queues["q"], state="Closing")})
+    yield "closed-queue-changed", closed, tamper(plan(closed, P, NOW), "small", 3,
+                                                 Reason.SCALE_UP_IDLE_GPUS), "hold"
     lost = replace(good, decisions=tuple(d for d in good.decisions if d.ref.name != "small"))
     yield "job-without-decision", s, lost, "accounted"
     wrong = tamper(good, "small", 3, Reason.RECLAIM_FOR_PENDING)
