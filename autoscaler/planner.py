@@ -281,7 +281,7 @@ class _QueuePlanner:
                     for w in reclaimable]
             heapq.heapify(heap)
         for g in self.pending:
-            if starving:
+            if starving and p.starving_gang_blocks_later_gangs:
                 self.gangs.append(GangDecision(
                     g.ref, g.queue, g.gpus, Reason.GANG_BLOCKED,
                     f"{g.ref} waits behind a starving gang: {starving}"))
@@ -297,7 +297,7 @@ class _QueuePlanner:
                 waited = (self.now - g.created).total_seconds()
                 message = (f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
                            f"capacity fall {shortfall} short: skipped")
-                if waited > p.max_gang_wait_seconds:
+                if waited > p.max_gang_wait_seconds and not starving:
                     starving = (f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
                                 f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
                                 "grows until it fits")

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
         1800, ge=0, description="A waiting gang older than this stops the skipping: "
         "nothing in its queue grows, and no later gang is served, until it fits."
     )
+    starving_gang_blocks_later_gangs: bool = Field(
+        True, description="A starving gang (see max_gang_wait_seconds) also stops the "
+        "gangs behind it from being served by reclaim. false: it only stops growth; Volcano "
+        "backfills smaller gangs anyway, and the simulator measured 3% lower average JCT."
+    )
     unplaced_timeout_seconds: float = Field(
         300, ge=0, description="Workers we asked for that are still not running this long "
         "after our resize are cut back to what runs (never below min)."

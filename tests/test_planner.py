@@ -151,6 +151,18 @@ def test_starving_gang_blocks_growth_and_later_gangs():
     assert p.queues["q"].reason == Reason.GANG_STARVING
 
 
+def test_starving_gang_that_does_not_block_later_gangs_still_stops_growth():
+    gangs = [gang("starved", 20, created=ago(4000)), gang("small", 1, created=ago(10))]
+    jobs = [ej("a", min=1, replicas=3, max=8)]
+    p = plan(snap({"q": 0}, jobs, gangs), policy(starving_gang_blocks_later_gangs=False), NOW)
+    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE,
+                               "small": Reason.GANG_COVERED}
+    assert targets(p)["a"] == (2, Reason.RECLAIM_FOR_PENDING)
+    p = plan(snap({"q": 3}, jobs, gangs), policy(starving_gang_blocks_later_gangs=False), NOW)
+    assert gang_reasons(p)["small"] == Reason.GANG_FITS
+    assert targets(p)["a"] == (3, Reason.GANG_STARVING)
+
+
 def test_young_uncoverable_gang_does_not_block_growth():
     p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], [gang("big", 20)]), policy(), NOW)
     assert targets(p)["a"] == (5, Reason.SCALE_UP_IDLE_GPUS)

@@ -78,6 +78,7 @@ policies = st.builds(
     reserve_gpus_per_queue=st.integers(0, 2),
     victim_order=st.sampled_from(["most-workers", "least-work-lost"]),
     growth_payoff_factor=st.sampled_from([0.0, 0.0, 1.0]),
+    starving_gang_blocks_later_gangs=st.booleans(),
 )
 
 common = settings(max_examples=int(os.environ.get("PLANNER_EXAMPLES", "300")), deadline=None,
