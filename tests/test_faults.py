@@ -213,6 +213,7 @@ async def test_prometheus_fault_holds_and_says_why(api, tmp_path, case: PromFaul
             assert case.why.lower() in by_name["a"].message.lower()
             assert by_name["a"].target == by_name["a"].current == 2
             assert patches(api, "a") == 0  # no write while its data is bad
+            assert_bounds(api)
             if case.all_hold:
                 assert by_name["b"].reason is case.reason
                 assert patches(api) == 0
@@ -338,6 +339,7 @@ async def test_api_404_on_patch_object_deleted_between_read_and_patch(api):
         second = await d.controller.run_once(NOW + timedelta(seconds=30))
         assert second.result == "ok" and second.plan.actions == ()
         assert [x.ref.name for x in second.plan.decisions] == ["k"]
+        assert_bounds(api)
 
 
 async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(api):
@@ -407,6 +409,7 @@ async def test_api_throttled_or_failing_backs_off_then_applies(
         assert counter(text, "elastic_autoscaler_writes_total", result=outcome.value) == 1
         assert counter(text, "elastic_autoscaler_writes_total", result="backoff") == 1
         assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 1
+        assert_bounds(api)
 
 
 async def test_api_request_timeout_on_patch_backs_off_and_never_doubles(api):
@@ -535,6 +538,7 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
                 assert counter(metrics_text(d), "elastic_autoscaler_writes_total",
                                result="not_leader") == 2
                 assert any(e.get("event") == "leader-lost" for e in logs)
+                assert_bounds(api)
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
