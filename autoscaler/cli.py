@@ -115,4 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m autoscaler.cli`: run the imported module, so that its exception classes
+    # are the ones the other modules raise
+    from autoscaler.cli import main as _main
+
+    sys.exit(_main())
