@@ -7,9 +7,9 @@
 A seeded driver runs `plan()` once per cycle (60 s of simulated time) over a cluster that
 keeps changing: elastic jobs and non-elastic gangs arrive, get placed by a Volcano-like
 scheduler (gang first, then elastic workers one at a time, sometimes late, sometimes never),
-finish, get edited by users (max changed, replicas cut, paused), queues get closed for a
-while; Prometheus answers lag a cycle and fail now and then (down, missing, NaN, negative,
-stale); some writes fail (409).
+finish, get edited by users (max changed, replicas cut, paused, min set above max and
+fixed again), queues get closed for a while; Prometheus answers lag a cycle and fail now
+and then (down, missing, NaN, negative, stale); some writes fail (409).
 After every cycle the plan is checked against what the planner knew (the snapshot) and
 against the history of its own actions:
 
@@ -95,6 +95,7 @@ class SimJob:
     last_scale: datetime | None = None
     started: datetime | None = None
     paused: bool = False
+    broken: bool = False  # a user typo: minReplicas above maxReplicas (InvalidPolicy)
     stuck: bool = False  # its extra workers never land (e.g. a node selector nobody fits)
 
     @property
@@ -201,6 +202,8 @@ class World:
             j.replicas = r.randint(j.min, j.max)
         elif what < 0.9 or j.paused:
             j.paused = not j.paused
+        elif what < 0.95 or j.broken:
+            j.broken = not j.broken  # and fixed again by a later edit
 
     # -- the scheduler -----------------------------------------------------------------
 
@@ -261,11 +264,17 @@ class World:
                  message: str) -> ClusterSnapshot:
         jobs, pending, unmanaged = [], [], []
         for j in sorted(self.jobs.values(), key=lambda j: j.name):
+            inflight = max(0, j.replicas - j.active) * j.gpw
             if j.paused:
                 unmanaged.append(UnmanagedJob(
                     j.ref, j.queue, Reason.PAUSED, f"annotation {PAUSED} is \"true\"",
-                    replicas=j.replicas, min_replicas=j.min, max_replicas=j.max,
-                    gpus_per_worker=j.gpw, inflight_gpus=max(0, j.replicas - j.active) * j.gpw))
+                    replicas=j.replicas, gpus_per_worker=j.gpw, inflight_gpus=inflight))
+            elif j.broken:
+                # what parse.py reports; its in-flight GPUs still count in the queue
+                unmanaged.append(UnmanagedJob(
+                    j.ref, j.queue, Reason.INVALID_POLICY,
+                    f"spec.elasticPolicy.minReplicas={j.max + 1} is above maxReplicas={j.max}",
+                    replicas=j.replicas, gpus_per_worker=j.gpw, inflight_gpus=inflight))
             else:
                 jobs.append(ElasticJob(
                 ref=j.ref, queue=j.queue, min_replicas=j.min, max_replicas=j.max,
@@ -339,7 +348,8 @@ def raw_job(j: SimJob) -> dict[str, Any]:
                      "resourceVersion": str(j.version),
                      "creationTimestamp": format_time(j.created), "annotations": annotations},
         "spec": {
-            "elasticPolicy": {"minReplicas": j.min, "maxReplicas": j.max},
+            "elasticPolicy": {"minReplicas": j.max + 1 if j.broken else j.min,
+                              "maxReplicas": j.max},
             "runPolicy": {"schedulingPolicy": {"queue": j.queue, "priorityClass": j.priority,
                                                "minAvailable": j.min}},
             "pytorchReplicaSpecs": {"Worker": {"replicas": j.replicas, "template": {"spec": {
