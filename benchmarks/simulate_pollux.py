@@ -1,5 +1,5 @@
 """All policies on the eight Pollux workloads (64 GPUs): per-workload and averaged
-metrics, plus planner ablations. Used for docs/benchmarks-sim.md.
+metrics, plus planner ablations. Used for docs/benchmarks.md.
 
     python benchmarks/simulate_pollux.py /work/shared/traces [--set key=value ...]
         [--ablate] [--json out.json]
