@@ -337,3 +337,20 @@ async def test_oversized_prometheus_answer_is_not_read_and_holds():
             source.close()
     assert reading.problem is Reason.METRICS_INVALID
     assert "prometheus_max_response_bytes" in reading.message
+
+
+async def test_large_object_arriving_by_watch_is_read_whole():
+    """A big but legal object (a 300 KB last-applied-configuration annotation) arrives as
+    one watch line after the caches synced: it is read, parsed and planned like any other."""
+
+    async with FakeKubeApi() as api:
+        async with fake_prometheus(prometheus_answer()) as prom, \
+                Daemon(api, settings_for(prom.url)) as d:
+            big = pytorchjob("big", queue="team-a", replicas=2, active=2, max_replicas=4)
+            big["metadata"]["annotations"][
+                "kubectl.kubernetes.io/last-applied-configuration"] = "x" * 300_000
+            api.put(big)
+            await d.seen("PyTorchJob", "big")
+            result = await d.controller.run_once(NOW)
+            assert [(x.ref.name, x.target) for x in result.plan.actions] == [("big", 4)]
+            assert d.kube.objects().errors == ()
