@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -117,8 +118,7 @@ _NO_MIN_AVAILABLE = ("no runPolicy.schedulingPolicy.minAvailable: training-opera
                      "gang size to all replicas, so growing raises it",)
 
 
-def _skey(w: _Job) -> tuple[str, str, str]:
-    return w.skey
+_SKEY = operator.attrgetter("skey")
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -144,7 +144,7 @@ class _QueuePlanner:
             (_Job(j, j.replicas,
                   None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
                   (j.ref.namespace, j.ref.name, j.ref.kind)) for j in jobs),
-            key=_skey)
+            key=_SKEY)
         self.unmanaged = unmanaged
         self.pending = sorted(pending, key=lambda g: (
             -g.priority, g.created, g.ref.namespace, g.ref.name))
@@ -189,8 +189,10 @@ class _QueuePlanner:
                              "its own PodGroup is waiting to be scheduled")
                 continue  # counted once, as that gang
             # Rule 2: GPUs promised but not running are not free, whoever asked for them.
-            inflight += max(0, j.replicas - j.active) * j.gpus_per_worker
-            releasing += max(0, j.active - j.replicas) * j.gpus_per_worker
+            if j.replicas > j.active:
+                inflight += (j.replicas - j.active) * j.gpus_per_worker
+            elif j.replicas < j.active:
+                releasing += (j.active - j.replicas) * j.gpus_per_worker
             if w.since is not None and -w.since > p.clock_skew_seconds:
                 self._settle(w, j.replicas, Reason.CLOCK_SKEW,
                              f"last-scale-time {j.last_scale_time} is in the future; fix the "
@@ -268,7 +270,12 @@ class _QueuePlanner:
         # GPUs reclaimable per victim priority, so that deciding a gang cannot be covered
         # (the common case in a full queue) costs O(priorities), not O(jobs)
         by_priority: dict[int, int] = {}
-        reclaimable = [w for w in self.work if self._reclaimable(w)] if self.pending else []
+        cool = p.reclaim_cooldown_seconds
+        reclaimable = [
+            w for w in self.work
+            if w.target > w.job.min_replicas and (w.since is None or w.since >= cool)
+            and w.reason is not Reason.CLOCK_SKEW and w.reason is not Reason.OWN_GANG_WAITING
+        ] if self.pending else []
         for w in reclaimable:
             prio = w.job.priority
             by_priority[prio] = by_priority.get(prio, 0) + (
@@ -345,13 +352,6 @@ class _QueuePlanner:
         from_release = min(max(releasing, 0), need)
         used_idle = need - from_release
         return idle - used_idle, releasing - from_release, from_idle + max(0, used_idle)
-
-    def _reclaimable(self, w: _Job) -> bool:
-        if w.reason in (Reason.CLOCK_SKEW, Reason.OWN_GANG_WAITING):
-            return False
-        if w.target <= w.job.min_replicas:
-            return False
-        return w.since is None or w.since >= self.policy.reclaim_cooldown_seconds
 
     @staticmethod
     def _reclaim_most_workers(heap: list, priority: int,
