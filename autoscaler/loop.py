@@ -44,6 +44,7 @@ class LiveSource:
         self.settings, self.kube, self.prometheus, self.metrics = (
             settings, kube, prometheus, metrics)
         self.parsed = ParseCache()
+        self._dropped = 0  # oversized objects the caches dropped, as last counted
 
     async def read(self, now: datetime) -> ClusterSnapshot:
         reading = await self.prometheus.fetch(now)
@@ -51,6 +52,7 @@ class LiveSource:
             for kind in reading.errors:
                 self.metrics.source_errors.labels("prometheus", kind).inc()
         objects = self.kube.objects()  # the caches: no API call
+        self._count_dropped()
         raw = RawObjects(objects.jobs, objects.podgroups, objects.queues,
                          objects.priorityclasses)
         problem, message = reading.problem, reading.message
@@ -69,6 +71,18 @@ class LiveSource:
                     "kubernetes", "not_synced" if not objects.synced else "stale").inc()
         return build_snapshot(raw, free, self.settings, problem=problem,
                               message=message, cache=self.parsed)
+
+
+    def _count_dropped(self) -> None:
+        """Objects over max_object_bytes are dropped by the caches (and logged there); the
+        planner cannot see them, so they are also counted where alerts look."""
+
+        stats = getattr(self.kube, "stats", None)
+        dropped = stats().get("dropped_oversized", 0) if stats is not None else 0
+        if self.metrics is not None and dropped > self._dropped:
+            self.metrics.source_errors.labels("kubernetes", "oversized").inc(
+                dropped - self._dropped)
+        self._dropped = dropped
 
 
 @dataclass(frozen=True, slots=True)

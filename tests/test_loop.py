@@ -386,3 +386,17 @@ async def test_caches_failing_too_long_hold_the_cycle_until_they_recover(api):
         await eventually(lambda: d.kube.objects().failing_seconds == 0, within=40)
         ok = await d.controller.run_once(NOW)
         assert ok.result == "ok" and replicas(api, "j") == 4
+
+
+async def test_oversized_objects_are_counted_as_source_errors(api):
+    big = pytorchjob("big", queue="team-a")
+    big["metadata"]["annotations"]["blob"] = "x" * 5000
+    api.put(big)
+    api.put(pytorchjob("small", queue="team-a", replicas=2, active=2, max_replicas=2))
+    async with fake_prometheus(free_body(**{"team-a": 0})) as prom, \
+            Daemon(api, settings_for(prom.url, max_object_bytes=4096)) as d:
+        result = await d.controller.run_once(NOW)
+        assert [x.ref.name for x in result.plan.decisions] == ["small"]
+        await d.controller.run_once(NOW)  # counted once, not once a cycle
+        assert 'elastic_autoscaler_source_errors_total{kind="oversized",source="kubernetes"}' \
+               ' 1.0' in _metrics_text(d.metrics)
