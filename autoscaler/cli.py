@@ -11,13 +11,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .errors import UsageError
 from .parse import BadField, parse_time
 from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
-
-
-class UsageError(Exception):
-    """Bad input named in one line; exit 2."""
 
 
 def _parser() -> argparse.ArgumentParser:

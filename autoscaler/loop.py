@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import structlog
 
 from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
+from .errors import UsageError
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
 from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free, pruner
@@ -333,6 +334,7 @@ def run_daemon(settings: Settings) -> int:
 
 
 async def _daemon(settings: Settings) -> int:
+    from kubernetes_asyncio.config import ConfigException
     from prometheus_client import ProcessCollector
 
     from .leader import AlwaysLeader, make_elector
@@ -342,7 +344,10 @@ async def _daemon(settings: Settings) -> int:
 
     metrics = Metrics()
     ProcessCollector(registry=metrics.registry)
-    api_client = await make_api_client(settings)
+    try:
+        api_client = await make_api_client(settings)
+    except ConfigException as exc:
+        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
     driver: Driver | None = None
 
     def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
@@ -420,8 +425,6 @@ async def live_snapshot(settings: Settings, now: datetime,
 
 
 def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
-    from .cli import UsageError
-
     now = now or datetime.now(UTC)
     try:
         snapshot = asyncio.run(live_snapshot(settings, now))

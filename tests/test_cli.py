@@ -113,3 +113,15 @@ def test_module_entry_point_runs():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["actions"]
+
+
+def test_run_without_a_usable_kubeconfig_exits_2(capsys, tmp_path, monkeypatch):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\n")  # no current-context
+    monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(bad))
+    monkeypatch.setenv("AUTOSCALER_LISTEN_PORT", "0")
+    monkeypatch.setenv("AUTOSCALER_LISTEN_HOST", "127.0.0.1")
+    code, _, err = run(capsys, "run")
+    assert code == 2
+    assert "cannot configure the Kubernetes client" in err
+    assert "Traceback" not in err
