@@ -6,7 +6,9 @@ object and the field; nothing here raises on bad input.
 
 from __future__ import annotations
 
+import json
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -556,18 +558,19 @@ def _shapes(settings: Settings) -> dict[str, Any]:
             "metadata": {**meta, "annotations": _only(
                 (settings.last_scale_annotation, settings.paused_annotation,
                  VOLCANO_QUEUE_ANNOTATION))},
-            "spec": {
+            "spec": _Shared({
                 "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
-                "runPolicy": {"suspend": KEEP, "schedulingPolicy": _only(
-                    ("queue", "priorityClass", "minAvailable"))},
-                "pytorchReplicaSpecs": {"Worker": {
+                "runPolicy": _Shared({"suspend": KEEP, "schedulingPolicy": _only(
+                    ("queue", "priorityClass", "minAvailable"))}),
+                "pytorchReplicaSpecs": _Shared({"Worker": {
                     "replicas": KEEP,
-                    "template": {"spec": {"containers": [
-                        {"resources": {"limits": gpus, "requests": gpus}}]}},
-                }},
-            },
-            "status": {"conditions": _conditions((*_FINISHED, "Suspended")),
-                       "startTime": KEEP, "replicaStatuses": {"Worker": {"active": KEEP}}},
+                    "template": _Shared({"spec": {"containers": [
+                        {"resources": {"limits": gpus, "requests": gpus}}]}}),
+                }}),
+            }),
+            "status": {"conditions": _Shared(_conditions((*_FINISHED, "Suspended"))),
+                       "startTime": KEEP,
+                       "replicaStatuses": _Shared({"Worker": {"active": KEEP}})},
         },
         "PodGroup": {
             "apiVersion": KEEP, "kind": KEEP,
@@ -583,9 +586,49 @@ def _shapes(settings: Settings) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """Jobs repeat these parts (elastic policy, scheduling policy, Worker spec, status
+    counts): equal pruned values are stored once. Safe because cached objects are never
+    mutated, only replaced."""
+
+    shape: Any
+
+
+class _SharedDict(dict):  # type: ignore[type-arg]
+    __slots__ = ("__weakref__",)
+
+
+class _SharedList(list):  # type: ignore[type-arg]
+    __slots__ = ("__weakref__",)
+
+
+_shared: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def _share(value: Any) -> Any:
+    if isinstance(value, dict):
+        candidate: Any = _SharedDict(value)
+    elif isinstance(value, list):
+        candidate = _SharedList(value)
+    else:
+        return value
+    try:
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return value
+    found = _shared.get(key)
+    if found is not None:
+        return found
+    _shared[key] = candidate
+    return candidate
+
+
 def _prune(value: Any, shape: Any) -> Any:
     if shape is KEEP:
         return value
+    if isinstance(shape, _Shared):
+        return _share(_prune(value, shape.shape))
     if callable(shape):
         return shape(value)
     if isinstance(shape, list):

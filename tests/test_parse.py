@@ -278,3 +278,15 @@ def test_pruned_objects_parse_exactly_like_whole_ones(obj):
         assert parse_podgroup(pruned, P, NOPRIO) == parse_podgroup(whole, P, NOPRIO)
     else:
         assert parsed(pruned) == parsed(whole)
+
+
+def test_pruned_jobs_share_equal_parts_and_keep_their_own():
+    from autoscaler.parse import pruner
+
+    prune = pruner(P)
+    a, b = prune(pytorchjob("a")), prune(pytorchjob("b"))
+    c = prune(pytorchjob("c", max_replicas=8))
+    assert a["spec"] is b["spec"]  # same policy, replicas and GPUs: stored once
+    assert a["spec"] is not c["spec"] and c["spec"]["elasticPolicy"]["maxReplicas"] == 8
+    assert a["metadata"]["name"] == "a" and b["metadata"]["name"] == "b"
+    assert parsed(b).ref.name == "b" and parsed(c).max_replicas == 8
