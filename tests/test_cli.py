@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,13 +116,14 @@ def test_module_entry_point_runs():
     assert json.loads(proc.stdout)["actions"]
 
 
-def test_run_without_a_usable_kubeconfig_exits_2(capsys, tmp_path, monkeypatch):
+def test_run_without_a_usable_kubeconfig_exits_2(tmp_path):
     bad = tmp_path / "kubeconfig"
     bad.write_text("apiVersion: v1\nkind: Config\n")  # no current-context
-    monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(bad))
-    monkeypatch.setenv("AUTOSCALER_LISTEN_PORT", "0")
-    monkeypatch.setenv("AUTOSCALER_LISTEN_HOST", "127.0.0.1")
-    code, _, err = run(capsys, "run")
-    assert code == 2
-    assert "cannot configure the Kubernetes client" in err
-    assert "Traceback" not in err
+    env = {**os.environ, "AUTOSCALER_KUBECONFIG": str(bad), "AUTOSCALER_LISTEN_PORT": "0",
+           "AUTOSCALER_LISTEN_HOST": "127.0.0.1"}
+    # a subprocess: `run` configures process-wide logging, as a daemon should
+    proc = subprocess.run([sys.executable, "-m", "autoscaler", "run"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "cannot configure the Kubernetes client" in proc.stderr
+    assert "Traceback" not in proc.stderr
