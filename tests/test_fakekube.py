@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +44,6 @@ def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> 
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}},
     }
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKubeApi]:
-    async with FakeKubeApi() as api:
-        yield api
-
-
-@pytest.fixture
-async def client(kube: FakeKubeApi) -> AsyncIterator[ApiClient]:
-    async with ApiClient(kube.configuration()) as api:
-        yield api
 
 
 @pytest.fixture

@@ -89,12 +89,6 @@ def decision_logs(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
     return [e for e in logs if e.get("event") == "decision" and e.get("name") == name]
 
 
-@pytest.fixture
-async def api():
-    async with FakeKubeApi() as server:
-        yield server
-
-
 def two_queue_cluster(api: FakeKubeApi) -> None:
     """`a` in team-a (where the fault is) and `b` in team-b (healthy), both growable."""
 

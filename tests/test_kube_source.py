@@ -71,18 +71,6 @@ def replicas(objects: KubeObjects, name: str) -> int | None:
     return None
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKubeApi]:
-    async with FakeKubeApi() as api:
-        yield api
-
-
-@pytest.fixture
-async def client(kube: FakeKubeApi) -> AsyncIterator[ApiClient]:
-    async with ApiClient(kube.configuration()) as api:
-        yield api
-
-
 @asynccontextmanager
 async def running(
     client: ApiClient,

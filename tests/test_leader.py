@@ -68,12 +68,6 @@ class Candidate:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKubeApi]:
-    async with FakeKubeApi() as api:
-        yield api
-
-
-@pytest.fixture
 async def candidates(kube: FakeKubeApi) -> AsyncIterator[Callable[..., Candidate]]:
     made: list[Candidate] = []
 

@@ -81,12 +81,6 @@ def set_active(api: FakeKubeApi, name: str, active: int, ns: str = "ml") -> None
               {"status": {"replicaStatuses": {"Worker": {"active": active}}}})
 
 
-@pytest.fixture
-async def api():
-    async with FakeKubeApi() as server:
-        yield server
-
-
 async def test_full_cycle_grows_reclaims_and_records_why(api):
     api.put(pytorchjob("small", queue="team-a", min_replicas=1, max_replicas=4,
                        replicas=2, active=2))
