@@ -424,18 +424,25 @@ def parse_job(
 
 
 def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:
-    """minReplicas/maxReplicas (or the older min/max). Like training-operator's defaulting,
-    a missing bound is the Worker's replicas."""
+    """minReplicas/maxReplicas (or the older min/max), defaulted as training-operator's
+    setElasticPolicy does: one bound missing takes the other's value, both missing take
+    the Worker's replicas."""
 
-    def bound(new: str, old: str) -> int:
+    def bound(new: str, old: str) -> int | None:
         if elastic.get(new) is not None:
             return _int_field(elastic[new], f"spec.elasticPolicy.{new}", minimum=1)
         if elastic.get(old) is not None:
             return _int_field(elastic[old], f"spec.elasticPolicy.{old}", minimum=1)
-        return max(1, replicas)
+        return None
 
-    min_r = bound("minReplicas", "min")
-    max_r = bound("maxReplicas", "max")
+    min_r, max_r = bound("minReplicas", "min"), bound("maxReplicas", "max")
+    if min_r is None and max_r is None:
+        min_r = max_r = max(1, replicas)
+    elif min_r is None:
+        min_r = max_r
+    elif max_r is None:
+        max_r = min_r
+    assert min_r is not None and max_r is not None
     if min_r > max_r:
         raise BadField(
             f"spec.elasticPolicy.minReplicas={min_r} is above maxReplicas={max_r}")

@@ -44,9 +44,18 @@ def test_older_min_max_keys_are_accepted():
     assert (job.min_replicas, job.max_replicas) == (1, 6)
 
 
-def test_missing_bounds_default_to_replicas_like_the_operator():
-    job = parsed(pytorchjob(min_replicas=None, max_replicas=None, replicas=3, active=3))
-    assert (job.min_replicas, job.max_replicas) == (3, 3)
+@pytest.mark.parametrize(
+    ("min_r", "max_r", "replicas", "bounds"),
+    [(None, None, 3, (3, 3)), (None, 4, 4, (4, 4)), (2, None, 2, (2, 2)),
+     (None, 2, 3, None)],  # only max: min = max = 2, and replicas 3 is outside
+)
+def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds):
+    job = parsed(pytorchjob(min_replicas=min_r, max_replicas=max_r, replicas=replicas,
+                            active=replicas))
+    if bounds is None:
+        assert job.reason is Reason.INVALID_REPLICAS
+    else:
+        assert (job.min_replicas, job.max_replicas) == bounds
 
 
 @pytest.mark.parametrize(
