@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 from .profiles import AppProfile, load_profiles
 from .workload import (
@@ -137,14 +138,17 @@ def _range(rule: ElasticRule, requested: int, speedup: Speedup, gpw: int) -> tup
     best = max(range(requested, hi + 1), key=lambda w: (speedup.rate(w * gpw), -w))
     return lo, best
 
+_T = TypeVar("_T")
 
-def _limit(rows: list[dict[str, str]], opts: TraceOptions) -> list[dict[str, str]]:
+
+def _limit(items: list[_T], opts: TraceOptions) -> list[_T]:
+    """The --philly-slice, then --max-jobs, of trace rows or jobs in submit order."""
     if opts.philly_slice is not None:
         start, end = opts.philly_slice
-        rows = rows[start:end]
+        items = items[start:end]
     if opts.max_jobs is not None:
-        rows = rows[: opts.max_jobs]
-    return rows
+        items = items[: opts.max_jobs]
+    return items
 
 
 def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
@@ -175,16 +179,7 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
         jobs.append(JobSpec((r.get("name") or "").strip() or f"job-{i}", submit, duration,
                             requested, lo, hi, gpw, queue, sp))
     jobs.sort(key=lambda j: (j.submit, j.name))
-    return Workload(tuple(_limit_jobs(jobs, opts)), source)
-
-
-def _limit_jobs(jobs: list[JobSpec], opts: TraceOptions) -> list[JobSpec]:
-    if opts.philly_slice is not None:
-        start, end = opts.philly_slice
-        jobs = jobs[start:end]
-    if opts.max_jobs is not None:
-        jobs = jobs[: opts.max_jobs]
-    return jobs
+    return Workload(tuple(_limit(jobs, opts)), source)
 
 
 def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
