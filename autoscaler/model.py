@@ -60,16 +60,11 @@ class Reason(StrEnum):
     INVALID_GANG = "InvalidPodGroup"
 
     @property
-    def is_action(self) -> bool:
-        return self in _ACTIONS
-
-    @property
     def unmanaged(self) -> bool:
         """The job is left alone whatever the queue looks like."""
         return self in _UNMANAGED
 
 
-_ACTIONS = frozenset({Reason.SCALE_UP_IDLE_GPUS, Reason.RECLAIM_FOR_PENDING, Reason.TRIM_UNPLACED})
 _UNMANAGED = frozenset(
     {
         Reason.INVALID_POLICY,
