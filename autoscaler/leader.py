@@ -17,6 +17,10 @@ stamped as UTC. This elector is small and keeps client-go's semantics:
   a successor takes over within one retry period instead of one lease duration.
 
 Cancel `run()` before closing the ApiClient, or the release cannot be sent.
+
+Requests are bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 a
+cancel landing in the loop turn after the request finished is swallowed by wait_for, and
+the elector renewed on forever after shutdown asked it to stop.
 """
 
 from __future__ import annotations
@@ -201,11 +205,10 @@ class LeaderElector:
     async def _acquire_or_renew(self, start: float) -> None:
         timeout = self._request_timeout()
         try:
-            lease = await asyncio.wait_for(
-                self._api.read_namespaced_lease(self.name, self.namespace,
-                                                _request_timeout=timeout),
-                timeout,
-            )
+            async with asyncio.timeout(timeout):
+                lease = await self._api.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=timeout
+                )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -261,11 +264,10 @@ class LeaderElector:
     async def _write(self, lease: client.V1Lease, start: float) -> None:
         body = self._replace_body(lease, self._spec(lease.spec, self._wall()))
         timeout = self._request_timeout()
-        written = await asyncio.wait_for(
-            self._api.replace_namespaced_lease(self.name, self.namespace, body,
-                                               _request_timeout=timeout),
-            timeout,
-        )
+        async with asyncio.timeout(timeout):
+            written = await self._api.replace_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=timeout
+            )
         self._won(written, start)
 
     async def _create(self, start: float) -> None:
@@ -280,11 +282,10 @@ class LeaderElector:
         }
         timeout = self._request_timeout()
         try:
-            created = await asyncio.wait_for(
-                self._api.create_namespaced_lease(self.namespace, body,
-                                                  _request_timeout=timeout),
-                timeout,
-            )
+            async with asyncio.timeout(timeout):
+                created = await self._api.create_namespaced_lease(
+                    self.namespace, body, _request_timeout=timeout
+                )
         except ApiException as exc:
             if exc.status == 409:  # another candidate created it first: read it next time
                 return
@@ -305,7 +306,8 @@ class LeaderElector:
         # Past one lease duration the Lease has expired anyway: never hold up shutdown longer.
         limit = min(self._timeout, self._duration)
         try:
-            released = await asyncio.wait_for(self._release_lease(limit), limit)
+            async with asyncio.timeout(limit):
+                released = await self._release_lease(limit)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -1558,7 +1558,9 @@ class FakeKubeApi:
                 if remaining <= 0:
                     break
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    # not wait_for: on 3.11 it can swallow the cancel of server shutdown
+                    async with asyncio.timeout(remaining):
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     break
                 if item == _CLOSE:

@@ -340,3 +340,23 @@ async def test_make_elector_follows_settings(kube: FakeKubeApi) -> None:
         other = make_elector(settings(), client)
         assert isinstance(other, LeaderElector) and other.identity
         assert other.identity != make_elector(settings(), client).identity
+
+
+async def test_cancel_at_any_point_of_a_renew_ends_the_elector(
+    kube: FakeKubeApi, candidates
+) -> None:
+    # Python 3.11's asyncio.wait_for returns the result when a cancel lands in the turn
+    # between the request finishing and wait_for resuming, swallowing the cancel: the
+    # elector then renewed forever and shutdown hung. Cancel at every turn of the loop
+    # across a whole renew to hit that window.
+    for turns in range(200):
+        a = candidates(f"a{turns}", lease_retry_period_seconds=0.001)
+        a.start()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        assert a.task is not None
+        a.task.cancel()
+        done, _ = await asyncio.wait({a.task}, timeout=5)
+        assert done, f"elector ignored a cancel after {turns} turns"
+        assert a.task.cancelled(), f"elector swallowed a cancel after {turns} turns"
+        assert not a.is_leader
