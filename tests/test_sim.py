@@ -20,7 +20,7 @@ from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, detect_format, read_trace
 from autoscaler.sim.workload import ElasticRule, JobSpec, SpecError, amdahl, linear
 
-TRACES = Path("/work/shared/traces")
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"  # ../shared beside the repo
 
 
 def job(name: str, submit: float, work: float, requested: int, lo: int, hi: int,
