@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from promserver import (
     Canned,
@@ -193,7 +193,7 @@ vector_samples = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(json_values, vector_samples.map(lambda s: vector_body(*s))))
 def test_parse_never_raises_and_never_reads_bad_data_as_a_number(body):
     reading = parse(body)
