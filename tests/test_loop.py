@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from datetime import timedelta
 
 import pytest
-from builders import NOW, podgroup, pytorchjob
+import structlog
+from builders import NOW, ej, podgroup, pytorchjob, snap
 from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
@@ -394,3 +396,38 @@ async def test_oversized_objects_are_counted_as_source_errors(api):
         await d.controller.run_once(NOW)  # counted once, not once a cycle
         assert 'elastic_autoscaler_source_errors_total{kind="oversized",source="kubernetes"}' \
                ' 1.0' in _metrics_text(d.metrics)
+
+
+class _Fixed:
+    """A source that reads the same snapshot every cycle."""
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot
+
+    async def read(self, now):
+        return self.snapshot
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(level) -> None:
+    cap = structlog.testing.LogCapture()
+    logger = structlog.wrap_logger(
+        None, processors=[cap],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level))).bind()
+    # grow: an action every cycle (dry run: nothing changes); held: at max, a steady hold
+    cluster = snap({"q": 2}, jobs=[ej("grow", replicas=1, max=3), ej("held", replicas=4, max=4)])
+    settings = Settings()
+    controller = Controller(settings, _Fixed(cluster), DryRunActuator(settings), Metrics(),
+                            logger=logger)
+
+    def lines(levels: set[str]) -> list[tuple[str, str]]:
+        return sorted((e["name"], e["log_level"]) for e in cap.entries
+                      if e["event"] == "decision" and e["log_level"] in levels)
+
+    await controller.run_once(NOW)
+    assert lines({"info"}) == [("grow", "info"), ("held", "info")]
+    cap.entries.clear()
+    await controller.run_once(NOW)
+    assert lines({"info"}) == [("grow", "info")]  # every action; the unchanged hold is not
+    expected_debug = [("held", "debug")] if level == "DEBUG" else []
+    assert lines({"debug"}) == expected_debug
