@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from autoscaler.cli import main
+from autoscaler.model import Reason
 from autoscaler.settings import Settings
 from autoscaler.sim.engine import simulate, split_capacity
 from autoscaler.sim.metrics import compute, percentile
@@ -289,6 +288,16 @@ def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert err.startswith("elastic-autoscaler: error:") and needle in err
 
 
+def test_cli_rejects_a_trace_naming_two_jobs_alike(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus\ntrain,0,300,2\neval,10,60,1\ntrain,20,60,1\n")
+    assert main(["simulate", "--trace", str(trace), "--gpus", "8", "--out", str(tmp_path),
+                 "--no-plots", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "job train" in err and "more than once" in err
+
+
 def test_cli_takes_policies_space_or_comma_separated(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--out", str(tmp_path), "--no-plots", "--no-progress",
@@ -298,13 +307,18 @@ def test_cli_takes_policies_space_or_comma_separated(
     assert not lines[5].startswith(("planner", "static"))
 
 
-def test_simulator_needs_no_cluster_libraries() -> None:
-    """`simulate` runs on a fresh machine without a cluster: no Kubernetes or Prometheus
-    client is imported on its path."""
+def test_planner_policy_runs_the_daemons_own_cycle() -> None:
+    """The planner policy goes through `Controller.run_once` (source -> plan -> actuator),
+    not plan() alone: the daemon's cycle counters and applied actions show every cycle."""
 
-    code = ("import sys, autoscaler.sim.cli, autoscaler.sim.runner; bad = [m for m in "
-            "('kubernetes_asyncio', 'prometheus_api_client', 'aiohttp') if m in sys.modules];"
-            " print(','.join(bad))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.strip()
-    assert out == ""
+    specs = _workload()
+    controller = make_controller("planner", Settings())
+    result = simulate(specs, split_capacity(24, specs), controller, 30.0)
+    registry = controller.daemon.metrics.registry
+    ok = registry.get_sample_value("elastic_autoscaler_cycles_total", {"result": "ok"})
+    assert result.cycles > 10 and ok == result.cycles
+    grows = sum(registry.get_sample_value("elastic_autoscaler_actions_total",
+                                          {"queue": q, "direction": "up",
+                                           "reason": Reason.SCALE_UP_IDLE_GPUS.value}) or 0
+                for q in ("a", "b"))
+    assert grows > 0

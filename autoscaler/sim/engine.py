@@ -102,6 +102,9 @@ class Controller(Protocol):
     def cycle(self, now: float, cluster: Cluster) -> None:
         """Run one cycle: may change replicas of jobs through `cluster.resize`."""
 
+    def close(self) -> None:
+        """Release what the controller holds; called once when the run ends."""
+
 
 @dataclass(slots=True)
 class Sample:
@@ -123,6 +126,7 @@ class Cluster:
     samples: list[Sample] = field(default_factory=list)
     queue_gpu_seconds: dict[str, float] = field(default_factory=dict)
     preemptions: int = 0
+    cycles: int = 0  # controller cycles run
 
     def __post_init__(self) -> None:
         self.allocated = {q: 0 for q in self.deserved}
@@ -366,7 +370,11 @@ def simulate(
     """Replay `specs` on the cluster under `controller`. Pure: same input, same result."""
 
     jobs = []
+    names: set[str] = set()
     for i, spec in enumerate(sorted(specs, key=lambda s: (s.submit, s.name))):
+        if spec.name in names:  # controllers address jobs by name, as Kubernetes does
+            raise ValueError(f"job {spec.name}: the name appears more than once in the trace")
+        names.add(spec.name)
         if spec.queue not in deserved:
             raise ValueError(f"job {spec.name}: queue {spec.queue!r} has no capacity")
         job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested,
@@ -380,11 +388,21 @@ def simulate(
         job.replicas = min(job.replicas, job.max_workers)
         jobs.append(job)
     cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt)
-    nxt = 0
-    cycles = 0
-    finished = 0
     if jobs:
         cluster.now = jobs[0].spec.submit
+    try:
+        _replay(jobs, cluster, controller, progress, horizon)
+    finally:
+        controller.close()
+    return RunResult(controller.name, tuple(jobs), dict(deserved), tuple(cluster.samples),
+                     dict(cluster.queue_gpu_seconds), cluster.now, cluster.cycles,
+                     cluster.preemptions)
+
+
+def _replay(jobs: list[SimJob], cluster: Cluster, controller: Controller,
+            progress: Callable[[float, int], None] | None, horizon: float) -> None:
+    nxt = 0
+    finished = 0
     while True:
         t_submit = jobs[nxt].spec.submit if nxt < len(jobs) else math.inf
         t_finish = cluster.next_finish()
@@ -406,11 +424,8 @@ def simulate(
         cluster.schedule()
         if controller.next_time() <= cluster.now + EPS:
             controller.cycle(cluster.now, cluster)
-            cycles += 1
+            cluster.cycles += 1
             cluster.schedule()
         cluster.sample()
         if progress is not None:
             progress(cluster.now, finished)
-    return RunResult(controller.name, tuple(jobs), dict(deserved), tuple(cluster.samples),
-                     dict(cluster.queue_gpu_seconds), cluster.now, cycles,
-                     cluster.preemptions)

@@ -7,19 +7,27 @@ anything) resizes jobs while they run.
 - volcano-default  replicas = max, gang = min; elastic pods placed when GPUs are free,
                    never preempted (Volcano's enqueue, allocate, backfill).
 - volcano-elastic  the same plus preemption of elastic pods for waiting gangs.
-- planner          replicas = requested, gang = min; the real `autoscaler.planner.plan`
-                   on a ClusterSnapshot of the simulated state, every interval_seconds and
+- planner          replicas = requested, gang = min; the daemon's real cycle
+                   (`autoscaler.loop.Controller.run_once`, so the real planner) on a
+                   ClusterSnapshot of the simulated state, every interval_seconds and
                    early (at most once per min_interval_seconds) on submit/finish.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from ..model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, QueueState
-from ..planner import plan
+import structlog
+
+from .. import loop
+from ..actuator import ActionResult, ApplyResult, Outcome, refusal
+from ..metrics import Metrics
+from ..model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, Plan, QueueState
 from ..settings import Settings
 from .engine import Cluster, SimJob
 
@@ -54,6 +62,9 @@ class _Passive:
     def cycle(self, now: float, cluster: Cluster) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 class _Elastic:
     """Jobs submitted as users do: replicas = requested, gang = min."""
@@ -64,10 +75,14 @@ class _Elastic:
         job.replicas = job.spec.requested
         job.gang = job.min_workers
 
+    def close(self) -> None:
+        pass
+
 
 class PlannerController(_Elastic):
-    """Our daemon in simulated time: the real planner on a snapshot built from the model
-    objects, its actions applied like the actuator (spec + last-resize annotation)."""
+    """Our daemon in simulated time: the loop's real `Controller.run_once` (source ->
+    plan -> actuator, with the actuator's refusal checks and the cycle's metrics) on a
+    source that reads the simulated cluster and an actuator that resizes its jobs."""
 
     name = "planner"
 
@@ -77,6 +92,17 @@ class PlannerController(_Elastic):
         self.min_interval = settings.min_interval_seconds
         self._next = math.inf
         self._last = -math.inf
+        self._now = 0.0
+        self._cluster: Cluster | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # one for the run: cheaper
+        self.daemon = loop.Controller(
+            settings, _SimSource(self), _SimActuator(self), Metrics(),
+            clock=lambda: self._now,
+            # a cycle that goes wrong raises below; its log lines would only flood
+            logger=structlog.wrap_logger(
+                None, wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL)
+            ).bind(),
+        )
 
     def next_time(self) -> float:
         return self._next
@@ -86,37 +112,102 @@ class PlannerController(_Elastic):
         self._next = min(self._next, early)
 
     def cycle(self, now: float, cluster: Cluster) -> None:
-        snapshot = snapshot_of(cluster)
-        result = plan(snapshot, self.settings, sim_time(now))
-        by_name = {j.name: j for j in cluster.live()}
-        for d in result.actions:
-            cluster.resize(by_name[d.ref.name], d.target)  # type: ignore[arg-type]
+        self._now, self._cluster = now, cluster
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        try:
+            outcome = self._loop.run_until_complete(self.daemon.run_once(sim_time(now)))
+        finally:
+            self._cluster = None
+        refused = [r for r in outcome.applied.results if r.outcome is Outcome.REFUSED] if (
+            outcome.applied is not None) else []
+        if outcome.result != "ok" or refused:
+            # every input is well formed here: anything but a clean cycle is a bug
+            why = outcome.message or "; ".join(f"{r.decision.ref.name}: {r.message}"
+                                               for r in refused)
+            raise RuntimeError(f"planner cycle at t={now:g}s: {outcome.result}: {why}")
         self._last = now
         self._next = now + self.interval if cluster.live() else math.inf
 
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
 
-def snapshot_of(cluster: Cluster) -> ClusterSnapshot:
+
+class _SimSource:
+    """What the daemon's sources would read from the simulated cluster."""
+
+    def __init__(self, owner: PlannerController) -> None:
+        self._owner = owner
+        self._jobs: dict[str, tuple[tuple, ElasticJob]] = {}
+
+    async def read(self, now: datetime) -> ClusterSnapshot:
+        cluster = self._owner._cluster
+        assert cluster is not None
+        if len(self._jobs) > 2 * len(cluster.live()) + 64:  # forget finished jobs
+            live = {j.name for j in cluster.live()}
+            self._jobs = {k: v for k, v in self._jobs.items() if k in live}
+        return snapshot_of(cluster, self._jobs)
+
+
+class _SimActuator:
+    """Applies each action as the Kubernetes actuator would (new Worker replicas and the
+    last-resize annotation, here `SimJob.last_scale_time`), refusing what it refuses."""
+
+    def __init__(self, owner: PlannerController) -> None:
+        self._owner = owner
+
+    async def apply(self, plan: Plan, now: datetime,
+                    may_write: Callable[[], bool] = lambda: True) -> ApplyResult:
+        cluster = self._owner._cluster
+        assert cluster is not None
+        by_name = {j.name: j for j in cluster.live()}
+        results = []
+        for d in plan.actions:
+            why = refusal(d)
+            if why is None:
+                cluster.resize(by_name[d.ref.name], d.target)  # type: ignore[arg-type]
+                results.append(ActionResult(d, Outcome.APPLIED, "resized"))
+            else:
+                results.append(ActionResult(d, Outcome.REFUSED, why))
+        return ApplyResult(tuple(results))
+
+
+def snapshot_of(cluster: Cluster,
+                cache: dict[str, tuple[tuple, ElasticJob]] | None = None) -> ClusterSnapshot:
     """What the daemon's sources would read: free GPUs per queue as the Volcano PromQL
     (deserved - allocated), every live job as an ElasticJob, every job still waiting for
-    its gang also as a PendingGroup owned by it."""
+    its gang also as a PendingGroup owned by it. `cache` (name -> (state, ElasticJob))
+    reuses a job's model object while its state is unchanged, as the daemon's parse cache
+    does by resourceVersion: most jobs do not change between cycles."""
 
     queues = {q: QueueState(q, float(cluster.free(q))) for q in cluster.deserved}
+    cache = {} if cache is None else cache
     jobs = []
     pending = []
     for j in cluster.live():
-        ref = ObjectRef(NAMESPACE, j.name)
-        jobs.append(ElasticJob(
-            ref=ref, queue=j.queue, min_replicas=j.min_workers, max_replicas=j.max_workers,
-            replicas=j.replicas, active=j.active, gpus_per_worker=j.gpw,
-            created=sim_time(j.spec.submit),
-            last_scale_time=None if j.last_scale_time is None else sim_time(j.last_scale_time),
-            started=None if j.first_start is None else sim_time(j.first_start),
-            resource_version="1",
-        ))
+        state = (j.min_workers, j.max_workers, j.replicas, j.active, j.last_scale_time,
+                 j.first_start)
+        hit = cache.get(j.name)
+        if hit is not None and hit[0] == state:
+            job = hit[1]
+        else:
+            job = ElasticJob(
+                ref=ObjectRef(NAMESPACE, j.name), queue=j.queue, min_replicas=j.min_workers,
+                max_replicas=j.max_workers, replicas=j.replicas, active=j.active,
+                gpus_per_worker=j.gpw, created=sim_time(j.spec.submit),
+                last_scale_time=(None if j.last_scale_time is None
+                                 else sim_time(j.last_scale_time)),
+                started=None if j.first_start is None else sim_time(j.first_start),
+                resource_version="1",
+            )
+            cache[j.name] = (state, job)
+        jobs.append(job)
         if not j.admitted:
             pending.append(PendingGroup(
                 ref=ObjectRef(NAMESPACE, j.name, "PodGroup"), queue=j.queue,
-                gpus=j.gang * j.gpw, created=sim_time(j.spec.submit), owner=ref))
+                gpus=j.gang * j.gpw, created=sim_time(j.spec.submit), owner=job.ref))
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
 
 
