@@ -192,6 +192,34 @@ def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
     assert [j.submit for j in sliced.jobs] == [5]
 
 
+def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
+        tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("Submit_Time,duration,NUM_GPUS,min,max_replicas,user\n"
+                 "0,50,4,2,,alice\n10,50,4,,5,bob\n20,50,2,,,carol\n")
+    w = read_trace(p, TraceOptions(speedup="linear"))
+    ranges = [(j.submit, j.requested, j.min_workers, j.max_workers) for j in w.jobs]
+    # min given, max from the rule (2 x 4); max given, min from the rule (4 / 2); neither
+    assert ranges == [(0, 4, 2, 8), (10, 4, 2, 5), (20, 2, 1, 4)]
+    assert w.notes == ("ignored column(s): user",)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("submit,duration,gpus\n0,5,abc\n", "row 2, column gpus: 'abc' is not a whole number"),
+    ("submit,duration,gpus\n0,5,1\nsoon,5,1\n", "row 3, column submit: 'soon' is not a"),
+    ("submit,duration,gpus\n0,inf,1\n", "row 2, column duration: 'inf' is not finite"),
+    ("submit,duration,gpus,max\n0,5,4,2\n", "min_workers (2) <= gpus/gpus_per_worker (4) "
+                                               "<= max_workers (2)"),
+])
+def test_bad_csv_cells_name_the_row_and_column(tmp_path: Path, text: str,
+                                               needle: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(SpecError) as err:
+        read_trace(p, TraceOptions(speedup="linear"))
+    assert needle in str(err.value)
+
+
 @pytest.mark.parametrize("text", [
     "submit,duration,gpus\n0,-5,1\n",
     "submit,duration,gpus\n0,5,0\n",

@@ -42,7 +42,8 @@ def table(c: Comparison) -> str:
     jobs = len(c.workload.jobs)
     head = (f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
             f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}")
-    return head + "\n" + "\n".join(out) + "\n"
+    notes = [f"note: {n}" for n in c.workload.notes]
+    return "\n".join([head, *notes, *out]) + "\n"
 
 
 def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,16 +1,21 @@
 """Trace readers: our CSV format, Microsoft Philly (as Pollux published it) and the
 Pollux workloads. Each returns a `Workload`; nothing here reads the network.
 
-Our CSV format (header required; column order free):
+Our CSV format (header required; column order free; names are case-insensitive and the
+aliases in brackets are accepted too):
 
-    submit     seconds from the start of the trace (float)            required
-    duration   seconds the job runs at its requested size              required
-    gpus       GPUs the user asked for (requested size)                required
-    name       job name (default: job-<row>)                           optional
-    queue      Volcano queue (default: "default")                      optional
+    submit     seconds from the start of the trace (float) [submit_time]   required
+    duration   seconds the job runs at its requested size                  required
+    gpus       GPUs the user asked for (requested size) [num_gpus]         required
+    name       job name, unique (default: job-<row>)                       optional
+    queue      Volcano queue (default: "default")                          optional
     gpus_per_worker   GPUs of one worker (default 1); gpus must be a multiple
-    min_workers, max_workers   elastic range (default: the --elastic-range rule)
+    min_workers, max_workers   elastic range in workers [min, max, min_replicas,
+               max_replicas]; either may be left out or empty, the --elastic-range rule
+               then gives it
     speedup    linear | amdahl:P for this job (default: --speedup)
+
+Other columns are ignored, and the workload's notes say which.
 """
 
 from __future__ import annotations
@@ -55,13 +60,28 @@ class TraceOptions:
     top_gpus: int = 1024  # speedup tables are built up to this many GPUs
 
 
+# our CSV format: canonical column -> the names accepted for it
+CSV_COLUMNS = {
+    "submit": ("submit", "submit_time"),
+    "duration": ("duration",),
+    "gpus": ("gpus", "num_gpus"),
+    "name": ("name",),
+    "queue": ("queue",),
+    "gpus_per_worker": ("gpus_per_worker",),
+    "min_workers": ("min_workers", "min", "min_replicas"),
+    "max_workers": ("max_workers", "max", "max_replicas"),
+    "speedup": ("speedup",),
+}
+_CSV_ALIAS = {alias: col for col, aliases in CSV_COLUMNS.items() for alias in aliases}
+
+
 def detect_format(header: Iterable[str]) -> str:
-    cols = set(header)
+    cols = {(h or "").strip().lower() for h in header}
     if {"application", "num_replicas", "batch_size", "time"} <= cols:
         return "pollux"
     if {"timestamp", "duration", "num_gpus"} <= cols:
         return "philly"
-    if {"submit", "duration", "gpus"} <= cols:
+    if {"submit", "duration", "gpus"} <= {_CSV_ALIAS.get(c, c) for c in cols}:
         return "csv"
     raise SpecError(
         "unknown trace format: expected columns submit,duration,gpus (csv), "
@@ -83,8 +103,10 @@ def read_trace(path: Path | None, opts: TraceOptions) -> Workload:
             raise SpecError(f"trace {path}: cannot read: {reason}") from None
         source = str(path)
     reader = csv.DictReader(io.StringIO(text))
+    # header names are matched case-insensitively, whatever the format
+    reader.fieldnames = [(h or "").strip().lower() for h in reader.fieldnames or ()]
     rows = list(reader)
-    fmt = opts.format if opts.format != "auto" else detect_format(reader.fieldnames or ())
+    fmt = opts.format if opts.format != "auto" else detect_format(reader.fieldnames)
     if not rows:
         raise SpecError(f"trace {source}: no jobs")
     try:
@@ -152,34 +174,63 @@ def _limit(items: list[_T], opts: TraceOptions) -> list[_T]:
 
 
 def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
+    header = list(rows[0]) if rows else []
+    names: dict[str, str] = {}  # canonical column -> the header's name for it
+    ignored = []
+    for h in header:
+        col = _CSV_ALIAS.get(h)
+        if col is None or col in names:
+            ignored.append(str(h))
+        else:
+            names[col] = h
     jobs = []
-    for i, r in enumerate(rows):
-        queue = (r.get("queue") or "").strip() or "default"
+    for i, raw in enumerate(rows):
+        row = i + 2  # the file's line: the header is line 1
+
+        def cell(col: str, raw: dict[str, str] = raw) -> str:
+            return (raw.get(names[col]) or "").strip() if col in names else ""
+
+        def number(col: str, kind: type = float, row: int = row) -> float:
+            text = cell(col)
+            try:
+                value = kind(text)
+            except ValueError:
+                what = "a whole number" if kind is int else "a number"
+                raise SpecError(f"trace {source} row {row}, column {names.get(col, col)}: "
+                                f"{text!r} is not {what}") from None
+            if not math.isfinite(value):
+                raise SpecError(f"trace {source} row {row}, column {names.get(col, col)}: "
+                                f"{text!r} is not finite")
+            return value
+
+        queue = cell("queue") or "default"
         if opts.queues and queue not in opts.queues:
             continue
-        gpus = int(r["gpus"])
-        gpw = int(r.get("gpus_per_worker") or 1)
+        gpus = int(number("gpus", int))
+        gpw = int(number("gpus_per_worker", int)) if cell("gpus_per_worker") else 1
         if gpus < 1 or gpw < 1 or gpus % gpw:
-            raise SpecError(f"trace {source} row {i + 2}: gpus={gpus} is not a positive "
+            raise SpecError(f"trace {source} row {row}: gpus={gpus} is not a positive "
                             f"multiple of gpus_per_worker={gpw}")
         requested = gpus // gpw
         top = max(opts.top_gpus, gpus)
-        sp = _speedup((r.get("speedup") or "").strip() or opts.speedup, gpus, top)
-        if r.get("min_workers") and r.get("max_workers"):
-            lo, hi = int(r["min_workers"]), int(r["max_workers"])
-            if not 1 <= lo <= requested <= hi:
-                raise SpecError(f"trace {source} row {i + 2}: need 1 <= min_workers <= "
-                                f"gpus/gpus_per_worker <= max_workers")
-        else:
-            lo, hi = _range(opts.elastic, requested, sp, gpw)
-        submit, duration = float(r["submit"]), float(r["duration"])
-        if not (math.isfinite(submit) and submit >= 0 and math.isfinite(duration)
-                and duration > 0):
-            raise SpecError(f"trace {source} row {i + 2}: submit >= 0 and duration > 0")
-        jobs.append(JobSpec((r.get("name") or "").strip() or f"job-{i}", submit, duration,
+        sp = _speedup(cell("speedup") or opts.speedup, gpus, top)
+        lo, hi = _range(opts.elastic, requested, sp, gpw)
+        if cell("min_workers"):
+            lo = int(number("min_workers", int))
+        if cell("max_workers"):
+            hi = int(number("max_workers", int))
+        if not 1 <= lo <= requested <= hi:
+            raise SpecError(f"trace {source} row {row}: need 1 <= min_workers ({lo}) <= "
+                            f"gpus/gpus_per_worker ({requested}) <= max_workers ({hi})")
+        submit, duration = number("submit"), number("duration")
+        if submit < 0 or duration <= 0:
+            raise SpecError(f"trace {source} row {row}: need submit >= 0 and duration > 0 "
+                            f"(got {submit:g}, {duration:g})")
+        jobs.append(JobSpec(cell("name") or f"job-{i}", submit, duration,
                             requested, lo, hi, gpw, queue, sp))
     jobs.sort(key=lambda j: (j.submit, j.name))
-    return Workload(tuple(_limit(jobs, opts)), source)
+    notes = (f"ignored column(s): {', '.join(ignored)}",) if ignored else ()
+    return Workload(tuple(_limit(jobs, opts)), source, notes)
 
 
 def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workload:
