@@ -55,6 +55,12 @@ class Candidate:
     def start(self) -> None:
         self.task = asyncio.create_task(self.elector.run())
 
+    async def lead(self) -> None:
+        """Start, and wait until this candidate leads."""
+        self.start()
+        await eventually(lambda: self.is_leader, within=3,
+                         message=f"{self.elector.identity} leads")
+
     async def stop(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
@@ -114,8 +120,7 @@ async def never_two_leaders(*cands: Candidate) -> AsyncIterator[list[int]]:
 async def test_single_elector_acquires_and_renews(kube: FakeKubeApi, candidates) -> None:
     a = candidates("a")
     assert not a.is_leader
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     assert a.changes == [True]
     spec = lease(kube)["spec"]
     assert spec["holderIdentity"] == "a"
@@ -134,8 +139,7 @@ async def test_single_elector_acquires_and_renews(kube: FakeKubeApi, candidates)
 
 async def test_follower_waits_while_leader_renews(kube: FakeKubeApi, candidates) -> None:
     a, b = candidates("a"), candidates("b")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     gets = kube.count("GET", "leases")
     b.start()
     async with never_two_leaders(a, b):
@@ -151,8 +155,7 @@ async def test_cancel_releases_and_successor_takes_over_fast(
     kube: FakeKubeApi, candidates
 ) -> None:
     a, b = candidates("a"), candidates("b")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     b.start()
     async with never_two_leaders(a, b) as samples:
         await eventually(lambda: kube.count("GET", "leases") >= 3, within=3,
@@ -174,8 +177,7 @@ async def test_cancel_releases_and_successor_takes_over_fast(
 
 async def test_release_leaves_an_empty_short_lease(kube: FakeKubeApi, candidates) -> None:
     a = candidates("a")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     await a.stop()
     spec = lease(kube)["spec"]
     assert spec["holderIdentity"] == ""
@@ -186,8 +188,7 @@ async def test_release_with_a_stale_copy_rereads_the_lease(
     kube: FakeKubeApi, candidates
 ) -> None:
     a = candidates("a", lease_retry_period_seconds=0.5)  # no renew between the two steps
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     # another writer touches the Lease (holder unchanged): a's copy is now stale
     kube.patch("leases", LEASE_NS, LEASE, {"metadata": {"labels": {"team": "ml"}}})
     await a.stop()
@@ -200,8 +201,7 @@ async def test_release_never_clobbers_a_lease_taken_by_another(
     kube: FakeKubeApi, candidates
 ) -> None:
     a = candidates("a", lease_retry_period_seconds=0.5)
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     current = lease(kube)
     current["spec"]["holderIdentity"] = "intruder"
     kube.put(current)
@@ -214,8 +214,7 @@ async def test_crashed_leader_is_replaced_after_the_lease_expires(
     kube: FakeKubeApi, candidates
 ) -> None:
     a, b = candidates("a"), candidates("b")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     b.start()
     async with never_two_leaders(a, b):
         await eventually(lambda: kube.count("GET", "leases") >= 2, within=3,
@@ -236,8 +235,7 @@ async def test_failing_renewals_end_leadership_within_the_deadline(
     kube: FakeKubeApi, candidates
 ) -> None:
     a = candidates("a")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     kube.fail_next("PUT", r"/leases/", 500, times=1000)
     kube.fail_next("GET", r"/leases/", 500, times=1000)
     failing = time.monotonic()
@@ -254,8 +252,7 @@ async def test_hanging_renewal_ends_leadership_at_the_deadline(
     kube: FakeKubeApi, candidates
 ) -> None:
     a = candidates("a", kube_request_timeout_seconds=30)
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     kube.fail_next("PUT", r"/leases/", 0, delay=10.0)
     hanging = time.monotonic()
     await eventually(lambda: a.changes == [True, False], within=3, message="a reports loss")
@@ -264,8 +261,7 @@ async def test_hanging_renewal_ends_leadership_at_the_deadline(
 
 async def test_conflicting_renewal_is_retried(kube: FakeKubeApi, candidates) -> None:
     a = candidates("a")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     kube.fail_next("PUT", r"/leases/", 409)
     puts = kube.count("PUT", "leases")
     await eventually(lambda: kube.count("PUT", "leases") >= puts + 4, within=3,
@@ -278,8 +274,7 @@ async def test_lease_taken_by_another_writer_ends_leadership_at_once(
     kube: FakeKubeApi, candidates
 ) -> None:
     a = candidates("a")
-    a.start()
-    await eventually(lambda: a.is_leader, within=3, message="a leads")
+    await a.lead()
     current = lease(kube)
     current["spec"]["holderIdentity"] = "intruder"
     current["spec"]["leaseTransitions"] = 7
