@@ -1602,6 +1602,16 @@ def _spec_of(obj: JsonObj, rt: ResourceType) -> JsonObj:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> JsonObj:
+    """A bare PyTorchJob: just what the server and the caches look at."""
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}},
+    }
+
+
 async def eventually(
     predicate: Callable[[], Any], within: float = 5.0, interval: float = 0.01,
     message: str = "condition",

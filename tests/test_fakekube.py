@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakekube import FakeKubeApi, eventually
+from fakekube import FakeKubeApi, eventually, job
 from kubernetes_asyncio import config, watch
 from kubernetes_asyncio.client import (
     ApiClient,
@@ -35,15 +35,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 KF = ("kubeflow.org", "v1")
 MERGE = "application/merge-patch+json"
-
-
-def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}},
-    }
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekube import FakeKubeApi, eventually
+from fakekube import FakeKubeApi, eventually, job
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
@@ -17,15 +17,6 @@ from kubernetes_asyncio.config import kube_config as kube_config_module
 
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import KubeObjects, KubeSource, OnChange, make_api_client
-
-
-def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}},
-    }
 
 
 def podgroup(name: str, namespace: str = "ns1", phase: str = "Pending") -> dict[str, Any]:
