@@ -1,12 +1,13 @@
-"""Fixtures shared by the tests that talk to the fake API server."""
+"""Fixtures shared by the tests: the fake API server, and the real one (envtest)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
+from kubeserver import EnvTest, assets_problem, envtest_server
 
 
 @pytest.fixture
@@ -26,4 +27,33 @@ async def api(kube: FakeKubeApi) -> FakeKubeApi:
 async def client(kube: FakeKubeApi) -> AsyncIterator[ApiClient]:
     """The real kubernetes_asyncio client, pointed at the fake server."""
     async with ApiClient(kube.configuration()) as api_client:
+        yield api_client
+
+
+# ---- the real API server (envtest) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def envtest() -> Iterator[EnvTest]:
+    """A real etcd + kube-apiserver with the real CRDs for the whole session.
+
+    Skips where `KUBEBUILDER_ASSETS` does not hold the binaries. Tests share it: each works
+    in its own namespace (`real_ns`) and names its cluster-scoped objects uniquely."""
+    problem = assets_problem()
+    if problem:
+        pytest.skip(f"real API server: {problem}")
+    with envtest_server() as server:
+        yield server
+
+
+@pytest.fixture
+def real_ns(envtest: EnvTest) -> str:
+    """A fresh namespace on the real API server (left behind: no namespace controller)."""
+    return envtest.create_namespace()
+
+
+@pytest.fixture
+async def real_client(envtest: EnvTest) -> AsyncIterator[ApiClient]:
+    """The real kubernetes_asyncio client, pointed at the real API server as admin."""
+    async with ApiClient(envtest.configuration()) as api_client:
         yield api_client

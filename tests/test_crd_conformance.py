@@ -2,7 +2,7 @@
 
 Parsing tests are only as good as the objects they parse: every valid job, PodGroup and
 Queue the tests build, the example cluster of README's first command and the simulator's
-objects must pass the openAPIV3Schema of the CRDs in ../shared/crds, as the API server
+objects must pass the openAPIV3Schema of the real CRDs in tests/crds, as the API server
 would check them. Status is validated too: its schema is what the operators write.
 """
 
@@ -17,9 +17,7 @@ import yaml
 from builders import podgroup, pytorchjob, queue_obj
 
 REPO = Path(__file__).resolve().parents[1]
-CRDS = REPO.parent / "shared" / "crds"
-
-pytestmark = pytest.mark.skipif(not CRDS.is_dir(), reason="../shared/crds not present")
+CRDS = Path(__file__).resolve().parent / "crds"
 
 
 def _validators() -> dict[tuple[str, str], jsonschema.Draft4Validator]:

@@ -1,4 +1,4 @@
-"""Parsing objects shaped like the real CRDs (../shared/crds) into the model."""
+"""Parsing objects shaped like the real CRDs (tests/crds) into the model."""
 
 from __future__ import annotations
 
