@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest, assets_problem, envtest_server
+
+
+@pytest.fixture(autouse=True)
+def _no_autoscaler_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the caller's `AUTOSCALER_*` settings: each sets what it needs."""
+    for name in list(os.environ):
+        if name.startswith("AUTOSCALER_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture
