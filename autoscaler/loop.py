@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 import structlog
@@ -94,9 +95,26 @@ class LiveSource:
         self._dropped = dropped
 
 
+class CycleStatus(StrEnum):
+    """How a cycle ended: the `result` label of elastic_autoscaler_cycles_total, the log
+    line and readiness all use it."""
+
+    OK = "ok"  # planned and every write that was tried landed (or was a normal 409/404)
+    HOLD = "hold"  # the whole snapshot held (sources unusable): nothing planned
+    WRITE_FAILED = "write_failed"  # planned, but writes failed (5xx, 429, refused)
+    ERROR = "error"  # the cycle raised: a bug, logged with its stack
+    TIMEOUT = "timeout"  # the cycle ran past cycle_deadline_seconds
+    FOLLOWER = "follower"  # not the leader: caches kept warm, nothing planned
+
+    @property
+    def good(self) -> bool:
+        """Counts as a successful cycle for /readyz and last_success."""
+        return self in (CycleStatus.OK, CycleStatus.HOLD)
+
+
 @dataclass(frozen=True, slots=True)
 class CycleResult:
-    result: str  # ok | hold | error | timeout | follower
+    result: CycleStatus
     duration_seconds: float
     plan: Plan | None = None
     applied: ApplyResult | None = None
@@ -111,7 +129,7 @@ class Health:
     last_cycle_start: float | None = None
     last_cycle_end: float | None = None
     last_good: float | None = None
-    last_result: str = ""
+    last_result: CycleStatus | None = None
 
 
 class Controller:
@@ -147,17 +165,22 @@ class Controller:
                 self.metrics.record_plan(plan)
                 applied = await self.actuator.apply(plan, now, self.may_write)
             self._record_applied(applied)
-            result = "hold" if snapshot.problem is not None else "ok"
+            if snapshot.problem is not None:
+                result = CycleStatus.HOLD
+            elif not applied.ok:
+                result = CycleStatus.WRITE_FAILED
+            else:
+                result = CycleStatus.OK
             outcome = CycleResult(result, self.clock() - start, plan, applied,
                                   snapshot.message)
         except TimeoutError:
-            outcome = CycleResult("timeout", self.clock() - start,
+            outcome = CycleResult(CycleStatus.TIMEOUT, self.clock() - start,
                                   message=f"cycle exceeded {self.settings.cycle_deadline_seconds}s")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not kill the daemon; it is logged and counted
             self.log.exception("cycle-failed")
-            outcome = CycleResult("error", self.clock() - start, message=repr(exc))
+            outcome = CycleResult(CycleStatus.ERROR, self.clock() - start, message=repr(exc))
         self._finish(outcome, now)
         return outcome
 
@@ -165,12 +188,12 @@ class Controller:
         end = self.clock()
         self.health.last_cycle_end = end
         self.health.last_result = outcome.result
-        self.metrics.cycles.labels(outcome.result).inc()
+        self.metrics.cycles.labels(outcome.result.value).inc()
         self.metrics.cycle_duration.observe(outcome.duration_seconds)
-        if outcome.result in ("ok", "hold"):
+        if outcome.result.good:
             self.health.last_good = end
             self.metrics.last_success.set(now.timestamp())
-        summary: dict[str, Any] = {"result": outcome.result,
+        summary: dict[str, Any] = {"result": outcome.result.value,
                                    "duration_s": round(outcome.duration_seconds, 4)}
         if outcome.plan is not None:
             counted = Counter(d.reason for d in outcome.plan.decisions)
@@ -181,7 +204,8 @@ class Controller:
             summary["writes"] = {k.value: v for k, v in outcome.applied.counts().items()}
         if outcome.message:
             summary["message"] = outcome.message
-        level = self.log.info if outcome.result in ("ok", "hold", "follower") else self.log.error
+        quiet = outcome.result.good or outcome.result is CycleStatus.FOLLOWER
+        level = self.log.info if quiet else self.log.error
         level("cycle", **summary)
 
     def _log_decisions(self, plan: Plan) -> None:
@@ -221,11 +245,11 @@ class Controller:
         """Followers keep caches warm and serve metrics; they neither plan nor write."""
 
         self.health.last_cycle_start = self.clock()
-        outcome = CycleResult("follower", 0.0)
+        outcome = CycleResult(CycleStatus.FOLLOWER, 0.0)
         self.metrics.record_plan(Plan(now=now, decisions=()))
         self.health.last_cycle_end = self.clock()
-        self.health.last_result = "follower"
-        self.metrics.cycles.labels("follower").inc()
+        self.health.last_result = CycleStatus.FOLLOWER
+        self.metrics.cycles.labels(CycleStatus.FOLLOWER.value).inc()
         return outcome
 
 
@@ -299,14 +323,16 @@ class Driver:
         h, s = self.controller.health, self.settings
         if not self.ready_check():
             return False, "Kubernetes caches not synced"
-        if h.last_result == "follower":
+        if h.last_result is CycleStatus.FOLLOWER:
             return True, ""
         limit = s.ready_max_age_seconds or 3 * s.interval_seconds
         if h.last_good is None:
             return False, "no successful cycle yet"
         age = self.controller.clock() - h.last_good
         if age > limit:
-            return False, f"last successful cycle {age:.0f}s ago (limit {limit:.0f}s)"
+            last = h.last_result.value if h.last_result is not None else "none"
+            return False, (f"last successful cycle {age:.0f}s ago (limit {limit:.0f}s); "
+                           f"last cycle: {last}")
         return True, ""
 
 

@@ -50,6 +50,7 @@ class Reason(StrEnum):
     PAUSED = "SkipPaused"
     FINISHED = "SkipFinished"
     SUSPENDED = "SkipSuspended"
+    TERMINATING = "SkipTerminating"
     DUPLICATE = "SkipDuplicate"
 
     # waiting gangs (pending PodGroups)
@@ -76,6 +77,7 @@ _UNMANAGED = frozenset(
         Reason.PAUSED,
         Reason.FINISHED,
         Reason.SUSPENDED,
+        Reason.TERMINATING,
         Reason.DUPLICATE,
     }
 )

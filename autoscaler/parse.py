@@ -7,11 +7,13 @@ object and the field; nothing here raises on bad input.
 from __future__ import annotations
 
 import json
+import math
 import re
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from .model import (
@@ -33,7 +35,6 @@ MAX_NAME_LENGTH = 253
 MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
 WAITING_PHASES = frozenset({"Pending", "Inqueue"})
 _FINISHED = ("Succeeded", "Failed")
-_INT_QUANTITY = re.compile(r"^\+?[0-9]+$")
 
 
 class BadField(ValueError):
@@ -103,22 +104,54 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$")
+_SUFFIX = {"Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
+           "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+           "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
+           "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+MAX_GPUS = 1_000_000
+
+
 def parse_quantity(value: Any, field: str) -> int:
-    """A whole-number Kubernetes quantity of an extended resource (GPUs come whole)."""
+    """A whole-number Kubernetes quantity of an extended resource (GPUs come whole).
+
+    Accepts the API's quantity grammar (`8`, `1e3`, `2k`, `4000m`); the message says what
+    the value means when it is not a whole number of GPUs."""
 
     if isinstance(value, bool):
-        raise BadField(f"{field} must be a whole number of GPUs, got {_show(value)}")
+        raise BadField(f"{field} must be a quantity (a number of GPUs), got {_show(value)}")
     if isinstance(value, int):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    elif isinstance(value, str) and _INT_QUANTITY.match(value.strip()):
-        number = int(value.strip())
+        number = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadField(f"{field} must be a finite number of GPUs, got {_show(value)}")
+        number = Decimal(repr(value))
+    elif isinstance(value, str) and len(value) <= 64 and (
+            match := _QUANTITY.match(value.strip())):
+        number = Decimal(match["number"])
+        if match["suffix"]:
+            number *= _SUFFIX[match["suffix"]]
+        elif match["exponent"]:
+            exponent = int(match["exponent"])
+            if abs(exponent) > 30:
+                raise BadField(f"{field} is out of range: {_show(value)}")
+            number = number.scaleb(exponent)
+        if match["sign"] == "-":
+            number = -number
     else:
-        raise BadField(f"{field} must be a whole number of GPUs, got {_show(value)}")
-    if number < 0 or number > 1_000_000:
-        raise BadField(f"{field} is out of range: {number}")
-    return number
+        raise BadField(
+            f"{field} must be a Kubernetes quantity such as 2 or 1e3, got {_show(value)}")
+    if number < 0:
+        raise BadField(f"{field} must not be negative, got {_show(value)}")
+    if number > MAX_GPUS:
+        raise BadField(f"{field} is out of range: {_show(value)} is more than {MAX_GPUS} GPUs")
+    if number != number.to_integral_value():
+        raise BadField(f"{field} must be a whole number of GPUs, got {_show(value)} "
+                       f"(= {number.normalize():f})")
+    return int(number)
 
 
 def parse_time(value: Any, field: str) -> datetime:
@@ -280,12 +313,18 @@ def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) ->
         if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
             raise BadField(f"{field}.spec.containers[{i}].resources must be a mapping")
         for name in resource_names:
-            if name in limits:
-                total += parse_quantity(
-                    limits[name], f"{field}.spec.containers[{i}].resources.limits[{name}]")
-            elif name in requests:
-                total += parse_quantity(
-                    requests[name], f"{field}.spec.containers[{i}].resources.requests[{name}]")
+            where = f"{field}.spec.containers[{i}].resources"
+            limit = parse_quantity(limits[name], f"{where}.limits[{name}]") \
+                if name in limits else None
+            request = parse_quantity(requests[name], f"{where}.requests[{name}]") \
+                if name in requests else None
+            # Kubernetes refuses a pod whose extended-resource request and limit differ:
+            # such a worker never runs, and planning its GPUs would promise phantom ones.
+            if limit is not None and request is not None and limit != request:
+                raise BadField(
+                    f"{where}.limits[{name}]={limit} differs from "
+                    f"{where}.requests[{name}]={request}: Kubernetes rejects such a pod")
+            total += limit if limit is not None else (request or 0)
     return total
 
 
@@ -349,6 +388,10 @@ def parse_job(
         return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw)
     inflight = max(0, replicas - active) * gpw
     known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
+    if meta.get("deletionTimestamp") is not None:
+        # a finalizer keeps it alive; a resize now would restart a job that is going away
+        return unmanaged(Reason.TERMINATING,
+                         "metadata.deletionTimestamp is set: the job is being deleted", **known)
 
     elastic = spec.get("elasticPolicy")
     if elastic is None:
@@ -555,7 +598,7 @@ def _conditions(types: Iterable[str]) -> Any:
 
 def _shapes(settings: Settings) -> dict[str, Any]:
     meta = {"name": KEEP, "namespace": KEEP, "uid": KEEP, "resourceVersion": KEEP,
-            "creationTimestamp": KEEP}
+            "creationTimestamp": KEEP, "deletionTimestamp": KEEP}
     gpus = _only(settings.gpu_resource_names)
     group_gpus = _only([*settings.gpu_resource_names,
                         *(f"requests.{n}" for n in settings.gpu_resource_names)])

@@ -175,13 +175,14 @@ def priority_class(name: str, value: int, default: bool = False) -> dict[str, An
 
 
 def edit(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of obj with the dotted path set (or deleted when value is DELETE)."""
+    """A copy of obj with the dotted path set (or deleted when value is DELETE); a number
+    in the path indexes a list."""
 
     out = copy.deepcopy(obj)
     keys = path.split(".")
     cur = out
     for k in keys[:-1]:
-        cur = cur.setdefault(k, {})
+        cur = cur[int(k)] if isinstance(cur, list) else cur.setdefault(k, {})
     if value is DELETE:
         cur.pop(keys[-1], None)
     else:

@@ -49,7 +49,7 @@ from test_loop import Daemon, replicas, set_active, settings_for
 
 from autoscaler.actuator import Outcome
 from autoscaler.leader import LeaderElector
-from autoscaler.loop import LiveSource
+from autoscaler.loop import Driver, LiveSource
 from autoscaler.model import Reason
 
 TS = NOW.timestamp()
@@ -419,11 +419,37 @@ async def test_api_request_timeout_on_patch_backs_off_and_never_doubles(api):
             first = await d.controller.run_once(NOW)
             assert [(r.outcome, r.message.split(";")[0]) for r in first.applied.results] == \
                 [(Outcome.ERROR, "request timed out")]
-            assert first.result == "ok"  # a failed write is the job's problem, not the loop's
+            assert first.result == "write_failed"  # counted and seen, never called ok
             for seconds in (5, 11, 60):
                 await d.controller.run_once(NOW + timedelta(seconds=seconds))
             assert replicas(api, "j") == 4
             assert_bounds(api)
+
+
+async def test_cycles_whose_writes_fail_are_not_ok_and_readiness_follows(api):
+    """Every patch answers 500: the cycles say so in their result and metric, and /readyz
+    turns false once no good cycle happened for ready_max_age_seconds."""
+
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        settings = settings_for(prom.url, ready_max_age_seconds=100)
+        async with Daemon(api, settings) as d:
+            clock = [1000.0]
+            d.controller.clock = lambda: clock[0]
+            driver = Driver(d.controller, ready_check=lambda: True)
+            api.fail_next("PATCH", r"/pytorchjobs/j$", 500, times=100)
+            failed = await d.controller.run_once(NOW)
+            assert failed.result == "write_failed"
+            assert [r.outcome for r in failed.applied.results] == [Outcome.ERROR]
+            assert counter(metrics_text(d), "elastic_autoscaler_cycles_total",
+                           result="write_failed") == 1
+            assert not driver.ready()[0]  # no good cycle yet
+            clock[0] += 200  # past the back-off: the write is tried again, and fails again
+            again = await d.controller.run_once(NOW + timedelta(seconds=200))
+            assert again.result == "write_failed"
+            ready, why = driver.ready()
+            assert not ready and "no successful cycle" in why
+            assert replicas(api, "j") == 2
 
 
 @pytest.mark.parametrize("how", ["clean-close", "abrupt-close", "410-gone"])

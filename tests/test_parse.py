@@ -81,11 +81,63 @@ def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():
     assert parsed(obj, settings).gpus_per_worker == 7
 
 
-def test_limits_win_over_requests_in_one_container():
-    obj = pytorchjob(gpus=2)
+def _with_requests(obj, requests):
     c = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    c["resources"]["requests"] = {"nvidia.com/gpu": 1}
-    assert parsed(obj).gpus_per_worker == 2
+    c["resources"]["requests"] = requests
+    return obj
+
+
+def test_equal_limits_and_requests_count_once():
+    assert parsed(_with_requests(pytorchjob(gpus=2), {"nvidia.com/gpu": "2"})
+                  ).gpus_per_worker == 2
+
+
+def test_limits_and_requests_that_differ_are_invalid_and_name_both():
+    # Kubernetes refuses such a pod: its workers never run, its GPUs must not be promised
+    job = parsed(_with_requests(pytorchjob(gpus=1, replicas=3, active=1),
+                                {"nvidia.com/gpu": 2}))
+    assert isinstance(job, UnmanagedJob) and job.reason is Reason.INVALID_SPEC
+    assert "limits[nvidia.com/gpu]=1" in job.message
+    assert "requests[nvidia.com/gpu]=2" in job.message
+    assert job.inflight_gpus == 0  # no phantom in-flight GPUs cut other jobs' growth
+
+
+@pytest.mark.parametrize(("value", "gpus"), [
+    (8, 8), ("8", 8), ("+8", 8), ("1e3", 1000), ("1E3", 1000), ("2k", 2000),
+    ("4000m", 4), ("8.0", 8), (2.0, 2), ("0", 0),
+])
+def test_gpu_quantities_in_the_api_grammar(value, gpus):
+    from autoscaler.parse import parse_quantity
+
+    assert parse_quantity(value, "f") == gpus
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("500m", "whole number of GPUs, got '500m' (= 0.5)"),
+    ("1.5", "whole number of GPUs, got '1.5' (= 1.5)"),
+    ("1e-1", "whole number of GPUs"),
+    ("-2", "must not be negative"),
+    ("1e9", "out of range"),
+    ("1e999", "out of range"),
+    ("two", "must be a Kubernetes quantity"),
+    (True, "must be a quantity"),
+    (float("nan"), "finite"),
+    (float("inf"), "finite"),
+    ([], "must be a Kubernetes quantity"),
+])
+def test_bad_gpu_quantities_say_what_is_wrong(value, message):
+    from autoscaler.parse import BadField, parse_quantity
+
+    with pytest.raises(BadField, match=r"^f ") as err:
+        parse_quantity(value, "f")
+    assert message in str(err.value)
+
+
+def test_a_job_being_deleted_is_never_managed():
+    job = parsed(edit(pytorchjob(replicas=2, active=2, max_replicas=8),
+                      "metadata.deletionTimestamp", "2026-11-22T10:00:00Z"))
+    assert isinstance(job, UnmanagedJob) and job.reason is Reason.TERMINATING
+    assert "metadata.deletionTimestamp" in job.message
 
 
 def test_priority_from_priority_class_objects():
@@ -135,6 +187,13 @@ BAD = [
      Reason.FINISHED, "Succeeded"),
     ("failed", pytorchjob(conditions=[{"type": "Failed", "status": "True"}]),
      Reason.FINISHED, "Failed"),
+    ("terminating", edit(pytorchjob(), "metadata.deletionTimestamp", "2026-11-22T10:00:00Z"),
+     Reason.TERMINATING, "deletionTimestamp"),
+    ("limits differ from requests",
+     edit(pytorchjob(gpus=1),
+          "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.resources.requests",
+          {"nvidia.com/gpu": 4}),
+     Reason.INVALID_SPEC, "differs from"),
     ("suspended", edit(pytorchjob(), "spec.runPolicy.suspend", True), Reason.SUSPENDED,
      "suspend"),
     ("no spec", edit(pytorchjob(), "spec", DELETE), Reason.INVALID_SPEC, "spec"),
