@@ -322,7 +322,7 @@ class Driver:
     def ready(self) -> tuple[bool, str]:
         h, s = self.controller.health, self.settings
         if not self.ready_check():
-            return False, "Kubernetes caches not synced"
+            return False, "Kubernetes caches not current (listing, or reconnecting to the API)"
         if h.last_result is CycleStatus.FOLLOWER:
             return True, ""
         limit = s.ready_max_age_seconds or 3 * s.interval_seconds
@@ -411,7 +411,7 @@ async def _daemon(settings: Settings) -> int:
     controller = Controller(settings, LiveSource(settings, kube, prometheus, metrics),
                             actuator, metrics, may_write=lambda: elector.is_leader)
     driver = Driver(controller, is_leader=lambda: elector.is_leader,
-                    ready_check=lambda: kube.synced)
+                    ready_check=lambda: kube.current)
     server = HealthServer(metrics, driver.alive, driver.ready, settings.listen_host,
                           settings.listen_port)
 

@@ -44,6 +44,8 @@ __all__ = [
 
 log = structlog.get_logger("autoscaler.sources.kube")
 
+CONNECT_RETRY_MAX_SECONDS = 1.0
+
 RawObject = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
@@ -154,6 +156,7 @@ class _Cache:
         self.synced = asyncio.Event()
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic start of the error streak
+        self._warned = False  # the streak was logged as a warning: log its end too
         self.counters = _Counters()
         self.version = 0  # bumped on every change, so readers can memoise snapshots
 
@@ -167,51 +170,87 @@ class _Cache:
 
     async def run(self) -> None:
         need_list = True
-        failures = 0  # consecutive attempts that made no progress
+        # Consecutive attempts that made no progress, counted apart by who failed: an API
+        # server that answered (5xx, 429, timeouts) gets exponential back-off to shed its
+        # load; one that could not be reached at all (refused, reset mid-stream) costs
+        # nothing to retry, so it is retried at least every CONNECT_RETRY_MAX_SECONDS and
+        # the cache is current again within about a second of the server's return.
+        answered = unreachable = 0
+        expired_again = False  # a 410 right after our own relist: do not loop on it
         while True:
             retry_after = 0.0
             try:
                 if need_list:
                     await self._list()
                     need_list = False
+                    answered = unreachable = 0
                 events, seconds = await self._watch()
                 self.counters.watch_restarts += 1
+                expired_again = False
                 if events or seconds >= 1.0:
-                    failures = 0
+                    answered = unreachable = 0
                     continue
                 # A server that closes watches at once would make us spin: back off.
-                failures += 1
+                answered += 1
                 log.debug("kube.watch_short", cache=self.name, seconds=round(seconds, 3))
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                failures += 1
                 if exc.status == 410:
+                    # The server forgot our version (compaction, or a restart that rebuilt
+                    # its watch cache): only a fresh LIST can make the cache current, and
+                    # waiting out a back-off earned while the server was away would plan on
+                    # stale objects meanwhile.
                     need_list = True
                     self.counters.relists_410 += 1
                     log.info("kube.watch_expired", cache=self.name,
                              resource_version=self.resource_version)
-                    if failures == 1:
-                        continue  # the normal case: relist at once
+                    self._failed_quietly("watch expired (410 Gone): re-listing")
+                    if not expired_again:
+                        expired_again = True
+                        continue
+                    answered += 1
                 else:
+                    answered += 1
+                    unreachable = 0
                     self._failed(exc, _describe(exc))
                     retry_after = _retry_after(exc)
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
+                    ConnectionError) as exc:
+                # refused, reset or cut off mid-answer: the server is not there (restart,
+                # network); nothing is gained by waiting longer than it takes to come back
+                unreachable += 1
+                self._failed(exc, f"{type(exc).__name__}: {exc}".rstrip(": "))
+                await asyncio.sleep(min(self._backoff(unreachable), CONNECT_RETRY_MAX_SECONDS))
+                continue
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                failures += 1
+                answered += 1
                 self._failed(exc, f"{type(exc).__name__}: {exc}".rstrip(": "))
             except Exception as exc:  # a cache must outlive any surprise
-                failures += 1
+                answered += 1
                 self._failed(exc, f"unexpected {type(exc).__name__}: {exc}")
                 log.exception("kube.cache_unexpected_error", cache=self.name)
-            await asyncio.sleep(max(self._backoff(failures), retry_after))
+            await asyncio.sleep(max(self._backoff(answered), retry_after))
 
-    def _failed(self, exc: BaseException, text: str) -> None:
-        self.counters.errors += 1
+    def _failed_quietly(self, text: str) -> None:
+        """Not current until the relist is done, without a warning for the normal case."""
         self.last_error = text
         if self.failing_since is None:
             self.failing_since = time.monotonic()
-        log.warning("kube.cache_error", cache=self.name, error=text,
-                    resource_version=self.resource_version)
+
+    def _failed(self, exc: BaseException, text: str) -> None:
+        self.counters.errors += 1
+        # one warning per streak and per new kind of error: an outage retried every
+        # second must not write a line per retry per cache
+        new = self.failing_since is None or _error_kind(text) != _error_kind(
+            self.last_error or "")
+        self.last_error = text
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self._warned = True
+        (log.warning if new else log.debug)(
+            "kube.cache_error", cache=self.name, error=text,
+            resource_version=self.resource_version)
 
     def _call_args(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         r = self.resource
@@ -252,6 +291,10 @@ class _Cache:
         self.synced.set()
 
     def _recovered(self) -> None:
+        if self.failing_since is not None and self._warned:
+            log.info("kube.cache_recovered", cache=self.name,
+                     after_seconds=round(time.monotonic() - self.failing_since, 1))
+        self._warned = False
         self.last_error = None
         self.failing_since = None
 
@@ -384,6 +427,10 @@ class _Cache:
             out.append(f"{self.name}: {where} dropped: {size} bytes exceeds max_object_bytes "
                        f"{self._settings.max_object_bytes}")
         return out
+
+
+def _error_kind(text: str) -> str:
+    return text.split(":", 1)[0]
 
 
 def _key(obj: RawObject) -> Key:
@@ -526,6 +573,14 @@ class KubeSource:
     @property
     def synced(self) -> bool:
         return all(c.synced.is_set() for c in self._caches)
+
+    @property
+    def current(self) -> bool:
+        """Every cache listed and none is failing to list or watch now: what readiness
+        means. After an outage this stays False until each cache has reconnected (and
+        re-listed where the server forgot its version), so /readyz does not claim a
+        picture it cannot have."""
+        return all(c.synced.is_set() and c.failing_since is None for c in self._caches)
 
     def objects(self) -> KubeObjects:
         """The current objects; no API call. Memoised until a cache changes."""
