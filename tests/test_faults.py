@@ -813,7 +813,7 @@ async def test_api_unreachable_at_start_daemon_stays_alive_then_syncs(tmp_path):
                 async with http.get(f"{base}/healthz") as r:
                     assert r.status == 200
                 async with http.get(f"{base}/readyz") as r:
-                    assert r.status == 503 and "not synced" in await r.text()
+                    assert r.status == 503 and "caches not current" in await r.text()
                 async with http.get(f"{base}/metrics") as r:
                     text = await r.text()
                 assert counter(text, "elastic_autoscaler_source_errors_total",
