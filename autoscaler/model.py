@@ -38,6 +38,7 @@ class Reason(StrEnum):
     METRICS_STALE = "HoldMetricsStale"
     METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     QUEUE_CLOSED = "HoldQueueClosed"
+    QUEUE_CAPACITY = "HoldQueueCapacity"
     CLOCK_SKEW = "HoldClockSkew"
 
     # jobs we do not manage, each with its own reason
@@ -175,6 +176,10 @@ class QueueState:
     problem: Reason | None = None
     message: str = ""
     state: str = "Open"  # Volcano Queue.status.state; Open when the Queue object is unknown
+    # GPUs the Queue object lets its jobs hold (spec.capability, else spec.deserved); None
+    # when the API does not say. Growth never takes a queue's jobs above it, whatever
+    # Prometheus reads.
+    capacity_gpus: int | None = None
 
     @property
     def usable(self) -> bool:

@@ -11,7 +11,7 @@ import math
 import re
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -242,6 +242,28 @@ def parse_queue_states(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
             state = _get(obj, "status", "state")
             states[name] = state if isinstance(state, str) and state else "Open"
     return states
+
+
+def parse_queue_capacities(
+    objects: Iterable[Mapping[str, Any]], settings: Settings
+) -> dict[str, int]:
+    """GPUs each Queue lets its jobs hold, by the API's own account: `spec.capability`,
+    else `spec.deserved` (what our query lets it grow into), for `gpu_resource_names`.
+    A queue that sets neither, or sets them unreadably, has no bound here."""
+    capacities: dict[str, int] = {}
+    for obj in objects:
+        name = _get(obj, "metadata", "name")
+        if not isinstance(name, str) or not name:
+            continue
+        for field in ("capability", "deserved"):
+            try:
+                gpus = _gpu_sum(_get(obj, "spec", field), settings, f"spec.{field}")
+            except BadField:
+                gpus = None
+            if gpus is not None:
+                capacities[name] = gpus
+                break
+    return capacities
 
 
 def cross_check_free(
@@ -631,7 +653,8 @@ def _shapes(settings: Settings) -> dict[str, Any]:
         },
         "Queue": {
             "apiVersion": KEEP, "kind": KEEP, "metadata": meta,
-            "spec": {"deserved": gpus}, "status": {"state": KEEP, "allocated": gpus},
+            "spec": {"deserved": gpus, "capability": gpus},
+            "status": {"state": KEEP, "allocated": gpus},
         },
     }
 
@@ -757,6 +780,7 @@ def build_snapshot(
 
     priorities = Priorities.parse(raw.priorityclasses)
     queue_states = parse_queue_states(raw.queues)
+    capacities = parse_queue_capacities(raw.queues, settings)
     cache = cache or ParseCache()
     cache.start(priorities)
 
@@ -799,7 +823,10 @@ def build_snapshot(
                                f"queue {name} has no series in the free-GPU query")
         qstate = queue_states.get(name)
         if qstate is not None and qstate != state.state:
-            state = QueueState(state.name, state.free_gpus, state.problem, state.message, qstate)
+            state = replace(state, state=qstate)
+        capacity = capacities.get(name)
+        if capacity != state.capacity_gpus:
+            state = replace(state, capacity_gpus=capacity)
         queues[name] = state
     return ClusterSnapshot(
         queues=queues,

@@ -205,7 +205,15 @@ class _QueuePlanner:
         inflight -= self._trim()
         idle = free - inflight  # may be negative: promised more than Prometheus shows free
         idle, releasing, starving = self._serve_gangs(idle, releasing)
-        self._grow(max(0, idle - p.reserve_gpus_per_queue), starving)
+        pool = max(0, idle - p.reserve_gpus_per_queue)
+        capped = ""
+        room = self._room_by_capacity()
+        if room is not None and room < pool:
+            pool = max(0, room)
+            capped = (f"queue {self.state.name} may hold {self.state.capacity_gpus} GPU(s) "
+                      f"by its Queue object; its jobs and admitted gangs would hold "
+                      f"{self.state.capacity_gpus - room}")  # type: ignore[operator]
+        self._grow(pool, starving, capped)
 
         return QueueSummary(
             self.state.name, self.state.free_gpus, inflight_gpus=summary_inflight,
@@ -228,6 +236,26 @@ class _QueuePlanner:
         if s.state in CLOSED_STATES:
             return Reason.QUEUE_CLOSED, f"queue {s.name} is {s.state}"
         return None
+
+    def _room_by_capacity(self) -> int | None:
+        """GPUs the queue's jobs may still grow by before they hold more than the Queue
+        object allows, None without a bound. A physical cap whatever Prometheus reads:
+        jobs at their planned size (or what still runs, if more), unmanaged jobs at
+        their spec, and the gangs given a share this cycle that no job here owns."""
+        cap = self.state.capacity_gpus
+        if cap is None:
+            return None
+        held = sum(max(w.target, w.job.active) * w.job.gpus_per_worker for w in self.work)
+        held += sum((u.replicas or 0) * (u.gpus_per_worker or 0) for u in self.unmanaged)
+        known = {(w.job.ref.namespace, w.job.ref.name) for w in self.work}
+        known |= {(u.ref.namespace, u.ref.name) for u in self.unmanaged}
+        served = {g.ref for g in self.gangs
+                  if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        for g in self.pending:
+            owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
+            if g.ref in served and not owned:
+                held += g.gpus
+        return cap - held
 
     def _own_waiting(self) -> set[tuple[str, str]]:
         """(namespace, name) of jobs whose own PodGroup is among the waiting gangs: by owner
@@ -395,7 +423,7 @@ class _QueuePlanner:
 
     # ---- rules 4, 6, 7: growth ------------------------------------------------------------
 
-    def _grow(self, pool: int, starving: str) -> None:
+    def _grow(self, pool: int, starving: str, capped: str = "") -> None:
         p = self.policy
         growable: list[_Job] = []
         for w in self.work:
@@ -430,6 +458,8 @@ class _QueuePlanner:
                 self._settle(w, j.replicas + extra, Reason.SCALE_UP_IDLE_GPUS,
                              f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
                              f"of queue {j.queue}")
+            elif w.reason is None and capped:
+                self._hold(w, Reason.QUEUE_CAPACITY, capped)
             elif w.reason is None:
                 self._hold(w, Reason.NO_IDLE_GPUS,
                            f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)")

@@ -23,15 +23,9 @@ from pydantic_settings import SettingsError as SourceError
 
 ENV_PREFIX = "AUTOSCALER_"
 
-DEFAULT_FREE_GPUS_QUERY = (
-    "clamp_min("
-    'sum by (queue_name) (volcano_queue_deserved_scalar_resources{resource="nvidia.com/gpu"})'
-    " - on (queue_name) ("
-    'sum by (queue_name) (volcano_queue_allocated_scalar_resources{resource="nvidia.com/gpu"})'
-    " or "
-    'sum by (queue_name) (volcano_queue_deserved_scalar_resources{resource="nvidia.com/gpu"}) * 0'
-    "), 0)"
-)
+_GPU = '{resource="nvidia.com/gpu"}'
+DEFAULT_DESERVED_GPUS_SERIES = "volcano_queue_deserved_scalar_resources" + _GPU
+DEFAULT_ALLOCATED_GPUS_SERIES = "volcano_queue_allocated_scalar_resources" + _GPU
 
 
 class GrowthPolicy(StrEnum):
@@ -130,9 +124,22 @@ class Settings(BaseSettings):
         "http://prometheus-operated.monitoring.svc:9090",
         description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics.",
     )
-    free_gpus_query: str = Field(
-        DEFAULT_FREE_GPUS_QUERY, min_length=1,
-        description="Instant PromQL returning a vector of free GPU capacity by queue label.",
+    deserved_gpus_series: str = Field(
+        DEFAULT_DESERVED_GPUS_SERIES, min_length=1,
+        description="Series selector of each queue's deserved GPUs (Volcano's scheduler "
+        "metric). Read raw, with its scrape time: free = deserved - allocated, computed and "
+        "checked by the daemon (negative, NaN/Inf or stale parts hold the queue).",
+    )
+    allocated_gpus_series: str = Field(
+        DEFAULT_ALLOCATED_GPUS_SERIES, min_length=1,
+        description="Series selector of each queue's allocated GPUs; a queue without one "
+        "has nothing allocated.",
+    )
+    free_gpus_query: str | None = Field(
+        None, min_length=1,
+        description="Instead of the two series: one instant PromQL returning free GPU "
+        "capacity by queue label (e.g. a recording rule). Its values get the same checks, "
+        "but its age is only the answer's, not the scrape's.",
     )
     queue_label: str = Field("queue_name", min_length=1, description="Label naming the queue.")
     metric_unit_divisor: float = Field(
@@ -140,7 +147,8 @@ class Settings(BaseSettings):
         "milli-units: 1000)."
     )
     max_metric_age_seconds: float = Field(
-        300, gt=0, description="A sample older than this (by its timestamp) holds its queue."
+        120, gt=0, description="A queue whose deserved or allocated series was last scraped "
+        "longer ago than this holds (HoldMetricsStale); keep it above 2-3 scrape intervals."
     )
     prometheus_timeout_seconds: float = Field(10, gt=0, description="Deadline of one query.")
     prometheus_retries: int = Field(

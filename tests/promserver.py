@@ -256,9 +256,16 @@ class VolcanoExporter:
     url: str = ""
     target: str = ""
     scrapes: int = 0
+    # queue -> seconds: its samples carry an explicit timestamp that far in the past, as
+    # an exporter relaying a stale source does; Prometheus serves them as current values
+    lag_seconds: dict[str, float] = field(default_factory=dict)
 
     def set_queue(self, name: str, *, deserved: float, allocated: float | None) -> None:
         self.queues[name] = (deserved, allocated)
+
+    def _stamp(self, name: str) -> str:
+        lag = self.lag_seconds.get(name)
+        return "" if lag is None else f" {int((time.time() - lag) * 1000)}"
 
     def remove_queue(self, name: str) -> None:
         self.queues.pop(name, None)
@@ -269,14 +276,16 @@ class VolcanoExporter:
             f"# TYPE {DESERVED} gauge",
         ]
         for name, (deserved, _) in sorted(self.queues.items()):
-            lines.append(f'{DESERVED}{{queue_name="{name}",resource="{GPU}"}} {deserved}')
+            lines.append(f'{DESERVED}{{queue_name="{name}",resource="{GPU}"}} {deserved}'
+                         + self._stamp(name))
         lines += [
             f"# HELP {ALLOCATED} Allocated scalar resources for one queue",
             f"# TYPE {ALLOCATED} gauge",
         ]
         for name, (_, allocated) in sorted(self.queues.items()):
             if allocated is not None:
-                lines.append(f'{ALLOCATED}{{queue_name="{name}",resource="{GPU}"}} {allocated}')
+                lines.append(f'{ALLOCATED}{{queue_name="{name}",resource="{GPU}"}} {allocated}'
+                             + self._stamp(name))
         # another resource on the same metric, which the query must ignore
         for name, (deserved, _) in sorted(self.queues.items()):
             lines.append(f'{DESERVED}{{queue_name="{name}",resource="cpu"}} {deserved * 10}')

@@ -51,6 +51,7 @@ from autoscaler.actuator import Outcome
 from autoscaler.leader import LeaderElector
 from autoscaler.loop import Driver, LiveSource
 from autoscaler.model import Reason
+from autoscaler.sources.prometheus import free_gpus_query
 
 TS = NOW.timestamp()
 REPO = Path(__file__).resolve().parents[1]
@@ -255,13 +256,15 @@ async def test_real_prometheus_target_down_holds_then_recovers(api):
     exporter = VolcanoExporter()
     exporter.set_queue("team-a", deserved=4000, allocated=2000)
     async with running_exporter(exporter), running_prometheus([exporter.target]) as prom:
-        settings = settings_for(prom.url, prometheus_timeout_seconds=5)
+        # the real default query: deserved and allocated read apart
+        settings = settings_for(prom.url, prometheus_timeout_seconds=5, free_gpus_query=None)
+        query = free_gpus_query(settings)
         async with Daemon(api, settings) as d:
             exporter.failing = True
             scrapes = exporter.scrapes
 
             async def stale() -> bool:
-                body = await prom.query(settings.free_gpus_query)
+                body = await prom.query(query)
                 return exporter.scrapes > scrapes and not body["data"]["result"]
 
             deadline = time.monotonic() + 20
@@ -275,7 +278,7 @@ async def test_real_prometheus_target_down_holds_then_recovers(api):
             exporter.failing = False
 
             async def fresh() -> bool:
-                body = await prom.query(settings.free_gpus_query)
+                body = await prom.query(query)
                 return bool(body["data"]["result"])
 
             deadline = time.monotonic() + 20
@@ -665,6 +668,7 @@ def daemon_env(tmp_path: Path, kubeconfig: Path, prom_url: str, **extra: Any) ->
     env.update({
         "AUTOSCALER_KUBECONFIG": str(kubeconfig),
         "AUTOSCALER_PROMETHEUS_URL": prom_url,
+        "AUTOSCALER_FREE_GPUS_QUERY": "elastic_autoscaler_test_free_gpus",
         "AUTOSCALER_LEADER_ELECTION": "false",
         "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
         "AUTOSCALER_LISTEN_PORT": "0",

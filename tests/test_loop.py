@@ -34,7 +34,9 @@ def free_body(**free: float):
 
 
 def settings_for(prom_url: str, **kw) -> Settings:
-    base = dict(prometheus_url=prom_url, leader_election=False, prometheus_retries=0,
+    # the fake Prometheus answers free GPUs per queue, as one custom query would
+    base = dict(prometheus_url=prom_url, free_gpus_query="elastic_autoscaler_test_free_gpus",
+                leader_election=False, prometheus_retries=0,
                 prometheus_timeout_seconds=2, max_metric_age_seconds=10**9,
                 cycle_deadline_seconds=20, kube_request_timeout_seconds=5)
     base.update(kw)
@@ -219,6 +221,7 @@ async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkey
         monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(kubeconfig))
         monkeypatch.setenv("AUTOSCALER_PROMETHEUS_URL", prom.url)
         monkeypatch.setenv("AUTOSCALER_MAX_METRIC_AGE_SECONDS", str(10**9))
+        monkeypatch.setenv("AUTOSCALER_FREE_GPUS_QUERY", "elastic_autoscaler_test_free_gpus")
         from autoscaler.cli import main
 
         code = await asyncio.to_thread(main, ["plan", "-o", "json",

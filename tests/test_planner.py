@@ -345,3 +345,41 @@ def test_every_job_and_gang_has_a_reason_and_message():
     p = plan(snap({"q": 3}, jobs, [gang("g", 1)]), policy(), NOW)
     assert len(p.decisions) == 3 and len(p.gangs) == 1
     assert all(d.message for d in p.decisions) and all(g.message for g in p.gangs)
+
+
+# ---- the Queue object's capacity: a physical bound on growth --------------------------------
+
+
+def _capped(free: float, capacity: int | None, *jobs, pending=()):
+    state = QueueState("q", free, capacity_gpus=capacity)
+    return plan(ClusterSnapshot(queues={"q": state}, jobs=tuple(jobs),
+                                pending=tuple(pending)), policy(cooldown_seconds=0), NOW)
+
+
+def test_growth_never_takes_a_queue_above_its_capacity_whatever_prometheus_says():
+    # Prometheus (garbage or lagging) says 16 free; the Queue allows 8 and 2 are held
+    p = _capped(16, 8, ej("a", replicas=2, active=2, max=20))
+    d = p.decisions[0]
+    assert d.target == 8 and d.reason is Reason.SCALE_UP_IDLE_GPUS
+
+
+def test_a_queue_at_capacity_holds_growth_and_says_why():
+    p = _capped(6, 8, ej("a", replicas=4, active=4, max=8),
+                ej("b", replicas=4, active=4, max=8))
+    assert [d.target for d in p.decisions] == [4, 4]
+    assert {d.reason for d in p.decisions} == {Reason.QUEUE_CAPACITY}
+    assert "may hold 8 GPU(s)" in p.decisions[0].message
+
+
+def test_capacity_counts_admitted_gangs_and_workers_still_running():
+    g = gang("g", 3)
+    # a: spec 2 but 3 still running (releasing); the gang takes 3 of the 10 free
+    p = _capped(10, 10, ej("a", replicas=2, active=3, max=8),
+                ej("b", replicas=1, active=1, max=8), pending=[g])
+    by_name = {d.ref.name: d for d in p.decisions}
+    assert by_name["b"].target == 1 + (10 - 3 - 1 - 3)  # room: 10 - (3 + 1) - 3 = 3
+
+
+def test_no_capacity_known_means_no_bound():
+    p = _capped(16, None, ej("a", replicas=2, active=2, max=20))
+    assert p.decisions[0].target == 18

@@ -63,7 +63,9 @@ def snapshots(draw) -> ClusterSnapshot:
     queues = {}
     for q in QUEUES:
         free = draw(st.one_of(st.none(), st.floats(0, 40, allow_nan=False)))
-        queues[q] = QueueState(q, free, None if free is not None else Reason.METRICS_MISSING)
+        capacity = draw(st.one_of(st.none(), st.integers(0, 60)))
+        queues[q] = QueueState(q, free, None if free is not None else Reason.METRICS_MISSING,
+                               capacity_gpus=capacity)
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
 
 
@@ -212,3 +214,26 @@ def test_every_job_and_gang_accounted_for(snapshot, pol):
     assert {d.ref for d in result.decisions} == {j.ref for j in snapshot.jobs}
     assert {g.ref for g in result.gangs} == {g.ref for g in snapshot.pending}
     assert all(d.message for d in result.decisions)
+
+
+@common
+@given(snapshots(), policies)
+def test_growth_never_takes_a_queue_above_its_capacity(snapshot, pol):
+    """Whatever the free-GPU reading says, a queue that grows ends at most at what its
+    Queue object allows: jobs at their target (or what still runs), gangs given a share."""
+    result = plan(snapshot, pol, NOW)
+    owners = {(j.ref.namespace, j.ref.name) for j in snapshot.jobs}
+    served = {g.ref for g in result.gangs
+              if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+    by_ref = {j.ref: j for j in snapshot.jobs}
+    for name, state in snapshot.queues.items():
+        grown = [d for d in result.actions
+                 if d.queue == name and d.target > by_ref[d.ref].replicas]
+        if state.capacity_gpus is None or not grown:
+            continue
+        held = sum(max(d.target, by_ref[d.ref].active) * by_ref[d.ref].gpus_per_worker
+                   for d in result.decisions if d.queue == name)
+        held += sum(g.gpus for g in snapshot.pending
+                    if g.queue == name and g.ref in served
+                    and not (g.owner and (g.owner.namespace, g.owner.name) in owners))
+        assert held <= state.capacity_gpus, (name, held, state.capacity_gpus)

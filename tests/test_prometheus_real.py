@@ -28,7 +28,7 @@ from promserver import (
 )
 
 from autoscaler.model import Reason
-from autoscaler.settings import DEFAULT_FREE_GPUS_QUERY, Settings
+from autoscaler.settings import Settings
 from autoscaler.sources.prometheus import FreeGpuReading, PrometheusSource
 
 pytestmark = [
@@ -45,6 +45,20 @@ class Stack:
     prometheus: PrometheusProcess
     main: VolcanoExporter
     side: VolcanoExporter
+    bad: VolcanoExporter
+
+
+# Queues whose raw parts are garbage, as a broken or hostile exporter serves them: each
+# must hold its own queue with its own kind. A clamped `deserved - allocated` query read
+# -8000 allocated as 16 free GPUs in an 8-GPU queue and grew a job 2 -> 18.
+BAD_QUEUES = {
+    "neg-allocated": ((8000, -8000), Reason.METRICS_INVALID, "negative"),
+    "neg-deserved": ((-4000, 0), Reason.METRICS_INVALID, "negative"),
+    "nan-deserved": ((float("nan"), 0), Reason.METRICS_INVALID, "nan"),
+    "inf-allocated": ((8000, float("inf")), Reason.METRICS_INVALID, "inf"),
+    "huge-allocated": ((8000, 5e12), Reason.METRICS_INVALID, "bad_value"),
+}
+LAGGING = "lagging"  # scraped now, but its samples are stamped 60 s ago
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -55,9 +69,14 @@ async def stack() -> AsyncIterator[Stack]:
     main.set_queue("team-c", deserved=2000, allocated=5000)  # over its share (reclaimable)
     main.set_queue("team-half", deserved=4000, allocated=2500)
     side.set_queue("side-q", deserved=3000, allocated=1000)
-    async with running_exporter(main), running_exporter(side):
-        async with running_prometheus([main.target, side.target]) as prometheus:
-            yield Stack(prometheus, main, side)
+    bad = VolcanoExporter()
+    for name, ((deserved, allocated), _, _) in BAD_QUEUES.items():
+        bad.set_queue(name, deserved=deserved, allocated=allocated)
+    bad.set_queue(LAGGING, deserved=8000, allocated=1000)
+    bad.lag_seconds[LAGGING] = 60
+    async with running_exporter(main), running_exporter(side), running_exporter(bad):
+        async with running_prometheus([main.target, side.target, bad.target]) as prometheus:
+            yield Stack(prometheus, main, side, bad)
 
 
 async def fetch(url: str, now: datetime | None = None, **fields: Any) -> FreeGpuReading:
@@ -93,13 +112,49 @@ def free(reading: FreeGpuReading, queue: str) -> float | None:
 async def test_default_query_gives_free_gpus_per_queue(stack: Stack):
     reading = await fetch(stack.prometheus.url)
     assert reading.problem is None, reading.message
-    assert Settings().free_gpus_query == DEFAULT_FREE_GPUS_QUERY
+    assert Settings().free_gpus_query is None  # deserved and allocated read apart
     assert free(reading, "team-a") == 5.0  # (8000 - 3000) / 1000
-    assert free(reading, "team-b") == 4.0  # no allocated series: the `or` fallback
-    assert free(reading, "team-c") == 0.0  # clamped, never negative
+    assert free(reading, "team-b") == 4.0  # no allocated series: nothing allocated
+    assert free(reading, "team-c") == 0.0  # over its share: nothing free, not negative
     assert free(reading, "team-half") == 1.5  # fractions are kept; the planner floors
     assert free(reading, "side-q") == 2.0  # second target, same query
-    assert reading.errors == ()  # the cpu series do not make duplicates
+    # the cpu series make no duplicates; only the bad exporter's queues hold
+    assert sorted(reading.errors) == sorted(kind for _, _, kind in BAD_QUEUES.values())
+
+
+@pytest.mark.parametrize("queue", sorted(BAD_QUEUES))
+async def test_a_garbage_part_holds_its_queue_with_its_own_reason(stack: Stack, queue: str):
+    reading = await fetch(stack.prometheus.url)
+    _, reason, kind = BAD_QUEUES[queue]
+    state = reading.queues[queue]
+    assert state.free_gpus is None and state.problem is reason, state
+    assert kind in reading.errors
+    part = "allocated" if "allocated" in queue else "deserved"
+    assert f"{part} GPUs (volcano_queue_{part}_scalar_resources" in state.message
+    assert free(reading, "team-a") == 5.0  # the other queues stand
+
+
+async def test_a_series_scraped_long_ago_holds_though_the_answer_is_fresh(stack: Stack):
+    """The answer is evaluated now, so its own timestamp is fresh; the samples behind it
+    were stamped 60 s ago. The age of what was scraped is what counts."""
+    reading = await fetch(stack.prometheus.url, max_metric_age_seconds=30)
+    state = reading.queues[LAGGING]
+    assert state.free_gpus is None and state.problem is Reason.METRICS_STALE, state
+    assert "last scraped" in state.message and "max_metric_age_seconds=30" in state.message
+    assert free(reading, "team-a") == 5.0  # scraped every second: fresh
+    relaxed = await fetch(stack.prometheus.url, max_metric_age_seconds=300)
+    assert free(relaxed, LAGGING) == 7.0
+
+
+async def test_a_custom_single_query_gets_the_same_value_checks(stack: Stack):
+    query = ('sum by (queue_name) (volcano_queue_deserved_scalar_resources'
+             '{resource="nvidia.com/gpu"}) - sum by (queue_name) '
+             '(volcano_queue_allocated_scalar_resources{resource="nvidia.com/gpu"})')
+    reading = await fetch(stack.prometheus.url, free_gpus_query=query)
+    assert free(reading, "team-a") == 5.0
+    assert reading.queues["team-c"].problem is Reason.METRICS_INVALID  # 2000 - 5000 < 0
+    assert reading.queues["neg-deserved"].problem is Reason.METRICS_INVALID
+    assert reading.queues["inf-allocated"].problem is Reason.METRICS_INVALID
 
 
 async def test_exporter_changes_show_after_a_scrape(stack: Stack):
@@ -137,7 +192,8 @@ async def test_answer_older_than_max_age_holds(stack: Stack):
     reading = await fetch(stack.prometheus.url, now=later, max_metric_age_seconds=300)
     assert reading.queues["team-a"].free_gpus is None
     assert reading.queues["team-a"].problem is Reason.METRICS_STALE
-    assert set(reading.errors) == {"stale"}
+    good = ("team-a", "team-b", "team-c", "team-half", "side-q")
+    assert all(reading.queues[q].problem is Reason.METRICS_STALE for q in good)
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,15 @@ NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TS = NOW.timestamp()
 
 
+# The canned answers below are what one custom free-GPU query returns; the default
+# two-part query is tested with `parts_body` and, against a real Prometheus, in
+# test_prometheus_real.py.
+SINGLE_QUERY = "elastic_autoscaler_test_free_gpus"
+
+
 def make_settings(**fields: Any) -> Settings:
     fields.setdefault("prometheus_timeout_seconds", 5)
+    fields.setdefault("free_gpus_query", SINGLE_QUERY)
     return Settings(**fields)
 
 
@@ -206,6 +213,78 @@ def test_parse_never_raises_and_never_reads_bad_data_as_a_number(body):
     assert len(reading.errors) >= sum(1 for q in reading.queues.values() if q.problem)
 
 
+# ---- the default query: deserved and allocated read apart ------------------------------------
+
+
+def parts_body(queue: str, *, deserved=None, allocated=None, deserved_time=TS,
+               allocated_time=TS, eval_ts=TS) -> dict[str, Any]:
+    """What the default query answers for one queue: each part as its own series."""
+    from autoscaler.sources.prometheus import PART_LABEL
+
+    result = []
+    for part, value in (("deserved", deserved), ("allocated", allocated),
+                        ("deserved_time", deserved_time if deserved is not None else None),
+                        ("allocated_time", allocated_time if allocated is not None else None)):
+        if value is not None:
+            result.append({"metric": {"queue_name": queue, PART_LABEL: part},
+                           "value": [eval_ts, str(value)]})
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def parts(body: Any, **fields: Any) -> FreeGpuReading:
+    return parse_query_result(body, Settings(**fields), NOW)
+
+
+@pytest.mark.parametrize(("answer", "free"), [
+    (dict(deserved=8000, allocated=3000), 5.0),
+    (dict(deserved=8000), 8.0),  # nothing ever allocated
+    (dict(deserved=2000, allocated=5000), 0.0),  # over its share: nothing free
+    (dict(deserved=4000, allocated=2500), 1.5),
+    (dict(deserved=8000, allocated=0, deserved_time=TS - 119), 8.0),
+])
+def test_parts_give_free_gpus(answer, free):
+    state = parts(parts_body("q", **answer)).queues["q"]
+    assert state.usable and state.free_gpus == free
+
+
+@pytest.mark.parametrize(("answer", "reason", "kind", "says"), [
+    (dict(deserved=8000, allocated=-8000), Reason.METRICS_INVALID, "negative",
+     "allocated GPUs (volcano_queue_allocated_scalar_resources"),
+    (dict(deserved=-1, allocated=0), Reason.METRICS_INVALID, "negative", "deserved GPUs"),
+    (dict(deserved="NaN", allocated=0), Reason.METRICS_INVALID, "nan", "NaN"),
+    (dict(deserved=8000, allocated="+Inf"), Reason.METRICS_INVALID, "inf", "+inf"),
+    (dict(deserved=8000, allocated=2e12), Reason.METRICS_INVALID, "bad_value",
+     "more than 1000000 GPUs"),
+    (dict(deserved=8000, allocated="x"), Reason.METRICS_INVALID, "bad_value", "not a number"),
+    (dict(deserved=8000, allocated=0, allocated_time=TS - 121), Reason.METRICS_STALE,
+     "stale", "last scraped 121s ago"),
+    (dict(deserved=8000, deserved_time=TS - 500), Reason.METRICS_STALE, "stale",
+     "deserved GPUs"),
+    (dict(deserved=8000, deserved_time=TS + 3600), Reason.CLOCK_SKEW, "clock_skew", "ahead"),
+    (dict(deserved=8000, deserved_time="NaN"), Reason.METRICS_INVALID, "bad_value",
+     "not a time"),
+])
+def test_a_bad_part_holds_its_queue_with_its_reason(answer, reason, kind, says):
+    reading = parts(parts_body("q", **answer))
+    state = reading.queues["q"]
+    assert state.free_gpus is None and state.problem is reason, state
+    assert says in state.message and reading.errors == (kind,)
+
+
+def test_a_queue_with_only_allocated_is_unknown_not_zero():
+    reading = parts(parts_body("q", allocated=1000))
+    assert "q" not in reading.queues and reading.problem is None
+
+
+def test_the_default_query_reads_parts_raw_with_their_scrape_times():
+    from autoscaler.sources.prometheus import free_gpus_query
+
+    query = free_gpus_query(Settings())
+    assert "clamp" not in query
+    assert query.count("timestamp(") == 2 and query.count("label_replace(") == 4
+    assert free_gpus_query(Settings(free_gpus_query="my_rule")) == "my_rule"
+
+
 # ---- fetch() over HTTP: one fake server per bad answer ---------------------------------------
 
 
@@ -217,7 +296,7 @@ async def test_good_answer_and_what_is_sent():
     assert reading.duration_seconds > 0
     assert fake.hits == 1
     query = fake.requests[0]["query"]
-    assert query["query"] == Settings.model_fields["free_gpus_query"].default
+    assert query["query"] == SINGLE_QUERY
     assert 0 < float(query["timeout"]) <= 5  # Prometheus gives up when we do
     assert "time" not in query  # evaluated at Prometheus's clock: see the age check
     assert "Authorization" not in fake.requests[0]["headers"]

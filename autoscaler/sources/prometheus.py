@@ -178,6 +178,12 @@ def parse_query_result(
             errors=tuple(errors),
         )
 
+    if not settings.free_gpus_query:
+        queues, part_errors = _parts_by_queue(by_queue, settings, now.timestamp())
+        errors.extend(part_errors)
+        return FreeGpuReading(queues=queues, message=_unlabelled_note(unlabelled, label),
+                              errors=tuple(errors))
+
     queues: dict[str, QueueState] = {}
     for queue in sorted(by_queue):
         problem = _sample_problem(by_queue[queue], settings, now.timestamp())
@@ -192,13 +198,15 @@ def parse_query_result(
                 name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
             )
 
-    message = ""
-    if unlabelled:
-        message = (
-            f"ignored {len(unlabelled)} series without the queue label {label!r} "
-            f"(e.g. {_labels(unlabelled[0])})"
-        )
-    return FreeGpuReading(queues=queues, message=message, errors=tuple(errors))
+    return FreeGpuReading(queues=queues, message=_unlabelled_note(unlabelled, label),
+                          errors=tuple(errors))
+
+
+def _unlabelled_note(unlabelled: list[dict[str, str]], label: str) -> str:
+    if not unlabelled:
+        return ""
+    return (f"ignored {len(unlabelled)} series without the queue label {label!r} "
+            f"(e.g. {_labels(unlabelled[0])})")
 
 
 _Series = tuple[dict[str, str], float | None, float]  # labels, value, timestamp
@@ -245,6 +253,117 @@ def _sample_problem(
             "daemon disagree on the time",
         )
     return None
+
+
+PART_LABEL = "elastic_autoscaler_part"
+_DESERVED, _ALLOCATED = "deserved", "allocated"
+_PARTS = (_DESERVED, _ALLOCATED)
+MAX_PLAUSIBLE_GPUS = 1_000_000  # a part above this many GPUs is garbage, not a cluster
+
+
+def free_gpus_query(settings: Settings) -> str:
+    """The one instant query sent each cycle.
+
+    With `free_gpus_query` unset: deserved and allocated per queue as they are (no
+    clamping, which would hide a negative or absurd part), and the scrape time of the
+    oldest series behind each, all in one answer told apart by a `PART_LABEL` label, so
+    the daemon checks every part and the age of what was scraped, not of the answer."""
+    if settings.free_gpus_query:
+        return settings.free_gpus_query
+    q = settings.queue_label
+    parts = []
+    for part, series in ((_DESERVED, settings.deserved_gpus_series),
+                         (_ALLOCATED, settings.allocated_gpus_series)):
+        parts.append(f'label_replace(sum by ({q}) ({series}), '
+                     f'"{PART_LABEL}", "{part}", "", "")')
+        parts.append(f'label_replace(min by ({q}) (timestamp({series})), '
+                     f'"{PART_LABEL}", "{part}_time", "", "")')
+    return " or ".join(parts)
+
+
+def _parts_by_queue(
+    by_queue: Mapping[str, list[_Series]], settings: Settings, now_ts: float
+) -> tuple[dict[str, QueueState], list[str]]:
+    """Free GPUs per queue from its raw parts, each checked on its own."""
+    queues: dict[str, QueueState] = {}
+    errors: list[str] = []
+    divisor = settings.metric_unit_divisor
+    for queue in sorted(by_queue):
+        got: dict[str, list[_Series]] = {}
+        for series in by_queue[queue]:
+            got.setdefault(series[0].get(PART_LABEL, ""), []).append(series)
+        if _DESERVED not in got:
+            continue  # no deserved series: the queue is unknown (HoldMetricsMissing)
+        problem = None
+        values: dict[str, float] = {}
+        for part in _PARTS:
+            if part not in got:
+                values[part] = 0.0  # a queue nothing ran in has no allocated series
+                continue
+            problem = _part_problem(part, got[part], settings, now_ts)
+            if problem is not None:
+                break
+            values[part] = got[part][0][1] or 0.0
+        if problem is None:
+            problem = _age_problem(got, settings, now_ts)
+        if problem is None:
+            deserved, allocated = values[_DESERVED], values[_ALLOCATED]
+            # over-use (allocated above deserved) is Volcano's to resolve: nothing is free
+            free = max(0.0, deserved - allocated) / divisor
+            queues[queue] = QueueState(name=queue, free_gpus=free)
+            continue
+        reason, kind, what = problem
+        errors.append(kind)
+        queues[queue] = QueueState(name=queue, free_gpus=None, problem=reason,
+                                   message=f"queue {queue}: {what}")
+    return queues, errors
+
+
+def _part_problem(
+    part: str, series: list[_Series], settings: Settings, now_ts: float
+) -> tuple[Reason, str, str] | None:
+    what = f"{part} GPUs ({_series_setting(part, settings)})"
+    problem = _sample_problem(series, settings, now_ts)
+    if problem is not None:
+        reason, kind, text = problem
+        return reason, kind, f"{what}: {text}"
+    value = series[0][1] or 0.0
+    if value / settings.metric_unit_divisor > MAX_PLAUSIBLE_GPUS:
+        return (Reason.METRICS_INVALID, KIND_BAD_VALUE,
+                f"{what}: {value:g} is more than {MAX_PLAUSIBLE_GPUS} GPUs "
+                f"(metric_unit_divisor={settings.metric_unit_divisor:g})")
+    return None
+
+
+def _age_problem(
+    got: Mapping[str, list[_Series]], settings: Settings, now_ts: float
+) -> tuple[Reason, str, str] | None:
+    """The scrape time of the oldest series behind each part against `now`."""
+    for part in _PARTS:
+        times = got.get(f"{part}_time")
+        if not times:
+            continue
+        scraped = times[0][1]
+        if scraped is None or not math.isfinite(scraped):
+            return (Reason.METRICS_INVALID, KIND_BAD_VALUE,
+                    f"{part} GPUs: scrape time {scraped!r} is not a time")
+        age = now_ts - scraped
+        if age > settings.max_metric_age_seconds:
+            return (Reason.METRICS_STALE, KIND_STALE,
+                    f"{part} GPUs ({_series_setting(part, settings)}) were last scraped "
+                    f"{age:.0f}s ago (max_metric_age_seconds="
+                    f"{settings.max_metric_age_seconds:g}): the exporter or its scrape is "
+                    "down, Prometheus still serves the last value")
+        if -age > settings.clock_skew_seconds:
+            return (Reason.CLOCK_SKEW, KIND_CLOCK_SKEW,
+                    f"{part} GPUs were scraped {-age:.0f}s ahead of our clock "
+                    f"(clock_skew_seconds={settings.clock_skew_seconds:g})")
+    return None
+
+
+def _series_setting(part: str, settings: Settings) -> str:
+    return settings.deserved_gpus_series if part == _DESERVED \
+        else settings.allocated_gpus_series
 
 
 class _NonVector(ValueError):
@@ -372,6 +491,7 @@ class PrometheusSource:
         self._backoff = backoff_seconds
         self._base_url = settings.prometheus_url.rstrip("/")
         self._shown_url = _without_userinfo(self._base_url)
+        self._query = free_gpus_query(settings)
         self._local = threading.local()
         self._token: str | None = None
 
@@ -498,7 +618,7 @@ class PrometheusSource:
         self._local.response = None
         try:
             self._client.custom_query(
-                self._settings.free_gpus_query,
+                self._query,
                 # ask Prometheus to give up too, so an abandoned query stops costing it
                 params={"timeout": f"{timeout:.3f}"},
                 timeout=timeout,
