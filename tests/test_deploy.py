@@ -191,9 +191,10 @@ def test_renders_into_one_namespace(target: str) -> None:
         expected = None if kind in cluster_scoped else NAMESPACE
         assert namespace == expected, f"{kind} {name} in namespace {namespace}"
     kinds = {o["kind"] for o in objs}
-    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-            "RoleBinding", "ConfigMap", "Deployment", "Service", "ServiceMonitor",
-            "PrometheusRule"} <= kinds
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+            "ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"} <= kinds
+    if target != "overlays/dry-run":  # the Lease Role; a dry run takes no Lease
+        assert {"Role", "RoleBinding"} <= kinds
 
 
 def _check_service_monitor(obj: dict[str, Any]) -> None:
@@ -268,16 +269,20 @@ def test_objects_validate_strictly(target: str, version: str) -> None:
 # ---- RBAC: least privilege ------------------------------------------------------------------
 
 
-def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    out = set()
+def _grants(role: dict[str, Any], *, named: bool = False) -> set[tuple[Any, ...]]:
+    """(group, resource, verb), plus the rule's resourceNames when `named`."""
+    out: set[tuple[Any, ...]] = set()
+    allowed = {"apiGroups", "resources", "verbs"} | ({"resourceNames"} if named else set())
     for rule in role["rules"]:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, (
-            f"{role['kind']} rule with {sorted(rule)}: no resourceNames/nonResourceURLs")
+        assert set(rule) <= allowed and {"apiGroups", "resources", "verbs"} <= set(rule), (
+            f"{role['kind']} rule with {sorted(rule)}")
+        names = tuple(rule.get("resourceNames", ()))
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     assert "*" not in (group, resource, verb), f"wildcard in {rule}"
-                    out.add((group, resource, verb))
+                    out.add((group, resource, verb, names) if named
+                            else (group, resource, verb))
     return out
 
 
@@ -288,11 +293,12 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
     assert "aggregationRule" not in role
     read = {"get", "list", "watch"}
     expected = (
-        {("kubeflow.org", "pytorchjobs", v) for v in read | {"patch"}}
+        {("kubeflow.org", "pytorchjobs", v) for v in read}
         | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in read}
         | {("scheduling.k8s.io", "priorityclasses", v) for v in read}
-        | {("", "events", v) for v in ("create", "patch")}
     )
+    if target != "overlays/dry-run":  # a dry run writes nothing: RBAC says so too
+        expected |= {("kubeflow.org", "pytorchjobs", "patch"), ("", "events", "create")}
     assert _grants(role) == expected
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
@@ -302,13 +308,17 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
                                     "namespace": NAMESPACE}]
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "overlays/dry-run"])
 def test_leases_only_in_our_namespace(target: str) -> None:
     objs = render(target)
     role = one(objs, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert _grants(role) == {("coordination.k8s.io", "leases", v)
-                             for v in ("get", "create", "update")}
+    # get/update only our Lease by name; create cannot be limited by name
+    assert _grants(role, named=True) == {
+        ("coordination.k8s.io", "leases", "get", ("elastic-autoscaler",)),
+        ("coordination.k8s.io", "leases", "update", ("elastic-autoscaler",)),
+        ("coordination.k8s.io", "leases", "create", ()),
+    }
     binding = one(objs, "RoleBinding")
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -318,6 +328,11 @@ def test_leases_only_in_our_namespace(target: str) -> None:
                                     "namespace": NAMESPACE}]
     # the daemon's one ClusterRole must not also carry leases
     assert not {g for g in _grants(one(objs, "ClusterRole")) if g[1] == "leases"}
+
+
+def test_the_dry_run_overlay_takes_no_lease() -> None:
+    kinds = {o["kind"] for o in render("overlays/dry-run")}
+    assert "Role" not in kinds and "RoleBinding" not in kinds
 
 
 # ---- the Deployment ------------------------------------------------------------------------
