@@ -198,7 +198,8 @@ def _classify(exc: Exception, now: datetime) -> _Failure:
 
 
 class KubeActuator:
-    """Writes the plan's actions to the API server, one job at a time, in plan order."""
+    """Writes the plan's actions to the API server in plan order, a bounded number at a
+    time (`max_parallel_writes`)."""
 
     def __init__(
         self,
@@ -225,14 +226,33 @@ class KubeActuator:
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         self._forget_old_backoffs(now)
-        results: list[ActionResult] = []
+        if not plan.actions:
+            return ApplyResult()
+        # Writes go out in plan order, up to max_parallel_writes at a time: a first cycle
+        # with hundreds of resizes must fit in one interval (serial, ~20 ms each, it did
+        # not). Leadership is checked before each write; once the server throttles us
+        # (429), the writes not yet sent wait for a later cycle instead of piling on.
+        gate = asyncio.Semaphore(self._settings.max_parallel_writes)
         leading = True
-        for decision in plan.actions:
-            if leading and not may_write():
-                leading = False  # once lost, stay stopped for the rest of this plan
-            result = await self._apply_one(decision, now, may_write, leading)
-            _log_result(result)
-            results.append(result)
+        throttled = ""
+
+        async def one(decision: Decision) -> ActionResult:
+            nonlocal leading, throttled
+            async with gate:
+                if leading and not may_write():
+                    leading = False  # once lost, stay stopped for the rest of this plan
+                if throttled and leading and refusal(decision) is None:
+                    result = ActionResult(decision, Outcome.BACKOFF,
+                                          f"not sent: the API server throttled this cycle "
+                                          f"({throttled})")
+                else:
+                    result = await self._apply_one(decision, now, may_write, leading)
+                if result.outcome is Outcome.THROTTLED and not throttled:
+                    throttled = result.message
+                _log_result(result)
+                return result
+
+        results = await asyncio.gather(*(one(d) for d in plan.actions))
         return ApplyResult(tuple(results))
 
     async def _apply_one(

@@ -188,6 +188,15 @@ class Settings(BaseSettings):
     watch_timeout_seconds: int = Field(
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
+    max_parallel_writes: int = Field(
+        8, ge=1, le=64, description="Job patches (with their Events) in flight at once; a "
+        "429 from the API server stops the rest of that cycle's writes."
+    )
+    kube_list_page_size: int = Field(
+        100, ge=1, le=5000, description="Objects per page of a LIST (initial sync and "
+        "re-lists after 410): larger pages mean fewer round trips, smaller ones less memory "
+        "per page."
+    )
     kube_max_stale_seconds: float = Field(
         120, gt=0, description="Hold every queue when a Kubernetes cache has failed to "
         "list or watch for longer than this: its picture of jobs and gangs may be stale."

@@ -710,6 +710,8 @@ class FakeKubeApi:
         self._floor: dict[str, int] = {}  # oldest rv a watch may start from, per store
         self._watchers: set[_Watcher] = set()
         self._faults: list[_Fault] = []
+        # requests held by a `delay` fault right now, and the most at once: concurrency seen
+        self.delayed_now = self.max_delayed = 0
         self._continues: dict[str, tuple[list[JsonObj], int]] = {}
         self.requests: list[RecordedRequest] = []
         self._runner: web.AppRunner | None = None
@@ -1149,7 +1151,12 @@ class FakeKubeApi:
         if fault is not None:
             fault.remaining -= 1
             if fault.delay:
-                await asyncio.sleep(fault.delay)
+                self.delayed_now += 1
+                self.max_delayed = max(self.max_delayed, self.delayed_now)
+                try:
+                    await asyncio.sleep(fault.delay)
+                finally:
+                    self.delayed_now -= 1
             if fault.drop:
                 if request.transport is not None:
                     request.transport.close()

@@ -404,3 +404,27 @@ def test_rfc3339_is_utc_whole_seconds() -> None:
         "2026-11-22T10:00:00Z"
     )
     assert rfc3339(datetime(2026, 11, 22, 10, 0, 0)) == "2026-11-22T10:00:00Z"
+
+
+async def test_writes_go_out_in_parallel_up_to_the_bound(kube: FakeKubeApi,
+                                                         api_client: ApiClient) -> None:
+    """Each patch is held 0.2 s at the server: the server sees 4 at once, never more."""
+    stored = [kube.put(job(f"j{i}")) for i in range(12)]
+    for i in range(12):
+        kube.fail_next("PATCH", rf"/pytorchjobs/j{i}$", 0, delay=0.2)  # 0: answer, late
+    actuator = KubeActuator(settings(max_parallel_writes=4), api_client)
+    result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
+    assert outcomes(result) == [Outcome.APPLIED] * 12
+    assert [r.decision.ref.name for r in result.results] == [f"j{i}" for i in range(12)]
+    assert kube.max_delayed == 4  # serial would be 1, unbounded 12
+
+
+async def test_a_429_stops_the_rest_of_the_cycles_writes(kube: FakeKubeApi,
+                                                         api_client: ApiClient) -> None:
+    stored = [kube.put(job(f"j{i}")) for i in range(6)]
+    kube.fail_next("PATCH", r"/pytorchjobs/j0$", 429, retry_after=5)
+    actuator = KubeActuator(settings(max_parallel_writes=1), api_client)
+    result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
+    assert outcomes(result) == [Outcome.THROTTLED] + [Outcome.BACKOFF] * 5
+    assert "throttled this cycle" in result.results[1].message
+    assert kube.count(method="PATCH", plural="pytorchjobs") == 1  # nothing piled on

@@ -532,7 +532,9 @@ async def test_api_lost_after_sync_plans_on_cache_then_holds_when_stale(api):
 
 async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
     """A real elector leads; mid-plan the API stops accepting its renewals and the first
-    patch hangs past the renew deadline. Everything after that patch is not written."""
+    patch hangs past the renew deadline. Everything after that patch is not written.
+    (With max_parallel_writes=N, up to N writes started while leading may be in flight
+    when the lease is lost; none starts after. Pinned serial here to see that edge.)"""
 
     for name in ("a", "b", "c"):
         api.put(pytorchjob(name, queue="team-a", min_replicas=1, max_replicas=2, replicas=1,
@@ -540,7 +542,7 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
     async with fake_prometheus(vector_body(sample("team-a", 3000, TS))) as prom:
         settings = settings_for(prom.url, leader_election=True, lease_namespace="ml",
                                 lease_duration_seconds=1.0, lease_renew_deadline_seconds=0.5,
-                                lease_retry_period_seconds=0.1)
+                                lease_retry_period_seconds=0.1, max_parallel_writes=1)
         async with Daemon(api, settings) as d:
             elector = LeaderElector(settings, d.client, "me")
             d.controller.may_write = lambda: elector.is_leader

@@ -490,7 +490,7 @@ class KubeSource:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         rng: random.Random | None = None,
-        page_size: int = 100,  # small pages: a LIST of big objects is parsed page by page
+        page_size: int | None = None,  # None: settings.kube_list_page_size
         transform: Callable[[RawObject], RawObject] | None = None,
     ) -> None:
         """`transform` is applied to every object before it is stored (after the size
@@ -503,12 +503,14 @@ class KubeSource:
         self._rng = rng or random.Random()
         api = CustomObjectsApi(api_client)
         remember_client(api_client.configuration)
+        # a LIST of big objects is parsed page by page: only one page is held raw at once
+        pages = page_size or getattr(settings, "kube_list_page_size", 100)
         chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
         namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
         def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
             return _Cache(resource, namespace, selector, api, settings, self._notify,
-                          self._backoff, page_size, transform)
+                          self._backoff, pages, transform)
 
         self._jobs = [cache(JOB, ns, settings.label_selector.strip()) for ns in namespaces]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
