@@ -1,0 +1,224 @@
+"""The daemon's cycle against a REAL kube-apiserver + etcd (envtest binaries, found via
+KUBEBUILDER_ASSETS): `python benchmarks/cycle_real.py [--jobs 10000] [--page-size 100 500]`.
+
+Objects as a cluster holds them, created through the API as users and operators would:
+100 Queues; N PyTorchJobs (Master + Worker templates, env, volumes, kubectl's
+last-applied annotation, ~8 KB each with the server's managedFields) with their status
+written through /status; a PodGroup per job (owner reference, Running); 200 Pending
+PodGroups. The free-GPU reading comes from a fake Prometheus (one value per queue).
+
+The daemon side runs in a child process per page size, so its peak RSS is its own. For
+each: initial sync (LIST of every cache), the first cycle (resizes, with their Events,
+written through the real API), steady cycles (nothing to do) with the API calls they made
+(LISTs and new watches from the cache counters, writes from the actuator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import ssl
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+QUEUES = 100
+PENDING = 200
+NAMESPACES = 37
+FREE_PER_QUEUE = 12  # GPUs: enough for a few resizes in every queue on the first cycle
+
+
+async def _load(url: str, token: str, ca: str, n: int) -> dict:
+    import aiohttp
+    from cycle import _jobs
+
+    ctx = ssl.create_default_context(cafile=ca)
+    headers = {"Authorization": f"Bearer {token}"}
+    gate = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession(headers=headers,
+                                     connector=aiohttp.TCPConnector(ssl=ctx, limit=32)) as http:
+        async def call(method: str, path: str, body: dict, ctype: str = "application/json"):
+            async with gate:
+                async with http.request(method, url + path, data=json.dumps(body),
+                                        headers={"Content-Type": ctype}) as resp:
+                    text = await resp.text()
+                    if resp.status >= 400:
+                        raise RuntimeError(f"{method} {path}: {resp.status} {text[:300]}")
+                    return json.loads(text)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(call("POST", "/api/v1/namespaces", {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{i}"}})
+            for i in range(NAMESPACES)))
+        await asyncio.gather(*(call("POST", "/apis/scheduling.volcano.sh/v1beta1/queues", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": f"team-{q:03d}"}, "spec": {"weight": 1}})
+            for q in range(QUEUES)))
+        jobs = _jobs(n)
+        sizes = []
+
+        async def job(obj: dict) -> None:
+            meta = obj["metadata"]
+            ns, name = meta["namespace"], meta["name"]
+            body = {k: v for k, v in obj.items() if k != "status"}
+            body["metadata"] = {k: v for k, v in meta.items()
+                                if k in ("name", "namespace", "annotations")}
+            base = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
+            created = await call("POST", base, body)
+            worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+            done = await call("PATCH", f"{base}/{name}/status", {"status": {
+                "replicaStatuses": {"Worker": {"active": worker["replicas"]},
+                                    "Master": {"active": 1}},
+                "startTime": "2026-11-22T08:00:00Z",
+                "conditions": [{"type": "Running", "status": "True"}]}},
+                "application/merge-patch+json")
+            sizes.append(len(json.dumps(done)))
+            gpus = worker["template"]["spec"]["containers"][0]["resources"]["limits"][
+                "nvidia.com/gpu"] * worker["replicas"]
+            await call("POST", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups", {
+                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
+                    "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name,
+                    "uid": created["metadata"]["uid"], "controller": True}]},
+                "spec": {"minMember": worker["replicas"] + 1,
+                         "queue": obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"],
+                         "minResources": {"nvidia.com/gpu": str(gpus)}},
+                "status": {"phase": "Running", "running": worker["replicas"] + 1}})
+
+        await asyncio.gather(*(job(j) for j in jobs))
+        await asyncio.gather(*(call(
+            "POST", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/ns-{i % NAMESPACES}/podgroups",
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": f"waiting-{i}", "namespace": f"ns-{i % NAMESPACES}"},
+             "spec": {"minMember": 2, "queue": f"team-{i % QUEUES:03d}",
+                      "minResources": {"nvidia.com/gpu": str(1 + i % 8)}},
+             "status": {"phase": "Pending"}}) for i in range(PENDING)))
+        return {"load_s": round(time.perf_counter() - t0, 1),
+                "job_bytes_median": int(statistics.median(sizes))}
+
+
+async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) -> dict:
+    from kubernetes_asyncio.client import ApiClient
+
+    from autoscaler.actuator import KubeActuator
+    from autoscaler.logs import configure_logging
+    from autoscaler.loop import Controller, LiveSource
+    from autoscaler.metrics import Metrics
+    from autoscaler.parse import pruner
+    from autoscaler.settings import Settings
+    from autoscaler.sources.kube import KubeSource, make_api_client
+    from autoscaler.sources.prometheus import PrometheusSource
+
+    settings = Settings(prometheus_url=prom_url, free_gpus_query="free_gpus",
+                        kubeconfig=Path(kubeconfig), leader_election=False,
+                        max_metric_age_seconds=10**9, cycle_deadline_seconds=600,
+                        kube_request_timeout_seconds=120, log_level="warning",
+                        kube_list_page_size=page_size, cooldown_seconds=0,
+                        growth_payoff_factor=0)
+    configure_logging(settings)
+    client: ApiClient = await make_api_client(settings)
+    kube = KubeSource(settings, client, transform=pruner(settings))
+    prom = PrometheusSource(settings)
+    controller = Controller(settings, LiveSource(settings, kube, prom),
+                            KubeActuator(settings, client), Metrics())
+    t0 = time.perf_counter()
+    await kube.start()
+    await kube.wait_synced(600)
+    sync_s = time.perf_counter() - t0
+    before = kube.stats()
+    first = await controller.run_once(datetime.now(UTC))
+    applied = first.applied.counts() if first.applied else {}
+    steady_times, steady_writes = [], 0
+    after_first = kube.stats()
+    for _ in range(steady):
+        result = await controller.run_once(datetime.now(UTC))
+        steady_times.append(result.duration_seconds)
+        steady_writes += len(result.applied.results) if result.applied else 0
+    end = kube.stats()
+    await kube.stop()
+    prom.close()
+    await client.close()
+    return {
+        "page_size": page_size,
+        "sync_s": round(sync_s, 2), "sync_lists": before["lists"],
+        "first_cycle_s": round(first.duration_seconds, 3),
+        "first_resizes": len(first.plan.actions),
+        "first_writes": {k.value: v for k, v in applied.items()},
+        "steady_cycle_ms": round(1000 * statistics.median(steady_times), 1),
+        "steady_api_calls": (end["lists"] - after_first["lists"])
+        + (end["watches"] - after_first["watches"]) + steady_writes,
+        "peak_rss_mib": _peak_rss_mib(),
+    }
+
+
+def _peak_rss_mib() -> float:
+    """VmHWM of this process: ru_maxrss would carry the parent's peak across exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from kubeserver import envtest_server
+    from promserver import fake_prometheus, sample, vector_body
+
+    now = time.time()
+    body = vector_body(*(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now)
+                         for q in range(QUEUES)))
+    with envtest_server("envtest-bench-") as server:
+        loaded = await _load(server.url, server.token, str(server.ca_file), args.jobs)
+        print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
+        kubeconfig = server.kubeconfig()
+        async with fake_prometheus(body) as prom:
+            for page in args.page_size:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, __file__, "--measure", str(kubeconfig), prom.url,
+                    str(page), str(args.steady), stdout=asyncio.subprocess.PIPE,
+                    env=os.environ)
+                out, _ = await proc.communicate()
+                print(out.decode().strip().splitlines()[-1], flush=True)
+                # the first cycle resized jobs: put them back, so each run starts alike
+                await _reset(server)
+
+
+async def _reset(server) -> None:
+    """Undo the first cycle's resizes through the API (spec back to what runs)."""
+    jobs = server.request("GET", "/apis/kubeflow.org/v1/pytorchjobs")["items"]
+    for job in jobs:
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+        active = job["status"]["replicaStatuses"]["Worker"]["active"]
+        if worker["replicas"] != active:
+            meta = job["metadata"]
+            server.request(
+                "PATCH", f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/pytorchjobs/"
+                f"{meta['name']}", {"spec": {"pytorchReplicaSpecs": {"Worker": {
+                    "replicas": active}}}}, content_type="application/merge-patch+json")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--page-size", type=int, nargs="+", default=[100, 500])
+    parser.add_argument("--steady", type=int, default=10)
+    parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        kubeconfig, prom_url, page, steady = args.measure
+        print(json.dumps(asyncio.run(_measure(kubeconfig, prom_url, int(page), int(steady)))))
+        return 0
+    asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
