@@ -2,7 +2,7 @@
 
 Pure and deterministic: no I/O, no clock, no randomness; the same input gives the same
 plan, in the same order. Every job and every waiting gang gets a decision with a reason.
-The rules are DESIGN.md "Planner rules"; the numbers below refer to them.
+The rules are docs/design.md "Planner rules"; the numbers below refer to them.
 
 Per queue, in order:
   hold    missing/bad data or a closed queue: nothing in the queue changes (rule 9)

@@ -1,7 +1,7 @@
 """What each planner setting buys: the planner alone on the eight Pollux workloads
 (64 GPUs), one configuration per row, averaged. Used for docs/benchmarks.md.
 
-    PYTHONPATH=. python benchmarks/simulate_ablation.py /work/shared/traces
+    PYTHONPATH=. python benchmarks/simulate_ablation.py [TRACES_DIR]  (default: the bundled copy)
 
 `+noblock` rows run with starving_gang_blocks_later_gangs=false: a gang past
 max_gang_wait_seconds still stops growth in its queue, but no longer stops the planner
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.settings import Settings
+from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, read_trace
 
@@ -41,7 +42,7 @@ CONFIGS: list[tuple[str, dict[str, Any], bool]] = [
 
 
 def main() -> None:
-    traces = Path(sys.argv[1])
+    traces = Path(sys.argv[1]) if len(sys.argv) > 1 else bundled_traces()
     workloads = [read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", TraceOptions())
                  for i in range(1, 9)]
     print(f"{'planner configuration':40s} avgJCT h  p95queue h  restarts  util/bound")

@@ -5,7 +5,7 @@ range from the default rule cut to the measured curve, and its measured speedup 
 replaced by the Amdahl curve that fits it best (least squares of log speedup over the
 range), so the bundled file needs no profiles.
 
-    python benchmarks/simulate_bundled.py /work/shared/traces > autoscaler/sim/data/small.csv
+    python benchmarks/simulate_bundled.py autoscaler/sim/data/traces > autoscaler/sim/data/small.csv
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """All policies on the eight Pollux workloads (64 GPUs): per-workload and averaged
 metrics, plus planner ablations. Used for docs/benchmarks.md.
 
-    python benchmarks/simulate_pollux.py /work/shared/traces [--set key=value ...]
+    python benchmarks/simulate_pollux.py [TRACES_DIR] [--set key=value ...]
         [--ablate] [--json out.json]
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.settings import Settings
+from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.policies import POLICIES
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, read_trace
@@ -61,7 +62,9 @@ def show(avg: dict[str, Any], ref: str = "planner") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("traces", type=Path)
+    ap.add_argument("traces", type=Path, nargs="?", default=bundled_traces(),
+                    help="folder with pollux-workloads/ and pollux-app-profiles/ "
+                    "(default: the copy bundled in the package)")
     ap.add_argument("--set", action="append", default=[], help="planner setting key=value")
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--penalty", type=float, default=30.0)

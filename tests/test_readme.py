@@ -38,3 +38,15 @@ def test_every_metric_is_documented_in_the_readme():
     names = {m.name for m in Metrics().registry.collect()}
     for name in names:
         assert name in README, name
+
+
+def test_docs_point_nowhere_outside_the_repository():
+    """A clone is all a user has: no link or path out of it, no machine paths."""
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for bad in ("../shared", "/work/", "](../"):
+            assert bad not in text, f"{doc.name} points outside the repository: {bad!r}"
+        for target in re.findall(r"\]\(([^)#]+)", text):
+            if "://" in target:
+                continue
+            assert (doc.parent / target).exists(), f"{doc.name} links a missing {target}"

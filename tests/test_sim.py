@@ -12,6 +12,7 @@ import pytest
 from autoscaler.cli import main
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
+from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.engine import simulate, split_capacity
 from autoscaler.sim.metrics import compute, percentile
 from autoscaler.sim.policies import POLICIES, make_controller, preempts
@@ -19,7 +20,7 @@ from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, detect_format, read_trace
 from autoscaler.sim.workload import ElasticRule, JobSpec, SpecError, amdahl, linear
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"  # ../shared beside the repo
+TRACES = bundled_traces()  # the public traces shipped in the package
 
 
 def job(name: str, submit: float, work: float, requested: int, lo: int, hi: int,
@@ -255,7 +256,6 @@ def test_philly_reader_slices_in_submit_order(tmp_path: Path) -> None:
     assert [j.queue for j in w.jobs] == ["q2"]
 
 
-@pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not present")
 def test_pollux_work_comes_from_the_profiles() -> None:
     from autoscaler.sim.profiles import AppProfile
 
@@ -350,3 +350,14 @@ def test_planner_policy_runs_the_daemons_own_cycle() -> None:
                                            "reason": Reason.SCALE_UP_IDLE_GPUS.value}) or 0
                 for q in ("a", "b"))
     assert grows > 0
+
+
+@pytest.mark.parametrize("name", ["pollux-1", "pollux-8", "philly"])
+def test_bundled_workloads_are_addressable_by_name(name: str) -> None:
+    from autoscaler.sim.cli import bundled_trace
+
+    path = bundled_trace(name)
+    w = read_trace(path, TraceOptions(philly_slice=(0, 50) if name == "philly" else None))
+    assert len(w.jobs) == (50 if name == "philly" else 160)
+    licence = (TRACES / "LICENSE").read_text()
+    assert "Apache License" in licence and "petuum/adaptdl" in (TRACES / "README.md").read_text()

@@ -21,6 +21,9 @@ BUNDLED_GPUS = 32  # the bundled workload is sized for a 32-GPU cluster
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", type=Path, help="trace file (default: the small bundled "
                    "workload)")
+    p.add_argument("--workload", choices=WORKLOADS, default=None,
+                   help="a bundled public trace instead of --trace: the Pollux (OSDI'21) "
+                   "workloads pollux-1..pollux-8 or Microsoft's philly trace")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="trace format (default: detected from the CSV header)")
     p.add_argument("--gpus", type=int, default=None,
@@ -60,7 +63,28 @@ def _usage(message: str) -> Exception:
     return _Usage(message)
 
 
+WORKLOADS = (*(f"pollux-{i}" for i in range(1, 9)), "philly")
+
+
+def bundled_traces() -> Path:
+    """The package's copy of the public traces (see data/traces/README.md)."""
+    from importlib.resources import files
+
+    return Path(str(files("autoscaler.sim") / "data" / "traces"))
+
+
+def bundled_trace(name: str) -> Path:
+    root = bundled_traces()
+    if name == "philly":
+        return root / "philly.csv"
+    return root / "pollux-workloads" / f"workload-{name.removeprefix('pollux-')}.csv"
+
+
 def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
+    if args.workload is not None:
+        if args.trace is not None:
+            raise _usage("give --trace or --workload, not both")
+        args.trace = bundled_trace(args.workload)
     try:
         parse_speedup_kind(args.speedup)
         rule = ElasticRule.parse(args.elastic_range)
