@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import RunFailure, UsageError
 from .parse import BadField, parse_time
 from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, SnapshotError, UsageError) as exc:
         print(f"elastic-autoscaler: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailure as exc:
+        print(f"elastic-autoscaler: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 import structlog
 
 from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
-from .errors import UsageError
+from .errors import RunFailure, UsageError
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
 from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free, pruner
 from .planner import plan as make_plan
+from .redact import redact
 from .settings import Settings
 
 log = structlog.get_logger("autoscaler.loop")
@@ -380,14 +381,16 @@ async def _daemon(settings: Settings) -> int:
 
     from .leader import AlwaysLeader, make_elector
     from .server import HealthServer
-    from .sources.kube import KubeSource, make_api_client
+    from .sources.kube import KubeconfigError, KubeSource, make_api_client
     from .sources.prometheus import PrometheusSource
 
     metrics = Metrics()
     ProcessCollector(registry=metrics.registry)
     try:
         api_client = await make_api_client(settings)
-    except ConfigException as exc:
+    except KubeconfigError as exc:
+        raise UsageError(str(exc)) from None
+    except (ConfigException, OSError, ValueError) as exc:
         raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
     driver: Driver | None = None
 
@@ -423,18 +426,30 @@ async def _daemon(settings: Settings) -> int:
              namespaces=settings.namespaces or "all", port=settings.listen_port)
     await server.start()
     log.info("listening", host=settings.listen_host, port=server.port)
+    log.info("waiting for the Kubernetes API", url=api_client.configuration.host)
+    synced_at = time.monotonic()
     await kube.start()
     elector_task = asyncio.create_task(elector.run(), name="leader-election")
+
+    async def report_synced() -> None:
+        # one line once every cache has listed, however long the API takes to answer;
+        # cycles hold (and say why) until then
+        await kube.wait_synced(float("inf"))
+        objects = kube.objects()
+        log.info("caches synced", seconds=round(time.monotonic() - synced_at, 2),
+                 jobs=len(objects.jobs), podgroups=len(objects.podgroups),
+                 queues=len(objects.queues))
+
+    synced_task = asyncio.create_task(report_synced(), name="report-synced")
     try:
-        try:
+        with contextlib.suppress(TimeoutError):
             await kube.wait_synced(settings.cycle_deadline_seconds)
-        except TimeoutError as exc:
-            log.warning("caches-not-synced-yet", error=str(exc))  # cycles hold until they are
         await driver.run()
     finally:
-        elector_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await elector_task
+        for task in (synced_task, elector_task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await kube.stop()
         prometheus.close()
         await server.stop()
@@ -467,8 +482,16 @@ async def live_snapshot(settings: Settings, now: datetime,
 
 def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
     now = now or datetime.now(UTC)
+    from kubernetes_asyncio.config import ConfigException
+
+    from .sources.kube import KubeconfigError
+
     try:
         snapshot = asyncio.run(live_snapshot(settings, now))
-    except Exception as exc:  # no kubeconfig, API unreachable, caches never synced
-        raise UsageError(f"cannot read the live cluster: {exc}") from None
+    except KubeconfigError as exc:
+        raise UsageError(str(exc)) from None
+    except ConfigException as exc:
+        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    except Exception as exc:  # API unreachable, refused, timed out: a run-time failure
+        raise RunFailure(f"cannot read the live cluster: {redact(str(exc))[:300]}") from None
     return make_plan(snapshot, settings, now)

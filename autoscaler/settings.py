@@ -8,6 +8,7 @@ Invalid settings raise `SettingsError` naming the field; the CLI stops with exit
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -327,15 +328,27 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     try:
         return cls(**overrides)
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc)) from None
+        from_file = set(read_config_file(config)) if config is not None else set()
+        raise SettingsError(describe_validation_error(exc, config, from_file)) from None
     except SourceError as exc:  # e.g. a list setting whose env var is not JSON
         raise SettingsError(f"{exc} (lists are JSON, e.g. '[\"nvidia.com/gpu\"]')") from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, config: Path | None = None,
+                              from_file: set[str] | frozenset[str] = frozenset()) -> str:
+    """Each bad value named where it came from: the environment variable when one is set
+    (it wins), else the key of the --config file, else the field."""
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "settings"
-        hint = f" (env {ENV_PREFIX}{loc.upper()})" if loc in Settings.model_fields else ""
+        hint = ""
+        if loc in Settings.model_fields:
+            env = f"{ENV_PREFIX}{loc.upper()}"
+            if env in os.environ:
+                hint = f" (env {env})"
+            elif loc in from_file and config is not None:
+                hint = f" ({config}, key {loc})"
+            else:
+                hint = f" (env {env} or the --config key {loc})"
         parts.append(f"invalid setting {loc}{hint}: {err['msg']}")
     return "; ".join(parts)

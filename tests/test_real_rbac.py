@@ -132,6 +132,9 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"applied": 1}, cycle
+            synced = proc.events("caches synced")
+            assert len(synced) == 1 and synced[0]["jobs"] == 1, synced
+            assert proc.events("waiting for the Kubernetes API")[0]["url"] == envtest.url
             lease = envtest.request(
                 "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler")
             assert lease["spec"]["holderIdentity"] == "replica-1"

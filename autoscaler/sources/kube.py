@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 import structlog
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
@@ -661,12 +664,59 @@ def _merged(caches: Sequence[_Cache]) -> tuple[RawObject, ...]:
     return tuple(obj for _, obj in sorted(items.items()))
 
 
+class KubeconfigError(ValueError):
+    """A kubeconfig file that cannot be used; str() names the file and the problem."""
+
+
+def check_kubeconfig(path: Path) -> None:
+    """Fail with one line naming the file and what is wrong with it, before the client
+    library turns the same problem into a traceback or a riddle."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KubeconfigError(f"kubeconfig {path}: no such file") from None
+    except IsADirectoryError:
+        raise KubeconfigError(f"kubeconfig {path}: is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise KubeconfigError(f"kubeconfig {path}: cannot read: {why}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise KubeconfigError(f"kubeconfig {path}: not YAML{at}") from None
+    if not isinstance(doc, dict):
+        raise KubeconfigError(f"kubeconfig {path}: not a mapping (a Config object)")
+    for key in ("clusters", "contexts", "users"):
+        if not isinstance(doc.get(key), list) or not doc[key]:
+            raise KubeconfigError(f"kubeconfig {path}: no {key}")
+    current = doc.get("current-context")
+    if not isinstance(current, str) or not current:
+        raise KubeconfigError(f"kubeconfig {path}: no current-context")
+    names = [c.get("name") for c in doc["contexts"] if isinstance(c, dict)]
+    if current not in names:
+        raise KubeconfigError(f"kubeconfig {path}: current-context {current!r} is not among "
+                              f"its contexts ({', '.join(map(str, names))})")
+
+
+def _check_default_kubeconfig() -> None:
+    """The file load_kube_config falls back to ($KUBECONFIG's first, else ~/.kube/config),
+    checked like an explicit one when it exists."""
+    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
+        os.path.expanduser("~/.kube/config")
+    if os.path.exists(default):
+        check_kubeconfig(Path(default))
+
+
 async def make_api_client(settings: Any) -> ApiClient:
-    """An ApiClient from `settings.kubeconfig`, else in-cluster, else ~/.kube/config."""
+    """An ApiClient from `settings.kubeconfig`, else in-cluster, else $KUBECONFIG or
+    ~/.kube/config. A kubeconfig that cannot be used raises KubeconfigError."""
 
     configuration = Configuration()
     kubeconfig = getattr(settings, "kubeconfig", None)
     if kubeconfig:
+        check_kubeconfig(Path(kubeconfig))
         await kube_config.load_kube_config(
             config_file=str(kubeconfig), client_configuration=configuration,
             persist_config=False,
@@ -675,6 +725,7 @@ async def make_api_client(settings: Any) -> ApiClient:
         try:
             kube_config.load_incluster_config(client_configuration=configuration)
         except ConfigException as in_cluster:
+            _check_default_kubeconfig()
             try:
                 await kube_config.load_kube_config(
                     client_configuration=configuration, persist_config=False
