@@ -47,11 +47,11 @@ LABEL org.opencontainers.image.title="elastic-autoscaler" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 # The pod runs with a read-only root filesystem and an emptyDir at /tmp: nothing may write
-# elsewhere (no bytecode caches, matplotlib's font cache and any $HOME dotfile go to /tmp).
+# elsewhere (no bytecode caches; any $HOME dotfile goes to /tmp). The image has no
+# matplotlib or numpy: they are the simulator's `sim` extra, not the daemon's.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    MPLCONFIGDIR=/tmp \
     HOME=/tmp
 
 # Owned by root and not writable by the runtime user.

@@ -361,3 +361,22 @@ def test_bundled_workloads_are_addressable_by_name(name: str) -> None:
     assert len(w.jobs) == (50 if name == "philly" else 160)
     licence = (TRACES / "LICENSE").read_text()
     assert "Apache License" in licence and "petuum/adaptdl" in (TRACES / "README.md").read_text()
+
+
+def test_the_daemon_and_the_simulator_run_without_the_plotting_extra(tmp_path) -> None:
+    """The image leaves matplotlib and tqdm out (the `sim` extra): nothing else needs them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; sys.modules['tqdm'] = None\n"
+        "from autoscaler.cli import main\n"
+        f"assert main(['simulate', '--out', {str(tmp_path)!r}, '--policies', 'planner']) == 0\n"
+        "assert main(['plan', '--snapshot', 'config/example-snapshot.yaml']) == 0\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "no plots: matplotlib is not installed" in proc.stderr
+    assert (tmp_path / "results.json").exists() and not list(tmp_path.glob("*.png"))

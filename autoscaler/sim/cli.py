@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..settings import Settings
 from .policies import POLICIES
@@ -120,6 +121,18 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
     return opts, policies
 
 
+def _optional(module: str, attribute: str) -> Any:
+    """A module of the `sim` extra (plots, progress bar), or None where it is not
+    installed: the daemon's image leaves the plotting stack out."""
+    import importlib
+
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return None
+    return getattr(found, attribute) if attribute else found
+
+
 def run_simulate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         return _run(args, settings)
@@ -135,9 +148,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except SpecError as exc:
         raise _usage(str(exc)) from None
     bar = None
-    if not args.no_progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
+    tqdm = _optional("tqdm", "tqdm") if not args.no_progress and sys.stderr.isatty() else None
+    if tqdm is not None:
         bar = tqdm(total=len(workload.jobs) * len(policies), unit="job", delay=2.0,
                    file=sys.stderr, desc="simulating")
     state = {"policy": "", "done": 0}
@@ -165,8 +177,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         planner = settings.model_dump(mode="json", exclude={"prometheus_password"})
         write_json(result, args.out / "results.json", planner)
         written = [args.out / "results.json"]
-        if not args.no_plots:
+        if not args.no_plots and _optional("matplotlib", "") is not None:
             written += plot(result, args.out)
+        elif not args.no_plots:
+            print("note: no plots: matplotlib is not installed (the daemon does not need "
+                  "it; pip install 'elastic-autoscaler[sim]' for the plots)", file=sys.stderr)
     except OSError as exc:
         print(f"elastic-autoscaler: error: cannot write to {args.out}: "
               f"{exc.strerror or exc}", file=sys.stderr)
