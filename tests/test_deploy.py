@@ -358,7 +358,7 @@ def test_pod_is_locked_down(target: str) -> None:
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
-    # the only writable place is an emptyDir at /tmp (MPLCONFIGDIR and HOME point there)
+    # the only writable place is an emptyDir at /tmp (HOME points there)
     volumes = {v["name"]: v for v in pod["volumes"]}
     writable = [m for m in c["volumeMounts"] if not m.get("readOnly")]
     assert [m["mountPath"] for m in writable] == ["/tmp"]
@@ -725,7 +725,7 @@ def test_dockerfile_contract() -> None:
     final = max(i for i, (k, _) in enumerate(ins) if k == "FROM")
     tail = ins[final:]
     env = " ".join(a for k, a in tail if k == "ENV")
-    for setting in ("PYTHONDONTWRITEBYTECODE=1", "MPLCONFIGDIR=/tmp", "HOME=/tmp"):
+    for setting in ("PYTHONDONTWRITEBYTECODE=1", "HOME=/tmp"):
         assert setting in env
     users = [a for k, a in tail if k == "USER"]
     assert users and users[-1].split(":")[0] == str(UID)
