@@ -17,12 +17,22 @@ from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("elastic-autoscaler")
+    except PackageNotFoundError:  # run from a clone without installing
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elastic-autoscaler",
         description="Global planner that resizes elastic PyTorchJobs into idle Volcano "
         "queue GPUs.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser) -> None:

@@ -380,3 +380,28 @@ def test_the_daemon_and_the_simulator_run_without_the_plotting_extra(tmp_path) -
     assert proc.returncode == 0, proc.stderr
     assert "no plots: matplotlib is not installed" in proc.stderr
     assert (tmp_path / "results.json").exists() and not list(tmp_path.glob("*.png"))
+
+
+def test_the_output_a_person_reads(tmp_path, capsys) -> None:
+    code = main(["simulate", "--no-progress", "--out", str(tmp_path), "--policies",
+                 "static planner"])  # one quoted argument, space-separated
+    out = capsys.readouterr().out
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()[3:5]] == ["static", "planner"]
+    assert "util: GPU-time allocated / cluster GPU-time; bound:" in out
+    assert (tmp_path / "summary.png").stat().st_size > 10_000
+
+
+def test_capped_jobs_are_named(tmp_path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("name,submit,duration,gpus,queue\nhuge,0,60,16,q\nsmall,0,60,1,q\n")
+    assert main(["simulate", "--trace", str(trace), "--gpus", "4", "--no-plots",
+                 "--no-progress", "--out", str(tmp_path / "o")]) == 0
+    assert "capped at the queue (their work is unchanged): huge" in capsys.readouterr().out
+
+
+def test_version_flag(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("elastic-autoscaler ")

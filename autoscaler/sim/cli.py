@@ -4,6 +4,7 @@ comparison, write JSON and plots. Called by autoscaler/cli.py."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,8 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
         raise _usage("--gpus must be >= 1")
     if args.restart_penalty < 0:
         raise _usage("--restart-penalty must be >= 0")
-    policies = [p.strip() for arg in args.policies for p in arg.split(",") if p.strip()]
+    # "--policies a,b", "--policies a b" and "--policies 'a b'" all mean the same
+    policies = [p for arg in args.policies for p in re.split(r"[,\s]+", arg) if p]
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:

@@ -43,7 +43,10 @@ def table(c: Comparison) -> str:
     head = (f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
             f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}")
     notes = [f"note: {n}" for n in c.workload.notes]
-    return "\n".join([head, *notes, *out]) + "\n"
+    legend = ("util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
+              "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
+              "jobs of the same queue waited or could have grown")
+    return "\n".join([head, *notes, *out, legend]) + "\n"
 
 
 def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def write_json(c: Comparison, path: Path, settings: dict[str, Any] | None = None
 
 
 def plot(c: Comparison, out: Path) -> list[Path]:
-    """utilisation.png, jct-cdf.png, queueing-cdf.png in `out`."""
+    """utilisation.png, jct-cdf.png, queueing-cdf.png and summary.png in `out`."""
 
     import matplotlib
 
@@ -109,13 +112,42 @@ def plot(c: Comparison, out: Path) -> list[Path]:
             ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=name,
                     linewidth=1.2)
         ax.set_xscale("symlog", linthresh=0.1)
+        # readable ticks on the symlog axis: 0, 6 min, 30 min, 1 h, 2 h, ...
+        ticks = [t for t in (0, 0.1, 0.5, 1, 2, 5, 10, 24, 48, 100, 200)
+                 if t <= max(ax.get_xlim()[1], 0.1)]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel(f"{title} (h)")
         ax.set_ylabel("fraction of jobs")
         ax.set_title(f"CDF of {title}")
         ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
         paths.append(_save(fig, out / fname))
+    paths.append(plot_summary(c, out))
     return paths
+
+
+def plot_summary(c: Comparison, out: Path) -> Path:
+    """summary.png: average JCT, p95 queueing and restarts per job, a bar per policy."""
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(c.metrics)
+    panels = (("average JCT (h)", [c.metrics[n].avg_jct / 3600 for n in names]),
+              ("p95 queueing (h)", [c.metrics[n].p95_queueing / 3600 for n in names]),
+              ("restarts per job", [c.metrics[n].restarts_per_job for n in names]))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        bars = ax.bar(names, values, color=[f"C{i}" for i in range(len(names))])
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax.set_title(title)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{c.workload.source.rsplit('/', 1)[-1]}: {len(c.workload.jobs)} jobs, "
+                 f"{c.gpus} GPUs", fontsize=10)
+    return _save(fig, out / "summary.png")
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -38,9 +38,12 @@ def compare(
     deserved = split_capacity(gpus, workload.jobs)
     specs, capped = fit_to_queues(workload.jobs, deserved)
     if capped:
+        shown = ", ".join(capped[:10]) + (f" and {len(capped) - 10} more"
+                                           if len(capped) > 10 else "")
         workload = replace(workload, jobs=specs, notes=(
-            *workload.notes, f"{capped} job(s) asked for more GPUs than their queue "
-            "deserves: their sizes are capped at the queue (their work is unchanged)"))
+            *workload.notes, f"{len(capped)} job(s) asked for more GPUs than their queue "
+            f"deserves: their sizes are capped at the queue (their work is unchanged): "
+            f"{shown}"))
     runs: dict[str, RunResult] = {}
     metrics: dict[str, Metrics] = {}
     for name in policies:
@@ -54,18 +57,19 @@ def compare(
 
 
 def fit_to_queues(jobs: Sequence[JobSpec], deserved: dict[str, int]) -> tuple[
-        tuple[JobSpec, ...], int]:
+        tuple[JobSpec, ...], list[str]]:
     """Jobs whose requested or elastic sizes exceed their queue's deserved GPUs, cut to
     it (a Volcano queue never admits such a gang). Work keeps its meaning: seconds at the
     originally requested size, so a capped job runs at speedup(cap) of it."""
 
-    out, capped = [], 0
+    out: list[JobSpec] = []
+    capped: list[str] = []
     for j in jobs:
         cap = deserved[j.queue] // j.gpus_per_worker
         if j.max_workers <= cap:
             out.append(j)
             continue
-        capped += 1
+        capped.append(j.name)
         out.append(replace(j, requested=min(j.requested, cap),
                            min_workers=min(j.min_workers, cap),
                            max_workers=cap))
