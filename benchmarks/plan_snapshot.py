@@ -28,9 +28,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--format", nargs="+", default=["json", "yaml"])
+    parser.add_argument("--thin", action="store_true", help="jobs without kubectl's "
+                        "last-applied annotation, managedFields and a Master (~1.7 KB each)")
     args = parser.parse_args()
-    data = {"free_gpus": {f"team-{q:03d}": 4 for q in range(QUEUES)},
-            "objects": _jobs(args.jobs)}
+    jobs = _jobs(args.jobs)
+    if args.thin:
+        for job in jobs:
+            job["metadata"]["annotations"].pop(
+                "kubectl.kubernetes.io/last-applied-configuration", None)
+            job["metadata"].pop("managedFields", None)
+            job["spec"]["pytorchReplicaSpecs"].pop("Master", None)
+    data = {"free_gpus": {f"team-{q:03d}": 4 for q in range(QUEUES)}, "objects": jobs}
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in args.format:
             path = Path(tmp) / f"snapshot.{fmt}"
