@@ -328,7 +328,10 @@ class _QueuePlanner:
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released"))
                 continue
             shortfall = g.gpus - (idle + releasing)
-            if sum(v for prio, v in by_priority.items() if prio <= g.priority) < shortfall:
+            # Elastic workers are created last and destroyed first: by default any job's
+            # extra workers may go (lowest priority first), whatever the gang's priority
+            limit = math.inf if p.reclaim_from_higher_priority else g.priority
+            if sum(v for prio, v in by_priority.items() if prio <= limit) < shortfall:
                 waited = (self.now - g.created).total_seconds()
                 message = (f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
                            f"capacity fall {shortfall} short: skipped")
@@ -341,9 +344,9 @@ class _QueuePlanner:
                                                Reason.GANG_UNCOVERABLE, message))
                 continue
             if by_heap:
-                victims = self._reclaim_most_workers(heap, g.priority, shortfall)
+                victims = self._reclaim_most_workers(heap, limit, shortfall)
             else:
-                victims = self._reclaim([w for w in reclaimable if w.job.priority <= g.priority
+                victims = self._reclaim([w for w in reclaimable if w.job.priority <= limit
                                          and w.target > w.job.min_replicas], shortfall)
             gained = 0
             for w, workers in victims:
@@ -382,7 +385,7 @@ class _QueuePlanner:
         return idle - used_idle, releasing - from_release, from_idle + max(0, used_idle)
 
     @staticmethod
-    def _reclaim_most_workers(heap: list, priority: int,
+    def _reclaim_most_workers(heap: list, priority: float,
                               shortfall: int) -> list[tuple[_Job, int]]:
         """Lowest priority first, then the job with the most reclaimable workers, so as few
         jobs as possible restart; whole workers, as few as cover the shortfall. A job

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         30, ge=0, description="What one resize (a torchrun restart from checkpoint) costs "
         "a job, used by growth_payoff_factor and victim_order=least-work-lost."
     )
+    reclaim_from_higher_priority: bool = Field(
+        True, description="A waiting gang may take extra (above-min) workers from elastic "
+        "jobs of any priority, lowest priority first: extra workers never keep another job "
+        "from its minimum. false: only from jobs of priority <= the gang's (the old rule)."
+    )
     victim_order: VictimOrder = Field(
         VictimOrder.MOST_WORKERS, description="Which elastic jobs lose workers first for a "
         "waiting gang, after lowest priority: most-workers (the job with the most "

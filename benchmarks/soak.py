@@ -509,7 +509,8 @@ def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: d
                 last = j.last_scale_time
                 cool = last is not None and (now - last).total_seconds() < \
                     policy.reclaim_cooldown_seconds
-                if j.priority <= g.priority and not cool and j.ref.name not in own:
+                lower = j.priority <= g.priority or policy.reclaim_from_higher_priority
+                if lower and not cool and j.ref.name not in own:
                     reclaimable += (j.replicas - j.min_replicas) * j.gpus_per_worker
             if g.gpus <= idle + releasing + reclaimable - served:
                 bad("gangs-first", f"queue {name}: gang {g.ref.name} ({g.gpus} GPUs) left "
@@ -548,6 +549,7 @@ def policy_for(seed: int) -> Settings:
         reserve_gpus_per_queue=r.choice([0, 0, 2]),
         victim_order=r.choice(["most-workers", "least-work-lost"]),
         growth_payoff_factor=r.choice([0.0, 0.0, 1.0]),
+        reclaim_from_higher_priority=r.choice([True, True, False]),
     )
 
 

@@ -113,11 +113,29 @@ def test_victims_lowest_priority_then_most_reclaimable():
     assert t["few"][0] == 5 and t["hi"][0] == 8
 
 
-def test_higher_priority_jobs_are_not_victims_of_lower_priority_gangs():
+@pytest.mark.parametrize(("any_priority", "hi", "lo", "gang_reason"), [
+    # default: extra workers never keep another job from its minimum; the lowest priority
+    # gives first (lo has 1 extra GPU, hi gives the other)
+    (True, 7, 1, Reason.GANG_COVERED),
+    # reclaim_from_higher_priority=false, the old rule: only jobs of priority <= the gang's
+    (False, 8, 2, Reason.GANG_UNCOVERABLE),
+])
+def test_victims_of_any_priority_lowest_first_unless_configured(any_priority, hi, lo,
+                                                                 gang_reason):
+    jobs = [ej("hi", min=1, max=8, replicas=8, priority=100),
+            ej("lo", min=1, max=8, replicas=2, priority=50)]
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]),
+             policy(reclaim_from_higher_priority=any_priority), NOW)
+    assert (targets(p)["hi"][0], targets(p)["lo"][0]) == (hi, lo)
+    assert gang_reasons(p)["g"] == gang_reason
+
+
+@pytest.mark.parametrize("order", ["most-workers", "least-work-lost"])
+def test_any_priority_rule_holds_for_both_victim_orders(order):
     jobs = [ej("hi", min=1, max=8, replicas=8, priority=100)]
-    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]), policy(), NOW)
-    assert targets(p)["hi"][0] == 8
-    assert gang_reasons(p)["g"] == Reason.GANG_UNCOVERABLE
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]),
+             policy(victim_order=order), NOW)
+    assert targets(p)["hi"][0] == 6 and gang_reasons(p)["g"] == Reason.GANG_COVERED
 
 
 def test_gangs_served_by_priority_then_age_and_huge_gang_is_skipped():

@@ -81,6 +81,7 @@ policies = st.builds(
     victim_order=st.sampled_from(["most-workers", "least-work-lost"]),
     growth_payoff_factor=st.sampled_from([0.0, 0.0, 1.0]),
     starving_gang_blocks_later_gangs=st.booleans(),
+    reclaim_from_higher_priority=st.booleans(),
 )
 
 common = settings(max_examples=int(os.environ.get("PLANNER_EXAMPLES", "300")), deadline=None,
@@ -201,7 +202,8 @@ def test_gangs_first(snapshot, pol):
                 last = j.last_scale_time
                 cool = last is not None and (NOW - last).total_seconds() < \
                     pol.reclaim_cooldown_seconds
-                if j.priority <= g.priority and not cool and j.ref.name not in own:
+                lower = j.priority <= g.priority or pol.reclaim_from_higher_priority
+                if lower and not cool and j.ref.name not in own:
                     reclaimable += (j.replicas - j.min_replicas) * j.gpus_per_worker
             trimmed = result.queues[queue].trimmed_gpus
             assert g.gpus > idle + trimmed + releasing + reclaimable - served
