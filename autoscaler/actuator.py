@@ -242,9 +242,11 @@ class KubeActuator:
                 if leading and not may_write():
                     leading = False  # once lost, stay stopped for the rest of this plan
                 if throttled and leading and refusal(decision) is None:
-                    result = ActionResult(decision, Outcome.BACKOFF,
-                                          f"not sent: the API server throttled this cycle "
-                                          f"({throttled})")
+                    result = ActionResult(
+                        decision,
+                        Outcome.BACKOFF,
+                        f"not sent: the API server throttled this cycle ({throttled})",
+                    )
                 else:
                     result = await self._apply_one(decision, now, may_write, leading)
                 if result.outcome is Outcome.THROTTLED and not throttled:

@@ -29,8 +29,7 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elastic-autoscaler",
-        description="Global planner that resizes elastic PyTorchJobs into idle Volcano "
-        "queue GPUs.",
+        description="Global planner that resizes elastic PyTorchJobs into idle Volcano queue GPUs.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,18 +41,23 @@ def _parser() -> argparse.ArgumentParser:
     with_config(run)
     run.add_argument("--dry-run", action="store_true", help="plan and log, never write")
 
-    plan = sub.add_parser("plan", help="print the plan for a snapshot file or the live "
-                          "cluster; writes nothing")
+    plan = sub.add_parser(
+        "plan", help="print the plan for a snapshot file or the live cluster; writes nothing"
+    )
     with_config(plan)
-    plan.add_argument("--snapshot", type=Path, help="snapshot file (YAML or JSON); "
-                      "without it: one live cycle")
+    plan.add_argument(
+        "--snapshot", type=Path, help="snapshot file (YAML or JSON); without it: one live cycle"
+    )
     plan.add_argument("--output", "-o", choices=("table", "json"), default="table")
-    plan.add_argument("--now", help="RFC 3339 time to plan at (default: the snapshot's "
-                      "`now`, else the current time)")
+    plan.add_argument(
+        "--now",
+        help="RFC 3339 time to plan at (default: the snapshot's `now`, else the current time)",
+    )
     plan.add_argument("--verbose", "-v", action="store_true", help="explain every job")
 
-    sim = sub.add_parser("simulate", help="replay a GPU-cluster trace under several "
-                         "policies and compare them")
+    sim = sub.add_parser(
+        "simulate", help="replay a GPU-cluster trace under several policies and compare them"
+    )
     with_config(sim)
     try:
         from .sim.cli import add_arguments
@@ -87,8 +91,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         snap = load_snapshot_file(args.snapshot)
         now = now or snap.now or datetime.now(UTC)
         result = plan(snap.snapshot(settings), settings, now)
-    out = plan_to_json(result) if args.output == "json" else plan_to_table(
-        result, verbose=args.verbose)
+    out = (
+        plan_to_json(result)
+        if args.output == "json"
+        else plan_to_table(result, verbose=args.verbose)
+    )
     sys.stdout.write(out)
     return 0
 

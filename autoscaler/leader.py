@@ -121,8 +121,9 @@ class LeaderElector:
         """Turn a passed deadline into a loss, and tell on_change about any change."""
         if self._renewed_at is not None and not self.is_leader:
             self._renewed_at = None
-            log.warning("leader-lost", lease=self.name, identity=self.identity,
-                        why="renew deadline passed")
+            log.warning(
+                "leader-lost", lease=self.name, identity=self.identity, why="renew deadline passed"
+            )
         leading = self.is_leader
         if leading != self._reported:
             self._reported = leading
@@ -196,8 +197,12 @@ class LeaderElector:
     def _failed(self, exc: Exception, *, trace: bool) -> None:
         self._failures += 1
         log.warning(
-            "lease-attempt-failed", lease=self.name, identity=self.identity,
-            leading=self.is_leader, failures=self._failures, error=_error_text(exc),
+            "lease-attempt-failed",
+            lease=self.name,
+            identity=self.identity,
+            leading=self.is_leader,
+            failures=self._failures,
+            error=_error_text(exc),
             # a traceback once per streak of failures, not every retry period
             exc_info=trace and self._failures == 1,
         )
@@ -332,7 +337,9 @@ class LeaderElector:
             try:
                 # resourceVersion guards us: if someone took the Lease meanwhile, a 409
                 await self._api.replace_namespaced_lease(
-                    self.name, self.namespace, self._replace_body(lease, spec),
+                    self.name,
+                    self.namespace,
+                    self._replace_body(lease, spec),
                     _request_timeout=request_timeout,
                 )
                 return True

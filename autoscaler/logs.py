@@ -15,8 +15,11 @@ def configure_logging(settings: Settings) -> None:
     as_json = settings.log_format is LogFormat.JSON or (
         settings.log_format is LogFormat.AUTO and not sys.stderr.isatty()
     )
-    renderer = (structlog.processors.JSONRenderer() if as_json
-                else structlog.dev.ConsoleRenderer(colors=False))
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -31,5 +34,8 @@ def configure_logging(settings: Settings) -> None:
         cache_logger_on_first_use=False,
     )
     # libraries that log through the standard library end up in the same stream
-    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr,
-                        format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.WARNING),
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s %(message)s",
+    )

@@ -50,10 +50,15 @@ class SnapshotSource(Protocol):
 class LiveSource:
     """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
 
-    def __init__(self, settings: Settings, kube: Any, prometheus: Any,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, settings: Settings, kube: Any, prometheus: Any, metrics: Metrics | None = None
+    ) -> None:
         self.settings, self.kube, self.prometheus, self.metrics = (
-            settings, kube, prometheus, metrics)
+            settings,
+            kube,
+            prometheus,
+            metrics,
+        )
         self.parsed = ParseCache()
         self._dropped = 0  # oversized objects the caches dropped, as last counted
 
@@ -64,8 +69,7 @@ class LiveSource:
                 self.metrics.source_errors.labels("prometheus", kind).inc()
         objects = self.kube.objects()  # the caches: no API call
         self._count_dropped()
-        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues,
-                         objects.priorityclasses)
+        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues, objects.priorityclasses)
         problem, message = reading.problem, reading.message
         free = reading.queues
         if self.settings.cross_check_queue_status:
@@ -74,15 +78,15 @@ class LiveSource:
         if not objects.synced or stale:
             # half a picture could hide a pending gang or a job's real size: hold
             problem = Reason.METRICS_UNAVAILABLE
-            what = (f"failing for {objects.failing_seconds:.0f}s" if objects.synced
-                    else "not synced")
+            what = f"failing for {objects.failing_seconds:.0f}s" if objects.synced else "not synced"
             message = f"Kubernetes caches {what}: " + "; ".join(objects.errors)
             if self.metrics is not None:
                 self.metrics.source_errors.labels(
-                    "kubernetes", "not_synced" if not objects.synced else "stale").inc()
-        return build_snapshot(raw, free, self.settings, problem=problem,
-                              message=message, cache=self.parsed)
-
+                    "kubernetes", "not_synced" if not objects.synced else "stale"
+                ).inc()
+        return build_snapshot(
+            raw, free, self.settings, problem=problem, message=message, cache=self.parsed
+        )
 
     def _count_dropped(self) -> None:
         """Objects over max_object_bytes are dropped by the caches (and logged there); the
@@ -92,7 +96,8 @@ class LiveSource:
         dropped = stats().get("dropped_oversized", 0) if stats is not None else 0
         if self.metrics is not None and dropped > self._dropped:
             self.metrics.source_errors.labels("kubernetes", "oversized").inc(
-                dropped - self._dropped)
+                dropped - self._dropped
+            )
         self._dropped = dropped
 
 
@@ -145,7 +150,11 @@ class Controller:
         logger: Any = None,
     ) -> None:
         self.settings, self.source, self.actuator, self.metrics = (
-            settings, source, actuator, metrics)
+            settings,
+            source,
+            actuator,
+            metrics,
+        )
         self.may_write = may_write
         self.clock = clock
         # the simulator runs thousands of cycles a second and passes a quiet logger
@@ -172,11 +181,13 @@ class Controller:
                 result = CycleStatus.WRITE_FAILED
             else:
                 result = CycleStatus.OK
-            outcome = CycleResult(result, self.clock() - start, plan, applied,
-                                  snapshot.message)
+            outcome = CycleResult(result, self.clock() - start, plan, applied, snapshot.message)
         except TimeoutError:
-            outcome = CycleResult(CycleStatus.TIMEOUT, self.clock() - start,
-                                  message=f"cycle exceeded {self.settings.cycle_deadline_seconds}s")
+            outcome = CycleResult(
+                CycleStatus.TIMEOUT,
+                self.clock() - start,
+                message=f"cycle exceeded {self.settings.cycle_deadline_seconds}s",
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not kill the daemon; it is logged and counted
@@ -194,13 +205,18 @@ class Controller:
         if outcome.result.good:
             self.health.last_good = end
             self.metrics.last_success.set(now.timestamp())
-        summary: dict[str, Any] = {"result": outcome.result.value,
-                                   "duration_s": round(outcome.duration_seconds, 4)}
+        summary: dict[str, Any] = {
+            "result": outcome.result.value,
+            "duration_s": round(outcome.duration_seconds, 4),
+        }
         if outcome.plan is not None:
             counted = Counter(d.reason for d in outcome.plan.decisions)
-            summary.update(jobs=len(outcome.plan.decisions), actions=len(outcome.plan.actions),
-                           gangs=len(outcome.plan.gangs),
-                           reasons={r.value: n for r, n in counted.items()})
+            summary.update(
+                jobs=len(outcome.plan.decisions),
+                actions=len(outcome.plan.actions),
+                gangs=len(outcome.plan.gangs),
+                reasons={r.value: n for r, n in counted.items()},
+            )
         if outcome.applied is not None:
             summary["writes"] = {k.value: v for k, v in outcome.applied.counts().items()}
         if outcome.message:
@@ -225,14 +241,26 @@ class Controller:
             news = d.changed or last.get(key) != state
             if (info and news) or debug:
                 (self.log.info if news else self.log.debug)(
-                    "decision", namespace=d.ref.namespace, name=d.ref.name, queue=d.queue,
-                    reason=d.reason.value, current=d.current, target=d.target,
-                    message=d.message)
+                    "decision",
+                    namespace=d.ref.namespace,
+                    name=d.ref.name,
+                    queue=d.queue,
+                    reason=d.reason.value,
+                    current=d.current,
+                    target=d.target,
+                    message=d.message,
+                )
         if debug:
             for g in plan.gangs:
-                self.log.debug("gang", namespace=g.ref.namespace, name=g.ref.name,
-                               queue=g.queue, gpus=g.gpus, reason=g.reason.value,
-                               message=g.message)
+                self.log.debug(
+                    "gang",
+                    namespace=g.ref.namespace,
+                    name=g.ref.name,
+                    queue=g.queue,
+                    gpus=g.gpus,
+                    reason=g.reason.value,
+                    message=g.message,
+                )
         self._last_logged = seen
 
     def _record_applied(self, applied: ApplyResult) -> None:
@@ -294,11 +322,11 @@ class Driver:
                 self.controller.follower_cycle(now)
             self.cycles += 1
             # wait for the interval or a trigger, then hold a trigger back to min_interval
-            triggered = await self._wait(next_start(started, clock(), s, triggered=False),
-                                         self._wake)
+            triggered = await self._wait(
+                next_start(started, clock(), s, triggered=False), self._wake
+            )
             if triggered and not self._stopping.is_set():
-                await self._wait(next_start(started, clock(), s, triggered=True),
-                                 self._stopping)
+                await self._wait(next_start(started, clock(), s, triggered=True), self._stopping)
 
     @staticmethod
     async def _wait(seconds: float, event: asyncio.Event) -> bool:
@@ -332,8 +360,9 @@ class Driver:
         age = self.controller.clock() - h.last_good
         if age > limit:
             last = h.last_result.value if h.last_result is not None else "none"
-            return False, (f"last successful cycle {age:.0f}s ago (limit {limit:.0f}s); "
-                           f"last cycle: {last}")
+            return False, (
+                f"last successful cycle {age:.0f}s ago (limit {limit:.0f}s); last cycle: {last}"
+            )
         return True, ""
 
 
@@ -357,8 +386,12 @@ def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> boo
             return True
         conditions = status.get("conditions")
         if isinstance(conditions, list):
-            return any(isinstance(c, Mapping) and c.get("status") == "True"
-                       and c.get("type") in ("Succeeded", "Failed") for c in conditions)
+            return any(
+                isinstance(c, Mapping)
+                and c.get("status") == "True"
+                and c.get("type") in ("Succeeded", "Failed")
+                for c in conditions
+            )
     return False
 
 
@@ -400,8 +433,11 @@ async def _daemon(settings: Settings) -> int:
 
     kube = KubeSource(settings, api_client, on_change, transform=pruner(settings))
     prometheus = PrometheusSource(settings)
-    actuator: Actuator = (DryRunActuator(settings, out=sys.stdout) if settings.dry_run
-                          else KubeActuator(settings, api_client))
+    actuator: Actuator = (
+        DryRunActuator(settings, out=sys.stdout)
+        if settings.dry_run
+        else KubeActuator(settings, api_client)
+    )
 
     def leadership(leading: bool) -> None:
         metrics.is_leader.set(1 if leading else 0)
@@ -409,21 +445,36 @@ async def _daemon(settings: Settings) -> int:
             driver.trigger()
 
     # a dry run writes nothing, the Lease included: it must never displace a live leader
-    elector = (AlwaysLeader(leadership) if settings.dry_run or not settings.leader_election
-               else make_elector(settings, api_client, leadership))
-    controller = Controller(settings, LiveSource(settings, kube, prometheus, metrics),
-                            actuator, metrics, may_write=lambda: elector.is_leader)
-    driver = Driver(controller, is_leader=lambda: elector.is_leader,
-                    ready_check=lambda: kube.current)
-    server = HealthServer(metrics, driver.alive, driver.ready, settings.listen_host,
-                          settings.listen_port)
+    elector = (
+        AlwaysLeader(leadership)
+        if settings.dry_run or not settings.leader_election
+        else make_elector(settings, api_client, leadership)
+    )
+    controller = Controller(
+        settings,
+        LiveSource(settings, kube, prometheus, metrics),
+        actuator,
+        metrics,
+        may_write=lambda: elector.is_leader,
+    )
+    driver = Driver(
+        controller, is_leader=lambda: elector.is_leader, ready_check=lambda: kube.current
+    )
+    server = HealthServer(
+        metrics, driver.alive, driver.ready, settings.listen_host, settings.listen_port
+    )
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.stop)
-    log.info("starting", dry_run=settings.dry_run, interval_s=settings.interval_seconds,
-             leader_election=settings.leader_election and not settings.dry_run,
-             namespaces=settings.namespaces or "all", port=settings.listen_port)
+    log.info(
+        "starting",
+        dry_run=settings.dry_run,
+        interval_s=settings.interval_seconds,
+        leader_election=settings.leader_election and not settings.dry_run,
+        namespaces=settings.namespaces or "all",
+        port=settings.listen_port,
+    )
     await server.start()
     log.info("listening", host=settings.listen_host, port=server.port)
     log.info("waiting for the Kubernetes API", url=api_client.configuration.host)
@@ -436,9 +487,13 @@ async def _daemon(settings: Settings) -> int:
         # cycles hold (and say why) until then
         await kube.wait_synced(float("inf"))
         objects = kube.objects()
-        log.info("caches synced", seconds=round(time.monotonic() - synced_at, 2),
-                 jobs=len(objects.jobs), podgroups=len(objects.podgroups),
-                 queues=len(objects.queues))
+        log.info(
+            "caches synced",
+            seconds=round(time.monotonic() - synced_at, 2),
+            jobs=len(objects.jobs),
+            podgroups=len(objects.podgroups),
+            queues=len(objects.queues),
+        )
 
     synced_task = asyncio.create_task(report_synced(), name="report-synced")
     try:
@@ -458,8 +513,9 @@ async def _daemon(settings: Settings) -> int:
     return 0
 
 
-async def live_snapshot(settings: Settings, now: datetime,
-                        api_client: Any = None) -> ClusterSnapshot:
+async def live_snapshot(
+    settings: Settings, now: datetime, api_client: Any = None
+) -> ClusterSnapshot:
     """One read of the live cluster, for `plan` without --snapshot. Lists once, writes
     nothing."""
 

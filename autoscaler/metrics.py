@@ -22,21 +22,29 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.cycle_duration = Histogram(
-            f"{PREFIX}_cycle_duration_seconds", "Duration of one planning cycle.",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r,
+            f"{PREFIX}_cycle_duration_seconds",
+            "Duration of one planning cycle.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
         )
         self.cycles = Counter(
-            f"{PREFIX}_cycles", "Planning cycles by result (ok, hold, error, timeout).",
-            ["result"], registry=r,
+            f"{PREFIX}_cycles",
+            "Planning cycles by result (ok, hold, error, timeout).",
+            ["result"],
+            registry=r,
         )
         self.actions = Counter(
-            f"{PREFIX}_actions", "Replica changes applied, by queue, direction and reason.",
-            ["queue", "direction", "reason"], registry=r,
+            f"{PREFIX}_actions",
+            "Replica changes applied, by queue, direction and reason.",
+            ["queue", "direction", "reason"],
+            registry=r,
         )
         self.writes = Counter(
-            f"{PREFIX}_writes", "Write calls to the API server by result "
+            f"{PREFIX}_writes",
+            "Write calls to the API server by result "
             "(applied, conflict, gone, throttled, error, backoff, not_leader, dry_run).",
-            ["result"], registry=r,
+            ["result"],
+            registry=r,
         )
         # Per-plan gauges (one series per job, queue and reason) come from the last plan
         # at scrape time: building 10k labelled children every cycle costs more than
@@ -44,15 +52,19 @@ class Metrics:
         self.plan_collector = PlanCollector()
         r.register(self.plan_collector)
         self.source_errors = Counter(
-            f"{PREFIX}_source_errors", "Errors reading sources, by source and kind.",
-            ["source", "kind"], registry=r,
+            f"{PREFIX}_source_errors",
+            "Errors reading sources, by source and kind.",
+            ["source", "kind"],
+            registry=r,
         )
         self.last_success = Gauge(
             f"{PREFIX}_last_success_timestamp_seconds",
-            "Unix time of the last cycle that completed.", registry=r,
+            "Unix time of the last cycle that completed.",
+            registry=r,
         )
         self.is_leader = Gauge(
-            f"{PREFIX}_is_leader", "1 when this replica holds the Lease and may write.",
+            f"{PREFIX}_is_leader",
+            "1 when this replica holds the Lease and may write.",
             registry=r,
         )
 
@@ -70,14 +82,16 @@ _GAUGES = {
     "queue_granted_gpus": ("GPUs granted to growing jobs in the last plan.", ["queue"]),
     "queue_reclaimed_gpus": ("GPUs reclaimed for waiting gangs in the last plan.", ["queue"]),
     "queue_inflight_gpus": ("GPUs promised to workers not yet running.", ["queue"]),
-    "queue_growable_gpus": ("GPUs managed jobs of the queue could still take (up to their "
-                            "max) after the last plan.", ["queue"]),
-    "queue_holding": ("1 when the whole queue holds (missing or bad data).",
-                      ["queue", "reason"]),
-    "job_current_replicas": ("Worker replicas in the job's spec.",
-                             ["namespace", "name", "queue"]),
-    "job_desired_replicas": ("Worker replicas the last plan wants.",
-                             ["namespace", "name", "queue"]),
+    "queue_growable_gpus": (
+        "GPUs managed jobs of the queue could still take (up to their max) after the last plan.",
+        ["queue"],
+    ),
+    "queue_holding": ("1 when the whole queue holds (missing or bad data).", ["queue", "reason"]),
+    "job_current_replicas": ("Worker replicas in the job's spec.", ["namespace", "name", "queue"]),
+    "job_desired_replicas": (
+        "Worker replicas the last plan wants.",
+        ["namespace", "name", "queue"],
+    ),
 }
 
 
@@ -91,8 +105,9 @@ class PlanCollector(Collector):
         return [GaugeMetricFamily(f"{PREFIX}_{n}", h, labels=ls) for n, (h, ls) in _GAUGES.items()]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        families = {n: GaugeMetricFamily(f"{PREFIX}_{n}", h, labels=ls)
-                    for n, (h, ls) in _GAUGES.items()}
+        families = {
+            n: GaugeMetricFamily(f"{PREFIX}_{n}", h, labels=ls) for n, (h, ls) in _GAUGES.items()
+        }
         plan = self.plan
         if plan is not None:
             self._fill(plan, families)
@@ -108,9 +123,14 @@ class PlanCollector(Collector):
                 labels = [d.ref.namespace, d.ref.name, d.queue]
                 f["job_current_replicas"].add_metric(labels, d.current)
                 f["job_desired_replicas"].add_metric(
-                    labels, d.target if d.target is not None else d.current)
-            if (not d.reason.unmanaged and d.max_replicas is not None
-                    and d.gpus_per_worker is not None and d.target is not None):
+                    labels, d.target if d.target is not None else d.current
+                )
+            if (
+                not d.reason.unmanaged
+                and d.max_replicas is not None
+                and d.gpus_per_worker is not None
+                and d.target is not None
+            ):
                 growable[d.queue] += (d.max_replicas - d.target) * d.gpus_per_worker
         for (queue, reason), n in sorted(jobs.items()):
             f["jobs"].add_metric([queue, reason], n)

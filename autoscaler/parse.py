@@ -56,7 +56,10 @@ class RawObjects:
         flattened; kinds we do not use are ignored."""
 
         buckets: dict[str, list[Mapping[str, Any]]] = {
-            "PyTorchJob": [], "PodGroup": [], "Queue": [], "PriorityClass": [],
+            "PyTorchJob": [],
+            "PodGroup": [],
+            "Queue": [],
+            "PriorityClass": [],
         }
         stack = list(objects)
         stack.reverse()
@@ -65,8 +68,10 @@ class RawObjects:
             if not isinstance(obj, Mapping):
                 continue
             kind = obj.get("kind")
-            if isinstance(kind, str) and kind.endswith("List") and isinstance(
-                obj.get("items"), list
+            if (
+                isinstance(kind, str)
+                and kind.endswith("List")
+                and isinstance(obj.get("items"), list)
             ):
                 stack.extend(reversed(obj["items"]))
             elif kind in buckets:
@@ -106,12 +111,25 @@ def _show(value: Any) -> str:
 
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$")
-_SUFFIX = {"Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-           "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-           "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
-           "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
+)
+_SUFFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
 MAX_GPUS = 1_000_000
 
 
@@ -129,8 +147,7 @@ def parse_quantity(value: Any, field: str) -> int:
         if not math.isfinite(value):
             raise BadField(f"{field} must be a finite number of GPUs, got {_show(value)}")
         number = Decimal(repr(value))
-    elif isinstance(value, str) and len(value) <= 64 and (
-            match := _QUANTITY.match(value.strip())):
+    elif isinstance(value, str) and len(value) <= 64 and (match := _QUANTITY.match(value.strip())):
         number = Decimal(match["number"])
         if match["suffix"]:
             number *= _SUFFIX[match["suffix"]]
@@ -143,14 +160,16 @@ def parse_quantity(value: Any, field: str) -> int:
             number = -number
     else:
         raise BadField(
-            f"{field} must be a Kubernetes quantity such as 2 or 1e3, got {_show(value)}")
+            f"{field} must be a Kubernetes quantity such as 2 or 1e3, got {_show(value)}"
+        )
     if number < 0:
         raise BadField(f"{field} must not be negative, got {_show(value)}")
     if number > MAX_GPUS:
         raise BadField(f"{field} is out of range: {_show(value)} is more than {MAX_GPUS} GPUs")
     if number != number.to_integral_value():
-        raise BadField(f"{field} must be a whole number of GPUs, got {_show(value)} "
-                       f"(= {number.normalize():f})")
+        raise BadField(
+            f"{field} must be a whole number of GPUs, got {_show(value)} (= {number.normalize():f})"
+        )
     return int(number)
 
 
@@ -281,8 +300,7 @@ def cross_check_free(
             continue
         try:
             deserved = _gpu_sum(_get(obj, "spec", "deserved"), settings, "spec.deserved")
-            allocated = _gpu_sum(_get(obj, "status", "allocated"), settings,
-                                 "status.allocated")
+            allocated = _gpu_sum(_get(obj, "status", "allocated"), settings, "status.allocated")
         except BadField:
             continue  # not comparable: the reading stands on its own
         if deserved is None or allocated is None:
@@ -290,10 +308,14 @@ def cross_check_free(
         expected = max(0, deserved - allocated)
         if abs(expected - state.free_gpus) > 1:
             out[name] = QueueState(
-                name, None, Reason.METRICS_INVALID,
+                name,
+                None,
+                Reason.METRICS_INVALID,
                 f"queue {name}: Prometheus says {state.free_gpus:g} free GPUs, the Queue "
                 f"object says {expected} (spec.deserved {deserved} - status.allocated "
-                f"{allocated})", state.state)
+                f"{allocated})",
+                state.state,
+            )
     return out
 
 
@@ -336,16 +358,21 @@ def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) ->
             raise BadField(f"{field}.spec.containers[{i}].resources must be a mapping")
         for name in resource_names:
             where = f"{field}.spec.containers[{i}].resources"
-            limit = parse_quantity(limits[name], f"{where}.limits[{name}]") \
-                if name in limits else None
-            request = parse_quantity(requests[name], f"{where}.requests[{name}]") \
-                if name in requests else None
+            limit = (
+                parse_quantity(limits[name], f"{where}.limits[{name}]") if name in limits else None
+            )
+            request = (
+                parse_quantity(requests[name], f"{where}.requests[{name}]")
+                if name in requests
+                else None
+            )
             # Kubernetes refuses a pod whose extended-resource request and limit differ:
             # such a worker never runs, and planning its GPUs would promise phantom ones.
             if limit is not None and request is not None and limit != request:
                 raise BadField(
                     f"{where}.limits[{name}]={limit} differs from "
-                    f"{where}.requests[{name}]={request}: Kubernetes rejects such a pod")
+                    f"{where}.requests[{name}]={request}: Kubernetes rejects such a pod"
+                )
             total += limit if limit is not None else (request or 0)
     return total
 
@@ -372,8 +399,9 @@ def parse_job(
     try:
         ref = _ref(obj, "PyTorchJob")
     except BadField as exc:
-        return UnmanagedJob(_fallback_ref(obj, "PyTorchJob"), DEFAULT_QUEUE,
-                            Reason.INVALID_SPEC, str(exc))
+        return UnmanagedJob(
+            _fallback_ref(obj, "PyTorchJob"), DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc)
+        )
     queue = job_queue(obj)
     meta = obj["metadata"]
     spec = obj.get("spec")
@@ -393,27 +421,35 @@ def parse_job(
     if not isinstance(worker, Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec.pytorchReplicaSpecs.Worker is missing")
     try:
-        replicas = _int_field(worker.get("replicas", 1),
-                              "spec.pytorchReplicaSpecs.Worker.replicas")
+        replicas = _int_field(worker.get("replicas", 1), "spec.pytorchReplicaSpecs.Worker.replicas")
     except BadField as exc:
         return unmanaged(Reason.INVALID_REPLICAS, str(exc))
     try:
-        gpw = gpus_per_worker(worker.get("template"), settings.gpu_resource_names,
-                              "spec.pytorchReplicaSpecs.Worker.template")
+        gpw = gpus_per_worker(
+            worker.get("template"),
+            settings.gpu_resource_names,
+            "spec.pytorchReplicaSpecs.Worker.template",
+        )
     except BadField as exc:
         return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas)
     active_raw = _get(obj, "status", "replicaStatuses", "Worker", "active")
     try:
-        active = 0 if active_raw is None else _int_field(
-            active_raw, "status.replicaStatuses.Worker.active")
+        active = (
+            0
+            if active_raw is None
+            else _int_field(active_raw, "status.replicaStatuses.Worker.active")
+        )
     except BadField as exc:
         return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw)
     inflight = max(0, replicas - active) * gpw
     known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
     if meta.get("deletionTimestamp") is not None:
         # a finalizer keeps it alive; a resize now would restart a job that is going away
-        return unmanaged(Reason.TERMINATING,
-                         "metadata.deletionTimestamp is set: the job is being deleted", **known)
+        return unmanaged(
+            Reason.TERMINATING,
+            "metadata.deletionTimestamp is set: the job is being deleted",
+            **known,
+        )
 
     elastic = spec.get("elasticPolicy")
     if elastic is None:
@@ -428,12 +464,14 @@ def parse_job(
         )
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
-        return unmanaged(Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping",
-                         **known)
+        return unmanaged(
+            Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping", **known
+        )
     paused = annotations.get(settings.paused_annotation)
     if isinstance(paused, str) and paused.strip().lower() == "true":
-        return unmanaged(Reason.PAUSED, f"annotation {settings.paused_annotation} is \"true\"",
-                         **known)
+        return unmanaged(
+            Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"', **known
+        )
 
     try:
         min_r, max_r = _elastic_bounds(elastic, replicas)
@@ -444,7 +482,9 @@ def parse_job(
         names = ", ".join(settings.gpu_resource_names)
         return unmanaged(
             Reason.INVALID_SPEC,
-            f"spec.pytorchReplicaSpecs.Worker.template requests no GPU ({names})", **known)
+            f"spec.pytorchReplicaSpecs.Worker.template requests no GPU ({names})",
+            **known,
+        )
     if not min_r <= replicas <= max_r:
         return unmanaged(
             Reason.INVALID_REPLICAS,
@@ -457,8 +497,9 @@ def parse_job(
     raw_last = annotations.get(settings.last_scale_annotation)
     if raw_last is not None:
         try:
-            last_scale = parse_time(raw_last,
-                                    f"metadata.annotations[{settings.last_scale_annotation}]")
+            last_scale = parse_time(
+                raw_last, f"metadata.annotations[{settings.last_scale_annotation}]"
+            )
         except BadField as exc:
             return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
     started = None
@@ -509,8 +550,7 @@ def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int
         max_r = min_r
     assert min_r is not None and max_r is not None
     if min_r > max_r:
-        raise BadField(
-            f"spec.elasticPolicy.minReplicas={min_r} is above maxReplicas={max_r}")
+        raise BadField(f"spec.elasticPolicy.minReplicas={min_r} is above maxReplicas={max_r}")
     return min_r, max_r
 
 
@@ -524,8 +564,7 @@ def _waiting(obj: Mapping[str, Any]) -> str | None:
     if phase == "Unknown":
         conditions = _get(obj, "status", "conditions")
         if isinstance(conditions, list) and any(
-            _get(c, "type") == "Unschedulable" and _get(c, "status") == "True"
-            for c in conditions
+            _get(c, "type") == "Unschedulable" and _get(c, "status") == "True" for c in conditions
         ):
             return phase
     return None
@@ -557,8 +596,9 @@ def parse_podgroup(
             if name in min_resources:
                 gpus += parse_quantity(min_resources[name], f"spec.minResources[{name}]")
             elif f"requests.{name}" in min_resources:
-                gpus += parse_quantity(min_resources[f"requests.{name}"],
-                                       f"spec.minResources[requests.{name}]")
+                gpus += parse_quantity(
+                    min_resources[f"requests.{name}"], f"spec.minResources[requests.{name}]"
+                )
     except BadField as exc:
         return InvalidGroup(ref, queue, f"{ref}: {exc}")
     if gpus == 0:
@@ -602,6 +642,7 @@ def _only(keys: Iterable[str]) -> Any:
         if not isinstance(value, Mapping):
             return value
         return {k: v for k, v in value.items() if k in wanted}
+
     return keep
 
 
@@ -613,46 +654,91 @@ def _conditions(types: Iterable[str]) -> Any:
     def keep(value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        return [{"type": c.get("type"), "status": c.get("status")} for c in value
-                if isinstance(c, Mapping) and c.get("type") in wanted]
+        return [
+            {"type": c.get("type"), "status": c.get("status")}
+            for c in value
+            if isinstance(c, Mapping) and c.get("type") in wanted
+        ]
+
     return keep
 
 
 def _shapes(settings: Settings) -> dict[str, Any]:
-    meta = {"name": KEEP, "namespace": KEEP, "uid": KEEP, "resourceVersion": KEEP,
-            "creationTimestamp": KEEP, "deletionTimestamp": KEEP}
+    meta = {
+        "name": KEEP,
+        "namespace": KEEP,
+        "uid": KEEP,
+        "resourceVersion": KEEP,
+        "creationTimestamp": KEEP,
+        "deletionTimestamp": KEEP,
+    }
     gpus = _only(settings.gpu_resource_names)
-    group_gpus = _only([*settings.gpu_resource_names,
-                        *(f"requests.{n}" for n in settings.gpu_resource_names)])
+    group_gpus = _only(
+        [*settings.gpu_resource_names, *(f"requests.{n}" for n in settings.gpu_resource_names)]
+    )
     return {
         "PyTorchJob": {
-            "apiVersion": KEEP, "kind": KEEP,
-            "metadata": {**meta, "annotations": _only(
-                (settings.last_scale_annotation, settings.paused_annotation,
-                 VOLCANO_QUEUE_ANNOTATION))},
-            "spec": _Shared({
-                "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
-                "runPolicy": _Shared({"suspend": KEEP, "schedulingPolicy": _only(
-                    ("queue", "priorityClass", "minAvailable"))}),
-                "pytorchReplicaSpecs": _Shared({"Worker": {
-                    "replicas": KEEP,
-                    "template": _Shared({"spec": {"containers": [
-                        {"resources": {"limits": gpus, "requests": gpus}}]}}),
-                }}),
-            }),
-            "status": {"conditions": _Shared(_conditions((*_FINISHED, "Suspended"))),
-                       "startTime": KEEP,
-                       "replicaStatuses": _Shared({"Worker": {"active": KEEP}})},
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {
+                **meta,
+                "annotations": _only(
+                    (
+                        settings.last_scale_annotation,
+                        settings.paused_annotation,
+                        VOLCANO_QUEUE_ANNOTATION,
+                    )
+                ),
+            },
+            "spec": _Shared(
+                {
+                    "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
+                    "runPolicy": _Shared(
+                        {
+                            "suspend": KEEP,
+                            "schedulingPolicy": _only(("queue", "priorityClass", "minAvailable")),
+                        }
+                    ),
+                    "pytorchReplicaSpecs": _Shared(
+                        {
+                            "Worker": {
+                                "replicas": KEEP,
+                                "template": _Shared(
+                                    {
+                                        "spec": {
+                                            "containers": [
+                                                {"resources": {"limits": gpus, "requests": gpus}}
+                                            ]
+                                        }
+                                    }
+                                ),
+                            }
+                        }
+                    ),
+                }
+            ),
+            "status": {
+                "conditions": _Shared(_conditions((*_FINISHED, "Suspended"))),
+                "startTime": KEEP,
+                "replicaStatuses": _Shared({"Worker": {"active": KEEP}}),
+            },
         },
         "PodGroup": {
-            "apiVersion": KEEP, "kind": KEEP,
+            "apiVersion": KEEP,
+            "kind": KEEP,
             "metadata": {**meta, "ownerReferences": KEEP},
-            "spec": {"queue": KEEP, "minMember": KEEP, "minResources": group_gpus,
-                     "priorityClassName": KEEP},
+            "spec": {
+                "queue": KEEP,
+                "minMember": KEEP,
+                "minResources": group_gpus,
+                "priorityClassName": KEEP,
+            },
             "status": {"phase": KEEP, "conditions": _conditions(("Unschedulable",))},
         },
         "Queue": {
-            "apiVersion": KEEP, "kind": KEEP, "metadata": meta,
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": meta,
             "spec": {"deserved": gpus, "capability": gpus},
             "status": {"state": KEEP, "allocated": gpus},
         },
@@ -723,6 +809,7 @@ def pruner(settings: Settings) -> Any:
     def prune(obj: Mapping[str, Any]) -> Mapping[str, Any]:
         shape = shapes.get(obj.get("kind")) if isinstance(obj, Mapping) else None
         return obj if shape is None else _prune(obj, shape)
+
     return prune
 
 
@@ -797,8 +884,14 @@ def build_snapshot(
         parsed = cache.get("PyTorchJob", obj, job)
         key = (parsed.ref.namespace, parsed.ref.name)
         if key in seen:
-            unmanaged.append(UnmanagedJob(parsed.ref, parsed.queue, Reason.DUPLICATE,
-                                          f"{parsed.ref}: appears more than once"))
+            unmanaged.append(
+                UnmanagedJob(
+                    parsed.ref,
+                    parsed.queue,
+                    Reason.DUPLICATE,
+                    f"{parsed.ref}: appears more than once",
+                )
+            )
             continue
         seen.add(key)
         (jobs if isinstance(parsed, ElasticJob) else unmanaged).append(parsed)
@@ -819,8 +912,12 @@ def build_snapshot(
     for name in sorted(names):
         state = free.get(name)
         if state is None:
-            state = QueueState(name, None, Reason.METRICS_MISSING,
-                               f"queue {name} has no series in the free-GPU query")
+            state = QueueState(
+                name,
+                None,
+                Reason.METRICS_MISSING,
+                f"queue {name} has no series in the free-GPU query",
+            )
         qstate = queue_states.get(name)
         if qstate is not None and qstate != state.state:
             state = replace(state, state=qstate)

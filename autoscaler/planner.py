@@ -75,11 +75,13 @@ def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
         for g in snapshot.invalid_groups
     ]
     summaries: dict[str, QueueSummary] = {}
-    names = sorted(set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue)
-                   | set(unmanaged_by_queue))
+    names = sorted(
+        set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue) | set(unmanaged_by_queue)
+    )
     for name in names:
         state = snapshot.queues.get(name) or QueueState(
-            name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading")
+            name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading"
+        )
         queue_plan = _QueuePlanner(
             state,
             jobs_by_queue.get(name, []),
@@ -92,10 +94,14 @@ def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
         summaries[name] = queue_plan.run()
         # queues in name order, each job list already in (namespace, name) order: merge in
         # the few unmanaged jobs instead of sorting everything
-        unmanaged = sorted((_unmanaged_decision(u) for u in unmanaged_by_queue.get(name, ())),
-                           key=_decision_order)
-        decisions.extend(heapq.merge(queue_plan.decisions(), unmanaged, key=_decision_order)
-                         if unmanaged else queue_plan.decisions())
+        unmanaged = sorted(
+            (_unmanaged_decision(u) for u in unmanaged_by_queue.get(name, ())), key=_decision_order
+        )
+        decisions.extend(
+            heapq.merge(queue_plan.decisions(), unmanaged, key=_decision_order)
+            if unmanaged
+            else queue_plan.decisions()
+        )
         gangs.extend(queue_plan.gangs)
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
@@ -104,8 +110,14 @@ def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
 
 def _unmanaged_decision(u: UnmanagedJob) -> Decision:
     return Decision(
-        ref=u.ref, queue=u.queue, current=u.replicas, target=u.replicas, reason=u.reason,
-        message=u.message, min_replicas=u.min_replicas, max_replicas=u.max_replicas,
+        ref=u.ref,
+        queue=u.queue,
+        current=u.replicas,
+        target=u.replicas,
+        reason=u.reason,
+        message=u.message,
+        min_replicas=u.min_replicas,
+        max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
     )
 
@@ -114,8 +126,10 @@ def _decision_order(d: Decision) -> tuple[str, str, str]:
     return (d.ref.namespace, d.ref.name, d.ref.kind)
 
 
-_NO_MIN_AVAILABLE = ("no runPolicy.schedulingPolicy.minAvailable: training-operator sets the "
-                     "gang size to all replicas, so growing raises it",)
+_NO_MIN_AVAILABLE = (
+    "no runPolicy.schedulingPolicy.minAvailable: training-operator sets the "
+    "gang size to all replicas, so growing raises it",
+)
 
 
 _SKEY = operator.attrgetter("skey")
@@ -141,13 +155,23 @@ class _QueuePlanner:
         self.now = now
         self.snapshot = snapshot
         self.work = sorted(
-            (_Job(j, j.replicas,
-                  None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
-                  (j.ref.namespace, j.ref.name, j.ref.kind)) for j in jobs),
-            key=_SKEY)
+            (
+                _Job(
+                    j,
+                    j.replicas,
+                    None
+                    if j.last_scale_time is None
+                    else (now - j.last_scale_time).total_seconds(),
+                    (j.ref.namespace, j.ref.name, j.ref.kind),
+                )
+                for j in jobs
+            ),
+            key=_SKEY,
+        )
         self.unmanaged = unmanaged
-        self.pending = sorted(pending, key=lambda g: (
-            -g.priority, g.created, g.ref.namespace, g.ref.name))
+        self.pending = sorted(
+            pending, key=lambda g: (-g.priority, g.created, g.ref.namespace, g.ref.name)
+        )
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
 
@@ -159,10 +183,21 @@ class _QueuePlanner:
     def decisions(self) -> list[Decision]:
         # positional: this runs once per job per cycle
         return [
-            Decision(j.ref, j.queue, j.replicas, w.target, w.reason or Reason.NO_IDLE_GPUS,
-                     w.message, j.min_replicas, j.max_replicas, j.gpus_per_worker,
-                     j.resource_version, () if j.has_min_available else _NO_MIN_AVAILABLE)
-            for w in self.work for j in (w.job,)
+            Decision(
+                j.ref,
+                j.queue,
+                j.replicas,
+                w.target,
+                w.reason or Reason.NO_IDLE_GPUS,
+                w.message,
+                j.min_replicas,
+                j.max_replicas,
+                j.gpus_per_worker,
+                j.resource_version,
+                () if j.has_min_available else _NO_MIN_AVAILABLE,
+            )
+            for w in self.work
+            for j in (w.job,)
         ]
 
     # ---- the cycle --------------------------------------------------------------------
@@ -175,18 +210,28 @@ class _QueuePlanner:
             reason, message = hold
             for w in self.work:
                 self._settle(w, w.job.replicas, reason, message)
-            self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message)
-                          for g in self.pending]
-            return QueueSummary(self.state.name, self.state.free_gpus,
-                                pending_gpus=pending_gpus, reason=reason, message=message)
+            self.gangs = [
+                GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending
+            ]
+            return QueueSummary(
+                self.state.name,
+                self.state.free_gpus,
+                pending_gpus=pending_gpus,
+                reason=reason,
+                message=message,
+            )
 
         own_waiting = self._own_waiting()
         inflight = releasing = 0
         for w in self.work:
             j = w.job
             if (j.ref.namespace, j.ref.name) in own_waiting:
-                self._settle(w, j.replicas, Reason.OWN_GANG_WAITING,
-                             "its own PodGroup is waiting to be scheduled")
+                self._settle(
+                    w,
+                    j.replicas,
+                    Reason.OWN_GANG_WAITING,
+                    "its own PodGroup is waiting to be scheduled",
+                )
                 continue  # counted once, as that gang
             # Rule 2: GPUs promised but not running are not free, whoever asked for them.
             if j.replicas > j.active:
@@ -194,11 +239,18 @@ class _QueuePlanner:
             elif j.replicas < j.active:
                 releasing += (j.active - j.replicas) * j.gpus_per_worker
             if w.since is not None and -w.since > p.clock_skew_seconds:
-                self._settle(w, j.replicas, Reason.CLOCK_SKEW,
-                             f"last-scale-time {j.last_scale_time} is in the future; fix the "
-                             "annotation or the clock")
-        inflight += sum(u.inflight_gpus for u in self.unmanaged
-                        if (u.ref.namespace, u.ref.name) not in own_waiting)
+                self._settle(
+                    w,
+                    j.replicas,
+                    Reason.CLOCK_SKEW,
+                    f"last-scale-time {j.last_scale_time} is in the future; fix the "
+                    "annotation or the clock",
+                )
+        inflight += sum(
+            u.inflight_gpus
+            for u in self.unmanaged
+            if (u.ref.namespace, u.ref.name) not in own_waiting
+        )
         free = math.floor(self.state.free_gpus + _EPS)  # type: ignore[operator]
         summary_inflight, summary_releasing = inflight, releasing
 
@@ -210,15 +262,21 @@ class _QueuePlanner:
         room = self._room_by_capacity()
         if room is not None and room < pool:
             pool = max(0, room)
-            capped = (f"queue {self.state.name} may hold {self.state.capacity_gpus} GPU(s) "
-                      f"by its Queue object; its jobs and admitted gangs would hold "
-                      f"{self.state.capacity_gpus - room}")  # type: ignore[operator]
+            capped = (
+                f"queue {self.state.name} may hold {self.state.capacity_gpus} GPU(s) "
+                f"by its Queue object; its jobs and admitted gangs would hold "
+                f"{self.state.capacity_gpus - room}"
+            )  # type: ignore[operator]
         self._grow(pool, starving, capped)
 
         return QueueSummary(
-            self.state.name, self.state.free_gpus, inflight_gpus=summary_inflight,
-            releasing_gpus=summary_releasing, pending_gpus=pending_gpus,
-            granted_gpus=self.granted, reclaimed_gpus=self.reclaimed,
+            self.state.name,
+            self.state.free_gpus,
+            inflight_gpus=summary_inflight,
+            releasing_gpus=summary_releasing,
+            pending_gpus=pending_gpus,
+            granted_gpus=self.granted,
+            reclaimed_gpus=self.reclaimed,
             trimmed_gpus=self.trimmed,
             reason=Reason.GANG_STARVING if starving else None,
             message=starving or "",
@@ -229,8 +287,10 @@ class _QueuePlanner:
         if self.snapshot.problem is not None:
             return self.snapshot.problem, self.snapshot.message or "cycle-wide data problem"
         if s.problem is not None or s.free_gpus is None:
-            return (s.problem or Reason.METRICS_MISSING,
-                    s.message or f"queue {s.name}: free GPUs unknown")
+            return (
+                s.problem or Reason.METRICS_MISSING,
+                s.message or f"queue {s.name}: free GPUs unknown",
+            )
         if not math.isfinite(s.free_gpus) or s.free_gpus < 0:
             return Reason.METRICS_INVALID, f"queue {s.name}: free GPUs {s.free_gpus!r}"
         if s.state in CLOSED_STATES:
@@ -249,8 +309,7 @@ class _QueuePlanner:
         held += sum((u.replicas or 0) * (u.gpus_per_worker or 0) for u in self.unmanaged)
         known = {(w.job.ref.namespace, w.job.ref.name) for w in self.work}
         known |= {(u.ref.namespace, u.ref.name) for u in self.unmanaged}
-        served = {g.ref for g in self.gangs
-                  if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:
@@ -285,10 +344,14 @@ class _QueuePlanner:
                 continue
             freed += (j.replicas - target) * j.gpus_per_worker
             self.trimmed += (j.replicas - target) * j.gpus_per_worker
-            self._settle(w, target, Reason.TRIM_UNPLACED,
-                         f"{j.replicas - j.active} worker(s) still unplaced {since:.0f}s after "
-                         f"our resize (timeout {p.unplaced_timeout_seconds:.0f}s): back to "
-                         f"{target}")
+            self._settle(
+                w,
+                target,
+                Reason.TRIM_UNPLACED,
+                f"{j.replicas - j.active} worker(s) still unplaced {since:.0f}s after "
+                f"our resize (timeout {p.unplaced_timeout_seconds:.0f}s): back to "
+                f"{target}",
+            )
         return freed
 
     # ---- rule 3: waiting gangs ------------------------------------------------------------
@@ -299,33 +362,52 @@ class _QueuePlanner:
         # (the common case in a full queue) costs O(priorities), not O(jobs)
         by_priority: dict[int, int] = {}
         cool = p.reclaim_cooldown_seconds
-        reclaimable = [
-            w for w in self.work
-            if w.target > w.job.min_replicas and (w.since is None or w.since >= cool)
-            and w.reason is not Reason.CLOCK_SKEW and w.reason is not Reason.OWN_GANG_WAITING
-        ] if self.pending else []
+        reclaimable = (
+            [
+                w
+                for w in self.work
+                if w.target > w.job.min_replicas
+                and (w.since is None or w.since >= cool)
+                and w.reason is not Reason.CLOCK_SKEW
+                and w.reason is not Reason.OWN_GANG_WAITING
+            ]
+            if self.pending
+            else []
+        )
         for w in reclaimable:
             prio = w.job.priority
             by_priority[prio] = by_priority.get(prio, 0) + (
-                (w.target - w.job.min_replicas) * w.job.gpus_per_worker)
+                (w.target - w.job.min_replicas) * w.job.gpus_per_worker
+            )
         # Victims in order for the default victim_order, kept across gangs: O(log n) a pick
         heap: list[tuple[int, int, tuple[str, str, str], _Job]] = []
         by_heap = p.victim_order is VictimOrder.MOST_WORKERS
         if by_heap:
-            heap = [(w.job.priority, w.job.min_replicas - w.target, w.skey, w)
-                    for w in reclaimable]
+            heap = [(w.job.priority, w.job.min_replicas - w.target, w.skey, w) for w in reclaimable]
             heapq.heapify(heap)
         for g in self.pending:
             if starving and p.starving_gang_blocks_later_gangs:
-                self.gangs.append(GangDecision(
-                    g.ref, g.queue, g.gpus, Reason.GANG_BLOCKED,
-                    f"{g.ref} waits behind a starving gang: {starving}"))
+                self.gangs.append(
+                    GangDecision(
+                        g.ref,
+                        g.queue,
+                        g.gpus,
+                        Reason.GANG_BLOCKED,
+                        f"{g.ref} waits behind a starving gang: {starving}",
+                    )
+                )
                 continue
             if g.gpus <= idle + releasing:
                 idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
-                self.gangs.append(GangDecision(
-                    g.ref, g.queue, g.gpus, Reason.GANG_FITS,
-                    f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released"))
+                self.gangs.append(
+                    GangDecision(
+                        g.ref,
+                        g.queue,
+                        g.gpus,
+                        Reason.GANG_FITS,
+                        f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
+                    )
+                )
                 continue
             shortfall = g.gpus - (idle + releasing)
             # Elastic workers are created last and destroyed first: by default any job's
@@ -333,21 +415,32 @@ class _QueuePlanner:
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
             if sum(v for prio, v in by_priority.items() if prio <= limit) < shortfall:
                 waited = (self.now - g.created).total_seconds()
-                message = (f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
-                           f"capacity fall {shortfall} short: skipped")
+                message = (
+                    f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
+                    f"capacity fall {shortfall} short: skipped"
+                )
                 if waited > p.max_gang_wait_seconds and not starving:
-                    starving = (f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
-                                f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
-                                "grows until it fits")
+                    starving = (
+                        f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
+                        f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
+                        "grows until it fits"
+                    )
                     message = starving
-                self.gangs.append(GangDecision(g.ref, g.queue, g.gpus,
-                                               Reason.GANG_UNCOVERABLE, message))
+                self.gangs.append(
+                    GangDecision(g.ref, g.queue, g.gpus, Reason.GANG_UNCOVERABLE, message)
+                )
                 continue
             if by_heap:
                 victims = self._reclaim_most_workers(heap, limit, shortfall)
             else:
-                victims = self._reclaim([w for w in reclaimable if w.job.priority <= limit
-                                         and w.target > w.job.min_replicas], shortfall)
+                victims = self._reclaim(
+                    [
+                        w
+                        for w in reclaimable
+                        if w.job.priority <= limit and w.target > w.job.min_replicas
+                    ],
+                    shortfall,
+                )
             gained = 0
             for w, workers in victims:
                 j = w.job
@@ -359,17 +452,28 @@ class _QueuePlanner:
                 gained += workers * j.gpus_per_worker
                 w.target -= workers
                 w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
-                self._settle(w, w.target, Reason.RECLAIM_FOR_PENDING,
-                             f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
-                             f"{', '.join(w.victim_of)}")
+                self._settle(
+                    w,
+                    w.target,
+                    Reason.RECLAIM_FOR_PENDING,
+                    f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
+                    f"{', '.join(w.victim_of)}",
+                )
                 if by_heap and w.target > j.min_replicas:  # still a victim for later gangs
                     heapq.heappush(heap, (j.priority, j.min_replicas - w.target, w.skey, w))
             self.reclaimed += gained
             idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
-            self.gangs.append(GangDecision(
-                g.ref, g.queue, g.gpus, Reason.GANG_COVERED,
-                f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
-                f"{len(victims)} elastic job(s)", tuple(w.key for w, _ in victims)))
+            self.gangs.append(
+                GangDecision(
+                    g.ref,
+                    g.queue,
+                    g.gpus,
+                    Reason.GANG_COVERED,
+                    f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
+                    f"{len(victims)} elastic job(s)",
+                    tuple(w.key for w, _ in victims),
+                )
+            )
         # A gang served from idle GPUs before a later reclaim released more than that gang
         # needed (whole workers) could as well have taken released ones: trade them, so
         # the plan is what replanning on its result gives (idempotence).
@@ -377,16 +481,16 @@ class _QueuePlanner:
         return idle + swap, releasing - swap, starving
 
     @staticmethod
-    def _consume(need: int, idle: int, releasing: int,
-                 from_idle: int) -> tuple[int, int, int]:
+    def _consume(need: int, idle: int, releasing: int, from_idle: int) -> tuple[int, int, int]:
         # Released GPUs can serve only gangs, so gangs use them before idle ones.
         from_release = min(max(releasing, 0), need)
         used_idle = need - from_release
         return idle - used_idle, releasing - from_release, from_idle + max(0, used_idle)
 
     @staticmethod
-    def _reclaim_most_workers(heap: list, priority: float,
-                              shortfall: int) -> list[tuple[_Job, int]]:
+    def _reclaim_most_workers(
+        heap: list, priority: float, shortfall: int
+    ) -> list[tuple[_Job, int]]:
         """Lowest priority first, then the job with the most reclaimable workers, so as few
         jobs as possible restart; whole workers, as few as cover the shortfall. A job
         only partly used goes back on the heap (by the caller, with its new size)."""
@@ -436,15 +540,24 @@ class _QueuePlanner:
             if j.replicas >= j.max_replicas:
                 self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
             elif j.replicas > j.active:
-                self._hold(w, Reason.IN_FLIGHT,
-                           f"{j.replicas - j.active} worker(s) asked for are not running yet")
+                self._hold(
+                    w,
+                    Reason.IN_FLIGHT,
+                    f"{j.replicas - j.active} worker(s) asked for are not running yet",
+                )
             elif j.replicas < j.active:
-                self._hold(w, Reason.RELEASING,
-                           f"{j.active - j.replicas} worker(s) are still being released")
+                self._hold(
+                    w,
+                    Reason.RELEASING,
+                    f"{j.active - j.replicas} worker(s) are still being released",
+                )
             elif since is not None and (since < p.cooldown_seconds or since <= 0):
                 # even with no cooldown, a job resized at `now` is not resized again at `now`
-                self._hold(w, Reason.COOLDOWN,
-                           f"resized {since:.0f}s ago; cooldown {p.cooldown_seconds:.0f}s")
+                self._hold(
+                    w,
+                    Reason.COOLDOWN,
+                    f"resized {since:.0f}s ago; cooldown {p.cooldown_seconds:.0f}s",
+                )
             elif starving:
                 self._hold(w, Reason.GANG_STARVING, starving)
             else:
@@ -458,14 +571,21 @@ class _QueuePlanner:
             extra = grants.get(w, 0)
             if extra:
                 self.granted += extra * j.gpus_per_worker
-                self._settle(w, j.replicas + extra, Reason.SCALE_UP_IDLE_GPUS,
-                             f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
-                             f"of queue {j.queue}")
+                self._settle(
+                    w,
+                    j.replicas + extra,
+                    Reason.SCALE_UP_IDLE_GPUS,
+                    f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
+                    f"of queue {j.queue}",
+                )
             elif w.reason is None and capped:
                 self._hold(w, Reason.QUEUE_CAPACITY, capped)
             elif w.reason is None:
-                self._hold(w, Reason.NO_IDLE_GPUS,
-                           f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)")
+                self._hold(
+                    w,
+                    Reason.NO_IDLE_GPUS,
+                    f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)",
+                )
 
     @staticmethod
     def _hold(w: _Job, reason: Reason, message: str) -> None:
@@ -475,9 +595,11 @@ class _QueuePlanner:
     def _step_ok(self, w: _Job, extra: int) -> bool:
         j = w.job
         if extra < self.policy.min_step_workers and j.replicas + extra != j.max_replicas:
-            self._hold(w, Reason.MIN_STEP,
-                       f"{extra} more worker(s) is below min_step_workers="
-                       f"{self.policy.min_step_workers}")
+            self._hold(
+                w,
+                Reason.MIN_STEP,
+                f"{extra} more worker(s) is below min_step_workers={self.policy.min_step_workers}",
+            )
             return False
         return self._worth_it(w, extra)
 
@@ -496,17 +618,27 @@ class _QueuePlanner:
         cost = factor * self.policy.restart_cost_seconds
         if saved > cost:
             return True
-        self._hold(w, Reason.NOT_WORTH_RESTART,
-                   f"+{extra} worker(s) would save ~{saved:.0f}s, less than "
-                   f"{factor:g} x restart cost {self.policy.restart_cost_seconds:.0f}s")
+        self._hold(
+            w,
+            Reason.NOT_WORTH_RESTART,
+            f"+{extra} worker(s) would save ~{saved:.0f}s, less than "
+            f"{factor:g} x restart cost {self.policy.restart_cost_seconds:.0f}s",
+        )
         return False
 
     def _fill(self, growable: list[_Job], pool: int) -> dict[_Job, int]:
         """Few jobs, one step each: smallest job first, each up to its max."""
 
         grants: dict[_Job, int] = {}
-        order = sorted(growable, key=lambda w: (
-            -w.job.priority, w.job.replicas * w.job.gpus_per_worker, w.job.created, w.skey))
+        order = sorted(
+            growable,
+            key=lambda w: (
+                -w.job.priority,
+                w.job.replicas * w.job.gpus_per_worker,
+                w.job.created,
+                w.skey,
+            ),
+        )
         for w in order:
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
@@ -533,8 +665,7 @@ class _QueuePlanner:
             candidates = dropped
         return granted
 
-    def _fair_round(self, candidates: list[_Job],
-                    pool: int) -> tuple[dict[_Job, int], list[_Job]]:
+    def _fair_round(self, candidates: list[_Job], pool: int) -> tuple[dict[_Job, int], list[_Job]]:
         all_dropped: list[_Job] = []
         while True:
             grants = {w: 0 for w in candidates}
@@ -553,8 +684,7 @@ class _QueuePlanner:
                     break
                 grants[best[1]] += 1
                 left -= best[1].job.gpus_per_worker
-            dropped = [w for w in candidates
-                       if grants[w] and not self._step_ok(w, grants[w])]
+            dropped = [w for w in candidates if grants[w] and not self._step_ok(w, grants[w])]
             if not dropped:
                 return {k: v for k, v in grants.items() if v}, all_dropped
             all_dropped += dropped

@@ -14,38 +14,58 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "now": format_time(plan.now),
         "actions": [
             {
-                "namespace": d.ref.namespace, "name": d.ref.name, "kind": d.ref.kind,
-                "queue": d.queue, "from": d.current, "to": d.target,
-                "gpus_per_worker": d.gpus_per_worker, "reason": d.reason.value,
+                "namespace": d.ref.namespace,
+                "name": d.ref.name,
+                "kind": d.ref.kind,
+                "queue": d.queue,
+                "from": d.current,
+                "to": d.target,
+                "gpus_per_worker": d.gpus_per_worker,
+                "reason": d.reason.value,
                 "message": d.message,
             }
             for d in plan.actions
         ],
         "jobs": [
             {
-                "namespace": d.ref.namespace, "name": d.ref.name, "kind": d.ref.kind,
-                "queue": d.queue, "replicas": d.current, "min": d.min_replicas,
-                "max": d.max_replicas, "gpus_per_worker": d.gpus_per_worker,
-                "target": d.target, "reason": d.reason.value, "message": d.message,
+                "namespace": d.ref.namespace,
+                "name": d.ref.name,
+                "kind": d.ref.kind,
+                "queue": d.queue,
+                "replicas": d.current,
+                "min": d.min_replicas,
+                "max": d.max_replicas,
+                "gpus_per_worker": d.gpus_per_worker,
+                "target": d.target,
+                "reason": d.reason.value,
+                "message": d.message,
                 "notes": list(d.notes),
             }
             for d in plan.decisions
         ],
         "gangs": [
             {
-                "namespace": g.ref.namespace, "name": g.ref.name, "queue": g.queue,
-                "gpus": g.gpus, "reason": g.reason.value, "message": g.message,
+                "namespace": g.ref.namespace,
+                "name": g.ref.name,
+                "queue": g.queue,
+                "gpus": g.gpus,
+                "reason": g.reason.value,
+                "message": g.message,
                 "victims": [f"{v.namespace}/{v.name}" for v in g.victims],
             }
             for g in plan.gangs
         ],
         "queues": {
             name: {
-                "free_gpus": q.free_gpus, "inflight_gpus": q.inflight_gpus,
-                "releasing_gpus": q.releasing_gpus, "pending_gpus": q.pending_gpus,
-                "granted_gpus": q.granted_gpus, "reclaimed_gpus": q.reclaimed_gpus,
+                "free_gpus": q.free_gpus,
+                "inflight_gpus": q.inflight_gpus,
+                "releasing_gpus": q.releasing_gpus,
+                "pending_gpus": q.pending_gpus,
+                "granted_gpus": q.granted_gpus,
+                "reclaimed_gpus": q.reclaimed_gpus,
                 "trimmed_gpus": q.trimmed_gpus,
-                "reason": q.reason.value if q.reason else None, "message": q.message,
+                "reason": q.reason.value if q.reason else None,
+                "message": q.message,
             }
             for name, q in sorted(plan.queues.items())
         },
@@ -57,8 +77,9 @@ def plan_to_json(plan: Plan) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line.rstrip()]
     for r in rows:
@@ -76,26 +97,62 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         target = _s(d.target)
         if d.changed:
             target = f"{d.target} ({'+' if d.direction == 'up' else ''}{d.target - d.current})"  # type: ignore[operator]
-        rows.append([f"{d.ref.namespace}/{d.ref.name}", d.queue, _s(d.gpus_per_worker),
-                     _s(d.min_replicas), _s(d.max_replicas), _s(d.current), target,
-                     d.reason.value])
-    parts = [f"Plan at {format_time(plan.now)}: {len(plan.actions)} change(s), "
-             f"{len(plan.decisions)} job(s), {len(plan.gangs)} waiting gang(s)", ""]
-    parts.append(_table(["JOB", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"],
-                        rows))
+        rows.append(
+            [
+                f"{d.ref.namespace}/{d.ref.name}",
+                d.queue,
+                _s(d.gpus_per_worker),
+                _s(d.min_replicas),
+                _s(d.max_replicas),
+                _s(d.current),
+                target,
+                d.reason.value,
+            ]
+        )
+    parts = [
+        f"Plan at {format_time(plan.now)}: {len(plan.actions)} change(s), "
+        f"{len(plan.decisions)} job(s), {len(plan.gangs)} waiting gang(s)",
+        "",
+    ]
+    parts.append(
+        _table(["JOB", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"], rows)
+    )
     if plan.gangs:
-        parts += ["", _table(["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS"], [
-            [f"{g.ref.namespace}/{g.ref.name}", g.queue, str(g.gpus), g.reason.value,
-             ", ".join(f"{v.namespace}/{v.name}" for v in g.victims) or "-"]
-            for g in plan.gangs])]
-    parts += ["", _table(
-        ["QUEUE", "FREE", "IN-FLIGHT", "PENDING", "GRANTED", "RECLAIMED", "STATUS"],
-        [[name, _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
-          str(q.inflight_gpus), str(q.pending_gpus), str(q.granted_gpus),
-          str(q.reclaimed_gpus), q.reason.value if q.reason else "ok"]
-         for name, q in sorted(plan.queues.items())])]
-    explain = [d for d in plan.decisions if verbose or d.changed or d.reason.unmanaged
-               or d.notes]
+        parts += [
+            "",
+            _table(
+                ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS"],
+                [
+                    [
+                        f"{g.ref.namespace}/{g.ref.name}",
+                        g.queue,
+                        str(g.gpus),
+                        g.reason.value,
+                        ", ".join(f"{v.namespace}/{v.name}" for v in g.victims) or "-",
+                    ]
+                    for g in plan.gangs
+                ],
+            ),
+        ]
+    parts += [
+        "",
+        _table(
+            ["QUEUE", "FREE", "IN-FLIGHT", "PENDING", "GRANTED", "RECLAIMED", "STATUS"],
+            [
+                [
+                    name,
+                    _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
+                    str(q.inflight_gpus),
+                    str(q.pending_gpus),
+                    str(q.granted_gpus),
+                    str(q.reclaimed_gpus),
+                    q.reason.value if q.reason else "ok",
+                ]
+                for name, q in sorted(plan.queues.items())
+            ],
+        ),
+    ]
+    explain = [d for d in plan.decisions if verbose or d.changed or d.reason.unmanaged or d.notes]
     if explain:
         parts += ["", "Why:"]
         for d in explain:

@@ -60,69 +60,92 @@ class Settings(BaseSettings):
 
     # ---- planner policy -------------------------------------------------------------
     cooldown_seconds: float = Field(
-        300, ge=0, description="A job resized less than this ago is not grown again "
-        "(every resize restarts its torchrun worker group from the last checkpoint)."
+        300,
+        ge=0,
+        description="A job resized less than this ago is not grown again "
+        "(every resize restarts its torchrun worker group from the last checkpoint).",
     )
     reclaim_cooldown_seconds: float = Field(
-        60, ge=0, description="A job resized less than this ago is not shrunk for a "
-        "waiting gang. Shorter than cooldown_seconds: pending jobs matter more."
+        60,
+        ge=0,
+        description="A job resized less than this ago is not shrunk for a "
+        "waiting gang. Shorter than cooldown_seconds: pending jobs matter more.",
     )
     max_gang_wait_seconds: float = Field(
-        1800, ge=0, description="A waiting gang older than this stops the skipping: "
-        "nothing in its queue grows, and no later gang is served, until it fits."
+        1800,
+        ge=0,
+        description="A waiting gang older than this stops the skipping: "
+        "nothing in its queue grows, and no later gang is served, until it fits.",
     )
     starving_gang_blocks_later_gangs: bool = Field(
-        True, description="A starving gang (see max_gang_wait_seconds) also stops the "
+        True,
+        description="A starving gang (see max_gang_wait_seconds) also stops the "
         "gangs behind it from being served by reclaim. false: it only stops growth; Volcano "
-        "backfills smaller gangs anyway, and the simulator measured 3% lower average JCT."
+        "backfills smaller gangs anyway, and the simulator measured 3% lower average JCT.",
     )
     unplaced_timeout_seconds: float = Field(
-        300, ge=0, description="Workers we asked for that are still not running this long "
-        "after our resize are cut back to what runs (never below min)."
+        300,
+        ge=0,
+        description="Workers we asked for that are still not running this long "
+        "after our resize are cut back to what runs (never below min).",
     )
     growth_policy: GrowthPolicy = Field(
-        GrowthPolicy.FILL, description="fill: grow as few jobs as possible, smallest "
-        "first, each to its max in one step. fair: max-min fair share in workers."
+        GrowthPolicy.FILL,
+        description="fill: grow as few jobs as possible, smallest "
+        "first, each to its max in one step. fair: max-min fair share in workers.",
     )
     min_step_workers: int = Field(
-        1, ge=1, description="Skip a change smaller than this many workers unless it "
-        "reaches the job's min or max (hysteresis)."
+        1,
+        ge=1,
+        description="Skip a change smaller than this many workers unless it "
+        "reaches the job's min or max (hysteresis).",
     )
     reserve_gpus_per_queue: int = Field(
         0, ge=0, description="GPUs per queue that growth leaves idle for jobs yet to come."
     )
     growth_payoff_factor: float = Field(
-        0.0, ge=0, description="Grow a job only when the time the extra workers save "
+        0.0,
+        ge=0,
+        description="Grow a job only when the time the extra workers save "
         "exceeds this many times the restart they cost. The job's running time so far "
-        "estimates what is left. 0 turns the rule off."
+        "estimates what is left. 0 turns the rule off.",
     )
     restart_cost_seconds: float = Field(
-        30, ge=0, description="What one resize (a torchrun restart from checkpoint) costs "
-        "a job, used by growth_payoff_factor and victim_order=least-work-lost."
+        30,
+        ge=0,
+        description="What one resize (a torchrun restart from checkpoint) costs "
+        "a job, used by growth_payoff_factor and victim_order=least-work-lost.",
     )
     reclaim_from_higher_priority: bool = Field(
-        True, description="A waiting gang may take extra (above-min) workers from elastic "
+        True,
+        description="A waiting gang may take extra (above-min) workers from elastic "
         "jobs of any priority, lowest priority first: extra workers never keep another job "
-        "from its minimum. false: only from jobs of priority <= the gang's (the old rule)."
+        "from its minimum. false: only from jobs of priority <= the gang's (the old rule).",
     )
     victim_order: VictimOrder = Field(
-        VictimOrder.MOST_WORKERS, description="Which elastic jobs lose workers first for a "
+        VictimOrder.MOST_WORKERS,
+        description="Which elastic jobs lose workers first for a "
         "waiting gang, after lowest priority: most-workers (the job with the most "
-        "reclaimable workers, so few jobs restart) or least-work-lost."
+        "reclaimable workers, so few jobs restart) or least-work-lost.",
     )
     clock_skew_seconds: float = Field(
-        120, ge=0, description="A last-scale-time annotation this far in the future is "
-        "reported and the job held, rather than trusted."
+        120,
+        ge=0,
+        description="A last-scale-time annotation this far in the future is "
+        "reported and the job held, rather than trusted.",
     )
     gpu_resource_names: list[str] = Field(
-        default_factory=lambda: ["nvidia.com/gpu"], min_length=1,
+        default_factory=lambda: ["nvidia.com/gpu"],
+        min_length=1,
         description="Extended resource names counted as GPUs in pod templates and PodGroup "
-        "minResources."
+        "minResources.",
     )
     annotation_prefix: str = Field(
-        "elastic-autoscaler.io", min_length=1, description="Prefix of our annotations: "
-        "<prefix>/last-scale-time (written on every resize), <prefix>/paused: \"true\" "
-        "(opt a job out)."
+        "elastic-autoscaler.io",
+        min_length=1,
+        description="Prefix of our annotations: "
+        '<prefix>/last-scale-time (written on every resize), <prefix>/paused: "true" '
+        "(opt a job out).",
     )
 
     # ---- Prometheus -----------------------------------------------------------------
@@ -131,35 +154,43 @@ class Settings(BaseSettings):
         description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics.",
     )
     deserved_gpus_series: str = Field(
-        DEFAULT_DESERVED_GPUS_SERIES, min_length=1,
+        DEFAULT_DESERVED_GPUS_SERIES,
+        min_length=1,
         description="Series selector of each queue's deserved GPUs (Volcano's scheduler "
         "metric). Read raw, with its scrape time: free = deserved - allocated, computed and "
         "checked by the daemon (negative, NaN/Inf or stale parts hold the queue).",
     )
     allocated_gpus_series: str = Field(
-        DEFAULT_ALLOCATED_GPUS_SERIES, min_length=1,
+        DEFAULT_ALLOCATED_GPUS_SERIES,
+        min_length=1,
         description="Series selector of each queue's allocated GPUs; a queue without one "
         "has nothing allocated.",
     )
     free_gpus_query: str | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="Instead of the two series: one instant PromQL returning free GPU "
         "capacity by queue label (e.g. a recording rule). Its values get the same checks, "
         "but its age is only the answer's, not the scrape's.",
     )
     queue_label: str = Field("queue_name", min_length=1, description="Label naming the queue.")
     metric_unit_divisor: float = Field(
-        1000, gt=0, description="The query's unit per GPU (Volcano scalar metrics are "
-        "milli-units: 1000)."
+        1000,
+        gt=0,
+        description="The query's unit per GPU (Volcano scalar metrics are milli-units: 1000).",
     )
     max_metric_age_seconds: float = Field(
-        120, gt=0, description="A queue whose deserved or allocated series was last scraped "
-        "longer ago than this holds (HoldMetricsStale); keep it above 2-3 scrape intervals."
+        120,
+        gt=0,
+        description="A queue whose deserved or allocated series was last scraped "
+        "longer ago than this holds (HoldMetricsStale); keep it above 2-3 scrape intervals.",
     )
     prometheus_timeout_seconds: float = Field(10, gt=0, description="Deadline of one query.")
     prometheus_retries: int = Field(
-        2, ge=0, description="Our retries of a failed query within a cycle, with backoff "
-        "(the client's own retries are off)."
+        2,
+        ge=0,
+        description="Our retries of a failed query within a cycle, with backoff "
+        "(the client's own retries are off).",
     )
     prometheus_bearer_token_file: Path | None = Field(
         None, description="File holding a bearer token for Prometheus (re-read every query)."
@@ -171,12 +202,15 @@ class Settings(BaseSettings):
         False, description="Skip TLS verification of Prometheus (never in production)."
     )
     prometheus_max_response_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="A Prometheus answer larger than this is not "
-        "read: the cycle holds (a broken or hostile endpoint cannot exhaust our memory)."
+        16 * 1024 * 1024,
+        ge=1024,
+        description="A Prometheus answer larger than this is not "
+        "read: the cycle holds (a broken or hostile endpoint cannot exhaust our memory).",
     )
     cross_check_queue_status: bool = Field(
-        False, description="Hold a queue whose Prometheus answer disagrees with "
-        "Queue.status.allocated from the API by more than one GPU."
+        False,
+        description="Hold a queue whose Prometheus answer disagrees with "
+        "Queue.status.allocated from the API by more than one GPU.",
     )
 
     # ---- Kubernetes -----------------------------------------------------------------
@@ -184,8 +218,8 @@ class Settings(BaseSettings):
         None, description="Kubeconfig file. Unset: in-cluster config, else ~/.kube/config."
     )
     namespaces: list[str] = Field(
-        default_factory=list, description="Namespaces whose jobs and PodGroups we watch; "
-        "empty: all namespaces."
+        default_factory=list,
+        description="Namespaces whose jobs and PodGroups we watch; empty: all namespaces.",
     )
     label_selector: str = Field("", description="Label selector for the jobs we manage.")
     kube_request_timeout_seconds: float = Field(
@@ -195,17 +229,25 @@ class Settings(BaseSettings):
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
     max_parallel_writes: int = Field(
-        8, ge=1, le=64, description="Job patches (with their Events) in flight at once; a "
-        "429 from the API server stops the rest of that cycle's writes."
+        8,
+        ge=1,
+        le=64,
+        description="Job patches (with their Events) in flight at once; a "
+        "429 from the API server stops the rest of that cycle's writes.",
     )
     kube_list_page_size: int = Field(
-        100, ge=1, le=5000, description="Objects per page of a LIST (initial sync and "
+        100,
+        ge=1,
+        le=5000,
+        description="Objects per page of a LIST (initial sync and "
         "re-lists after 410): larger pages mean fewer round trips, smaller ones less memory "
-        "per page."
+        "per page.",
     )
     kube_max_stale_seconds: float = Field(
-        120, gt=0, description="Hold every queue when a Kubernetes cache has failed to "
-        "list or watch for longer than this: its picture of jobs and gangs may be stale."
+        120,
+        gt=0,
+        description="Hold every queue when a Kubernetes cache has failed to "
+        "list or watch for longer than this: its picture of jobs and gangs may be stale.",
     )
     max_object_bytes: int = Field(
         1_048_576, ge=1024, description="Objects larger than this are reported and ignored."
@@ -213,12 +255,16 @@ class Settings(BaseSettings):
 
     # ---- loop -----------------------------------------------------------------------
     interval_seconds: float = Field(
-        120, gt=0, description="Time between planning cycles. Batching resizes into fewer "
-        "cycles cuts restarts."
+        120,
+        gt=0,
+        description="Time between planning cycles. Batching resizes into fewer "
+        "cycles cuts restarts.",
     )
     min_interval_seconds: float = Field(
-        15, ge=0, description="A new pending PodGroup or a finished job triggers an early "
-        "cycle, at most once per this many seconds."
+        15,
+        ge=0,
+        description="A new pending PodGroup or a finished job triggers an early "
+        "cycle, at most once per this many seconds.",
     )
     cycle_deadline_seconds: float = Field(60, gt=0, description="Deadline of one whole cycle.")
     dry_run: bool = Field(False, description="Plan and log, never write (same as --dry-run).")
@@ -234,16 +280,16 @@ class Settings(BaseSettings):
     lease_duration_seconds: float = Field(15, gt=0, description="Lease duration.")
     lease_renew_deadline_seconds: float = Field(10, gt=0, description="Leader renew deadline.")
     lease_retry_period_seconds: float = Field(2, gt=0, description="Lease retry period.")
-    identity: str = Field(
-        "", description="Our identity in the Lease; empty: the pod's hostname."
-    )
+    identity: str = Field("", description="Our identity in the Lease; empty: the pod's hostname.")
 
     # ---- HTTP, logs -----------------------------------------------------------------
     listen_host: str = Field("0.0.0.0", description="Address of /metrics /healthz /readyz.")
     listen_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP endpoints.")
     ready_max_age_seconds: float = Field(
-        0, ge=0, description="/readyz fails when the last good cycle is older than this; "
-        "0: three intervals."
+        0,
+        ge=0,
+        description="/readyz fails when the last good cycle is older than this; "
+        "0: three intervals.",
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
     log_format: LogFormat = Field(
@@ -339,8 +385,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise SettingsError(f"{exc} (lists are JSON, e.g. '[\"nvidia.com/gpu\"]')") from None
 
 
-def describe_validation_error(exc: ValidationError, config: Path | None = None,
-                              from_file: set[str] | frozenset[str] = frozenset()) -> str:
+def describe_validation_error(
+    exc: ValidationError,
+    config: Path | None = None,
+    from_file: set[str] | frozenset[str] = frozenset(),
+) -> str:
     """Each bad value named where it came from: the environment variable when one is set
     (it wins), else the key of the --config file, else the field."""
     parts = []

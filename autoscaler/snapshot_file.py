@@ -1,9 +1,9 @@
 """The snapshot file: what `plan --snapshot` and the tests read.
 
-    now: "2026-11-22T10:00:00Z"          # optional; default: the current time
-    free_gpus: {team-a: 6, team-b: 0}     # per queue, in GPUs; a missing queue is unknown
-    objects: [...]                         # objects as `kubectl get -o yaml` prints them
-                                           # (a list, or one `kind: List` object)
+now: "2026-11-22T10:00:00Z"          # optional; default: the current time
+free_gpus: {team-a: 6, team-b: 0}     # per queue, in GPUs; a missing queue is unknown
+objects: [...]                         # objects as `kubectl get -o yaml` prints them
+                                       # (a list, or one `kind: List` object)
 """
 
 from __future__ import annotations
@@ -46,14 +46,20 @@ def free_gpu_states(values: Mapping[str, Any], where: str = "free_gpus") -> dict
     for queue, value in values.items():
         name = str(queue)
         if value is None:
-            states[name] = QueueState(name, None, Reason.METRICS_MISSING,
-                                      f"{where}[{name}] is null")
+            states[name] = QueueState(
+                name, None, Reason.METRICS_MISSING, f"{where}[{name}] is null"
+            )
         elif isinstance(value, bool) or not isinstance(value, int | float):
-            states[name] = QueueState(name, None, Reason.METRICS_INVALID,
-                                      f"{where}[{name}] is not a number: {value!r}")
+            states[name] = QueueState(
+                name, None, Reason.METRICS_INVALID, f"{where}[{name}] is not a number: {value!r}"
+            )
         elif not math.isfinite(value) or value < 0:
-            states[name] = QueueState(name, None, Reason.METRICS_INVALID,
-                                      f"{where}[{name}] must be finite and >= 0, got {value!r}")
+            states[name] = QueueState(
+                name,
+                None,
+                Reason.METRICS_INVALID,
+                f"{where}[{name}] must be finite and >= 0, got {value!r}",
+            )
         else:
             states[name] = QueueState(name, float(value))
     return states

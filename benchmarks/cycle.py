@@ -41,28 +41,52 @@ def _jobs(n: int) -> list[dict]:
         min_r = rng.randint(1, 3)
         max_r = min_r + rng.randint(0, 8)
         replicas = rng.randint(min_r, max_r)
-        job = pytorchjob(f"job-{i}", f"ns-{i % 37}", queue=f"team-{i % QUEUES:03d}",
-                         min_replicas=min_r, max_replicas=max_r, replicas=replicas,
-                         active=replicas, gpus=rng.choice([1, 1, 2, 4, 8]))
+        job = pytorchjob(
+            f"job-{i}",
+            f"ns-{i % 37}",
+            queue=f"team-{i % QUEUES:03d}",
+            min_replicas=min_r,
+            max_replicas=max_r,
+            replicas=replicas,
+            active=replicas,
+            gpus=rng.choice([1, 1, 2, 4, 8]),
+        )
         worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
         container = worker["template"]["spec"]["containers"][0]
-        container.update({
-            "command": ["torchrun", "--nnodes=1:8", "--nproc-per-node=1", "train.py",
-                        "--config", f"/configs/run-{i}.yaml"],
-            "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(12)],
-            "volumeMounts": [{"name": "data", "mountPath": "/data"},
-                             {"name": "dshm", "mountPath": "/dev/shm"}],
-        })
+        container.update(
+            {
+                "command": [
+                    "torchrun",
+                    "--nnodes=1:8",
+                    "--nproc-per-node=1",
+                    "train.py",
+                    "--config",
+                    f"/configs/run-{i}.yaml",
+                ],
+                "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(12)],
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/data"},
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                ],
+            }
+        )
         worker["template"]["spec"]["volumes"] = [
             {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{i % 50}"}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ]
         job["spec"]["pytorchReplicaSpecs"]["Master"] = json.loads(json.dumps(worker))
         job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 1
-        job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = \
+        job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
             json.dumps({"spec": job["spec"]})
-        job["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply",
-                                             "operation": "Update", "fieldsType": "FieldsV1",
-                                             "fieldsV1": {"f:spec": {"f:elasticPolicy": {}}}}]
+        )
+        job["metadata"]["managedFields"] = [
+            {
+                "manager": "kubectl-client-side-apply",
+                "operation": "Update",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:elasticPolicy": {}}},
+            }
+        ]
         out.append(job)
     return out
 
@@ -74,8 +98,7 @@ async def _serve(n: int) -> None:
     from fakekube import FakeKubeApi
     from promserver import fake_prometheus, sample, vector_body
 
-    body = vector_body(*(sample(f"team-{q:03d}", 4000.0, NOW.timestamp())
-                         for q in range(QUEUES)))
+    body = vector_body(*(sample(f"team-{q:03d}", 4000.0, NOW.timestamp()) for q in range(QUEUES)))
     async with FakeKubeApi() as api, fake_prometheus(body) as prom:
         for obj in _jobs(n):
             api.put(obj)
@@ -100,8 +123,12 @@ def _rss_mib() -> float:
 
 class Child:
     def __init__(self, n: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(n)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.urls = json.loads(self.proc.stdout.readline())
 
     def ask(self, command: str) -> dict:
@@ -128,16 +155,22 @@ async def _measure(n: int, steady: int) -> dict:
 
     child = Child(n)
     try:
-        settings = Settings(prometheus_url=child.urls["prometheus"], leader_election=False,
-                            free_gpus_query="free_gpus",  # the fake answers one value a queue
-                            max_metric_age_seconds=10**9, cycle_deadline_seconds=600,
-                            kube_request_timeout_seconds=60, log_level="warning")
+        settings = Settings(
+            prometheus_url=child.urls["prometheus"],
+            leader_election=False,
+            free_gpus_query="free_gpus",  # the fake answers one value a queue
+            max_metric_age_seconds=10**9,
+            cycle_deadline_seconds=600,
+            kube_request_timeout_seconds=60,
+            log_level="warning",
+        )
         configure_logging(settings)  # as the daemon does: debug lines cost nothing
         client = ApiClient(Configuration(host=child.urls["api"]))
         kube = KubeSource(settings, client, transform=pruner(settings))  # as the daemon
         prom = PrometheusSource(settings)
-        controller = Controller(settings, LiveSource(settings, kube, prom), KubeActuator(
-            settings, client), Metrics())
+        controller = Controller(
+            settings, LiveSource(settings, kube, prom), KubeActuator(settings, client), Metrics()
+        )
         child.ask("reset")
         t0 = time.perf_counter()
         await kube.start()
@@ -159,9 +192,12 @@ async def _measure(n: int, steady: int) -> dict:
         prom.close()
         await client.close()
         return {
-            "jobs": n, "sync_s": sync_s, "sync_calls": sync_calls,
+            "jobs": n,
+            "sync_s": sync_s,
+            "sync_calls": sync_calls,
             "first_cycle_s": first.duration_seconds,
-            "first_actions": len(first.plan.actions), "first_calls": first_calls,
+            "first_actions": len(first.plan.actions),
+            "first_calls": first_calls,
             "steady_cycle_s": statistics.median(steady_times),
             "steady_calls_per_cycle": {k: v / steady for k, v in steady_calls.items()},
             "rss_mib": _rss_mib(),
@@ -181,13 +217,21 @@ def main() -> int:
         return 0
     for n in args.jobs:
         # one size per process, so each RSS is that size's own peak
-        out = subprocess.run([sys.executable, "-c",
-                              "import asyncio, json, sys; sys.argv=['cycle'];"
-                              f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r});"
-                              "import cycle;"
-                              f"print(json.dumps(asyncio.run(cycle._measure({n}, "
-                              f"{args.steady}))))"],
-                             capture_output=True, text=True, check=True, env=os.environ)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import asyncio, json, sys; sys.argv=['cycle'];"
+                f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r});"
+                "import cycle;"
+                f"print(json.dumps(asyncio.run(cycle._measure({n}, "
+                f"{args.steady}))))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ,
+        )
         print(out.stdout.strip().splitlines()[-1])
     return 0
 

@@ -43,25 +43,46 @@ async def _load(url: str, token: str, ca: str, n: int) -> dict:
     ctx = ssl.create_default_context(cafile=ca)
     headers = {"Authorization": f"Bearer {token}"}
     gate = asyncio.Semaphore(32)
-    async with aiohttp.ClientSession(headers=headers,
-                                     connector=aiohttp.TCPConnector(ssl=ctx, limit=32)) as http:
+    async with aiohttp.ClientSession(
+        headers=headers, connector=aiohttp.TCPConnector(ssl=ctx, limit=32)
+    ) as http:
+
         async def call(method: str, path: str, body: dict, ctype: str = "application/json"):
             async with gate:
-                async with http.request(method, url + path, data=json.dumps(body),
-                                        headers={"Content-Type": ctype}) as resp:
+                async with http.request(
+                    method, url + path, data=json.dumps(body), headers={"Content-Type": ctype}
+                ) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
                         raise RuntimeError(f"{method} {path}: {resp.status} {text[:300]}")
                     return json.loads(text)
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(call("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{i}"}})
-            for i in range(NAMESPACES)))
-        await asyncio.gather(*(call("POST", "/apis/scheduling.volcano.sh/v1beta1/queues", {
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": f"team-{q:03d}"}, "spec": {"weight": 1}})
-            for q in range(QUEUES)))
+        await asyncio.gather(
+            *(
+                call(
+                    "POST",
+                    "/api/v1/namespaces",
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{i}"}},
+                )
+                for i in range(NAMESPACES)
+            )
+        )
+        await asyncio.gather(
+            *(
+                call(
+                    "POST",
+                    "/apis/scheduling.volcano.sh/v1beta1/queues",
+                    {
+                        "apiVersion": "scheduling.volcano.sh/v1beta1",
+                        "kind": "Queue",
+                        "metadata": {"name": f"team-{q:03d}"},
+                        "spec": {"weight": 1},
+                    },
+                )
+                for q in range(QUEUES)
+            )
+        )
         jobs = _jobs(n)
         sizes = []
 
@@ -69,40 +90,85 @@ async def _load(url: str, token: str, ca: str, n: int) -> dict:
             meta = obj["metadata"]
             ns, name = meta["namespace"], meta["name"]
             body = {k: v for k, v in obj.items() if k != "status"}
-            body["metadata"] = {k: v for k, v in meta.items()
-                                if k in ("name", "namespace", "annotations")}
+            body["metadata"] = {
+                k: v for k, v in meta.items() if k in ("name", "namespace", "annotations")
+            }
             base = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
             created = await call("POST", base, body)
             worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
-            done = await call("PATCH", f"{base}/{name}/status", {"status": {
-                "replicaStatuses": {"Worker": {"active": worker["replicas"]},
-                                    "Master": {"active": 1}},
-                "startTime": "2026-11-22T08:00:00Z",
-                "conditions": [{"type": "Running", "status": "True"}]}},
-                "application/merge-patch+json")
+            done = await call(
+                "PATCH",
+                f"{base}/{name}/status",
+                {
+                    "status": {
+                        "replicaStatuses": {
+                            "Worker": {"active": worker["replicas"]},
+                            "Master": {"active": 1},
+                        },
+                        "startTime": "2026-11-22T08:00:00Z",
+                        "conditions": [{"type": "Running", "status": "True"}],
+                    }
+                },
+                "application/merge-patch+json",
+            )
             sizes.append(len(json.dumps(done)))
-            gpus = worker["template"]["spec"]["containers"][0]["resources"]["limits"][
-                "nvidia.com/gpu"] * worker["replicas"]
-            await call("POST", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups", {
-                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
-                    "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name,
-                    "uid": created["metadata"]["uid"], "controller": True}]},
-                "spec": {"minMember": worker["replicas"] + 1,
-                         "queue": obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"],
-                         "minResources": {"nvidia.com/gpu": str(gpus)}},
-                "status": {"phase": "Running", "running": worker["replicas"] + 1}})
+            gpus = (
+                worker["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+                * worker["replicas"]
+            )
+            await call(
+                "POST",
+                f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups",
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "PodGroup",
+                    "metadata": {
+                        "name": name,
+                        "namespace": ns,
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "kubeflow.org/v1",
+                                "kind": "PyTorchJob",
+                                "name": name,
+                                "uid": created["metadata"]["uid"],
+                                "controller": True,
+                            }
+                        ],
+                    },
+                    "spec": {
+                        "minMember": worker["replicas"] + 1,
+                        "queue": obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"],
+                        "minResources": {"nvidia.com/gpu": str(gpus)},
+                    },
+                    "status": {"phase": "Running", "running": worker["replicas"] + 1},
+                },
+            )
 
         await asyncio.gather(*(job(j) for j in jobs))
-        await asyncio.gather(*(call(
-            "POST", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/ns-{i % NAMESPACES}/podgroups",
-            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-             "metadata": {"name": f"waiting-{i}", "namespace": f"ns-{i % NAMESPACES}"},
-             "spec": {"minMember": 2, "queue": f"team-{i % QUEUES:03d}",
-                      "minResources": {"nvidia.com/gpu": str(1 + i % 8)}},
-             "status": {"phase": "Pending"}}) for i in range(PENDING)))
-        return {"load_s": round(time.perf_counter() - t0, 1),
-                "job_bytes_median": int(statistics.median(sizes))}
+        await asyncio.gather(
+            *(
+                call(
+                    "POST",
+                    f"/apis/scheduling.volcano.sh/v1beta1/namespaces/ns-{i % NAMESPACES}/podgroups",
+                    {
+                        "apiVersion": "scheduling.volcano.sh/v1beta1",
+                        "kind": "PodGroup",
+                        "metadata": {"name": f"waiting-{i}", "namespace": f"ns-{i % NAMESPACES}"},
+                        "spec": {
+                            "minMember": 2,
+                            "queue": f"team-{i % QUEUES:03d}",
+                            "minResources": {"nvidia.com/gpu": str(1 + i % 8)},
+                        },
+                        "status": {"phase": "Pending"},
+                    },
+                )
+                for i in range(PENDING)
+            )
+        )
+        return {
+            "load_s": round(time.perf_counter() - t0, 1),
+            "job_bytes_median": int(statistics.median(sizes)),
+        }
 
 
 async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) -> dict:
@@ -117,18 +183,26 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
     from autoscaler.sources.kube import KubeSource, make_api_client
     from autoscaler.sources.prometheus import PrometheusSource
 
-    settings = Settings(prometheus_url=prom_url, free_gpus_query="free_gpus",
-                        kubeconfig=Path(kubeconfig), leader_election=False,
-                        max_metric_age_seconds=10**9, cycle_deadline_seconds=600,
-                        kube_request_timeout_seconds=120, log_level="warning",
-                        kube_list_page_size=page_size, cooldown_seconds=0,
-                        growth_payoff_factor=0)
+    settings = Settings(
+        prometheus_url=prom_url,
+        free_gpus_query="free_gpus",
+        kubeconfig=Path(kubeconfig),
+        leader_election=False,
+        max_metric_age_seconds=10**9,
+        cycle_deadline_seconds=600,
+        kube_request_timeout_seconds=120,
+        log_level="warning",
+        kube_list_page_size=page_size,
+        cooldown_seconds=0,
+        growth_payoff_factor=0,
+    )
     configure_logging(settings)
     client: ApiClient = await make_api_client(settings)
     kube = KubeSource(settings, client, transform=pruner(settings))
     prom = PrometheusSource(settings)
-    controller = Controller(settings, LiveSource(settings, kube, prom),
-                            KubeActuator(settings, client), Metrics())
+    controller = Controller(
+        settings, LiveSource(settings, kube, prom), KubeActuator(settings, client), Metrics()
+    )
     t0 = time.perf_counter()
     await kube.start()
     await kube.wait_synced(600)
@@ -148,13 +222,15 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
     await client.close()
     return {
         "page_size": page_size,
-        "sync_s": round(sync_s, 2), "sync_lists": before["lists"],
+        "sync_s": round(sync_s, 2),
+        "sync_lists": before["lists"],
         "first_cycle_s": round(first.duration_seconds, 3),
         "first_resizes": len(first.plan.actions),
         "first_writes": {k.value: v for k, v in applied.items()},
         "steady_cycle_ms": round(1000 * statistics.median(steady_times), 1),
         "steady_api_calls": (end["lists"] - after_first["lists"])
-        + (end["watches"] - after_first["watches"]) + steady_writes,
+        + (end["watches"] - after_first["watches"])
+        + steady_writes,
         "peak_rss_mib": _peak_rss_mib(),
     }
 
@@ -172,8 +248,9 @@ async def _main(args: argparse.Namespace) -> None:
     from promserver import fake_prometheus, sample, vector_body
 
     now = time.time()
-    body = vector_body(*(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now)
-                         for q in range(QUEUES)))
+    body = vector_body(
+        *(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now) for q in range(QUEUES))
+    )
     with envtest_server("envtest-bench-") as server:
         loaded = await _load(server.url, server.token, str(server.ca_file), args.jobs)
         print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
@@ -181,9 +258,16 @@ async def _main(args: argparse.Namespace) -> None:
         async with fake_prometheus(body) as prom:
             for page in args.page_size:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, __file__, "--measure", str(kubeconfig), prom.url,
-                    str(page), str(args.steady), stdout=asyncio.subprocess.PIPE,
-                    env=os.environ)
+                    sys.executable,
+                    __file__,
+                    "--measure",
+                    str(kubeconfig),
+                    prom.url,
+                    str(page),
+                    str(args.steady),
+                    stdout=asyncio.subprocess.PIPE,
+                    env=os.environ,
+                )
                 out, _ = await proc.communicate()
                 print(out.decode().strip().splitlines()[-1], flush=True)
                 # the first cycle resized jobs: put them back, so each run starts alike
@@ -199,14 +283,17 @@ async def _reset(server) -> None:
         if worker["replicas"] != active:
             meta = job["metadata"]
             server.request(
-                "PATCH", f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/pytorchjobs/"
-                f"{meta['name']}", {"spec": {"pytorchReplicaSpecs": {"Worker": {
-                    "replicas": active}}}}, content_type="application/merge-patch+json")
+                "PATCH",
+                f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/pytorchjobs/{meta['name']}",
+                {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": active}}}},
+                content_type="application/merge-patch+json",
+            )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--page-size", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--steady", type=int, default=10)

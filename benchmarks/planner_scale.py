@@ -44,38 +44,78 @@ def cluster(n_jobs: int, seed: int = 1) -> tuple[ClusterSnapshot, list[dict], di
         max_r = min_r + rng.randint(0, 12)
         replicas = rng.randint(min_r, max_r)
         roll = rng.random()
-        active = replicas if roll < 0.8 else (max(0, replicas - 2) if roll < 0.9
-                                              else replicas + 1)
+        active = replicas if roll < 0.8 else (max(0, replicas - 2) if roll < 0.9 else replicas + 1)
         last = None if rng.random() < 0.5 else NOW - timedelta(seconds=rng.randint(0, 3600))
         created = NOW - timedelta(seconds=rng.randint(600, 86400))
         ref = ObjectRef(f"ns-{i % 37}", f"job-{i}", "PyTorchJob", f"uid-{i}")
-        jobs.append(ElasticJob(ref, queue, min_r, max_r, replicas, active, gpw, created,
-                               priority=rng.choice([0, 0, 0, 100]), last_scale_time=last,
-                               resource_version=str(i)))
+        jobs.append(
+            ElasticJob(
+                ref,
+                queue,
+                min_r,
+                max_r,
+                replicas,
+                active,
+                gpw,
+                created,
+                priority=rng.choice([0, 0, 0, 100]),
+                last_scale_time=last,
+                resource_version=str(i),
+            )
+        )
         raw.append(_raw_job(ref, queue, min_r, max_r, replicas, active, gpw, created, last))
         if rng.random() < 0.03:
-            pending.append(PendingGroup(ObjectRef(ref.namespace, f"pg-{i}", "PodGroup"),
-                                        queue, rng.choice([1, 2, 4, 8, 16, 64]),
-                                        NOW - timedelta(seconds=rng.randint(0, 4000))))
+            pending.append(
+                PendingGroup(
+                    ObjectRef(ref.namespace, f"pg-{i}", "PodGroup"),
+                    queue,
+                    rng.choice([1, 2, 4, 8, 16, 64]),
+                    NOW - timedelta(seconds=rng.randint(0, 4000)),
+                )
+            )
     free = {f"team-{q:03d}": float(rng.choice([0, 0, 2, 8, 16, 64])) for q in range(QUEUES)}
-    snap = ClusterSnapshot({q: QueueState(q, v) for q, v in free.items()}, tuple(jobs),
-                           pending=tuple(pending))
+    snap = ClusterSnapshot(
+        {q: QueueState(q, v) for q, v in free.items()}, tuple(jobs), pending=tuple(pending)
+    )
     return snap, raw, free
 
 
 def _raw_job(ref, queue, min_r, max_r, replicas, active, gpw, created, last) -> dict:
-    ann = {"elastic-autoscaler.io/last-scale-time": last.strftime("%Y-%m-%dT%H:%M:%SZ")} \
-        if last else {}
+    ann = (
+        {"elastic-autoscaler.io/last-scale-time": last.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        if last
+        else {}
+    )
     return {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid,
-                     "resourceVersion": "1", "annotations": ann,
-                     "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")},
-        "spec": {"elasticPolicy": {"minReplicas": min_r, "maxReplicas": max_r},
-                 "runPolicy": {"schedulingPolicy": {"queue": queue, "minAvailable": min_r}},
-                 "pytorchReplicaSpecs": {"Worker": {"replicas": replicas, "template": {
-                     "spec": {"containers": [{"name": "pytorch", "resources": {
-                         "limits": {"nvidia.com/gpu": gpw}}}]}}}}},
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": ref.uid,
+            "resourceVersion": "1",
+            "annotations": ann,
+            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": {
+            "elasticPolicy": {"minReplicas": min_r, "maxReplicas": max_r},
+            "runPolicy": {"schedulingPolicy": {"queue": queue, "minAvailable": min_r}},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "resources": {"limits": {"nvidia.com/gpu": gpw}},
+                                }
+                            ]
+                        }
+                    },
+                }
+            },
+        },
         "status": {"replicaStatuses": {"Worker": {"active": active}}},
     }
 
@@ -97,18 +137,20 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     settings = Settings()
-    print(f"{'jobs':>7} {'gangs':>6} {'plan ms':>9} {'us/job':>7} {'actions':>8} "
-          f"{'parse ms':>9}")
+    print(f"{'jobs':>7} {'gangs':>6} {'plan ms':>9} {'us/job':>7} {'actions':>8} {'parse ms':>9}")
     for n in args.jobs:
         snap, raw, free = cluster(n)
         states = free_gpu_states(free)
         raw_objects = RawObjects(jobs=tuple(raw))
         plan_s = timed(lambda snap=snap: plan(snap, settings, NOW), args.repeat)
-        parse_s = timed(lambda r=raw_objects, s=states: build_snapshot(r, s, settings),
-                        max(1, args.repeat // 2))
+        parse_s = timed(
+            lambda r=raw_objects, s=states: build_snapshot(r, s, settings), max(1, args.repeat // 2)
+        )
         actions = len(plan(snap, settings, NOW).actions)
-        print(f"{n:>7} {len(snap.pending):>6} {plan_s * 1000:>9.1f} "
-              f"{plan_s / n * 1e6:>7.2f} {actions:>8} {parse_s * 1000:>9.1f}")
+        print(
+            f"{n:>7} {len(snap.pending):>6} {plan_s * 1000:>9.1f} "
+            f"{plan_s / n * 1e6:>7.2f} {actions:>8} {parse_s * 1000:>9.1f}"
+        )
     return 0
 
 

@@ -36,15 +36,20 @@ CONFIGS: list[tuple[str, dict[str, Any], bool]] = [
     ("+noblock", {}, True),
     ("+noblock reserve_gpus_per_queue=2", {"reserve_gpus_per_queue": 2}, True),
     ("+noblock growth_payoff_factor=2", {"growth_payoff_factor": 2}, True),
-    ("+noblock cooldown=900 reserve=2",
-     {"cooldown_seconds": 900, "reserve_gpus_per_queue": 2}, True),
+    (
+        "+noblock cooldown=900 reserve=2",
+        {"cooldown_seconds": 900, "reserve_gpus_per_queue": 2},
+        True,
+    ),
 ]
 
 
 def main() -> None:
     traces = Path(sys.argv[1]) if len(sys.argv) > 1 else bundled_traces()
-    workloads = [read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", TraceOptions())
-                 for i in range(1, 9)]
+    workloads = [
+        read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", TraceOptions())
+        for i in range(1, 9)
+    ]
     print(f"{'planner configuration':40s} avgJCT h  p95queue h  restarts  util/bound")
     for label, overrides, proto in CONFIGS:
         if proto:
@@ -52,12 +57,14 @@ def main() -> None:
         rows = []
         for w in workloads:
             m = compare(w, 64, Settings(**overrides), ["planner"]).metrics["planner"]
-            rows.append((m.avg_jct, m.p95_queueing, m.restarts_per_job,
-                         m.utilisation / m.bound))
-        print(f"{label:40s} {statistics.fmean(r[0] for r in rows) / 3600:8.3f}  "
-              f"{statistics.fmean(r[1] for r in rows) / 3600:10.2f}  "
-              f"{statistics.fmean(r[2] for r in rows):8.2f}  "
-              f"{statistics.fmean(r[3] for r in rows):10.3f}", flush=True)
+            rows.append((m.avg_jct, m.p95_queueing, m.restarts_per_job, m.utilisation / m.bound))
+        print(
+            f"{label:40s} {statistics.fmean(r[0] for r in rows) / 3600:8.3f}  "
+            f"{statistics.fmean(r[1] for r in rows) / 3600:10.2f}  "
+            f"{statistics.fmean(r[2] for r in rows):8.2f}  "
+            f"{statistics.fmean(r[3] for r in rows):10.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

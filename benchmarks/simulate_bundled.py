@@ -24,8 +24,7 @@ def fit(job) -> float:  # type: ignore[no-untyped-def]
     for k in range(1, 2000):
         p = 0.5 + 0.5 * k / 2000
         curve = amdahl(job.requested, job.max_workers, p)
-        err = sum((math.log(curve.rate(g)) - math.log(job.speedup.rate(g))) ** 2
-                  for g in sizes)
+        err = sum((math.log(curve.rate(g)) - math.log(job.speedup.rate(g))) ** 2 for g in sizes)
         best = min(best, (err, p))
     return round(best[1], 4)
 
@@ -37,8 +36,10 @@ def main() -> None:
     for i, j in enumerate(w.jobs):
         if i % 2:
             continue
-        print(f"{j.name},{j.submit:.0f},{j.work:.0f},{j.requested},default,"
-              f"{j.min_workers},{j.max_workers},amdahl:{fit(j)}")
+        print(
+            f"{j.name},{j.submit:.0f},{j.work:.0f},{j.requested},default,"
+            f"{j.min_workers},{j.max_workers},amdahl:{fit(j)}"
+        )
 
 
 if __name__ == "__main__":

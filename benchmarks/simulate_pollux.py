@@ -25,8 +25,14 @@ from autoscaler.sim.workload import ElasticRule
 KEYS = ("utilisation", "bound", "avg_jct", "p95_jct", "p95_queueing", "restarts_per_job")
 
 
-def run_all(traces: Path, settings: Settings, policies: tuple[str, ...], gpus: int,
-            penalty: float, opts: TraceOptions) -> dict[str, dict[str, float]]:
+def run_all(
+    traces: Path,
+    settings: Settings,
+    policies: tuple[str, ...],
+    gpus: int,
+    penalty: float,
+    opts: TraceOptions,
+) -> dict[str, dict[str, float]]:
     per: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     for i in range(1, 9):
         w = read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", opts)
@@ -34,18 +40,24 @@ def run_all(traces: Path, settings: Settings, policies: tuple[str, ...], gpus: i
         for p in policies:
             m = c.metrics[p]
             per[p].append({k: getattr(m, k) for k in KEYS})
-    return {p: {k: statistics.fmean(r[k] for r in rows) for k in KEYS} | {
-        "util/bound": statistics.fmean(r["utilisation"] / r["bound"] for r in rows)}
-        for p, rows in per.items()} | {"_per_workload": per}  # type: ignore[operator]
+    return {
+        p: {k: statistics.fmean(r[k] for r in rows) for k in KEYS}
+        | {"util/bound": statistics.fmean(r["utilisation"] / r["bound"] for r in rows)}
+        for p, rows in per.items()
+    } | {"_per_workload": per}  # type: ignore[operator]
 
 
 def per_workload(avg: dict[str, Any]) -> str:
     per = avg["_per_workload"]
-    lines = ["avg JCT h / restarts per job, by workload",
-             f"{'policy':16s} " + " ".join(f"{'wl-' + str(i):>10s}" for i in range(1, 9))]
+    lines = [
+        "avg JCT h / restarts per job, by workload",
+        f"{'policy':16s} " + " ".join(f"{'wl-' + str(i):>10s}" for i in range(1, 9)),
+    ]
     for p, rows in per.items():
-        lines.append(f"{p:16s} " + " ".join(
-            f"{r['avg_jct'] / 3600:5.2f}/{r['restarts_per_job']:4.2f}" for r in rows))
+        lines.append(
+            f"{p:16s} "
+            + " ".join(f"{r['avg_jct'] / 3600:5.2f}/{r['restarts_per_job']:4.2f}" for r in rows)
+        )
     return "\n".join(lines)
 
 
@@ -54,17 +66,24 @@ def show(avg: dict[str, Any], ref: str = "planner") -> str:
     for p, m in avg.items():
         if p.startswith("_"):
             continue
-        lines.append(f"{p:24s} {m['utilisation']:.3f} {m['util/bound']:.3f}   "
-                     f"{m['avg_jct'] / 3600:7.3f}   {m['p95_jct'] / 3600:7.2f}   "
-                     f"{m['p95_queueing'] / 3600:8.2f}   {m['restarts_per_job']:.2f}")
+        lines.append(
+            f"{p:24s} {m['utilisation']:.3f} {m['util/bound']:.3f}   "
+            f"{m['avg_jct'] / 3600:7.3f}   {m['p95_jct'] / 3600:7.2f}   "
+            f"{m['p95_queueing'] / 3600:8.2f}   {m['restarts_per_job']:.2f}"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("traces", type=Path, nargs="?", default=bundled_traces(),
-                    help="folder with pollux-workloads/ and pollux-app-profiles/ "
-                    "(default: the copy bundled in the package)")
+    ap.add_argument(
+        "traces",
+        type=Path,
+        nargs="?",
+        default=bundled_traces(),
+        help="folder with pollux-workloads/ and pollux-app-profiles/ "
+        "(default: the copy bundled in the package)",
+    )
     ap.add_argument("--set", action="append", default=[], help="planner setting key=value")
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--penalty", type=float, default=30.0)
@@ -77,8 +96,9 @@ def main() -> None:
     settings = Settings(**overrides)
     t = time.time()
     opts = TraceOptions(elastic=ElasticRule.parse(args.elastic_range), speedup=args.speedup)
-    avg = run_all(args.traces, settings, tuple(args.policies.split(",")), args.gpus,
-                  args.penalty, opts)
+    avg = run_all(
+        args.traces, settings, tuple(args.policies.split(",")), args.gpus, args.penalty, opts
+    )
     print(show(avg))
     print(per_workload(avg))
     print(f"({time.time() - t:.1f}s)", file=sys.stderr)

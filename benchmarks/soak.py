@@ -149,8 +149,9 @@ class World:
         self.queue_state: dict[str, str] = {q: "Open" for q in CAPACITY}
 
     def used(self, queue: str) -> int:
-        return (sum(j.active * j.gpw for j in self.jobs.values() if j.queue == queue)
-                + sum(g.gpus for g in self.gangs.values() if g.queue == queue and g.running))
+        return sum(j.active * j.gpw for j in self.jobs.values() if j.queue == queue) + sum(
+            g.gpus for g in self.gangs.values() if g.queue == queue and g.running
+        )
 
     def free(self, queue: str) -> int:
         return CAPACITY[queue] - self.used(queue)
@@ -170,13 +171,26 @@ class World:
             hi = lo + r.choice([0, 1, 2, 4, 8])
             name = self._name("j")
             self.jobs[name] = SimJob(
-                name, r.choice(list(CAPACITY)), lo, hi, r.randint(lo, min(hi, lo + 1)), 0,
-                r.choice([1, 1, 2, 4]), r.choice(["low", "low", "mid", "high"]), now,
-                stuck=r.random() < 0.05)
+                name,
+                r.choice(list(CAPACITY)),
+                lo,
+                hi,
+                r.randint(lo, min(hi, lo + 1)),
+                0,
+                r.choice([1, 1, 2, 4]),
+                r.choice(["low", "low", "mid", "high"]),
+                now,
+                stuck=r.random() < 0.05,
+            )
         if r.random() < (0.08 if busy else 0.03) and len(self.gangs) < 12:
             name = self._name("g")
-            self.gangs[name] = SimGang(name, r.choice(list(CAPACITY)), r.choice([1, 2, 4, 8, 12]),
-                                       r.choice(["low", "mid", "high"]), now)
+            self.gangs[name] = SimGang(
+                name,
+                r.choice(list(CAPACITY)),
+                r.choice([1, 2, 4, 8, 12]),
+                r.choice(["low", "mid", "high"]),
+                now,
+            )
         for j in list(self.jobs.values()):
             if r.random() < (0.012 if j.active else 0.01):
                 del self.jobs[j.name]  # finished, or given up on while waiting
@@ -213,11 +227,18 @@ class World:
             if j.active > j.replicas:  # released workers are gone within a cycle
                 j.active = j.replicas
         waiting = sorted(
-            [(-PRIORITIES[g.priority], g.created, g.name, g) for g in self.gangs.values()
-             if not g.running]
-            + [(-PRIORITIES[j.priority], j.created, j.name, j) for j in self.jobs.values()
-               if j.active == 0 and j.replicas > 0],
-            key=lambda t: t[:3])
+            [
+                (-PRIORITIES[g.priority], g.created, g.name, g)
+                for g in self.gangs.values()
+                if not g.running
+            ]
+            + [
+                (-PRIORITIES[j.priority], j.created, j.name, j)
+                for j in self.jobs.values()
+                if j.active == 0 and j.replicas > 0
+            ],
+            key=lambda t: t[:3],
+        )
         for *_, item in waiting:
             need = item.gpus if isinstance(item, SimGang) else item.min * item.gpw
             if need <= self.free(item.queue) and r.random() < 0.8:
@@ -260,62 +281,137 @@ class World:
                 states[q] = QueueState(q, float(max(0, value)) + r.choice([0, 0, 0, 0.4]))
         return states, None, ""
 
-    def snapshot(self, free: dict[str, QueueState], problem: Reason | None,
-                 message: str) -> ClusterSnapshot:
+    def snapshot(
+        self, free: dict[str, QueueState], problem: Reason | None, message: str
+    ) -> ClusterSnapshot:
         jobs, pending, unmanaged = [], [], []
         for j in sorted(self.jobs.values(), key=lambda j: j.name):
             inflight = max(0, j.replicas - j.active) * j.gpw
             if j.paused:
-                unmanaged.append(UnmanagedJob(
-                    j.ref, j.queue, Reason.PAUSED, f"annotation {PAUSED} is \"true\"",
-                    replicas=j.replicas, gpus_per_worker=j.gpw, inflight_gpus=inflight))
+                unmanaged.append(
+                    UnmanagedJob(
+                        j.ref,
+                        j.queue,
+                        Reason.PAUSED,
+                        f'annotation {PAUSED} is "true"',
+                        replicas=j.replicas,
+                        gpus_per_worker=j.gpw,
+                        inflight_gpus=inflight,
+                    )
+                )
             elif j.broken:
                 # what parse.py reports; its in-flight GPUs still count in the queue
-                unmanaged.append(UnmanagedJob(
-                    j.ref, j.queue, Reason.INVALID_POLICY,
-                    f"spec.elasticPolicy.minReplicas={j.max + 1} is above maxReplicas={j.max}",
-                    replicas=j.replicas, gpus_per_worker=j.gpw, inflight_gpus=inflight))
+                unmanaged.append(
+                    UnmanagedJob(
+                        j.ref,
+                        j.queue,
+                        Reason.INVALID_POLICY,
+                        f"spec.elasticPolicy.minReplicas={j.max + 1} is above maxReplicas={j.max}",
+                        replicas=j.replicas,
+                        gpus_per_worker=j.gpw,
+                        inflight_gpus=inflight,
+                    )
+                )
             else:
-                jobs.append(ElasticJob(
-                ref=j.ref, queue=j.queue, min_replicas=j.min, max_replicas=j.max,
-                    replicas=j.replicas, active=j.active, gpus_per_worker=j.gpw,
-                    created=j.created, priority=PRIORITIES[j.priority],
-                    last_scale_time=j.last_scale, started=j.started,
-                    resource_version=str(j.version)))
+                jobs.append(
+                    ElasticJob(
+                        ref=j.ref,
+                        queue=j.queue,
+                        min_replicas=j.min,
+                        max_replicas=j.max,
+                        replicas=j.replicas,
+                        active=j.active,
+                        gpus_per_worker=j.gpw,
+                        created=j.created,
+                        priority=PRIORITIES[j.priority],
+                        last_scale_time=j.last_scale,
+                        started=j.started,
+                        resource_version=str(j.version),
+                    )
+                )
             if j.active == 0:
-                pending.append(PendingGroup(
-                    ObjectRef("ml", j.name, "PodGroup"), j.queue, j.min * j.gpw, j.created,
-                    PRIORITIES[j.priority], owner=ObjectRef("ml", j.name, "PyTorchJob",
-                                                            f"uid-{j.name}")))
+                pending.append(
+                    PendingGroup(
+                        ObjectRef("ml", j.name, "PodGroup"),
+                        j.queue,
+                        j.min * j.gpw,
+                        j.created,
+                        PRIORITIES[j.priority],
+                        owner=ObjectRef("ml", j.name, "PyTorchJob", f"uid-{j.name}"),
+                    )
+                )
         for g in sorted(self.gangs.values(), key=lambda g: g.name):
             if not g.running:
-                pending.append(PendingGroup(ObjectRef("ml", g.name, "PodGroup"), g.queue,
-                                            g.gpus, g.created, PRIORITIES[g.priority]))
+                pending.append(
+                    PendingGroup(
+                        ObjectRef("ml", g.name, "PodGroup"),
+                        g.queue,
+                        g.gpus,
+                        g.created,
+                        PRIORITIES[g.priority],
+                    )
+                )
         # queues the source did not mention are unknown, as build_snapshot makes them
         queues = dict(free)
         for q in CAPACITY:
-            queues.setdefault(q, QueueState(q, None, Reason.METRICS_MISSING,
-                                            f"queue {q} has no series in the free-GPU query"))
+            queues.setdefault(
+                q,
+                QueueState(
+                    q,
+                    None,
+                    Reason.METRICS_MISSING,
+                    f"queue {q} has no series in the free-GPU query",
+                ),
+            )
             queues[q] = replace(queues[q], state=self.queue_state[q])
-        return ClusterSnapshot(queues=queues, jobs=tuple(jobs), unmanaged=tuple(unmanaged),
-                               pending=tuple(pending), problem=problem, message=message)
+        return ClusterSnapshot(
+            queues=queues,
+            jobs=tuple(jobs),
+            unmanaged=tuple(unmanaged),
+            pending=tuple(pending),
+            problem=problem,
+            message=message,
+        )
 
     def raw(self) -> RawObjects:
         """The same cluster as the API server would serve it."""
 
         jobs = [raw_job(j) for j in sorted(self.jobs.values(), key=lambda j: j.name)]
-        groups = [raw_podgroup(j.name, j.queue, j.min * j.gpw, j.priority, j.created,
-                               owner=j.name)
-                  for j in sorted(self.jobs.values(), key=lambda j: j.name)
-                  if j.active == 0]
-        groups += [raw_podgroup(g.name, g.queue, g.gpus, g.priority, g.created,
-                                phase="Running" if g.running else "Inqueue")
-                   for g in sorted(self.gangs.values(), key=lambda g: g.name)]
-        classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                    "metadata": {"name": n}, "value": v} for n, v in PRIORITIES.items()]
-        queues = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                   "metadata": {"name": q}, "spec": {"weight": 1},
-                   "status": {"state": state}} for q, state in self.queue_state.items()]
+        groups = [
+            raw_podgroup(j.name, j.queue, j.min * j.gpw, j.priority, j.created, owner=j.name)
+            for j in sorted(self.jobs.values(), key=lambda j: j.name)
+            if j.active == 0
+        ]
+        groups += [
+            raw_podgroup(
+                g.name,
+                g.queue,
+                g.gpus,
+                g.priority,
+                g.created,
+                phase="Running" if g.running else "Inqueue",
+            )
+            for g in sorted(self.gangs.values(), key=lambda g: g.name)
+        ]
+        classes = [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": n},
+                "value": v,
+            }
+            for n, v in PRIORITIES.items()
+        ]
+        queues = [
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "Queue",
+                "metadata": {"name": q},
+                "spec": {"weight": 1},
+                "status": {"state": state},
+            }
+            for q, state in self.queue_state.items()
+        ]
         return RawObjects(tuple(jobs), tuple(groups), tuple(queues), tuple(classes))
 
     def apply(self, plan: Plan, now: datetime) -> list[Decision]:
@@ -343,35 +439,77 @@ def raw_job(j: SimJob) -> dict[str, Any]:
     if j.started is not None:
         status["startTime"] = format_time(j.started)
     return {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": j.name, "namespace": "ml", "uid": f"uid-{j.name}",
-                     "resourceVersion": str(j.version),
-                     "creationTimestamp": format_time(j.created), "annotations": annotations},
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": j.name,
+            "namespace": "ml",
+            "uid": f"uid-{j.name}",
+            "resourceVersion": str(j.version),
+            "creationTimestamp": format_time(j.created),
+            "annotations": annotations,
+        },
         "spec": {
-            "elasticPolicy": {"minReplicas": j.max + 1 if j.broken else j.min,
-                              "maxReplicas": j.max},
-            "runPolicy": {"schedulingPolicy": {"queue": j.queue, "priorityClass": j.priority,
-                                               "minAvailable": j.min}},
-            "pytorchReplicaSpecs": {"Worker": {"replicas": j.replicas, "template": {"spec": {
-                "containers": [{"name": "pytorch",
-                                "resources": {"limits": {GPU: j.gpw}}}]}}}},
+            "elasticPolicy": {
+                "minReplicas": j.max + 1 if j.broken else j.min,
+                "maxReplicas": j.max,
+            },
+            "runPolicy": {
+                "schedulingPolicy": {
+                    "queue": j.queue,
+                    "priorityClass": j.priority,
+                    "minAvailable": j.min,
+                }
+            },
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": j.replicas,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "pytorch", "resources": {"limits": {GPU: j.gpw}}}
+                            ]
+                        }
+                    },
+                }
+            },
         },
         "status": status,
     }
 
 
-def raw_podgroup(name: str, queue: str, gpus: int, priority: str, created: datetime, *,
-                 owner: str | None = None, phase: str = "Pending") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "ml",
-                            "creationTimestamp": format_time(created)}
+def raw_podgroup(
+    name: str,
+    queue: str,
+    gpus: int,
+    priority: str,
+    created: datetime,
+    *,
+    owner: str | None = None,
+    phase: str = "Pending",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ml",
+        "creationTimestamp": format_time(created),
+    }
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-                                    "name": owner, "uid": f"uid-{owner}", "controller": True}]
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": meta,
-            "spec": {"queue": queue, "minResources": {GPU: str(gpus)},
-                     "priorityClassName": priority},
-            "status": {"phase": phase}}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": owner,
+                "uid": f"uid-{owner}",
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": meta,
+        "spec": {"queue": queue, "minResources": {GPU: str(gpus)}, "priorityClassName": priority},
+        "status": {"phase": phase},
+    }
 
 
 # ---- the checker ----------------------------------------------------------------------
@@ -395,13 +533,25 @@ class History:
 
 
 def _usable(state: QueueState | None, snapshot: ClusterSnapshot) -> bool:
-    return (snapshot.problem is None and state is not None and state.problem is None
-            and state.free_gpus is not None and math.isfinite(state.free_gpus)
-            and state.free_gpus >= 0 and state.state not in ("Closed", "Closing"))
+    return (
+        snapshot.problem is None
+        and state is not None
+        and state.problem is None
+        and state.free_gpus is not None
+        and math.isfinite(state.free_gpus)
+        and state.free_gpus >= 0
+        and state.state not in ("Closed", "Closing")
+    )
 
 
-def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: datetime,
-               history: History | None = None, cycle: int = 0) -> list[Violation]:
+def check_plan(
+    snapshot: ClusterSnapshot,
+    result: Plan,
+    policy: Settings,
+    now: datetime,
+    history: History | None = None,
+    cycle: int = 0,
+) -> list[Violation]:
     """Every invariant of one plan against what the planner knew. Empty: all hold."""
 
     out: list[Violation] = []
@@ -414,7 +564,8 @@ def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: d
     if set(decided) != set(jobs) | {u.ref for u in snapshot.unmanaged}:
         bad("accounted", "decisions do not match the jobs")
     if {g.ref for g in result.gangs} != {g.ref for g in snapshot.pending} | {
-            g.ref for g in snapshot.invalid_groups}:
+        g.ref for g in snapshot.invalid_groups
+    }:
         bad("accounted", "gang decisions do not match the waiting gangs")
     for d in result.decisions:
         if not d.message:
@@ -427,8 +578,10 @@ def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: d
         if d is None:
             continue
         if d.target is None or not j.min_replicas <= d.target <= j.max_replicas:
-            bad("bounds", f"{ref.name}: target {d.target} outside [{j.min_replicas}, "
-                          f"{j.max_replicas}]")
+            bad(
+                "bounds",
+                f"{ref.name}: target {d.target} outside [{j.min_replicas}, {j.max_replicas}]",
+            )
         if not d.changed:
             continue
         since = None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds()
@@ -440,55 +593,78 @@ def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: d
         else:
             if d.reason not in (Reason.RECLAIM_FOR_PENDING, Reason.TRIM_UNPLACED):
                 bad("bounds", f"{ref.name}: shrunk with reason {d.reason.value}")
-            if d.reason is Reason.RECLAIM_FOR_PENDING and since is not None \
-                    and since < policy.reclaim_cooldown_seconds:
+            if (
+                d.reason is Reason.RECLAIM_FOR_PENDING
+                and since is not None
+                and since < policy.reclaim_cooldown_seconds
+            ):
                 bad("cooldown", f"{ref.name}: reclaimed {since:.0f}s after its last resize")
         if history is not None:
             if d.direction == "up":
                 shrunk = history.last(ref, "down")
-                if shrunk is not None and (now - shrunk).total_seconds() < \
-                        policy.cooldown_seconds:
-                    bad("flapping", f"{ref.name}: grown {(now - shrunk).total_seconds():.0f}s "
-                                    "after we shrank it")
+                if shrunk is not None and (now - shrunk).total_seconds() < policy.cooldown_seconds:
+                    bad(
+                        "flapping",
+                        f"{ref.name}: grown {(now - shrunk).total_seconds():.0f}s "
+                        "after we shrank it",
+                    )
             else:
                 grown = history.last(ref, "up")
-                if grown is not None and (now - grown).total_seconds() < \
-                        policy.reclaim_cooldown_seconds:
-                    bad("flapping", f"{ref.name}: shrunk ({d.reason.value}) "
-                                    f"{(now - grown).total_seconds():.0f}s after we grew it")
+                if (
+                    grown is not None
+                    and (now - grown).total_seconds() < policy.reclaim_cooldown_seconds
+                ):
+                    bad(
+                        "flapping",
+                        f"{ref.name}: shrunk ({d.reason.value}) "
+                        f"{(now - grown).total_seconds():.0f}s after we grew it",
+                    )
 
     for name in set(snapshot.queues) | {j.queue for j in snapshot.jobs}:
         state = snapshot.queues.get(name)
         qjobs = [j for j in snapshot.jobs if j.queue == name]
-        changes = {j.ref: decided[j.ref].target - j.replicas for j in qjobs  # type: ignore
-                   if j.ref in decided and decided[j.ref].changed}
+        changes = {
+            j.ref: decided[j.ref].target - j.replicas
+            for j in qjobs  # type: ignore
+            if j.ref in decided and decided[j.ref].changed
+        }
         if not _usable(state, snapshot):
             if changes:
                 bad("hold", f"queue {name}: data unusable but {len(changes)} job(s) changed")
             continue
         assert state is not None and state.free_gpus is not None
-        gangs = sorted((g for g in snapshot.pending if g.queue == name),
-                       key=lambda g: (-g.priority, g.created, g.ref))
+        gangs = sorted(
+            (g for g in snapshot.pending if g.queue == name),
+            key=lambda g: (-g.priority, g.created, g.ref),
+        )
         own = {g.owner.name for g in gangs if g.owner} | {g.ref.name for g in gangs}
         counted = [j for j in qjobs if j.ref.name not in own]
         inflight = sum(j.inflight_workers * j.gpus_per_worker for j in counted)
-        inflight += sum(u.inflight_gpus for u in snapshot.unmanaged
-                        if u.queue == name and u.ref.name not in own)
+        inflight += sum(
+            u.inflight_gpus for u in snapshot.unmanaged if u.queue == name and u.ref.name not in own
+        )
         releasing = sum(j.releasing_workers * j.gpus_per_worker for j in counted)
         gpw = {j.ref: j.gpus_per_worker for j in qjobs}
         growth = sum(n * gpw[r] for r, n in changes.items() if n > 0)
         shrink = -sum(n * gpw[r] for r, n in changes.items() if n < 0)
         idle = math.floor(state.free_gpus + 1e-9) - inflight
         if growth > max(0, idle + shrink - policy.reserve_gpus_per_queue):
-            bad("overcommit", f"queue {name}: grew {growth} GPU(s) with {idle} idle "
-                              f"(free {state.free_gpus:g} - in flight {inflight}), {shrink} "
-                              f"given back, reserve {policy.reserve_gpus_per_queue}")
+            bad(
+                "overcommit",
+                f"queue {name}: grew {growth} GPU(s) with {idle} idle "
+                f"(free {state.free_gpus:g} - in flight {inflight}), {shrink} "
+                f"given back, reserve {policy.reserve_gpus_per_queue}",
+            )
         verdicts = {g.ref: g.reason for g in result.gangs}
-        served = sum(g.gpus for g in gangs
-                     if verdicts.get(g.ref) in (Reason.GANG_FITS, Reason.GANG_COVERED))
+        served = sum(
+            g.gpus for g in gangs if verdicts.get(g.ref) in (Reason.GANG_FITS, Reason.GANG_COVERED)
+        )
         if served + growth > 0 and served + growth > idle + releasing + shrink:
-            bad("overcommit", f"queue {name}: served {served} + grew {growth} > idle {idle} + "
-                              f"releasing {releasing} + given back {shrink}")
+            bad(
+                "overcommit",
+                f"queue {name}: served {served} + grew {growth} > idle {idle} + "
+                f"releasing {releasing} + given back {shrink}",
+            )
         if growth == 0:
             continue
         # gangs first: with growth, every gang left uncovered must be beyond all capacity
@@ -501,35 +677,46 @@ def check_plan(snapshot: ClusterSnapshot, result: Plan, policy: Settings, now: d
                 served += g.gpus
                 continue
             if reason is not Reason.GANG_UNCOVERABLE:
-                bad("gangs-first", f"queue {name}: gang {g.ref.name} is {reason} while "
-                                   f"{growth} GPU(s) grow")
+                bad(
+                    "gangs-first",
+                    f"queue {name}: gang {g.ref.name} is {reason} while {growth} GPU(s) grow",
+                )
                 continue
             reclaimable = 0
             for j in qjobs:
                 last = j.last_scale_time
-                cool = last is not None and (now - last).total_seconds() < \
-                    policy.reclaim_cooldown_seconds
+                cool = (
+                    last is not None
+                    and (now - last).total_seconds() < policy.reclaim_cooldown_seconds
+                )
                 lower = j.priority <= g.priority or policy.reclaim_from_higher_priority
                 if lower and not cool and j.ref.name not in own:
                     reclaimable += (j.replicas - j.min_replicas) * j.gpus_per_worker
             if g.gpus <= idle + releasing + reclaimable - served:
-                bad("gangs-first", f"queue {name}: gang {g.ref.name} ({g.gpus} GPUs) left "
-                                   f"uncovered with idle {idle}, releasing {releasing}, "
-                                   f"reclaimable {reclaimable}, served {served}, while "
-                                   f"{growth} GPU(s) grow")
+                bad(
+                    "gangs-first",
+                    f"queue {name}: gang {g.ref.name} ({g.gpus} GPUs) left "
+                    f"uncovered with idle {idle}, releasing {releasing}, "
+                    f"reclaimable {reclaimable}, served {served}, while "
+                    f"{growth} GPU(s) grow",
+                )
     return out
 
 
 def applied_snapshot(snapshot: ClusterSnapshot, result: Plan, now: datetime) -> ClusterSnapshot:
     targets = {d.ref: d.target for d in result.actions}
-    jobs = tuple(replace(j, replicas=targets[j.ref], last_scale_time=now)
-                 if j.ref in targets else j for j in snapshot.jobs)
+    jobs = tuple(
+        replace(j, replicas=targets[j.ref], last_scale_time=now) if j.ref in targets else j
+        for j in snapshot.jobs
+    )
     return replace(snapshot, jobs=jobs)
 
 
 def _plan_key(result: Plan) -> tuple:
-    return (tuple((d.ref.name, d.current, d.target, d.reason.value) for d in result.decisions),
-            tuple((g.ref.name, g.reason.value, g.victims) for g in result.gangs))
+    return (
+        tuple((d.ref.name, d.current, d.target, d.reason.value) for d in result.decisions),
+        tuple((g.ref.name, g.reason.value, g.victims) for g in result.gangs),
+    )
 
 
 # ---- the driver -------------------------------------------------------------------------
@@ -553,10 +740,15 @@ def policy_for(seed: int) -> Settings:
     )
 
 
-def run_soak(cycles: int, seed: int, *, mode: str = "model",
-             policy: Settings | None = None, check_every: int = 1,
-             planner: Callable[[ClusterSnapshot, Settings, datetime], Plan] = make_plan,
-             ) -> SoakResult:
+def run_soak(
+    cycles: int,
+    seed: int,
+    *,
+    mode: str = "model",
+    policy: Settings | None = None,
+    check_every: int = 1,
+    planner: Callable[[ClusterSnapshot, Settings, datetime], Plan] = make_plan,
+) -> SoakResult:
     """`planner` is for testing the checker with a broken planner; the soak uses plan()."""
     if mode not in ("model", "parse"):
         raise ValueError(f"mode must be model or parse, not {mode!r}")
@@ -577,25 +769,37 @@ def run_soak(cycles: int, seed: int, *, mode: str = "model",
         snapshot = world.snapshot(free, problem, message)
         result = planner(snapshot, policy, now)
         if mode == "parse":
-            parsed = build_snapshot(world.raw(), free, policy, problem=problem,
-                                    message=message)
+            parsed = build_snapshot(world.raw(), free, policy, problem=problem, message=message)
             from_raw = planner(parsed, policy, now)
             if _plan_key(from_raw) != _plan_key(result):
                 diff = set(_plan_key(from_raw)[0]) ^ set(_plan_key(result)[0])
                 diff |= set(_plan_key(from_raw)[1]) ^ set(_plan_key(result)[1])
-                violations.append(Violation(
-                    cycle, "parse", "the plan of the parsed cluster differs from the "
-                    f"model-level plan: {sorted(diff, key=repr)[:4]}"))
+                violations.append(
+                    Violation(
+                        cycle,
+                        "parse",
+                        "the plan of the parsed cluster differs from the "
+                        f"model-level plan: {sorted(diff, key=repr)[:4]}",
+                    )
+                )
             snapshot, result = parsed, from_raw
         if cycle % check_every == 0:
             violations += check_plan(snapshot, result, policy, now, history, cycle)
             again = planner(applied_snapshot(snapshot, result, now), policy, now)
             if again.actions:
-                violations.append(Violation(cycle, "idempotent", ", ".join(
-                    f"{d.ref.name} {d.current}->{d.target}" for d in again.actions)))
+                violations.append(
+                    Violation(
+                        cycle,
+                        "idempotent",
+                        ", ".join(f"{d.ref.name} {d.current}->{d.target}" for d in again.actions),
+                    )
+                )
             if cycle % 10 == 0:
-                shuffled = replace(snapshot, jobs=tuple(reversed(snapshot.jobs)),
-                                   pending=tuple(reversed(snapshot.pending)))
+                shuffled = replace(
+                    snapshot,
+                    jobs=tuple(reversed(snapshot.jobs)),
+                    pending=tuple(reversed(snapshot.pending)),
+                )
                 if planner(shuffled, policy, now) != result:
                     violations.append(Violation(cycle, "deterministic", "order changed plan"))
         digest.update(repr(_plan_key(result)).encode())
@@ -604,10 +808,20 @@ def run_soak(cycles: int, seed: int, *, mode: str = "model",
         for d in applied:
             actions[d.reason.value] += 1
         holds += sum(1 for q in result.queues.values() if q.reason is not None)
-        served += sum(1 for g in result.gangs
-                      if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED))
-    return SoakResult(seed, mode, cycles, violations, time.perf_counter() - started,
-                      digest.hexdigest()[:16], actions, holds, served)
+        served += sum(
+            1 for g in result.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)
+        )
+    return SoakResult(
+        seed,
+        mode,
+        cycles,
+        violations,
+        time.perf_counter() - started,
+        digest.hexdigest()[:16],
+        actions,
+        holds,
+        served,
+    )
 
 
 def _seeds(text: str) -> list[int]:
@@ -632,10 +846,12 @@ def main(argv: list[str] | None = None) -> int:
         total += len(res.violations)
         kinds = ", ".join(f"{k}={n}" for k, n in sorted(res.by_kind.items())) or "-"
         acts = ", ".join(f"{k}={n}" for k, n in sorted(res.actions.items()))
-        print(f"seed={seed} mode={res.mode} cycles={res.cycles} violations={len(res.violations)}"
-              f" ({kinds}) runtime={res.seconds:.1f}s digest={res.digest} actions: {acts};"
-              f" gangs served={res.gangs_served} queue-holds={res.holds}")
-        for v in res.violations[:args.show]:
+        print(
+            f"seed={seed} mode={res.mode} cycles={res.cycles} violations={len(res.violations)}"
+            f" ({kinds}) runtime={res.seconds:.1f}s digest={res.digest} actions: {acts};"
+            f" gangs served={res.gangs_served} queue-holds={res.holds}"
+        )
+        for v in res.violations[: args.show]:
             print(f"  cycle {v.cycle}: {v.kind}: {v.detail}")
     print(f"total violations: {total} over {len(seeds)} seed(s)")
     return 1 if total else 0

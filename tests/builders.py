@@ -44,19 +44,35 @@ def ej(
     namespace: str = "ml",
 ) -> ElasticJob:
     return ElasticJob(
-        ref=ObjectRef(namespace, name), queue=queue, min_replicas=min, max_replicas=max,
-        replicas=replicas, active=replicas if active is None else active,
-        gpus_per_worker=gpw, created=created, priority=priority, last_scale_time=last,
-        started=started, resource_version="1",
+        ref=ObjectRef(namespace, name),
+        queue=queue,
+        min_replicas=min,
+        max_replicas=max,
+        replicas=replicas,
+        active=replicas if active is None else active,
+        gpus_per_worker=gpw,
+        created=created,
+        priority=priority,
+        last_scale_time=last,
+        started=started,
+        resource_version="1",
     )
 
 
 def gang(
-    name: str, gpus: int, *, queue: str = "q", priority: int = 0,
-    created: datetime | None = None, owner: str | None = None, namespace: str = "ml",
+    name: str,
+    gpus: int,
+    *,
+    queue: str = "q",
+    priority: int = 0,
+    created: datetime | None = None,
+    owner: str | None = None,
+    namespace: str = "ml",
 ) -> PendingGroup:
     return PendingGroup(
-        ref=ObjectRef(namespace, name, "PodGroup"), queue=queue, gpus=gpus,
+        ref=ObjectRef(namespace, name, "PodGroup"),
+        queue=queue,
+        gpus=gpus,
         created=ago(60) if created is None else created,
         priority=priority,
         owner=ObjectRef(namespace, owner, "PyTorchJob") if owner else None,
@@ -71,8 +87,9 @@ def snap(
 ) -> ClusterSnapshot:
     free = {"q": 0} if free is None else free
     queues = {q: QueueState(q, v) for q, v in free.items()}
-    return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending),
-                           unmanaged=tuple(unmanaged))
+    return ClusterSnapshot(
+        queues=queues, jobs=tuple(jobs), pending=tuple(pending), unmanaged=tuple(unmanaged)
+    )
 
 
 # ---- raw objects -----------------------------------------------------------------------
@@ -109,15 +126,19 @@ def pytorchjob(
     if max_replicas is not None:
         elastic["maxReplicas"] = max_replicas
     container = {
-        "name": "pytorch", "image": "example.com/train:1",
+        "name": "pytorch",
+        "image": "example.com/train:1",
         "resources": {"limits": {resource: gpus, "cpu": "4"}},
     }
     obj: dict[str, Any] = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {
-            "name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
-            "resourceVersion": "42", "creationTimestamp": "2026-11-22T08:00:00Z",
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "resourceVersion": "42",
+            "creationTimestamp": "2026-11-22T08:00:00Z",
             "annotations": dict(annotations or {}),
         },
         "spec": {
@@ -125,14 +146,16 @@ def pytorchjob(
             "runPolicy": {"cleanPodPolicy": "None", "schedulingPolicy": sched},
             "pytorchReplicaSpecs": {
                 "Worker": {
-                    "replicas": replicas, "restartPolicy": "OnFailure",
+                    "replicas": replicas,
+                    "restartPolicy": "OnFailure",
                     "template": {"spec": {"containers": [container]}},
                 },
             },
         },
         "status": {
-            "conditions": conditions if conditions is not None else [
-                {"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}],
+            "conditions": conditions
+            if conditions is not None
+            else [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}],
             "replicaStatuses": {"Worker": {"active": active}},
             "startTime": "2026-11-22T08:01:00Z",
         },
@@ -141,34 +164,64 @@ def pytorchjob(
 
 
 def podgroup(
-    name: str = "pg", namespace: str = "ml", *, queue: str = "team-a", gpus: Any = 4,
-    phase: str = "Pending", key: str = "nvidia.com/gpu", owner: str | None = None,
-    priority_class: str | None = None, conditions: list[dict[str, Any]] | None = None,
+    name: str = "pg",
+    namespace: str = "ml",
+    *,
+    queue: str = "team-a",
+    gpus: Any = 4,
+    phase: str = "Pending",
+    key: str = "nvidia.com/gpu",
+    owner: str | None = None,
+    priority_class: str | None = None,
+    conditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace,
-                            "creationTimestamp": "2026-11-22T09:50:00Z"}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "creationTimestamp": "2026-11-22T09:50:00Z",
+    }
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-                                    "name": owner, "uid": f"uid-{namespace}-{owner}",
-                                    "controller": True}]
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": owner,
+                "uid": f"uid-{namespace}-{owner}",
+                "controller": True,
+            }
+        ]
     spec: dict[str, Any] = {"minMember": 2, "queue": queue, "minResources": {key: gpus}}
     if priority_class:
         spec["priorityClassName"] = priority_class
     status: dict[str, Any] = {"phase": phase}
     if conditions:
         status["conditions"] = conditions
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": meta, "spec": spec, "status": status}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": meta,
+        "spec": spec,
+        "status": status,
+    }
 
 
 def queue_obj(name: str, state: str = "Open") -> dict[str, Any]:
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1}, "status": {"state": state}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1},
+        "status": {"state": state},
+    }
 
 
 def priority_class(name: str, value: int, default: bool = False) -> dict[str, Any]:
-    obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-           "metadata": {"name": name}, "value": value}
+    obj = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
     if default:
         obj["globalDefault"] = True
     return obj

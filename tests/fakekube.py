@@ -84,7 +84,12 @@ class ResourceType:
 
 def _kubeflow(plural: str, kind: str, replica_specs: str) -> ResourceType:
     return ResourceType(
-        "kubeflow.org", "v1", plural, kind, namespaced=True, custom=True,
+        "kubeflow.org",
+        "v1",
+        plural,
+        kind,
+        namespaced=True,
+        custom=True,
         status_subresource=True,
         scale_spec_path=("spec", replica_specs, "Worker", "replicas"),
         scale_status_path=("status", "replicaStatuses", "Worker", "active"),
@@ -98,32 +103,82 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("kubeflow.org", "v1", "mpijobs", "MPIJob", True, True, status_subresource=True),
     ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True, True),
     ResourceType(
-        "scheduling.volcano.sh", "v1beta1", "queues", "Queue", False, True,
+        "scheduling.volcano.sh",
+        "v1beta1",
+        "queues",
+        "Queue",
+        False,
+        True,
         status_subresource=True,
     ),
     ResourceType(
-        "batch.volcano.sh", "v1alpha1", "jobs", "Job", True, True, status_subresource=True,
+        "batch.volcano.sh",
+        "v1alpha1",
+        "jobs",
+        "Job",
+        True,
+        True,
+        status_subresource=True,
     ),
     ResourceType(
-        "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, False,
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        False,
+        False,
         allow_unconditional_update=True,
     ),
     ResourceType(
-        "", "v1", "events", "Event", True, False,
-        allow_create_on_update=True, allow_unconditional_update=True,
-    ),
-    ResourceType(
-        "events.k8s.io", "v1", "events", "Event", True, False, storage="events",
-        allow_create_on_update=True, allow_unconditional_update=True,
-    ),
-    ResourceType(
-        "coordination.k8s.io", "v1", "leases", "Lease", True, False,
+        "",
+        "v1",
+        "events",
+        "Event",
+        True,
+        False,
+        allow_create_on_update=True,
         allow_unconditional_update=True,
     ),
-    ResourceType("", "v1", "pods", "Pod", True, False, status_subresource=True,
-                 allow_unconditional_update=True),
-    ResourceType("", "v1", "namespaces", "Namespace", False, False, status_subresource=True,
-                 allow_unconditional_update=True),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        False,
+        storage="events",
+        allow_create_on_update=True,
+        allow_unconditional_update=True,
+    ),
+    ResourceType(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        False,
+        allow_unconditional_update=True,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        False,
+        status_subresource=True,
+        allow_unconditional_update=True,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        False,
+        status_subresource=True,
+        allow_unconditional_update=True,
+    ),
 )
 
 
@@ -196,7 +251,9 @@ def conflict(rt: ResourceType, name: str) -> ApiError:
 
 def invalid(rt: ResourceType, name: str, message: str) -> ApiError:
     return ApiError(
-        422, "Invalid", f'{rt.kind}.{rt.group or "core"} "{name}" is invalid: {message}',
+        422,
+        "Invalid",
+        f'{rt.kind}.{rt.group or "core"} "{name}" is invalid: {message}',
         _details(rt, name),
     )
 
@@ -342,8 +399,11 @@ def json_patch(doc: Any, ops: Any) -> Any:
             doc = _remove(doc, tokens)
         elif kind == "replace":
             _get(doc, tokens)  # must exist
-            doc = _add(_remove(doc, tokens), tokens, copy.deepcopy(op["value"])) if tokens \
+            doc = (
+                _add(_remove(doc, tokens), tokens, copy.deepcopy(op["value"]))
+                if tokens
                 else copy.deepcopy(op["value"])
+            )
         elif kind == "test":
             if _get(doc, tokens) != op["value"]:
                 raise JsonPatchError(f"test failed at {op['path']}")
@@ -371,8 +431,7 @@ Requirement = Callable[[dict[str, str]], bool]
 
 def _label_value(value: str, part: str) -> str:
     if not _VALUE_RE.match(value):
-        raise bad_request(f"unable to parse requirement: invalid label value {value!r} in "
-                          f"{part!r}")
+        raise bad_request(f"unable to parse requirement: invalid label value {value!r} in {part!r}")
     return value
 
 
@@ -439,7 +498,7 @@ def parse_field_selector(text: str, rt: ResourceType) -> Callable[[JsonObj], boo
         key, value, negate = m["key"], m["value"], m["op"] == "!="
         # CRDs support only metadata.name and metadata.namespace, like the real server.
         if rt.custom and key not in ("metadata.name", "metadata.namespace"):
-            raise bad_request(f'field label not supported: {key}')
+            raise bad_request(f"field label not supported: {key}")
         reqs.append(lambda o, k=key, v=value, n=negate: (_field_value(o, k) == v) != n)
     return lambda obj: all(r(obj) for r in reqs)
 
@@ -562,8 +621,7 @@ def _view(rt: ResourceType, obj: JsonObj) -> JsonObj:
 
     if not _is_events_v1(rt):
         return obj
-    out = {k: v for k, v in obj.items()
-           if k not in {core for _, core in _EVENT_FIELDS}}
+    out = {k: v for k, v in obj.items() if k not in {core for _, core in _EVENT_FIELDS}}
     for new, core in _EVENT_FIELDS:
         if core in obj:
             out[new] = obj[core]
@@ -784,8 +842,10 @@ class FakeKubeApi:
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fake", "user": user}],
             "contexts": [
-                {"name": "fake", "context": {"cluster": "fake", "user": "fake",
-                                             "namespace": namespace}}
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+                }
             ],
             "current-context": "fake",
         }
@@ -863,9 +923,7 @@ class FakeKubeApi:
     def objects(self, plural: str, namespace: str | None = None) -> list[JsonObj]:
         rt = self.resource(plural)
         items = sorted(self._store.get(rt.store, {}).items())
-        return [
-            copy.deepcopy(o) for (ns, _), o in items if namespace is None or ns == namespace
-        ]
+        return [copy.deepcopy(o) for (ns, _), o in items if namespace is None or ns == namespace]
 
     def fail_next(
         self,
@@ -891,8 +949,7 @@ class FakeKubeApi:
 
         headers = {"Retry-After": str(retry_after)} if status == 429 else {}
         self._faults.append(
-            _Fault(method, re.compile(path_regex), status, times, delay, body, watch, drop,
-                   headers)
+            _Fault(method, re.compile(path_regex), status, times, delay, body, watch, drop, headers)
         )
 
     def clear_faults(self) -> None:
@@ -919,8 +976,11 @@ class FakeKubeApi:
         """
         self._continues.clear()
 
-        stores = {self.resource(plural).store} if plural else set(self._history) | set(
-            rt.store for rt in self._types.values())
+        stores = (
+            {self.resource(plural).store}
+            if plural
+            else set(self._history) | set(rt.store for rt in self._types.values())
+        )
         for store in stores:
             self._history.pop(store, None)
             self._floor[store] = self._rv
@@ -993,8 +1053,9 @@ class FakeKubeApi:
         self._rv += 1
         return self._rv
 
-    def _record_event(self, rt: ResourceType, etype: str, obj: JsonObj, old: JsonObj | None,
-                      rv: int) -> None:
+    def _record_event(
+        self, rt: ResourceType, etype: str, obj: JsonObj, old: JsonObj | None, rv: int
+    ) -> None:
         history = self._history.setdefault(rt.store, deque())
         history.append(_Event(rv, etype, obj, old))
         while len(history) > self.history_limit:
@@ -1031,8 +1092,14 @@ class FakeKubeApi:
         meta = new.setdefault("metadata", {})
         cur_meta = current["metadata"]
         # System fields are not writable through updates.
-        for fixed in ("uid", "creationTimestamp", "name", "namespace", "generation",
-                      "deletionTimestamp"):
+        for fixed in (
+            "uid",
+            "creationTimestamp",
+            "name",
+            "namespace",
+            "generation",
+            "deletionTimestamp",
+        ):
             if subresource == "*" and fixed in ("uid", "creationTimestamp"):
                 continue
             if fixed in cur_meta:
@@ -1114,8 +1181,7 @@ class FakeKubeApi:
         if rt.namespaced and name is not None and namespace is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if sub is not None and not (
-            (sub == "status" and rt.status_subresource)
-            or (sub == "scale" and rt.scale_spec_path)
+            (sub == "status" and rt.status_subresource) or (sub == "scale" and rt.scale_spec_path)
         ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return rt, namespace, name, sub
@@ -1141,13 +1207,13 @@ class FakeKubeApi:
                 return self._meta_endpoint(request.path)
             return self._error(exc)
         verb = _verb(method, name, is_watch)
-        self._record(request, query, content_type, body, is_watch, verb, rt.plural, namespace,
-                     name, sub)
+        self._record(
+            request, query, content_type, body, is_watch, verb, rt.plural, namespace, name, sub
+        )
 
         if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
             return self._error(ApiError(401, "Unauthorized", "Unauthorized"))
-        fault = next((f for f in self._faults if f.matches(method, request.path, is_watch)),
-                     None)
+        fault = next((f for f in self._faults if f.matches(method, request.path, is_watch)), None)
         if fault is not None:
             fault.remaining -= 1
             if fault.delay:
@@ -1163,15 +1229,19 @@ class FakeKubeApi:
                 return web.Response(status=500)
             if fault.status:
                 if fault.body is not None:
-                    return web.json_response(fault.body, status=fault.status,
-                                             headers=fault.headers)
+                    return web.json_response(fault.body, status=fault.status, headers=fault.headers)
                 reason = _GENERIC_REASONS.get(fault.status, "Unknown")
                 details = _details(rt, name) if name else None
                 if fault.status == 429:
                     details = {**(details or {}), "retryAfterSeconds": 1}
                 return self._error(
-                    ApiError(fault.status, reason, f"injected {fault.status} {reason}",
-                             details, headers=fault.headers)
+                    ApiError(
+                        fault.status,
+                        reason,
+                        f"injected {fault.status} {reason}",
+                        details,
+                        headers=fault.headers,
+                    )
                 )
         try:
             if body_error is not None and method in ("POST", "PUT", "PATCH"):
@@ -1184,8 +1254,11 @@ class FakeKubeApi:
                 obj, _ = self._http_create(rt, namespace, body)
                 return web.json_response(obj, status=201)
             if name is None or verb not in ("get", "update", "patch", "delete"):
-                raise ApiError(405, "MethodNotAllowed",
-                               f"the server does not allow this method on {request.path}")
+                raise ApiError(
+                    405,
+                    "MethodNotAllowed",
+                    f"the server does not allow this method on {request.path}",
+                )
             if verb == "get":
                 return web.json_response(self._get_or_404(rt, namespace, name, sub))
             if verb == "update":
@@ -1198,15 +1271,33 @@ class FakeKubeApi:
         except ApiError as exc:
             return self._error(exc)
 
-    def _record(self, request: web.Request, query: dict[str, str], content_type: str,
-                body: Any, is_watch: bool, verb: str, plural: str, namespace: str | None,
-                name: str | None, sub: str | None) -> None:
+    def _record(
+        self,
+        request: web.Request,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+        is_watch: bool,
+        verb: str,
+        plural: str,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+    ) -> None:
         self.requests.append(
             RecordedRequest(
-                method=request.method, path=request.path, query=query,
-                content_type=content_type.split(";")[0].strip(), body=body,
-                is_watch=is_watch, verb=verb, plural=plural, namespace=namespace, name=name,
-                subresource=sub, authorization=request.headers.get("Authorization"),
+                method=request.method,
+                path=request.path,
+                query=query,
+                content_type=content_type.split(";")[0].strip(),
+                body=body,
+                is_watch=is_watch,
+                verb=verb,
+                plural=plural,
+                namespace=namespace,
+                name=name,
+                subresource=sub,
+                authorization=request.headers.get("Authorization"),
             )
         )
 
@@ -1222,8 +1313,9 @@ class FakeKubeApi:
             )
         return web.Response(text="ok")
 
-    def _selected(self, rt: ResourceType, namespace: str | None, query: dict[str, str]
-                  ) -> list[JsonObj]:
+    def _selected(
+        self, rt: ResourceType, namespace: str | None, query: dict[str, str]
+    ) -> list[JsonObj]:
         labels = parse_label_selector(query.get("labelSelector", ""))
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
         return [
@@ -1238,7 +1330,9 @@ class FakeKubeApi:
             # A continued list pages through the snapshot taken by its first request.
             if token not in self._continues:
                 raise ApiError(
-                    410, "Expired", "The provided continue parameter is too old to display a "
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a "
                     "consistent list result. You can start a new list without the continue "
                     "parameter.",
                 )
@@ -1248,8 +1342,7 @@ class FakeKubeApi:
         items = [_view(rt, o) for o in items]
         if not rt.custom:
             # Built-in list items carry no kind/apiVersion on the wire; CRD items do.
-            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
-                     for o in items]
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         meta: JsonObj = {"resourceVersion": str(rv)}
         limit = int(query.get("limit") or 0)
         if 0 < limit < len(items):
@@ -1266,8 +1359,9 @@ class FakeKubeApi:
             "items": items,
         }
 
-    def _get_or_404(self, rt: ResourceType, namespace: str | None, name: str,
-                    sub: str | None) -> JsonObj:
+    def _get_or_404(
+        self, rt: ResourceType, namespace: str | None, name: str, sub: str | None
+    ) -> JsonObj:
         obj = self._store.get(rt.store, {}).get(self._key(rt, namespace, name))
         if obj is None:
             raise not_found(rt, name)
@@ -1286,7 +1380,9 @@ class FakeKubeApi:
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
             "metadata": {
-                "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta["uid"],
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta["uid"],
                 "resourceVersion": meta["resourceVersion"],
                 "creationTimestamp": meta["creationTimestamp"],
             },
@@ -1298,9 +1394,10 @@ class FakeKubeApi:
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         body = copy.deepcopy(body)
-        if body.get("apiVersion", rt.api_version) != rt.api_version or body.get(
-            "kind", rt.kind
-        ) != rt.kind:
+        if (
+            body.get("apiVersion", rt.api_version) != rt.api_version
+            or body.get("kind", rt.kind) != rt.kind
+        ):
             raise bad_request(
                 f"the API version in the data ({body.get('apiVersion')}) and kind "
                 f"({body.get('kind')}) do not match {rt.api_version} {rt.kind}"
@@ -1323,19 +1420,20 @@ class FakeKubeApi:
             del meta[k]
         return body
 
-    def _http_create(self, rt: ResourceType, namespace: str | None, body: Any
-                     ) -> tuple[JsonObj, bool]:
+    def _http_create(
+        self, rt: ResourceType, namespace: str | None, body: Any
+    ) -> tuple[JsonObj, bool]:
         obj = self._check_body(rt, namespace, body)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
         name = meta.get("name") or ""
         if not name:
-            raise invalid(rt, "", "metadata.name: Required value: name or generateName is "
-                                  "required")
+            raise invalid(rt, "", "metadata.name: Required value: name or generateName is required")
         if meta.get("resourceVersion"):
-            raise ApiError(500, "InternalError",
-                           "resourceVersion should not be set on objects to be created")
+            raise ApiError(
+                500, "InternalError", "resourceVersion should not be set on objects to be created"
+            )
         if self._key(rt, namespace, name) in self._store.get(rt.store, {}):
             raise already_exists(rt, name)
         self._validate(rt, obj)
@@ -1364,45 +1462,67 @@ class FakeKubeApi:
                 )
         for key, value in (meta.get("labels") or {}).items():
             if not _VALUE_RE.match(value) or len(value) > 63:
-                raise invalid(rt, name, f"metadata.labels: Invalid value: \"{value}\": a "
-                                        f"valid label must be 63 characters or less ({key})")
+                raise invalid(
+                    rt,
+                    name,
+                    f'metadata.labels: Invalid value: "{value}": a '
+                    f"valid label must be 63 characters or less ({key})",
+                )
         if len(json.dumps(meta.get("annotations") or {})) > 256 * 1024:
-            raise invalid(rt, name, "metadata.annotations: Too long: must have at most "
-                                    "262144 bytes")
+            raise invalid(
+                rt, name, "metadata.annotations: Too long: must have at most 262144 bytes"
+            )
         if name and not _NAME_RE.match(name):
-            raise invalid(rt, name, f'metadata.name: Invalid value: "{name}": a lowercase '
-                                    "RFC 1123 subdomain must consist of lower case "
-                                    "alphanumeric characters, '-' or '.'")
+            raise invalid(
+                rt,
+                name,
+                f'metadata.name: Invalid value: "{name}": a lowercase '
+                "RFC 1123 subdomain must consist of lower case "
+                "alphanumeric characters, '-' or '.'",
+            )
         for path, expected in _TYPED_PATHS.get(rt.plural, ()):
             for where, value in _walk(obj, path):
                 if value is None:
                     continue
                 if not _is_type(value, expected):
                     raise invalid(
-                        rt, name, f"{where}: Invalid value: \"{type(value).__name__}\": "
-                                  f"{where} in body must be of type {expected}: "
-                                  f"{json.dumps(value)}"
+                        rt,
+                        name,
+                        f'{where}: Invalid value: "{type(value).__name__}": '
+                        f"{where} in body must be of type {expected}: "
+                        f"{json.dumps(value)}",
                     )
         if rt.store == "events":
             involved = obj.get("involvedObject") or obj.get("regarding") or {}
             ns = involved.get("namespace")
             if ns and ns != meta.get("namespace"):
-                raise invalid(rt, name, "involvedObject.namespace: Invalid value: "
-                                        f'"{ns}": does not match event.namespace')
+                raise invalid(
+                    rt,
+                    name,
+                    "involvedObject.namespace: Invalid value: "
+                    f'"{ns}": does not match event.namespace',
+                )
         if rt.group == "events.k8s.io":
             # The events.k8s.io API insists on the fields its consumers index by.
-            for required in ("eventTime", "reportingController", "reportingInstance",
-                             "action", "reason"):
+            for required in (
+                "eventTime",
+                "reportingController",
+                "reportingInstance",
+                "action",
+                "reason",
+            ):
                 if not obj.get(required):
                     raise invalid(rt, name, f"{required}: Required value")
             if obj.get("type") not in ("Normal", "Warning"):
-                raise invalid(rt, name, 'type: Unsupported value: supported values: '
-                                        '"Normal", "Warning"')
+                raise invalid(
+                    rt, name, 'type: Unsupported value: supported values: "Normal", "Warning"'
+                )
             if len(str(obj.get("note") or "").encode()) > 1024:
                 raise invalid(rt, name, "note: Too long: must have at most 1024 bytes")
 
-    def _http_update(self, rt: ResourceType, namespace: str | None, name: str,
-                     sub: str | None, body: Any) -> tuple[JsonObj, bool]:
+    def _http_update(
+        self, rt: ResourceType, namespace: str | None, name: str, sub: str | None, body: Any
+    ) -> tuple[JsonObj, bool]:
         key = self._key(rt, namespace, name)
         current = self._store.get(rt.store, {}).get(key)
         if sub == "scale":
@@ -1424,15 +1544,19 @@ class FakeKubeApi:
         rv = meta.get("resourceVersion")
         if not rv:
             if not rt.allow_unconditional_update:
-                raise invalid(rt, name, "metadata.resourceVersion: Invalid value: 0x0: must "
-                                        "be specified for an update")
+                raise invalid(
+                    rt,
+                    name,
+                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                )
         elif rv != current["metadata"]["resourceVersion"]:
             raise conflict(rt, name)
         self._validate(rt, obj)
         return _view(rt, self._update(rt, key, current, _unview(rt, obj), sub)), False
 
-    def _update_scale(self, rt: ResourceType, key: Key, current: JsonObj | None, name: str,
-                      scale: Any) -> JsonObj:
+    def _update_scale(
+        self, rt: ResourceType, key: Key, current: JsonObj | None, name: str, scale: Any
+    ) -> JsonObj:
         if current is None:
             raise not_found(rt, name)
         if not isinstance(scale, dict):
@@ -1442,23 +1566,33 @@ class FakeKubeApi:
             raise conflict(rt, name)
         replicas = (scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise invalid(rt, name, "spec.replicas: Invalid value: must be a non-negative "
-                                    "integer")
+            raise invalid(rt, name, "spec.replicas: Invalid value: must be a non-negative integer")
         assert rt.scale_spec_path is not None
         new = copy.deepcopy(current)
         _set_path(new, rt.scale_spec_path, replicas)
         return self._scale_of(rt, self._update(rt, key, current, new, None))
 
-    def _http_patch(self, rt: ResourceType, namespace: str | None, name: str,
-                    sub: str | None, patch: Any, content_type: str) -> JsonObj:
+    def _http_patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        sub: str | None,
+        patch: Any,
+        content_type: str,
+    ) -> JsonObj:
         media = content_type.split(";")[0].strip().lower()
-        supported = ["application/json-patch+json", "application/merge-patch+json",
-                     "application/apply-patch+yaml"]
+        supported = [
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
         if not rt.custom:
             supported.append("application/strategic-merge-patch+json")
         if media not in supported or media == "application/apply-patch+yaml":
             raise ApiError(
-                415, "UnsupportedMediaType",
+                415,
+                "UnsupportedMediaType",
                 f"the body of the request was in an unknown format - accepted media types "
                 f"include: {', '.join(supported)}",
             )
@@ -1477,8 +1611,11 @@ class FakeKubeApi:
         except JsonPatchDecodeError as exc:
             raise bad_request(str(exc)) from None
         except JsonPatchError as exc:
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error "
-                                           f"in our request: {exc}") from None
+            raise ApiError(
+                422,
+                "Invalid",
+                f"the server rejected our request due to an error in our request: {exc}",
+            ) from None
         if not isinstance(patched, dict):
             raise bad_request("a patch must leave an object")
         rv = (patched.get("metadata") or {}).get("resourceVersion")
@@ -1490,16 +1627,18 @@ class FakeKubeApi:
         self._validate(rt, patched)
         return _view(rt, self._update(rt, key, current, _unview(rt, patched), sub))
 
-    def _http_delete(self, rt: ResourceType, namespace: str | None, name: str,
-                     options: Any) -> JsonObj:
+    def _http_delete(
+        self, rt: ResourceType, namespace: str | None, name: str, options: Any
+    ) -> JsonObj:
         key = self._key(rt, namespace, name)
         current = self._store.get(rt.store, {}).get(key)
         if current is None:
             raise not_found(rt, name)
         pre = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
-        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"][
-            "resourceVersion"
-        ]:
+        if (
+            pre.get("resourceVersion")
+            and pre["resourceVersion"] != current["metadata"]["resourceVersion"]
+        ):
             raise conflict(rt, name)
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
             raise conflict(rt, name)
@@ -1515,20 +1654,21 @@ class FakeKubeApi:
             return _view(rt, marked)
         return _view(rt, self._remove(rt, key))
 
-    async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None,
-                     query: dict[str, str]) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None, query: dict[str, str]
+    ) -> web.StreamResponse:
         labels = parse_label_selector(query.get("labelSelector", ""))
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
-        watcher = _Watcher(rt, namespace, labels, fields,
-                           bookmarks=_truthy(query.get("allowWatchBookmarks")))
+        watcher = _Watcher(
+            rt, namespace, labels, fields, bookmarks=_truthy(query.get("allowWatchBookmarks"))
+        )
         timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
         rv_text = query.get("resourceVersion", "")
         initial: list[JsonObj] = []
         expired: JsonObj | None = None
         if rv_text in ("", "0"):
             # "Start at most recent": synthetic ADDED for the current state, then live.
-            initial = [{"type": "ADDED", "object": o}
-                       for o in self._selected(rt, namespace, query)]
+            initial = [{"type": "ADDED", "object": o} for o in self._selected(rt, namespace, query)]
         else:
             try:
                 since = int(rv_text)
@@ -1620,7 +1760,9 @@ def job(name: str, namespace: str = "ns1", replicas: int = 2, **labels: str) -> 
 
 
 async def eventually(
-    predicate: Callable[[], Any], within: float = 5.0, interval: float = 0.01,
+    predicate: Callable[[], Any],
+    within: float = 5.0,
+    interval: float = 0.01,
     message: str = "condition",
 ) -> Any:
     """Poll `predicate` until truthy (returns its value) or raise AssertionError.

@@ -91,8 +91,14 @@ class EnvTest:
         data.mkdir(mode=0o700, exist_ok=True)
         self._etcd = self._spawn(
             "etcd",
-            ["--data-dir", str(data), "--client-url", self._etcd_url,
-             "--peer-url", f"http://127.0.0.1:{etcd_peer}"],
+            [
+                "--data-dir",
+                str(data),
+                "--client-url",
+                self._etcd_url,
+                "--peer-url",
+                f"http://127.0.0.1:{etcd_peer}",
+            ],
         )
         self.start_apiserver()
         self.apply_crds()
@@ -105,18 +111,24 @@ class EnvTest:
         self._api = self._spawn(
             "kube-apiserver",
             [
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                f"--secure-port={self.api_port}", f"--etcd-servers={self._etcd_url}",
-                f"--cert-dir={pki}", f"--tls-cert-file={pki / 'server.crt'}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--etcd-servers={self._etcd_url}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--token-auth-file={self.root / 'tokens.csv'}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=RBAC",
                 "--disable-admission-plugins=ServiceAccount",
-                "--endpoint-reconciler-type=none", "--profiling=false", "--v=1",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=1",
             ],
             env=env,
             log_name=f"kube-apiserver.{self.starts}.log",
@@ -166,9 +178,15 @@ class EnvTest:
         """A kubeconfig file for the admin (or for `token`), as a user would have one."""
         path = self.root / f"kubeconfig-{name}"
         doc = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "envtest",
-            "clusters": [{"name": "envtest", "cluster": {
-                "server": self.url, "certificate-authority": str(self.ca_file)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "envtest",
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
             "users": [{"name": name, "user": {"token": token or self.token}}],
             "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": name}}],
         }
@@ -177,14 +195,22 @@ class EnvTest:
         return path
 
     def request(
-        self, method: str, path: str, body: Any = None, *,
-        content_type: str = "application/json", token: str | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        token: str | None = None,
     ) -> Any:
         """A synchronous admin request (test set-up and checks): the decoded JSON answer.
 
         Raises ApiError for any status >= 400."""
-        data = None if body is None else (
-            body if isinstance(body, bytes) else json.dumps(body).encode())
+        data = (
+            None
+            if body is None
+            else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        )
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token or self.token}")
         req.add_header("Accept", "application/json")
@@ -222,7 +248,9 @@ class EnvTest:
     def patch_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch `status` through the status subresource, as the operator would."""
         result: dict[str, Any] = self.request(
-            "PATCH", object_path(obj) + "/status", {"status": status},
+            "PATCH",
+            object_path(obj) + "/status",
+            {"status": status},
             content_type="application/merge-patch+json",
         )
         return result
@@ -237,8 +265,11 @@ class EnvTest:
         answer = self.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}},
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
         )
         return str(answer["status"]["token"])
 
@@ -259,8 +290,11 @@ class EnvTest:
                     names.append(doc["metadata"]["name"])
         deadline = time.monotonic() + READY_SECONDS
         for name in names:
-            while not _established(self.request(
-                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")):
+            while not _established(
+                self.request(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
+            ):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"CRD {name} not Established")
                 time.sleep(0.05)
@@ -280,13 +314,23 @@ class EnvTest:
             self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
         return self._ssl
 
-    def _spawn(self, binary: str, args: list[str], *, env: dict[str, str] | None = None,
-               log_name: str | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        binary: str,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        log_name: str | None = None,
+    ) -> subprocess.Popen[bytes]:
         log = (self.root / (log_name or f"{binary}.log")).open("wb")
         try:
             return subprocess.Popen(
-                [str(self.assets / binary), *args], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                [str(self.assets / binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -297,7 +341,8 @@ class EnvTest:
             assert self._api is not None
             if self._api.poll() is not None:
                 raise RuntimeError(
-                    f"kube-apiserver exited with {self._api.returncode}:\n{self.log_tail()}")
+                    f"kube-apiserver exited with {self._api.returncode}:\n{self.log_tail()}"
+                )
             with contextlib.suppress(OSError, ApiError, ValueError):
                 req = urllib.request.Request(self.url + "/readyz")
                 req.add_header("Authorization", f"Bearer {self.token}")
@@ -317,22 +362,32 @@ class EnvTest:
         pki.mkdir(parents=True, exist_ok=True)
         make_tls_files(pki)  # ca.crt, server.crt, server.key (IP 127.0.0.1)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (pki / "sa.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption()))
-        (pki / "sa.pub").write_bytes(key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        (pki / "sa.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
+        (pki / "sa.pub").write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
 
 
 def _established(crd: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Established" and c.get("status") == "True"
-               for c in (crd.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
 
 
 def _group_version(server: EnvTest, crd_name: str) -> str:
     crd = server.request(
-        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
+        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}"
+    )
     versions = [v["name"] for v in crd["spec"]["versions"] if v.get("served")]
     return f"{crd['spec']['group']}/{versions[0]}"
 
@@ -353,15 +408,26 @@ def _stop(process: subprocess.Popen[bytes] | None, *, kill: bool = False) -> Non
 # -- paths of objects, from their apiVersion/kind -------------------------------------------
 
 _PLURALS = {
-    "Namespace": ("namespaces", False), "ServiceAccount": ("serviceaccounts", True),
-    "Secret": ("secrets", True), "ConfigMap": ("configmaps", True), "Pod": ("pods", True),
-    "Event": ("events", True), "Node": ("nodes", False), "Service": ("services", True),
-    "Role": ("roles", True), "RoleBinding": ("rolebindings", True),
-    "ClusterRole": ("clusterroles", False), "ClusterRoleBinding": ("clusterrolebindings", False),
-    "Lease": ("leases", True), "PriorityClass": ("priorityclasses", False),
+    "Namespace": ("namespaces", False),
+    "ServiceAccount": ("serviceaccounts", True),
+    "Secret": ("secrets", True),
+    "ConfigMap": ("configmaps", True),
+    "Pod": ("pods", True),
+    "Event": ("events", True),
+    "Node": ("nodes", False),
+    "Service": ("services", True),
+    "Role": ("roles", True),
+    "RoleBinding": ("rolebindings", True),
+    "ClusterRole": ("clusterroles", False),
+    "ClusterRoleBinding": ("clusterrolebindings", False),
+    "Lease": ("leases", True),
+    "PriorityClass": ("priorityclasses", False),
     "CustomResourceDefinition": ("customresourcedefinitions", False),
-    "PyTorchJob": ("pytorchjobs", True), "PaddleJob": ("paddlejobs", True),
-    "MPIJob": ("mpijobs", True), "PodGroup": ("podgroups", True), "Queue": ("queues", False),
+    "PyTorchJob": ("pytorchjobs", True),
+    "PaddleJob": ("paddlejobs", True),
+    "MPIJob": ("mpijobs", True),
+    "PodGroup": ("podgroups", True),
+    "Queue": ("queues", False),
     "Job": ("jobs", True),
 }
 

@@ -145,9 +145,7 @@ class FakePrometheus:
 async def fake_prometheus(
     *answers: Canned | Mapping[str, Any], ssl_context: ssl.SSLContext | None = None
 ) -> AsyncIterator[FakePrometheus]:
-    canned = [a if isinstance(a, Canned) else Canned(a) for a in answers] or [
-        Canned(vector_body())
-    ]
+    canned = [a if isinstance(a, Canned) else Canned(a) for a in answers] or [Canned(vector_body())]
     fake = FakePrometheus(canned)
     app = web.Application()
     app.router.add_route("*", "/api/v1/query", fake.handle)
@@ -196,9 +194,15 @@ def make_tls_files(directory: Path) -> TlsFiles:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -276,16 +280,19 @@ class VolcanoExporter:
             f"# TYPE {DESERVED} gauge",
         ]
         for name, (deserved, _) in sorted(self.queues.items()):
-            lines.append(f'{DESERVED}{{queue_name="{name}",resource="{GPU}"}} {deserved}'
-                         + self._stamp(name))
+            lines.append(
+                f'{DESERVED}{{queue_name="{name}",resource="{GPU}"}} {deserved}' + self._stamp(name)
+            )
         lines += [
             f"# HELP {ALLOCATED} Allocated scalar resources for one queue",
             f"# TYPE {ALLOCATED} gauge",
         ]
         for name, (_, allocated) in sorted(self.queues.items()):
             if allocated is not None:
-                lines.append(f'{ALLOCATED}{{queue_name="{name}",resource="{GPU}"}} {allocated}'
-                             + self._stamp(name))
+                lines.append(
+                    f'{ALLOCATED}{{queue_name="{name}",resource="{GPU}"}} {allocated}'
+                    + self._stamp(name)
+                )
         # another resource on the same metric, which the query must ignore
         for name, (deserved, _) in sorted(self.queues.items()):
             lines.append(f'{DESERVED}{{queue_name="{name}",resource="cpu"}} {deserved * 10}')
@@ -296,7 +303,9 @@ class VolcanoExporter:
         if self.failing:
             return web.Response(status=503, text="scheduler unavailable")
         return web.Response(
-            text=self.render(), content_type="text/plain", charset="utf-8",
+            text=self.render(),
+            content_type="text/plain",
+            charset="utf-8",
             headers={"X-Content-Type-Options": "nosniff"},
         )
 
@@ -381,8 +390,11 @@ async def running_prometheus(
         config.write_text(
             json.dumps(  # JSON is YAML
                 {
-                    "global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
-                               "evaluation_interval": "1s"},
+                    "global": {
+                        "scrape_interval": "1s",
+                        "scrape_timeout": "900ms",
+                        "evaluation_interval": "1s",
+                    },
                     "scrape_configs": [
                         {"job_name": "volcano", "static_configs": [{"targets": targets}]}
                     ],

@@ -106,8 +106,14 @@ def actuator(api_client: ApiClient) -> KubeActuator:
 async def test_empty_plan_makes_no_request(kube: FakeKubeApi, actuator: KubeActuator) -> None:
     stored = kube.put(job("a"))
     hold = Decision(
-        ref=ObjectRef(NS, "a"), queue="vision", current=2, target=2,
-        reason=Reason.COOLDOWN, message="cooling down", min_replicas=1, max_replicas=8,
+        ref=ObjectRef(NS, "a"),
+        queue="vision",
+        current=2,
+        target=2,
+        reason=Reason.COOLDOWN,
+        message="cooling down",
+        min_replicas=1,
+        max_replicas=8,
         resource_version=stored["metadata"]["resourceVersion"],
     )
     kube.reset_requests()
@@ -165,9 +171,7 @@ async def test_grow_patches_replicas_with_merge_patch_and_records_event(
 
 async def test_shrink_records_its_reason(kube: FakeKubeApi, actuator: KubeActuator) -> None:
     stored = kube.put(job("a", replicas=6))
-    result = await actuator.apply(
-        plan(decide(stored, 3, reason=Reason.RECLAIM_FOR_PENDING)), NOW
-    )
+    result = await actuator.apply(plan(decide(stored, 3, reason=Reason.RECLAIM_FOR_PENDING)), NOW)
     assert outcomes(result) == [Outcome.APPLIED]
     assert replicas(kube, "a") == 3
     after = kube.get("pytorchjobs", NS, "a")
@@ -335,8 +339,13 @@ async def test_not_leader_from_the_start_writes_nothing(
     ],
 )
 async def test_out_of_range_or_foreign_decision_is_refused(
-    kube: FakeKubeApi, actuator: KubeActuator, target: int, kind: str,
-    lo: int | None, hi: int | None, why: str,
+    kube: FakeKubeApi,
+    actuator: KubeActuator,
+    target: int,
+    kind: str,
+    lo: int | None,
+    hi: int | None,
+    why: str,
 ) -> None:
     a, b = kube.put(job("a")), kube.put(job("b"))
     kube.reset_requests()
@@ -350,11 +359,27 @@ async def test_out_of_range_or_foreign_decision_is_refused(
 
 
 def test_refusal_of_missing_target() -> None:
-    d = Decision(ref=ObjectRef(NS, "a"), queue="q", current=2, target=None,
-                 reason=Reason.SCALE_UP_IDLE_GPUS, message="", min_replicas=1, max_replicas=4)
+    d = Decision(
+        ref=ObjectRef(NS, "a"),
+        queue="q",
+        current=2,
+        target=None,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="",
+        min_replicas=1,
+        max_replicas=4,
+    )
     assert refusal(d) is not None
-    ok = Decision(ref=ObjectRef(NS, "a"), queue="q", current=2, target=4,
-                  reason=Reason.SCALE_UP_IDLE_GPUS, message="", min_replicas=1, max_replicas=4)
+    ok = Decision(
+        ref=ObjectRef(NS, "a"),
+        queue="q",
+        current=2,
+        target=4,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="",
+        min_replicas=1,
+        max_replicas=4,
+    )
     assert refusal(ok) is None
 
 
@@ -406,8 +431,9 @@ def test_rfc3339_is_utc_whole_seconds() -> None:
     assert rfc3339(datetime(2026, 11, 22, 10, 0, 0)) == "2026-11-22T10:00:00Z"
 
 
-async def test_writes_go_out_in_parallel_up_to_the_bound(kube: FakeKubeApi,
-                                                         api_client: ApiClient) -> None:
+async def test_writes_go_out_in_parallel_up_to_the_bound(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
     """Each patch is held 0.2 s at the server: the server sees 4 at once, never more."""
     stored = [kube.put(job(f"j{i}")) for i in range(12)]
     for i in range(12):
@@ -419,8 +445,9 @@ async def test_writes_go_out_in_parallel_up_to_the_bound(kube: FakeKubeApi,
     assert kube.max_delayed == 4  # serial would be 1, unbounded 12
 
 
-async def test_a_429_stops_the_rest_of_the_cycles_writes(kube: FakeKubeApi,
-                                                         api_client: ApiClient) -> None:
+async def test_a_429_stops_the_rest_of_the_cycles_writes(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
     stored = [kube.put(job(f"j{i}")) for i in range(6)]
     kube.fail_next("PATCH", r"/pytorchjobs/j0$", 429, retry_after=5)
     actuator = KubeActuator(settings(max_parallel_writes=1), api_client)

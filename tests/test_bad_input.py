@@ -43,9 +43,14 @@ def job(name: str, **kw: Any) -> dict[str, Any]:
     kw.setdefault("min_replicas", 1)
     kw.setdefault("max_replicas", 4)
     kw.setdefault("replicas", 2)
-    kw.setdefault("active", kw["replicas"] if isinstance(kw["replicas"], int)
-                  and not isinstance(kw["replicas"], bool) and 0 <= kw["replicas"] < 100
-                  else 2)
+    kw.setdefault(
+        "active",
+        kw["replicas"]
+        if isinstance(kw["replicas"], int)
+        and not isinstance(kw["replicas"], bool)
+        and 0 <= kw["replicas"] < 100
+        else 2,
+    )
     return pytorchjob(name, **kw)
 
 
@@ -81,97 +86,240 @@ LONG = "x" * 300
 UNICODE_QUEUE = "очередь-队列-🚀"
 
 CORPUS: list[Bad] = [
-    Bad("min-above-max", job("min-above-max", min_replicas=5, max_replicas=2, replicas=2),
-        Reason.INVALID_POLICY, "spec.elasticPolicy.minReplicas"),
-    Bad("min-zero", job("min-zero", min_replicas=0), Reason.INVALID_POLICY,
-        "spec.elasticPolicy.minReplicas"),
-    Bad("min-fractional", job("min-fractional", min_replicas=1.5), Reason.INVALID_POLICY,
-        "spec.elasticPolicy.minReplicas"),
-    Bad("max-string", job("max-string", max_replicas="8"), Reason.INVALID_POLICY,
-        "spec.elasticPolicy.maxReplicas"),
-    Bad("max-huge", job("max-huge", max_replicas=10**12), Reason.INVALID_POLICY,
-        "spec.elasticPolicy.maxReplicas"),
-    Bad("elastic-not-a-mapping", edit(job("elastic-not-a-mapping"), "spec.elasticPolicy",
-                                      "yes please"),
-        Reason.INVALID_POLICY, "spec.elasticPolicy"),
-    Bad("replicas-negative", job("replicas-negative", replicas=-1), Reason.INVALID_REPLICAS,
-        f"{W}.replicas"),
-    Bad("replicas-huge", job("replicas-huge", replicas=10**9, max_replicas=10**9),
-        Reason.INVALID_REPLICAS, f"{W}.replicas"),
-    Bad("replicas-string", job("replicas-string", replicas="3"), Reason.INVALID_REPLICAS,
-        f"{W}.replicas"),
-    Bad("replicas-bool", job("replicas-bool", replicas=True), Reason.INVALID_REPLICAS,
-        f"{W}.replicas"),
-    Bad("replicas-null-object", job("replicas-null-object", replicas={"$gt": 1}),
-        Reason.INVALID_REPLICAS, f"{W}.replicas"),
-    Bad("replicas-outside-bounds", job("replicas-outside-bounds", replicas=9, max_replicas=4),
-        Reason.INVALID_REPLICAS, "outside elasticPolicy [1, 4]"),
-    Bad("missing-worker", edit(job("missing-worker"), "spec.pytorchReplicaSpecs.Worker",
-                               DELETE), Reason.INVALID_SPEC, W),
-    Bad("missing-spec", edit(job("missing-spec"), "spec", DELETE), Reason.INVALID_SPEC,
-        "spec is missing"),
-    Bad("missing-containers", edit(job("missing-containers"),
-                                   "spec.pytorchReplicaSpecs.Worker.template.spec.containers",
-                                   []), Reason.INVALID_SPEC, f"{W}.template.spec.containers"),
-    Bad("zero-gpus", job("zero-gpus", gpus=0), Reason.INVALID_SPEC,
-        f"{W}.template requests no GPU"),
-    Bad("fractional-gpus", job("fractional-gpus", gpus="0.5"), Reason.INVALID_SPEC,
-        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]"),
-    Bad("negative-gpus", job("negative-gpus", gpus=-2), Reason.INVALID_SPEC,
-        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]"),
-    Bad("huge-gpus", job("huge-gpus", gpus=10**9), Reason.INVALID_SPEC,
-        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]"),
-    Bad("milli-gpus", job("milli-gpus", gpus="500m"), Reason.INVALID_SPEC,
-        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]"),
-    Bad("unknown-gpu-resource", job("unknown-gpu-resource", resource="amd.com/gpu"),
-        Reason.INVALID_SPEC, f"{W}.template requests no GPU (nvidia.com/gpu)"),
-    Bad("resources-not-a-mapping",
-        tweak(job("resources-not-a-mapping"),
-              lambda o: container(o).update(resources={"limits": "nvidia.com/gpu=8"})),
-        Reason.INVALID_SPEC, f"{W}.template.spec.containers[0].resources must be a mapping"),
-    Bad("active-garbage", edit(job("active-garbage"), "status.replicaStatuses.Worker.active",
-                               "two"), Reason.INVALID_SPEC,
-        "status.replicaStatuses.Worker.active"),
-    Bad("operator-hpa", edit(job("operator-hpa"), "spec.elasticPolicy.metrics",
-                             [{"type": "Resource", "resource": {"name": "cpu"}}]),
-        Reason.OPERATOR_HPA, "spec.elasticPolicy.metrics"),
-    Bad("annotation-garbage-time", with_annotation("annotation-garbage-time", "yesterday"),
-        Reason.INVALID_ANNOTATION, f"metadata.annotations[{LAST}]"),
-    Bad("annotation-no-zone", with_annotation("annotation-no-zone", "2026-11-22T09:00:00"),
-        Reason.INVALID_ANNOTATION, f"metadata.annotations[{LAST}]"),
-    Bad("annotation-not-a-string", with_annotation("annotation-not-a-string", 1732262400),
-        Reason.INVALID_ANNOTATION, f"metadata.annotations[{LAST}]"),
-    Bad("annotation-from-the-future",
+    Bad(
+        "min-above-max",
+        job("min-above-max", min_replicas=5, max_replicas=2, replicas=2),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.minReplicas",
+    ),
+    Bad(
+        "min-zero",
+        job("min-zero", min_replicas=0),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.minReplicas",
+    ),
+    Bad(
+        "min-fractional",
+        job("min-fractional", min_replicas=1.5),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.minReplicas",
+    ),
+    Bad(
+        "max-string",
+        job("max-string", max_replicas="8"),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.maxReplicas",
+    ),
+    Bad(
+        "max-huge",
+        job("max-huge", max_replicas=10**12),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.maxReplicas",
+    ),
+    Bad(
+        "elastic-not-a-mapping",
+        edit(job("elastic-not-a-mapping"), "spec.elasticPolicy", "yes please"),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy",
+    ),
+    Bad(
+        "replicas-negative",
+        job("replicas-negative", replicas=-1),
+        Reason.INVALID_REPLICAS,
+        f"{W}.replicas",
+    ),
+    Bad(
+        "replicas-huge",
+        job("replicas-huge", replicas=10**9, max_replicas=10**9),
+        Reason.INVALID_REPLICAS,
+        f"{W}.replicas",
+    ),
+    Bad(
+        "replicas-string",
+        job("replicas-string", replicas="3"),
+        Reason.INVALID_REPLICAS,
+        f"{W}.replicas",
+    ),
+    Bad(
+        "replicas-bool",
+        job("replicas-bool", replicas=True),
+        Reason.INVALID_REPLICAS,
+        f"{W}.replicas",
+    ),
+    Bad(
+        "replicas-null-object",
+        job("replicas-null-object", replicas={"$gt": 1}),
+        Reason.INVALID_REPLICAS,
+        f"{W}.replicas",
+    ),
+    Bad(
+        "replicas-outside-bounds",
+        job("replicas-outside-bounds", replicas=9, max_replicas=4),
+        Reason.INVALID_REPLICAS,
+        "outside elasticPolicy [1, 4]",
+    ),
+    Bad(
+        "missing-worker",
+        edit(job("missing-worker"), "spec.pytorchReplicaSpecs.Worker", DELETE),
+        Reason.INVALID_SPEC,
+        W,
+    ),
+    Bad(
+        "missing-spec",
+        edit(job("missing-spec"), "spec", DELETE),
+        Reason.INVALID_SPEC,
+        "spec is missing",
+    ),
+    Bad(
+        "missing-containers",
+        edit(
+            job("missing-containers"),
+            "spec.pytorchReplicaSpecs.Worker.template.spec.containers",
+            [],
+        ),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers",
+    ),
+    Bad(
+        "zero-gpus", job("zero-gpus", gpus=0), Reason.INVALID_SPEC, f"{W}.template requests no GPU"
+    ),
+    Bad(
+        "fractional-gpus",
+        job("fractional-gpus", gpus="0.5"),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+    ),
+    Bad(
+        "negative-gpus",
+        job("negative-gpus", gpus=-2),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+    ),
+    Bad(
+        "huge-gpus",
+        job("huge-gpus", gpus=10**9),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+    ),
+    Bad(
+        "milli-gpus",
+        job("milli-gpus", gpus="500m"),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+    ),
+    Bad(
+        "unknown-gpu-resource",
+        job("unknown-gpu-resource", resource="amd.com/gpu"),
+        Reason.INVALID_SPEC,
+        f"{W}.template requests no GPU (nvidia.com/gpu)",
+    ),
+    Bad(
+        "resources-not-a-mapping",
+        tweak(
+            job("resources-not-a-mapping"),
+            lambda o: container(o).update(resources={"limits": "nvidia.com/gpu=8"}),
+        ),
+        Reason.INVALID_SPEC,
+        f"{W}.template.spec.containers[0].resources must be a mapping",
+    ),
+    Bad(
+        "active-garbage",
+        edit(job("active-garbage"), "status.replicaStatuses.Worker.active", "two"),
+        Reason.INVALID_SPEC,
+        "status.replicaStatuses.Worker.active",
+    ),
+    Bad(
+        "operator-hpa",
+        edit(
+            job("operator-hpa"),
+            "spec.elasticPolicy.metrics",
+            [{"type": "Resource", "resource": {"name": "cpu"}}],
+        ),
+        Reason.OPERATOR_HPA,
+        "spec.elasticPolicy.metrics",
+    ),
+    Bad(
+        "annotation-garbage-time",
+        with_annotation("annotation-garbage-time", "yesterday"),
+        Reason.INVALID_ANNOTATION,
+        f"metadata.annotations[{LAST}]",
+    ),
+    Bad(
+        "annotation-no-zone",
+        with_annotation("annotation-no-zone", "2026-11-22T09:00:00"),
+        Reason.INVALID_ANNOTATION,
+        f"metadata.annotations[{LAST}]",
+    ),
+    Bad(
+        "annotation-not-a-string",
+        with_annotation("annotation-not-a-string", 1732262400),
+        Reason.INVALID_ANNOTATION,
+        f"metadata.annotations[{LAST}]",
+    ),
+    Bad(
+        "annotation-from-the-future",
         with_annotation("annotation-from-the-future", format_time(NOW + timedelta(days=30))),
-        Reason.CLOCK_SKEW, "last-scale-time"),
-    Bad("annotations-not-a-mapping", edit(job("annotations-not-a-mapping"),
-                                          "metadata.annotations", ["a", "b"]),
-        Reason.INVALID_ANNOTATION, "metadata.annotations"),
-    Bad("paused", tweak(job("paused"), lambda o: o["metadata"].update(
-        annotations={"elastic-autoscaler.io/paused": "TRUE "})), Reason.PAUSED,
-        "elastic-autoscaler.io/paused"),
-    Bad("name-too-long", job(LONG), Reason.INVALID_SPEC, "metadata.name",
-        name="x" * 253),
-    Bad("queue-absent-from-prometheus", job("queue-absent-from-prometheus", queue="ghost"),
-        Reason.METRICS_MISSING, "queue ghost"),
-    Bad("missing-queue", job("missing-queue", queue=None), Reason.METRICS_MISSING,
-        "queue default"),
-    Bad("unicode-queue", job("unicode-queue", queue=UNICODE_QUEUE), Reason.METRICS_MISSING,
-        f"queue {UNICODE_QUEUE}"),
+        Reason.CLOCK_SKEW,
+        "last-scale-time",
+    ),
+    Bad(
+        "annotations-not-a-mapping",
+        edit(job("annotations-not-a-mapping"), "metadata.annotations", ["a", "b"]),
+        Reason.INVALID_ANNOTATION,
+        "metadata.annotations",
+    ),
+    Bad(
+        "paused",
+        tweak(
+            job("paused"),
+            lambda o: o["metadata"].update(annotations={"elastic-autoscaler.io/paused": "TRUE "}),
+        ),
+        Reason.PAUSED,
+        "elastic-autoscaler.io/paused",
+    ),
+    Bad("name-too-long", job(LONG), Reason.INVALID_SPEC, "metadata.name", name="x" * 253),
+    Bad(
+        "queue-absent-from-prometheus",
+        job("queue-absent-from-prometheus", queue="ghost"),
+        Reason.METRICS_MISSING,
+        "queue ghost",
+    ),
+    Bad("missing-queue", job("missing-queue", queue=None), Reason.METRICS_MISSING, "queue default"),
+    Bad(
+        "unicode-queue",
+        job("unicode-queue", queue=UNICODE_QUEUE),
+        Reason.METRICS_MISSING,
+        f"queue {UNICODE_QUEUE}",
+    ),
 ]
 
 BAD_GANGS = [
     # a PodGroup whose owner does not exist: still a waiting gang, it must not crash or
     # be matched to a job by accident
-    ("owner-missing", podgroup("owner-missing", queue="gangs", gpus=2, owner="no-such-job"),
-     Reason.GANG_UNCOVERABLE, "owner-missing"),
-    ("gpus-garbage", podgroup("gpus-garbage", queue="gangs", gpus="lots"), Reason.INVALID_GANG,
-     "spec.minResources[nvidia.com/gpu]"),
-    ("gpus-negative", podgroup("gpus-negative", queue="gangs", gpus=-4), Reason.INVALID_GANG,
-     "spec.minResources[nvidia.com/gpu]"),
-    ("min-resources-not-a-mapping",
-     edit(podgroup("min-resources-not-a-mapping", queue="gangs"), "spec.minResources", [1, 2]),
-     Reason.INVALID_GANG, "spec.minResources must be a mapping"),
+    (
+        "owner-missing",
+        podgroup("owner-missing", queue="gangs", gpus=2, owner="no-such-job"),
+        Reason.GANG_UNCOVERABLE,
+        "owner-missing",
+    ),
+    (
+        "gpus-garbage",
+        podgroup("gpus-garbage", queue="gangs", gpus="lots"),
+        Reason.INVALID_GANG,
+        "spec.minResources[nvidia.com/gpu]",
+    ),
+    (
+        "gpus-negative",
+        podgroup("gpus-negative", queue="gangs", gpus=-4),
+        Reason.INVALID_GANG,
+        "spec.minResources[nvidia.com/gpu]",
+    ),
+    (
+        "min-resources-not-a-mapping",
+        edit(podgroup("min-resources-not-a-mapping", queue="gangs"), "spec.minResources", [1, 2]),
+        Reason.INVALID_GANG,
+        "spec.minResources must be a mapping",
+    ),
 ]
 
 HEALTHY = [
@@ -185,8 +333,11 @@ HEALTHY = [
 def prometheus_answer() -> dict[str, Any]:
     ts = NOW.timestamp()
     return vector_body(
-        sample(HOSTILE, 100_000, ts), sample("team-a", 2000, ts), sample("team-b", 2000, ts),
-        sample("team-c", 2000, ts), sample("gangs", 0, ts),
+        sample(HOSTILE, 100_000, ts),
+        sample("team-a", 2000, ts),
+        sample("team-b", 2000, ts),
+        sample("team-c", 2000, ts),
+        sample("gangs", 0, ts),
     )
 
 
@@ -203,10 +354,15 @@ async def test_bad_input_corpus_end_to_end():
         for _, obj, _, _ in BAD_GANGS:
             api.put(copy.deepcopy(obj))
         for name, ns, queue in HEALTHY:
-            api.put(pytorchjob(name, ns, queue=queue, min_replicas=1, max_replicas=4,
-                               replicas=2, active=2))
-        async with fake_prometheus(prometheus_answer()) as prom, \
-                Daemon(api, settings_for(prom.url)) as d:
+            api.put(
+                pytorchjob(
+                    name, ns, queue=queue, min_replicas=1, max_replicas=4, replicas=2, active=2
+                )
+            )
+        async with (
+            fake_prometheus(prometheus_answer()) as prom,
+            Daemon(api, settings_for(prom.url)) as d,
+        ):
             with capture_logs() as logs:
                 result = await d.controller.run_once(NOW)
             assert result.result == "ok", result.message
@@ -242,6 +398,7 @@ async def test_bad_input_corpus_end_to_end():
                 assert line["reason"] == bad.reason.value and bad.field in line["message"]
             # and the metrics count them by reason
             from prometheus_client import generate_latest
+
             text = generate_latest(d.metrics.registry).decode()
             assert f'elastic_autoscaler_jobs{{queue="{HOSTILE}",reason="InvalidSpec"}}' in text
 
@@ -281,15 +438,26 @@ async def test_hostile_object_edited_in_place_is_rejected_on_the_next_cycle():
 
     async with FakeKubeApi() as api:
         api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=4))
-        async with fake_prometheus(prometheus_answer()) as prom, \
-                Daemon(api, settings_for(prom.url)) as d:
+        async with (
+            fake_prometheus(prometheus_answer()) as prom,
+            Daemon(api, settings_for(prom.url)) as d,
+        ):
             await d.controller.run_once(NOW)
-            assert api.get("pytorchjobs", "ml", "j")["spec"]["pytorchReplicaSpecs"]["Worker"][
-                "replicas"] == 4
-            api.patch("pytorchjobs", "ml", "j", {"spec": {"elasticPolicy": {
-                "minReplicas": 9, "maxReplicas": 1}}})
-            await d.seen("PyTorchJob", "j", lambda o: o["spec"]["elasticPolicy"]
-                         ["minReplicas"] == 9)
+            assert (
+                api.get("pytorchjobs", "ml", "j")["spec"]["pytorchReplicaSpecs"]["Worker"][
+                    "replicas"
+                ]
+                == 4
+            )
+            api.patch(
+                "pytorchjobs",
+                "ml",
+                "j",
+                {"spec": {"elasticPolicy": {"minReplicas": 9, "maxReplicas": 1}}},
+            )
+            await d.seen(
+                "PyTorchJob", "j", lambda o: o["spec"]["elasticPolicy"]["minReplicas"] == 9
+            )
             writes = len(api.writes("pytorchjobs"))
             result = await d.controller.run_once(NOW + timedelta(hours=1))
             x = result.plan.decisions[0]
@@ -300,8 +468,14 @@ async def test_hostile_object_edited_in_place_is_rejected_on_the_next_cycle():
 # The fake checks only the fields a scaler writes; a real server would also refuse a
 # 300-character name and (with the published CRD schema) a non-object elasticPolicy.
 REJECTED_ON_CREATE = {
-    "replicas-string", "replicas-bool", "replicas-null-object", "max-string",
-    "min-fractional", "active-garbage", "annotations-not-a-mapping", "annotation-not-a-string",
+    "replicas-string",
+    "replicas-bool",
+    "replicas-null-object",
+    "max-string",
+    "min-fractional",
+    "active-garbage",
+    "annotations-not-a-mapping",
+    "annotation-not-a-string",
 }
 
 
@@ -316,7 +490,8 @@ async def test_the_fake_api_rejects_some_on_create(bad: Bad):
         body["metadata"].pop("resourceVersion", None)
         try:
             await custom.create_namespaced_custom_object(
-                "kubeflow.org", "v1", "ml", "pytorchjobs", body)
+                "kubeflow.org", "v1", "ml", "pytorchjobs", body
+            )
         except ApiException as exc:
             assert exc.status in (400, 422), exc
             assert bad.id in REJECTED_ON_CREATE, f"unexpectedly rejected: {exc.body}"
@@ -344,11 +519,14 @@ async def test_large_object_arriving_by_watch_is_read_whole():
     one watch line after the caches synced: it is read, parsed and planned like any other."""
 
     async with FakeKubeApi() as api:
-        async with fake_prometheus(prometheus_answer()) as prom, \
-                Daemon(api, settings_for(prom.url)) as d:
+        async with (
+            fake_prometheus(prometheus_answer()) as prom,
+            Daemon(api, settings_for(prom.url)) as d,
+        ):
             big = pytorchjob("big", queue="team-a", replicas=2, active=2, max_replicas=4)
-            big["metadata"]["annotations"][
-                "kubectl.kubernetes.io/last-applied-configuration"] = "x" * 300_000
+            big["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
+                "x" * 300_000
+            )
             api.put(big)
             await d.seen("PyTorchJob", "big")
             result = await d.controller.run_once(NOW)

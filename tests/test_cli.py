@@ -38,14 +38,22 @@ def test_example_snapshot_json_is_stable_and_documented_shape(capsys):
     doc = json.loads(out)
     assert doc["now"] == "2026-11-22T10:00:00Z"
     assert set(doc) >= {"now", "actions", "jobs", "queues"}
-    moves = {(a["namespace"], a["name"]): (a["from"], a["to"], a["reason"])
-             for a in doc["actions"]}
+    moves = {(a["namespace"], a["name"]): (a["from"], a["to"], a["reason"]) for a in doc["actions"]}
     assert moves[("nlp", "bert-pretrain")] == (8, 4, "ReclaimForPending")
     assert moves[("vision", "resnet-small")] == (2, 4, "ScaleUpIdleGpus")
     assert all(a["from"] != a["to"] for a in doc["actions"])
     assert len(doc["jobs"]) == 9
-    assert {"namespace", "name", "queue", "replicas", "min", "max", "target", "reason",
-            "message"} <= set(doc["jobs"][0])
+    assert {
+        "namespace",
+        "name",
+        "queue",
+        "replicas",
+        "min",
+        "max",
+        "target",
+        "reason",
+        "message",
+    } <= set(doc["jobs"][0])
     assert doc["queues"]["team-b"]["pending_gpus"] == 4
     assert doc["queues"]["team-a"]["granted_gpus"] == 6
     # same input, same bytes
@@ -53,21 +61,35 @@ def test_example_snapshot_json_is_stable_and_documented_shape(capsys):
 
 
 def test_now_flag_overrides_the_snapshot(capsys, tmp_path):
-    snap = {"now": "2026-11-22T10:00:00Z", "free_gpus": {"team-a": 4},
-            "objects": [pytorchjob("j", annotations={
-                "elastic-autoscaler.io/last-scale-time": "2026-11-22T09:58:00Z"})]}
+    snap = {
+        "now": "2026-11-22T10:00:00Z",
+        "free_gpus": {"team-a": 4},
+        "objects": [
+            pytorchjob(
+                "j", annotations={"elastic-autoscaler.io/last-scale-time": "2026-11-22T09:58:00Z"}
+            )
+        ],
+    }
     path = tmp_path / "s.json"
     path.write_text(json.dumps(snap))
     held = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json")[1])
     assert held["jobs"][0]["reason"] == "HoldCooldown"
-    later = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json",
-                           "--now", "2026-11-22T11:00:00Z")[1])
+    later = json.loads(
+        run(capsys, "plan", "--snapshot", str(path), "-o", "json", "--now", "2026-11-22T11:00:00Z")[
+            1
+        ]
+    )
     assert later["jobs"][0]["reason"] == "ScaleUpIdleGpus" and later["jobs"][0]["target"] == 4
 
 
 def test_kind_list_objects_and_unknown_queue(capsys, tmp_path):
-    snap = {"free_gpus": {}, "objects": {"kind": "List", "items": [
-        pytorchjob("j", queue="nowhere"), podgroup("g", queue="nowhere")]}}
+    snap = {
+        "free_gpus": {},
+        "objects": {
+            "kind": "List",
+            "items": [pytorchjob("j", queue="nowhere"), podgroup("g", queue="nowhere")],
+        },
+    }
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(snap))
     doc = json.loads(run(capsys, "plan", "--snapshot", str(path), "-o", "json")[1])
@@ -110,7 +132,11 @@ def test_bad_now_flag_exits_2(capsys):
 def test_module_entry_point_runs():
     proc = subprocess.run(
         [sys.executable, "-m", "autoscaler", "plan", "--snapshot", str(EXAMPLE), "-o", "json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["actions"]
@@ -119,11 +145,22 @@ def test_module_entry_point_runs():
 def test_run_without_a_usable_kubeconfig_exits_2(tmp_path):
     bad = tmp_path / "kubeconfig"
     bad.write_text("apiVersion: v1\nkind: Config\n")  # no current-context
-    env = {**os.environ, "AUTOSCALER_KUBECONFIG": str(bad), "AUTOSCALER_LISTEN_PORT": "0",
-           "AUTOSCALER_LISTEN_HOST": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "AUTOSCALER_KUBECONFIG": str(bad),
+        "AUTOSCALER_LISTEN_PORT": "0",
+        "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
+    }
     # a subprocess: `run` configures process-wide logging, as a daemon should
-    proc = subprocess.run([sys.executable, "-m", "autoscaler", "run"], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "run"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "kubeconfig" in proc.stderr and "no clusters" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -147,27 +184,34 @@ def _kubeconfig(tmp_path, case: str):
     if case == "directory":
         path.mkdir()
         return path
-    path.write_text({
-        "not-yaml": "clusters: [unclosed\n  - : :\n",
-        "not-a-mapping": "- just\n- a list\n",
-        "no-current-context": "apiVersion: v1\nkind: Config\n",
-        "unknown-context": GOOD_KUBECONFIG.replace("current-context: x", "current-context: y"),
-        "binary": "\udcff",
-    }[case], errors="surrogateescape")
+    path.write_text(
+        {
+            "not-yaml": "clusters: [unclosed\n  - : :\n",
+            "not-a-mapping": "- just\n- a list\n",
+            "no-current-context": "apiVersion: v1\nkind: Config\n",
+            "unknown-context": GOOD_KUBECONFIG.replace("current-context: x", "current-context: y"),
+            "binary": "\udcff",
+        }[case],
+        errors="surrogateescape",
+    )
     return path
 
 
-@pytest.mark.parametrize(("case", "says"), [
-    ("missing", "no such file"),
-    ("directory", "is a directory"),
-    ("not-yaml", "not YAML (line"),
-    ("not-a-mapping", "not a mapping"),
-    ("no-current-context", "no clusters"),
-    ("unknown-context", "current-context 'y' is not among its contexts (x)"),
-    ("binary", "cannot read"),
-])
-def test_every_kubeconfig_failure_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch,
-                                                                case, says):
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("missing", "no such file"),
+        ("directory", "is a directory"),
+        ("not-yaml", "not YAML (line"),
+        ("not-a-mapping", "not a mapping"),
+        ("no-current-context", "no clusters"),
+        ("unknown-context", "current-context 'y' is not among its contexts (x)"),
+        ("binary", "cannot read"),
+    ],
+)
+def test_every_kubeconfig_failure_is_one_line_naming_the_file(
+    tmp_path, capsys, monkeypatch, case, says
+):
     path = _kubeconfig(tmp_path, case)
     monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(path))
     code, out, err = run(capsys, "plan")
@@ -175,8 +219,7 @@ def test_every_kubeconfig_failure_is_one_line_naming_the_file(tmp_path, capsys, 
     assert err.count("\n") == 1 and str(path) in err and says in err, err
 
 
-def test_plan_against_an_unreachable_cluster_is_a_run_time_failure(tmp_path, capsys,
-                                                                   monkeypatch):
+def test_plan_against_an_unreachable_cluster_is_a_run_time_failure(tmp_path, capsys, monkeypatch):
     path = tmp_path / "kubeconfig"
     path.write_text(GOOD_KUBECONFIG)  # 127.0.0.1:1: nothing listens there
     monkeypatch.setenv("AUTOSCALER_KUBECONFIG", str(path))
@@ -190,13 +233,27 @@ def test_run_says_once_that_it_waits_for_the_api(tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(GOOD_KUBECONFIG)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    env.update({"AUTOSCALER_KUBECONFIG": str(path), "AUTOSCALER_LISTEN_PORT": "0",
-                "AUTOSCALER_LISTEN_HOST": "127.0.0.1", "AUTOSCALER_LEADER_ELECTION": "false",
-                "AUTOSCALER_LOG_FORMAT": "json", "AUTOSCALER_INTERVAL_SECONDS": "1",
-                "AUTOSCALER_MIN_INTERVAL_SECONDS": "0", "AUTOSCALER_CYCLE_DEADLINE_SECONDS": "2",
-                "HOME": str(tmp_path)})
-    proc = subprocess.Popen([sys.executable, "-m", "autoscaler", "run"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env.update(
+        {
+            "AUTOSCALER_KUBECONFIG": str(path),
+            "AUTOSCALER_LISTEN_PORT": "0",
+            "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
+            "AUTOSCALER_LEADER_ELECTION": "false",
+            "AUTOSCALER_LOG_FORMAT": "json",
+            "AUTOSCALER_INTERVAL_SECONDS": "1",
+            "AUTOSCALER_MIN_INTERVAL_SECONDS": "0",
+            "AUTOSCALER_CYCLE_DEADLINE_SECONDS": "2",
+            "HOME": str(tmp_path),
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoscaler", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         assert proc.stderr is not None

@@ -24,8 +24,11 @@ def _validators() -> dict[tuple[str, str], jsonschema.Draft4Validator]:
     """(apiVersion, kind) -> a validator of its openAPIV3Schema, per served version."""
     out: dict[tuple[str, str], jsonschema.Draft4Validator] = {}
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for name in ("kubeflow.org_pytorchjobs", "scheduling.volcano.sh_podgroups",
-                 "scheduling.volcano.sh_queues"):
+    for name in (
+        "kubeflow.org_pytorchjobs",
+        "scheduling.volcano.sh_podgroups",
+        "scheduling.volcano.sh_queues",
+    ):
         for crd in yaml.load_all((CRDS / f"{name}.yaml").read_text(), Loader=loader):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
@@ -48,21 +51,31 @@ def check(obj: dict[str, Any]) -> None:
 
 
 def test_the_crds_we_read_are_all_present() -> None:
-    for key in [("kubeflow.org/v1", "PyTorchJob"),
-                ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-                ("scheduling.volcano.sh/v1beta1", "Queue")]:
+    for key in [
+        ("kubeflow.org/v1", "PyTorchJob"),
+        ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+        ("scheduling.volcano.sh/v1beta1", "Queue"),
+    ]:
         assert key in SCHEMAS
 
 
-@pytest.mark.parametrize("obj", [
-    pytorchjob(),
-    pytorchjob(min_replicas=None, max_replicas=8, priority_class="high", min_available=None),
-    pytorchjob(queue=None, replicas=0, active=0, conditions=[]),
-    podgroup(),
-    podgroup(owner="job", priority_class="high", phase="Inqueue",
-             conditions=[{"type": "Unschedulable", "status": "True"}]),
-    queue_obj("team-a"),
-], ids=["job", "job-min-defaulted", "job-no-queue", "podgroup", "podgroup-owned", "queue"])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytorchjob(),
+        pytorchjob(min_replicas=None, max_replicas=8, priority_class="high", min_available=None),
+        pytorchjob(queue=None, replicas=0, active=0, conditions=[]),
+        podgroup(),
+        podgroup(
+            owner="job",
+            priority_class="high",
+            phase="Inqueue",
+            conditions=[{"type": "Unschedulable", "status": "True"}],
+        ),
+        queue_obj("team-a"),
+    ],
+    ids=["job", "job-min-defaulted", "job-no-queue", "podgroup", "podgroup-owned", "queue"],
+)
 def test_fixture_objects_match_the_crds(obj: dict[str, Any]) -> None:
     check(obj)
 

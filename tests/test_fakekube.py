@@ -144,9 +144,7 @@ async def test_patch_content_types(kube: FakeKubeApi, crd: CustomObjectsApi) -> 
     )
     assert merged["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
     assert merged["metadata"]["generation"] == 2
-    assert int(merged["metadata"]["resourceVersion"]) > int(
-        before["metadata"]["resourceVersion"]
-    )
+    assert int(merged["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
 
     ops = [
         {"op": "test", "path": "/spec/pytorchReplicaSpecs/Worker/replicas", "value": 3},
@@ -164,7 +162,11 @@ async def test_patch_content_types(kube: FakeKubeApi, crd: CustomObjectsApi) -> 
 
     with pytest.raises(ApiException) as strategic:
         await crd.patch_namespaced_custom_object(
-            *KF, "ns1", "pytorchjobs", "a", patch,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            "a",
+            patch,
             _content_type="application/strategic-merge-patch+json",
         )
     assert strategic.value.status == 415
@@ -172,7 +174,11 @@ async def test_patch_content_types(kube: FakeKubeApi, crd: CustomObjectsApi) -> 
 
     # Removing a key with null (RFC 7386).
     cleared = await crd.patch_namespaced_custom_object(
-        *KF, "ns1", "pytorchjobs", "a", {"metadata": {"annotations": {"x/y": None}}},
+        *KF,
+        "ns1",
+        "pytorchjobs",
+        "a",
+        {"metadata": {"annotations": {"x/y": None}}},
         _content_type=MERGE,
     )
     assert not cleared["metadata"].get("annotations")
@@ -194,8 +200,12 @@ async def test_noop_patch_keeps_resource_version_and_emits_nothing(
     seen = []
     async with stream:
         async for event in stream.stream(
-            crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-            resource_version=rv, timeout_seconds=5,
+            crd.list_namespaced_custom_object,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            resource_version=rv,
+            timeout_seconds=5,
         ):
             seen.append((event["type"], event["object"]["metadata"]["name"]))
             stream.stop()
@@ -209,7 +219,10 @@ async def test_optimistic_concurrency(kube: FakeKubeApi, crd: CustomObjectsApi) 
 
     with pytest.raises(ApiException) as merge_conflict:
         await crd.patch_namespaced_custom_object(
-            *KF, "ns1", "pytorchjobs", "a",
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            "a",
             {"metadata": {"resourceVersion": stale_rv}, "spec": {"x": 1}},
             _content_type=MERGE,
         )
@@ -222,9 +235,9 @@ async def test_optimistic_concurrency(kube: FakeKubeApi, crd: CustomObjectsApi) 
         await crd.replace_namespaced_custom_object(*KF, "ns1", "pytorchjobs", "a", replacement)
     assert put_conflict.value.status == 409
 
-    replacement["metadata"]["resourceVersion"] = kube.get("pytorchjobs", "ns1", "a")[
-        "metadata"
-    ]["resourceVersion"]
+    replacement["metadata"]["resourceVersion"] = kube.get("pytorchjobs", "ns1", "a")["metadata"][
+        "resourceVersion"
+    ]
     replaced = await crd.replace_namespaced_custom_object(
         *KF, "ns1", "pytorchjobs", "a", replacement
     )
@@ -238,7 +251,10 @@ async def test_optimistic_concurrency(kube: FakeKubeApi, crd: CustomObjectsApi) 
 
     current_rv = kube.get("pytorchjobs", "ns1", "a")["metadata"]["resourceVersion"]
     ok = await crd.patch_namespaced_custom_object(
-        *KF, "ns1", "pytorchjobs", "a",
+        *KF,
+        "ns1",
+        "pytorchjobs",
+        "a",
         {"metadata": {"resourceVersion": current_rv}, "spec": {"x": 1}},
         _content_type=MERGE,
     )
@@ -251,14 +267,22 @@ async def test_status_and_scale_subresources(kube: FakeKubeApi, crd: CustomObjec
     kube.put(obj)
 
     main = await crd.patch_namespaced_custom_object(
-        *KF, "ns1", "pytorchjobs", "a",
-        {"status": {"replicaStatuses": {"Worker": {"active": 9}}}}, _content_type=MERGE,
+        *KF,
+        "ns1",
+        "pytorchjobs",
+        "a",
+        {"status": {"replicaStatuses": {"Worker": {"active": 9}}}},
+        _content_type=MERGE,
     )
     assert main["status"]["replicaStatuses"]["Worker"]["active"] == 2  # ignored
 
     status = await crd.patch_namespaced_custom_object_status(
-        *KF, "ns1", "pytorchjobs", "a",
-        {"status": {"replicaStatuses": {"Worker": {"active": 1}}}}, _content_type=MERGE,
+        *KF,
+        "ns1",
+        "pytorchjobs",
+        "a",
+        {"status": {"replicaStatuses": {"Worker": {"active": 1}}}},
+        _content_type=MERGE,
     )
     assert status["status"]["replicaStatuses"]["Worker"]["active"] == 1
     assert status["metadata"]["generation"] == 1  # status is not spec
@@ -294,8 +318,12 @@ async def test_watch_replays_from_resource_version_then_streams_live(
     async def consume() -> None:
         async with stream:
             async for event in stream.stream(
-                crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-                resource_version=since, timeout_seconds=30,
+                crd.list_namespaced_custom_object,
+                *KF,
+                "ns1",
+                "pytorchjobs",
+                resource_version=since,
+                timeout_seconds=30,
             ):
                 meta = event["object"]["metadata"]
                 seen.append((event["type"], meta["name"], int(meta["resourceVersion"])))
@@ -308,7 +336,10 @@ async def test_watch_replays_from_resource_version_then_streams_live(
     await asyncio.wait_for(task, 5)  # a clean close ends a watch with timeout_seconds
 
     assert [(t, n) for t, n, _ in seen] == [
-        ("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "old"), ("ADDED", "live")
+        ("ADDED", "a"),
+        ("MODIFIED", "a"),
+        ("DELETED", "old"),
+        ("ADDED", "live"),
     ]
     rvs = [rv for *_, rv in seen]
     assert rvs == sorted(rvs) and rvs[0] > int(since)
@@ -342,8 +373,13 @@ async def test_watch_label_selector_transitions(kube: FakeKubeApi, crd: CustomOb
     seen = []
     async with stream:
         async for event in stream.stream(
-            crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-            label_selector="team=x", resource_version=since, timeout_seconds=30,
+            crd.list_namespaced_custom_object,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            label_selector="team=x",
+            resource_version=since,
+            timeout_seconds=30,
         ):
             seen.append((event["type"], event["object"]["metadata"]["name"]))
             if len(seen) == 2:
@@ -360,8 +396,13 @@ async def test_watch_too_old_resource_version_is_410(
     kube.compact()
     with pytest.raises(ApiException) as gone:
         await collect(
-            watch.Watch(), crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-            resource_version=since, timeout_seconds=30,
+            watch.Watch(),
+            crd.list_namespaced_custom_object,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            resource_version=since,
+            timeout_seconds=30,
         )
     assert gone.value.status == 410
     assert "too old resource version" in str(gone.value.reason)
@@ -375,8 +416,12 @@ async def test_watch_too_old_resource_version_is_410(
     seen = []
     async with stream:
         async for event in stream.stream(
-            crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-            resource_version=now, timeout_seconds=30,
+            crd.list_namespaced_custom_object,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            resource_version=now,
+            timeout_seconds=30,
         ):
             seen.append((event["type"], event["object"]["metadata"]["name"]))
             stream.stop()
@@ -391,8 +436,13 @@ async def test_bounded_history_expires_old_versions(crd: CustomObjectsApi) -> No
             small.put(job(name))
         with pytest.raises(ApiException) as gone:
             await collect(
-                watch.Watch(), CustomObjectsApi(c).list_namespaced_custom_object, *KF, "ns1",
-                "pytorchjobs", resource_version=since, timeout_seconds=30,
+                watch.Watch(),
+                CustomObjectsApi(c).list_namespaced_custom_object,
+                *KF,
+                "ns1",
+                "pytorchjobs",
+                resource_version=since,
+                timeout_seconds=30,
             )
         assert gone.value.status == 410
 
@@ -404,8 +454,15 @@ async def test_watch_timeout_bookmarks_and_abrupt_close(
     since = kube.resource_version
     # Server-side timeoutSeconds ends the stream; the client stops iterating.
     events = await asyncio.wait_for(
-        collect(watch.Watch(), crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-                resource_version=since, timeout_seconds=1),
+        collect(
+            watch.Watch(),
+            crd.list_namespaced_custom_object,
+            *KF,
+            "ns1",
+            "pytorchjobs",
+            resource_version=since,
+            timeout_seconds=1,
+        ),
         5,
     )
     assert events == []
@@ -416,8 +473,13 @@ async def test_watch_timeout_bookmarks_and_abrupt_close(
     async def consume() -> None:
         async with stream:
             async for event in stream.stream(
-                crd.list_namespaced_custom_object, *KF, "ns1", "pytorchjobs",
-                resource_version=since, timeout_seconds=30, allow_watch_bookmarks=True,
+                crd.list_namespaced_custom_object,
+                *KF,
+                "ns1",
+                "pytorchjobs",
+                resource_version=since,
+                timeout_seconds=30,
+                allow_watch_bookmarks=True,
             ):
                 seen.append(event)
 
@@ -455,9 +517,7 @@ async def test_fault_injection(kube: FakeKubeApi, crd: CustomObjectsApi) -> None
 
     kube.fail_next(None, r"pytorchjobs/a$", 0, delay=1.0)
     with pytest.raises(asyncio.TimeoutError):
-        await crd.get_namespaced_custom_object(
-            *KF, "ns1", "pytorchjobs", "a", _request_timeout=0.1
-        )
+        await crd.get_namespaced_custom_object(*KF, "ns1", "pytorchjobs", "a", _request_timeout=0.1)
 
     # aiohttp retries an idempotent request once when a reused connection drops.
     kube.fail_next("GET", r"pytorchjobs", 0, drop=True, watch=False, times=2)
@@ -545,10 +605,14 @@ async def test_typed_core_clients(kube: FakeKubeApi, client: ApiClient) -> None:
     read = await leases.read_namespaced_lease("leader", "ns1")
     assert read.spec.holder_identity == "you"
 
-    kube.put({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "high"}, "value": 1000,
-    })
+    kube.put(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+        }
+    )
     classes = await SchedulingV1Api(client).list_priority_class()
     assert [(p.metadata.name, p.value) for p in classes.items] == [("high", 1000)]
     raw = await CustomObjectsApi(client).list_cluster_custom_object(
@@ -606,9 +670,10 @@ async def test_validation_of_what_a_scaler_writes(kube: FakeKubeApi, crd: Custom
     with pytest.raises(ApiException) as bad_name:
         await crd.create_namespaced_custom_object(*KF, "ns1", "pytorchjobs", job("Bad_Name"))
     assert bad_name.value.status == 422
-    assert kube.get("pytorchjobs", "ns1", "a")["spec"]["pytorchReplicaSpecs"]["Worker"][
-        "replicas"
-    ] == 3  # rejected writes changed nothing
+    assert (
+        kube.get("pytorchjobs", "ns1", "a")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+        == 3
+    )  # rejected writes changed nothing
 
 
 async def test_paginated_list_is_a_consistent_snapshot(
@@ -626,9 +691,7 @@ async def test_paginated_list_is_a_consistent_snapshot(
     third = await crd.list_namespaced_custom_object(
         *KF, "ns1", "pytorchjobs", limit=2, _continue=second["metadata"]["continue"]
     )
-    assert [o["metadata"]["name"] for o in second["items"] + third["items"]] == [
-        "j2", "j3", "j4"
-    ]
+    assert [o["metadata"]["name"] for o in second["items"] + third["items"]] == ["j2", "j3", "j4"]
     assert "continue" not in third["metadata"]
     assert third["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
@@ -648,8 +711,12 @@ async def test_events_api_group_shares_storage_and_validates(
     body = EventsV1Event(
         metadata=V1ObjectMeta(name="job-a.1", namespace="ns1"),
         regarding=V1ObjectReference(kind="PyTorchJob", name="a", namespace="ns1"),
-        reason="ScaleUpIdleGpus", note="2 -> 4", type="Normal", action="Scale",
-        reporting_controller="elastic-autoscaler.io/controller", reporting_instance="pod-1",
+        reason="ScaleUpIdleGpus",
+        note="2 -> 4",
+        type="Normal",
+        action="Scale",
+        reporting_controller="elastic-autoscaler.io/controller",
+        reporting_instance="pod-1",
         event_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     )
     await events.create_namespaced_event("ns1", body)

@@ -93,10 +93,8 @@ def decision_logs(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
 def two_queue_cluster(api: FakeKubeApi) -> None:
     """`a` in team-a (where the fault is) and `b` in team-b (healthy), both growable."""
 
-    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
-                       active=2))
-    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=4, replicas=2,
-                       active=2))
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2, active=2))
+    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=4, replicas=2, active=2))
 
 
 GOOD = vector_body(sample("team-a", 2000, TS), sample("team-b", 2000, TS))
@@ -131,53 +129,166 @@ class PromFault:
 
 PROM_FAULTS = [
     PromFault("down", None, Reason.METRICS_UNAVAILABLE, "connection", True, "cannot connect"),
-    PromFault("slow-past-timeout", Canned(GOOD, hold=True), Reason.METRICS_UNAVAILABLE,
-              "timeout", True, "no answer within prometheus_timeout_seconds",
-              {"prometheus_timeout_seconds": 0.3}),
-    PromFault("empty-result", Canned(vector_body()), Reason.METRICS_MISSING, None, False,
-              "has no series", b_holds=True),
-    PromFault("nan", Canned(with_team_b(sample("team-a", float("nan"), TS))),
-              Reason.METRICS_INVALID, "nan", False, "NaN"),
-    PromFault("+inf", Canned(with_team_b(sample("team-a", float("inf"), TS))),
-              Reason.METRICS_INVALID, "inf", False, "+inf"),
-    PromFault("-inf", Canned(with_team_b(sample("team-a", float("-inf"), TS))),
-              Reason.METRICS_INVALID, "inf", False, "-inf"),
-    PromFault("negative", Canned(with_team_b(sample("team-a", -3000, TS))),
-              Reason.METRICS_INVALID, "negative", False, "negative"),
-    PromFault("duplicate-series", Canned(with_team_b(
-        sample("team-a", 2000, TS, instance="s1"), sample("team-a", 9000, TS, instance="s2"))),
-        Reason.METRICS_INVALID, "duplicate", False, "2 series for one queue"),
-    PromFault("wrong-label-one-series", Canned(with_team_b(
-        sample(None, 2000, TS, queue="team-a"))), Reason.METRICS_MISSING, "missing_label",
-        False, "has no series"),
-    PromFault("wrong-label-all-series", Canned(vector_body(
-        sample(None, 2000, TS, queue="team-a"), sample(None, 2000, TS, queue="team-b"))),
-        Reason.METRICS_INVALID, "missing_label", True, "no series has the queue label"),
-    PromFault("stale-sample", Canned(with_team_b(sample("team-a", 2000, TS - 3600))),
-              Reason.METRICS_STALE, "stale", False, "3600s old",
-              {"max_metric_age_seconds": 300}),
-    PromFault("future-sample", Canned(with_team_b(sample("team-a", 2000, TS + 3600))),
-              Reason.CLOCK_SKEW, "clock_skew", False, "ahead of our clock",
-              {"max_metric_age_seconds": 300}),
-    PromFault("garbage-body", Canned(b"<html>502 Bad Gateway</html>", content_type="text/html"),
-              Reason.METRICS_INVALID, "garbage", True, "garbage answer"),
-    PromFault("truncated-json", Canned(json.dumps(GOOD)[:40]), Reason.METRICS_INVALID,
-              "garbage", True, "not JSON"),
-    PromFault("error-envelope", Canned({"status": "error", "errorType": "execution",
-                                        "error": "query timed out"}, status=503),
-              Reason.METRICS_UNAVAILABLE, "http_5xx", True, "HTTP 503"),
-    PromFault("auth-401", Canned(b"Unauthorized", status=401), Reason.METRICS_UNAVAILABLE,
-              "auth", True, "HTTP 401"),
-    PromFault("auth-403", Canned(b"Forbidden", status=403), Reason.METRICS_UNAVAILABLE,
-              "auth", True, "HTTP 403"),
-    PromFault("tls-untrusted", Canned(GOOD), Reason.METRICS_UNAVAILABLE, "tls", True,
-              "TLS failed"),
-    PromFault("too-large", Canned(with_team_b(sample("team-a", 2000, TS, junk="x" * 4096))),
-              Reason.METRICS_INVALID, "too_large", True, "prometheus_max_response_bytes",
-              {"prometheus_max_response_bytes": 1024}),
-    PromFault("scalar-not-vector", Canned({"status": "success", "data": {
-        "resultType": "scalar", "result": [TS, "4"]}}), Reason.METRICS_INVALID, "non_vector",
-        True, "scalar"),
+    PromFault(
+        "slow-past-timeout",
+        Canned(GOOD, hold=True),
+        Reason.METRICS_UNAVAILABLE,
+        "timeout",
+        True,
+        "no answer within prometheus_timeout_seconds",
+        {"prometheus_timeout_seconds": 0.3},
+    ),
+    PromFault(
+        "empty-result",
+        Canned(vector_body()),
+        Reason.METRICS_MISSING,
+        None,
+        False,
+        "has no series",
+        b_holds=True,
+    ),
+    PromFault(
+        "nan",
+        Canned(with_team_b(sample("team-a", float("nan"), TS))),
+        Reason.METRICS_INVALID,
+        "nan",
+        False,
+        "NaN",
+    ),
+    PromFault(
+        "+inf",
+        Canned(with_team_b(sample("team-a", float("inf"), TS))),
+        Reason.METRICS_INVALID,
+        "inf",
+        False,
+        "+inf",
+    ),
+    PromFault(
+        "-inf",
+        Canned(with_team_b(sample("team-a", float("-inf"), TS))),
+        Reason.METRICS_INVALID,
+        "inf",
+        False,
+        "-inf",
+    ),
+    PromFault(
+        "negative",
+        Canned(with_team_b(sample("team-a", -3000, TS))),
+        Reason.METRICS_INVALID,
+        "negative",
+        False,
+        "negative",
+    ),
+    PromFault(
+        "duplicate-series",
+        Canned(
+            with_team_b(
+                sample("team-a", 2000, TS, instance="s1"), sample("team-a", 9000, TS, instance="s2")
+            )
+        ),
+        Reason.METRICS_INVALID,
+        "duplicate",
+        False,
+        "2 series for one queue",
+    ),
+    PromFault(
+        "wrong-label-one-series",
+        Canned(with_team_b(sample(None, 2000, TS, queue="team-a"))),
+        Reason.METRICS_MISSING,
+        "missing_label",
+        False,
+        "has no series",
+    ),
+    PromFault(
+        "wrong-label-all-series",
+        Canned(
+            vector_body(
+                sample(None, 2000, TS, queue="team-a"), sample(None, 2000, TS, queue="team-b")
+            )
+        ),
+        Reason.METRICS_INVALID,
+        "missing_label",
+        True,
+        "no series has the queue label",
+    ),
+    PromFault(
+        "stale-sample",
+        Canned(with_team_b(sample("team-a", 2000, TS - 3600))),
+        Reason.METRICS_STALE,
+        "stale",
+        False,
+        "3600s old",
+        {"max_metric_age_seconds": 300},
+    ),
+    PromFault(
+        "future-sample",
+        Canned(with_team_b(sample("team-a", 2000, TS + 3600))),
+        Reason.CLOCK_SKEW,
+        "clock_skew",
+        False,
+        "ahead of our clock",
+        {"max_metric_age_seconds": 300},
+    ),
+    PromFault(
+        "garbage-body",
+        Canned(b"<html>502 Bad Gateway</html>", content_type="text/html"),
+        Reason.METRICS_INVALID,
+        "garbage",
+        True,
+        "garbage answer",
+    ),
+    PromFault(
+        "truncated-json",
+        Canned(json.dumps(GOOD)[:40]),
+        Reason.METRICS_INVALID,
+        "garbage",
+        True,
+        "not JSON",
+    ),
+    PromFault(
+        "error-envelope",
+        Canned(
+            {"status": "error", "errorType": "execution", "error": "query timed out"}, status=503
+        ),
+        Reason.METRICS_UNAVAILABLE,
+        "http_5xx",
+        True,
+        "HTTP 503",
+    ),
+    PromFault(
+        "auth-401",
+        Canned(b"Unauthorized", status=401),
+        Reason.METRICS_UNAVAILABLE,
+        "auth",
+        True,
+        "HTTP 401",
+    ),
+    PromFault(
+        "auth-403",
+        Canned(b"Forbidden", status=403),
+        Reason.METRICS_UNAVAILABLE,
+        "auth",
+        True,
+        "HTTP 403",
+    ),
+    PromFault("tls-untrusted", Canned(GOOD), Reason.METRICS_UNAVAILABLE, "tls", True, "TLS failed"),
+    PromFault(
+        "too-large",
+        Canned(with_team_b(sample("team-a", 2000, TS, junk="x" * 4096))),
+        Reason.METRICS_INVALID,
+        "too_large",
+        True,
+        "prometheus_max_response_bytes",
+        {"prometheus_max_response_bytes": 1024},
+    ),
+    PromFault(
+        "scalar-not-vector",
+        Canned({"status": "success", "data": {"resultType": "scalar", "result": [TS, "4"]}}),
+        Reason.METRICS_INVALID,
+        "non_vector",
+        True,
+        "scalar",
+    ),
 ]
 
 
@@ -218,8 +329,15 @@ async def test_prometheus_fault_holds_and_says_why(api, tmp_path, case: PromFaul
             # metrics say why
             text = metrics_text(d)
             if case.kind is not None:
-                assert counter(text, "elastic_autoscaler_source_errors_total",
-                               kind=case.kind, source="prometheus") >= 1
+                assert (
+                    counter(
+                        text,
+                        "elastic_autoscaler_source_errors_total",
+                        kind=case.kind,
+                        source="prometheus",
+                    )
+                    >= 1
+                )
             result = "hold" if case.cycle_wide else "ok"
             assert counter(text, "elastic_autoscaler_cycles_total", result=result) == 1
             # logs say why: the decision line for `a` carries reason and message
@@ -239,8 +357,7 @@ async def test_prometheus_fault_holds_and_says_why(api, tmp_path, case: PromFaul
             assert second.result == "ok", second.message
             grown = {x.ref.name: x.target for x in second.plan.actions}
             want = {"a": 4, "b": 4} if case.all_hold else {"a": 4}
-            assert grown == want, [(x.ref.name, x.reason, x.message)
-                                       for x in second.plan.decisions]
+            assert grown == want, [(x.ref.name, x.reason, x.message) for x in second.plan.decisions]
             assert replicas(api, "a") == 4
             assert_bounds(api)
 
@@ -251,8 +368,7 @@ async def test_real_prometheus_target_down_holds_then_recovers(api):
     """Where staleness really comes from: the scrape target fails, Prometheus marks its
     series stale, the default query returns nothing for the queue, the queue holds."""
 
-    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
-                       active=2))
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=4, replicas=2, active=2))
     exporter = VolcanoExporter()
     exporter.set_queue("team-a", deserved=4000, allocated=2000)
     async with running_exporter(exporter), running_prometheus([exporter.target]) as prom:
@@ -309,8 +425,7 @@ class AfterRead:
 
 
 def one_job(api: FakeKubeApi) -> None:
-    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=4, replicas=2,
-                       active=2))
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=4, replicas=2, active=2))
 
 
 ONE_QUEUE = vector_body(sample("team-a", 2000, TS))
@@ -318,11 +433,11 @@ ONE_QUEUE = vector_body(sample("team-a", 2000, TS))
 
 async def test_api_404_on_patch_object_deleted_between_read_and_patch(api):
     one_job(api)
-    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=1, replicas=1,
-                       active=1))
+    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=1, replicas=1, active=1))
     async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
-        d.controller.source = AfterRead(d.controller.source,
-                                        lambda: api.delete("pytorchjobs", "ml", "j"))
+        d.controller.source = AfterRead(
+            d.controller.source, lambda: api.delete("pytorchjobs", "ml", "j")
+        )
         with capture_logs() as logs:
             first = await d.controller.run_once(NOW)
         assert first.result == "ok"
@@ -346,17 +461,23 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
 
     one_job(api)
     async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+
         def user_resizes() -> None:
-            api.patch("pytorchjobs", "ml", "j",
-                      {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}})
+            api.patch(
+                "pytorchjobs",
+                "ml",
+                "j",
+                {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+            )
+
         d.controller.source = AfterRead(d.controller.source, user_resizes)
         first = await d.controller.run_once(NOW)
         assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
         assert replicas(api, "j") == 3  # theirs, not ours
-        assert counter(metrics_text(d), "elastic_autoscaler_writes_total",
-                       result="conflict") == 1
-        await d.seen("PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]
-                     ["replicas"] == 3)
+        assert counter(metrics_text(d), "elastic_autoscaler_writes_total", result="conflict") == 1
+        await d.seen(
+            "PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+        )
         second = await d.controller.run_once(NOW + timedelta(seconds=30))
         # their extra worker is in flight (3 asked, 2 running): Prometheus, which lags,
         # still shows 2 free, yet nothing is granted on top of a pending resize
@@ -365,8 +486,9 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
         assert patches(api) == 1
         set_active(api, "j", 3)  # it lands; Prometheus now shows the 1 GPU left
         prom.answers[:] = [Canned(vector_body(sample("team-a", 1000, TS)))]
-        await d.seen("PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]
-                     ["active"] == 3)
+        await d.seen(
+            "PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 3
+        )
         third = await d.controller.run_once(NOW + timedelta(seconds=60))
         assert [(x.ref.name, x.target) for x in third.plan.actions] == [("j", 4)]
         assert replicas(api, "j") == 4
@@ -383,7 +505,8 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
     ids=["429", "500", "503"],
 )
 async def test_api_throttled_or_failing_backs_off_then_applies(
-        api, status, retry_after, outcome, blocked_until):
+    api, status, retry_after, outcome, blocked_until
+):
     one_job(api)
     async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
         api.fail_next("PATCH", r"/pytorchjobs/j$", status, retry_after=retry_after)
@@ -420,8 +543,9 @@ async def test_api_request_timeout_on_patch_backs_off_and_never_doubles(api):
         async with Daemon(api, settings) as d:
             api.fail_next("PATCH", r"/pytorchjobs/j$", 0, delay=1.0)
             first = await d.controller.run_once(NOW)
-            assert [(r.outcome, r.message.split(";")[0]) for r in first.applied.results] == \
-                [(Outcome.ERROR, "request timed out")]
+            assert [(r.outcome, r.message.split(";")[0]) for r in first.applied.results] == [
+                (Outcome.ERROR, "request timed out")
+            ]
             assert first.result == "write_failed"  # counted and seen, never called ok
             for seconds in (5, 11, 60):
                 await d.controller.run_once(NOW + timedelta(seconds=seconds))
@@ -444,8 +568,10 @@ async def test_cycles_whose_writes_fail_are_not_ok_and_readiness_follows(api):
             failed = await d.controller.run_once(NOW)
             assert failed.result == "write_failed"
             assert [r.outcome for r in failed.applied.results] == [Outcome.ERROR]
-            assert counter(metrics_text(d), "elastic_autoscaler_cycles_total",
-                           result="write_failed") == 1
+            assert (
+                counter(metrics_text(d), "elastic_autoscaler_cycles_total", result="write_failed")
+                == 1
+            )
             assert not driver.ready()[0]  # no good cycle yet
             clock[0] += 200  # past the back-off: the write is tried again, and fails again
             again = await d.controller.run_once(NOW + timedelta(seconds=200))
@@ -464,8 +590,9 @@ async def test_watch_interrupted_cache_recovers_and_cycle_sees_changes(api, how)
         if how == "410-gone":
             api.fail_next("GET", "pytorchjobs", 500, watch=True)  # first resume fails...
         api.close_watches("pytorchjobs", abrupt=how == "abrupt-close")
-        api.put(pytorchjob("late", queue="team-a", min_replicas=1, max_replicas=3,
-                           replicas=1, active=1))
+        api.put(
+            pytorchjob("late", queue="team-a", min_replicas=1, max_replicas=3, replicas=1, active=1)
+        )
         if how == "410-gone":
             api.compact()  # ...and by the time it retries, its version is forgotten
         await d.seen("PyTorchJob", "late")
@@ -493,8 +620,15 @@ async def test_api_list_failing_at_start_holds_until_synced(api):
             assert held.result == "hold"
             assert "not synced" in held.message
             assert patches(api) == 0
-            assert counter(metrics_text(d), "elastic_autoscaler_source_errors_total",
-                           kind="not_synced", source="kubernetes") == 1
+            assert (
+                counter(
+                    metrics_text(d),
+                    "elastic_autoscaler_source_errors_total",
+                    kind="not_synced",
+                    source="kubernetes",
+                )
+                == 1
+            )
             await d.kube.wait_synced(10)
             ok = await d.controller.run_once(NOW + timedelta(seconds=1))
             assert ok.result == "ok" and replicas(api, "j") == 4
@@ -519,8 +653,15 @@ async def test_api_lost_after_sync_plans_on_cache_then_holds_when_stale(api):
             assert "PyTorchJob" in held.message and "HTTP 500" in held.message
             assert held.plan.decisions[0].reason is Reason.METRICS_UNAVAILABLE
             assert patches(api) == 0
-            assert counter(metrics_text(d), "elastic_autoscaler_source_errors_total",
-                           kind="stale", source="kubernetes") == 1
+            assert (
+                counter(
+                    metrics_text(d),
+                    "elastic_autoscaler_source_errors_total",
+                    kind="stale",
+                    source="kubernetes",
+                )
+                == 1
+            )
             api.clear_faults()  # the API is back
             await eventually(lambda: d.kube.objects().failing_seconds == 0, 30)
             ok = await d.controller.run_once(NOW + timedelta(seconds=60))
@@ -537,12 +678,19 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
     when the lease is lost; none starts after. Pinned serial here to see that edge.)"""
 
     for name in ("a", "b", "c"):
-        api.put(pytorchjob(name, queue="team-a", min_replicas=1, max_replicas=2, replicas=1,
-                           active=1))
+        api.put(
+            pytorchjob(name, queue="team-a", min_replicas=1, max_replicas=2, replicas=1, active=1)
+        )
     async with fake_prometheus(vector_body(sample("team-a", 3000, TS))) as prom:
-        settings = settings_for(prom.url, leader_election=True, lease_namespace="ml",
-                                lease_duration_seconds=1.0, lease_renew_deadline_seconds=0.5,
-                                lease_retry_period_seconds=0.1, max_parallel_writes=1)
+        settings = settings_for(
+            prom.url,
+            leader_election=True,
+            lease_namespace="ml",
+            lease_duration_seconds=1.0,
+            lease_renew_deadline_seconds=0.5,
+            lease_retry_period_seconds=0.1,
+            max_parallel_writes=1,
+        )
         async with Daemon(api, settings) as d:
             elector = LeaderElector(settings, d.client, "me")
             d.controller.may_write = lambda: elector.is_leader
@@ -554,14 +702,19 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
                 with capture_logs() as logs:
                     result = await d.controller.run_once(NOW)
                 outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
-                assert outcomes == {"a": Outcome.APPLIED, "b": Outcome.NOT_LEADER,
-                                    "c": Outcome.NOT_LEADER}
+                assert outcomes == {
+                    "a": Outcome.APPLIED,
+                    "b": Outcome.NOT_LEADER,
+                    "c": Outcome.NOT_LEADER,
+                }
                 assert patches(api) == 1
                 # the slow write landed after leadership was lost: no Event for it
                 assert api.objects("events", "ml") == []
                 assert "leadership lost" in result.applied.results[0].message
-                assert counter(metrics_text(d), "elastic_autoscaler_writes_total",
-                               result="not_leader") == 2
+                assert (
+                    counter(metrics_text(d), "elastic_autoscaler_writes_total", result="not_leader")
+                    == 2
+                )
                 assert any(e.get("event") == "leader-lost" for e in logs)
                 assert_bounds(api)
             finally:
@@ -586,28 +739,32 @@ async def test_two_daemons_racing_without_leader_election_stay_consistent(api):
     read and both patch. resourceVersion makes the second patch a 409, so the job is grown
     once, not twice, and the loser's next cycle sees the workers in flight."""
 
-    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
-                       active=2))
-    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=8, replicas=4,
-                       active=4))
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2, active=2))
+    api.put(pytorchjob("k", queue="team-a", min_replicas=1, max_replicas=8, replicas=4, active=4))
     async with fake_prometheus(vector_body(sample("team-a", 3000, TS))) as prom:
         settings = settings_for(prom.url)
         async with Daemon(api, settings) as one, Daemon(api, settings) as two:
             barrier = asyncio.Barrier(2)
             one.controller.source = Barrier(one.controller.source, barrier)
             two.controller.source = Barrier(two.controller.source, barrier)
-            r1, r2 = await asyncio.gather(one.controller.run_once(NOW),
-                                          two.controller.run_once(NOW))
+            r1, r2 = await asyncio.gather(
+                one.controller.run_once(NOW), two.controller.run_once(NOW)
+            )
             outcomes = sorted(r.outcome.value for x in (r1, r2) for r in x.applied.results)
             assert outcomes == ["applied", "conflict"]
             assert replicas(api, "j") == 5 and replicas(api, "k") == 4  # 3 free GPUs, once
             assert patches(api) == 2
             for d in (one, two):
-                await d.seen("PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]
-                             ["Worker"]["replicas"] == 5)
+                await d.seen(
+                    "PyTorchJob",
+                    "j",
+                    lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 5,
+                )
             # Prometheus still says 3 free (it lags): in-flight accounting stops a regrant
-            again = await asyncio.gather(one.controller.run_once(NOW + timedelta(seconds=60)),
-                                         two.controller.run_once(NOW + timedelta(seconds=60)))
+            again = await asyncio.gather(
+                one.controller.run_once(NOW + timedelta(seconds=60)),
+                two.controller.run_once(NOW + timedelta(seconds=60)),
+            )
             assert all(x.plan.actions == () for x in again)
             assert patches(api) == 2
             assert_bounds(api)
@@ -636,8 +793,11 @@ class Proc:
                     self.lines.append(event)
 
     def events(self, event: str, /, **match: Any) -> list[dict[str, Any]]:
-        return [e for e in self.lines if e.get("event") == event
-                and all(e.get(k) == v for k, v in match.items())]
+        return [
+            e
+            for e in self.lines
+            if e.get("event") == event and all(e.get(k) == v for k, v in match.items())
+        ]
 
     @property
     def port(self) -> int:
@@ -647,10 +807,12 @@ class Proc:
     async def wait_for(self, name: str, within: float = 15.0, /, **match: Any) -> dict[str, Any]:
         def found():
             if self.process.returncode is not None and not self.events(name, **match):
-                raise AssertionError(f"daemon exited {self.process.returncode}:\n"
-                                     + "\n".join(self.raw[-30:]))
+                raise AssertionError(
+                    f"daemon exited {self.process.returncode}:\n" + "\n".join(self.raw[-30:])
+                )
             got = self.events(name, **match)
             return got[-1] if got else None
+
         try:
             return await eventually(found, within, 0.02, f"log event {name} {match}")
         except AssertionError as exc:
@@ -667,24 +829,26 @@ class Proc:
 
 def daemon_env(tmp_path: Path, kubeconfig: Path, prom_url: str, **extra: Any) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    env.update({
-        "AUTOSCALER_KUBECONFIG": str(kubeconfig),
-        "AUTOSCALER_PROMETHEUS_URL": prom_url,
-        "AUTOSCALER_FREE_GPUS_QUERY": "elastic_autoscaler_test_free_gpus",
-        "AUTOSCALER_LEADER_ELECTION": "false",
-        "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
-        "AUTOSCALER_LISTEN_PORT": "0",
-        "AUTOSCALER_INTERVAL_SECONDS": "3600",
-        "AUTOSCALER_MIN_INTERVAL_SECONDS": "3600",
-        "AUTOSCALER_PROMETHEUS_RETRIES": "0",
-        "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "3",
-        "AUTOSCALER_CYCLE_DEADLINE_SECONDS": "10",
-        "AUTOSCALER_KUBE_REQUEST_TIMEOUT_SECONDS": "20",
-        "AUTOSCALER_LOG_FORMAT": "json",
-        "AUTOSCALER_COOLDOWN_SECONDS": "300",
-        "PYTHONPATH": str(REPO),
-        "HOME": str(tmp_path),  # no ~/.kube/config of the machine running the tests
-    })
+    env.update(
+        {
+            "AUTOSCALER_KUBECONFIG": str(kubeconfig),
+            "AUTOSCALER_PROMETHEUS_URL": prom_url,
+            "AUTOSCALER_FREE_GPUS_QUERY": "elastic_autoscaler_test_free_gpus",
+            "AUTOSCALER_LEADER_ELECTION": "false",
+            "AUTOSCALER_LISTEN_HOST": "127.0.0.1",
+            "AUTOSCALER_LISTEN_PORT": "0",
+            "AUTOSCALER_INTERVAL_SECONDS": "3600",
+            "AUTOSCALER_MIN_INTERVAL_SECONDS": "3600",
+            "AUTOSCALER_PROMETHEUS_RETRIES": "0",
+            "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "3",
+            "AUTOSCALER_CYCLE_DEADLINE_SECONDS": "10",
+            "AUTOSCALER_KUBE_REQUEST_TIMEOUT_SECONDS": "20",
+            "AUTOSCALER_LOG_FORMAT": "json",
+            "AUTOSCALER_COOLDOWN_SECONDS": "300",
+            "PYTHONPATH": str(REPO),
+            "HOME": str(tmp_path),  # no ~/.kube/config of the machine running the tests
+        }
+    )
     env.update({f"AUTOSCALER_{k.upper()}": str(v) for k, v in extra.items()})
     return env
 
@@ -692,8 +856,14 @@ def daemon_env(tmp_path: Path, kubeconfig: Path, prom_url: str, **extra: Any) ->
 @contextlib.asynccontextmanager
 async def daemon_process(env: dict[str, str]):
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "autoscaler", "run", cwd=str(REPO), env=env,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "autoscaler",
+        "run",
+        cwd=str(REPO),
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
     proc = Proc(process)
@@ -720,10 +890,8 @@ async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, 
     restarted process must not resize `a` again (cooldown from its annotation) and must do
     `b` exactly once."""
 
-    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
-                       active=1))
-    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=8, replicas=1,
-                       active=1))
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1))
+    api.put(pytorchjob("b", queue="team-b", min_replicas=1, max_replicas=8, replicas=1, active=1))
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     api.fail_next("PATCH", r"/pytorchjobs/b$", 0, delay=30.0)  # b's write hangs
     async with fake_prometheus(live_body(**{"team-a": 2, "team-b": 2})) as prom:
@@ -737,8 +905,9 @@ async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, 
         assert replicas(api, "b") == 1  # the hanging write never landed
         job_a = api.get("pytorchjobs", "ml", "a")
         stamp = job_a["metadata"]["annotations"]["elastic-autoscaler.io/last-scale-time"]
-        assert abs(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-                   - time.time()) < 60
+        assert (
+            abs(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - time.time()) < 60
+        )
         # a's workers land; Prometheus (lagging) still shows team-a's 2 GPUs free
         set_active(api, "a", 3)
         prom.answers[:] = [Canned(live_body(**{"team-a": 2, "team-b": 2}))]
@@ -759,8 +928,7 @@ async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, 
 
 
 async def test_sigterm_during_a_cycle_finishes_it_then_exits_zero(api, tmp_path):
-    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
-                       active=1))
+    api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1))
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.5)  # the cycle is mid-write
     async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
@@ -793,8 +961,9 @@ class PinnedFakeKubeApi(FakeKubeApi):
     async def start(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0,
-                                     access_log=None)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None
+        )
         await self._runner.setup()
         await web.SockSite(self._runner, self._socket).start()
         self._port = self._pinned
@@ -809,8 +978,14 @@ async def test_api_unreachable_at_start_daemon_stays_alive_then_syncs(tmp_path):
     try:
         kubeconfig = late.write_kubeconfig(tmp_path / "kubeconfig")
         async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
-            env = daemon_env(tmp_path, kubeconfig, prom.url, interval_seconds=0.5,
-                             min_interval_seconds=0, cycle_deadline_seconds=1)
+            env = daemon_env(
+                tmp_path,
+                kubeconfig,
+                prom.url,
+                interval_seconds=0.5,
+                min_interval_seconds=0,
+                cycle_deadline_seconds=1,
+            )
             async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
                 await proc.wait_for("listening")
                 base = f"http://127.0.0.1:{proc.port}"
@@ -822,12 +997,22 @@ async def test_api_unreachable_at_start_daemon_stays_alive_then_syncs(tmp_path):
                     assert r.status == 503 and "caches not current" in await r.text()
                 async with http.get(f"{base}/metrics") as r:
                     text = await r.text()
-                assert counter(text, "elastic_autoscaler_source_errors_total",
-                               kind="not_synced", source="kubernetes") >= 1
+                assert (
+                    counter(
+                        text,
+                        "elastic_autoscaler_source_errors_total",
+                        kind="not_synced",
+                        source="kubernetes",
+                    )
+                    >= 1
+                )
                 assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 0
                 # the API comes up: the daemon syncs and plans without a restart
-                late.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8,
-                                    replicas=1, active=1))
+                late.put(
+                    pytorchjob(
+                        "a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1
+                    )
+                )
                 async with late:
                     try:
                         await eventually(lambda: replicas(late, "a") == 3, 30, 0.05, "the resize")
@@ -851,17 +1036,28 @@ async def test_tokens_never_reach_logs_or_metrics(tmp_path):
     prom_token = "prom-s3cret-token-fedcba9876543210"
     token_file = tmp_path / "prom-token"
     token_file.write_text(prom_token + "\n")
-    echo = {"status": "error", "errorType": "unauthorized",
-            "error": f"invalid token: Bearer {prom_token}"}
+    echo = {
+        "status": "error",
+        "errorType": "unauthorized",
+        "error": f"invalid token: Bearer {prom_token}",
+    }
     async with FakeKubeApi(token=kube_token) as api:
-        api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1,
-                           active=1))
+        api.put(
+            pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1)
+        )
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        async with fake_prometheus(Canned(echo, status=401),
-                                   Canned(live_body(**{"team-a": 2}))) as prom:
-            env = daemon_env(tmp_path, kubeconfig, prom.url, log_level="debug",
-                             prometheus_bearer_token_file=token_file, interval_seconds=0.5,
-                             min_interval_seconds=0)
+        async with fake_prometheus(
+            Canned(echo, status=401), Canned(live_body(**{"team-a": 2}))
+        ) as prom:
+            env = daemon_env(
+                tmp_path,
+                kubeconfig,
+                prom.url,
+                log_level="debug",
+                prometheus_bearer_token_file=token_file,
+                interval_seconds=0.5,
+                min_interval_seconds=0,
+            )
             async with daemon_process(env) as proc, aiohttp.ClientSession() as http:
                 await proc.wait_for("cycle", 20, result="hold")
                 await eventually(lambda: replicas(api, "a") == 3, 20, 0.05, "a resize")
@@ -870,8 +1066,7 @@ async def test_tokens_never_reach_logs_or_metrics(tmp_path):
                     metrics = await r.text()
                 assert await proc.stop() == 0
             assert prom.requests[0]["headers"]["Authorization"] == f"Bearer {prom_token}"
-            assert all(r.authorization == f"Bearer {kube_token}" for r in api.requests
-                       if r.verb)
+            assert all(r.authorization == f"Bearer {kube_token}" for r in api.requests if r.verb)
         logs = "\n".join(proc.raw)
         assert "HTTP 401" in logs  # the failure is reported...
         for secret in (kube_token, prom_token):
@@ -882,19 +1077,23 @@ async def test_tokens_never_reach_logs_or_metrics(tmp_path):
 
 async def test_kube_token_echoed_by_the_server_is_not_logged():
     token = "kube-s3cret-token-0123456789abcdef"
-    echo = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
-            "reason": "Forbidden", "message": f"token Bearer {token} may not patch"}
+    echo = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": f"token Bearer {token} may not patch",
+    }
     async with FakeKubeApi(token=token) as api:
         one_job(api)
-        async with fake_prometheus(ONE_QUEUE) as prom, \
-                Daemon(api, settings_for(prom.url)) as d:
+        async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
             api.fail_next("PATCH", "pytorchjobs", 403, body=echo)
             api.fail_next("GET", "pytorchjobs", 401, watch=True, body={**echo, "code": 401})
             with capture_logs() as logs:
                 api.close_watches("pytorchjobs")
                 result = await d.controller.run_once(NOW)
-                await eventually(lambda: any(e.get("event") == "kube.cache_error"
-                                             for e in logs))
+                await eventually(lambda: any(e.get("event") == "kube.cache_error" for e in logs))
             assert [r.outcome for r in result.applied.results] == [Outcome.ERROR]
             assert "HTTP 403" in result.applied.results[0].message
             leaked = [e for e in logs if token in repr(e)]

@@ -72,8 +72,13 @@ async def running(
     **overrides: Any,
 ) -> AsyncIterator[KubeSource]:
     source = KubeSource(
-        Settings(**overrides), client, on_change,
-        backoff_base=0.01, backoff_cap=0.05, rng=random.Random(7), page_size=page_size,
+        Settings(**overrides),
+        client,
+        on_change,
+        backoff_base=0.01,
+        backoff_cap=0.05,
+        rng=random.Random(7),
+        page_size=page_size,
     )
     await source.start()
     try:
@@ -104,7 +109,9 @@ async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClie
         # Built-in list items lack kind/apiVersion on the wire; the cache fills them in.
         pc = objects.priorityclasses[0]
         assert (pc["apiVersion"], pc["kind"], pc["value"]) == (
-            "scheduling.k8s.io/v1", "PriorityClass", 1000
+            "scheduling.k8s.io/v1",
+            "PriorityClass",
+            1000,
         )
         assert source.stats()["lists"] == 4
         # Without namespaces configured, namespaced kinds use the all-namespaces paths.
@@ -124,8 +131,12 @@ async def test_watch_events_update_the_cache_without_listing(
     async with running(client) as source:
         await eventually(lambda: kube.watchers() == 4, message="4 watches open")
         kube.put(job("c", "ns3"))
-        kube.patch("pytorchjobs", "ns1", "a", {"spec": {"pytorchReplicaSpecs": {
-            "Worker": {"replicas": 5}}}})
+        kube.patch(
+            "pytorchjobs",
+            "ns1",
+            "a",
+            {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 5}}}},
+        )
         kube.delete("pytorchjobs", "ns2", "b")
         kube.put(podgroup("pg-b", "ns2"))
         kube.delete("queues", None, "team-x")
@@ -134,9 +145,11 @@ async def test_watch_events_update_the_cache_without_listing(
         def converged() -> bool:
             o = source.objects()
             return (
-                names(o.jobs) == ["ns1/a", "ns3/c"] and replicas(o, "a") == 5
+                names(o.jobs) == ["ns1/a", "ns3/c"]
+                and replicas(o, "a") == 5
                 and names(o.podgroups) == ["ns1/pg-a", "ns2/pg-b"]
-                and o.queues == () and names(o.priorityclasses) == ["high", "low"]
+                and o.queues == ()
+                and names(o.priorityclasses) == ["high", "low"]
             )
 
         await eventually(converged, message="cache converged")
@@ -147,9 +160,7 @@ async def test_watch_events_update_the_cache_without_listing(
         assert int(stats["by_cache"]["PyTorchJob(*)"]["resource_version"]) > patched_rv
 
 
-async def test_steady_state_reads_make_no_api_calls(
-    kube: FakeKubeApi, client: ApiClient
-) -> None:
+async def test_steady_state_reads_make_no_api_calls(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
     async with running(client) as source:
         await eventually(lambda: kube.watchers() == 4, message="4 watches open")
@@ -179,13 +190,19 @@ async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
         kube.close_watches("pytorchjobs")
         kube.delete("pytorchjobs", "ns1", "a")
         kube.put(job("c", "ns1"))
-        kube.patch("pytorchjobs", "ns2", "b", {"spec": {"pytorchReplicaSpecs": {
-            "Worker": {"replicas": 7}}}})
+        kube.patch(
+            "pytorchjobs",
+            "ns2",
+            "b",
+            {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 7}}}},
+        )
         kube.compact("pytorchjobs")
 
         await eventually(
-            lambda: names(source.objects().jobs) == ["ns1/c", "ns2/b"]
-            and replicas(source.objects(), "b") == 7,
+            lambda: (
+                names(source.objects().jobs) == ["ns1/c", "ns2/b"]
+                and replicas(source.objects(), "b") == 7
+            ),
             message="relisted cache",
         )
         assert source.stats()["relists_410"] == 1
@@ -232,8 +249,9 @@ async def test_dropped_connection_is_an_error_then_recovers(
         await eventually(lambda: source.objects().errors == (), message="error cleared")
         assert kube.watchers("queues") == 1
         kube.put(queue("team-y"))
-        await eventually(lambda: names(source.objects().queues) == ["team-x", "team-y"],
-                         message="team-y seen")
+        await eventually(
+            lambda: names(source.objects().queues) == ["team-x", "team-y"], message="team-y seen"
+        )
         assert kube.count(verb="list", plural="queues") == 1
 
 
@@ -293,8 +311,10 @@ async def test_namespaces_and_label_selector(kube: FakeKubeApi, client: ApiClien
         kube.put(job("e", "ns3", team="ml"))
         kube.put(podgroup("pg-2", "ns2"))
         await eventually(
-            lambda: names(source.objects().jobs) == ["ns1/d", "ns2/b"]
-            and names(source.objects().podgroups) == ["ns1/pg-1", "ns2/pg-2"],
+            lambda: (
+                names(source.objects().jobs) == ["ns1/d", "ns2/b"]
+                and names(source.objects().podgroups) == ["ns1/pg-1", "ns2/pg-2"]
+            ),
             message="scoped changes",
         )
         watches = [r for r in kube.requests if r.is_watch and r.plural == "pytorchjobs"]
@@ -332,7 +352,10 @@ async def test_on_change_reports_events_and_survives_errors(
             ("PyTorchJob", "DELETED", "a"),
         ]
         assert source.stats()["errors"] == {
-            "PyTorchJob": 0, "PodGroup": 0, "Queue": 0, "PriorityClass": 0
+            "PyTorchJob": 0,
+            "PodGroup": 0,
+            "Queue": 0,
+            "PriorityClass": 0,
         }
 
 
@@ -368,11 +391,13 @@ async def test_oversized_objects_are_dropped_and_reported(
         assert source.stats()["dropped_oversized"] == 1
 
         await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="watch open")
-        kube.patch("pytorchjobs", "ns1", "small", {"metadata": {"annotations": {
-            "blob": "y" * 5000}}})
+        kube.patch(
+            "pytorchjobs", "ns1", "small", {"metadata": {"annotations": {"blob": "y" * 5000}}}
+        )
         kube.patch("pytorchjobs", "ns1", "big", {"metadata": {"annotations": None}})
-        await eventually(lambda: names(source.objects().jobs) == ["ns1/big"],
-                         message="sizes swapped")
+        await eventually(
+            lambda: names(source.objects().jobs) == ["ns1/big"], message="sizes swapped"
+        )
         assert "ns1/small" in source.objects().errors[0]
 
 
@@ -386,19 +411,19 @@ async def test_paginated_list(kube: FakeKubeApi, client: ApiClient) -> None:
         assert [bool(r.query.get("continue")) for r in job_lists] == [False, True, True]
 
 
-async def test_bookmarks_advance_the_resource_version(
-    kube: FakeKubeApi, client: ApiClient
-) -> None:
+async def test_bookmarks_advance_the_resource_version(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
     async with running(client) as source:
         await eventually(lambda: kube.watchers() == 4, message="watches open")
-        assert all(r.query.get("allowWatchBookmarks") == "True"
-                   for r in kube.requests if r.is_watch)
+        assert all(
+            r.query.get("allowWatchBookmarks") == "True" for r in kube.requests if r.is_watch
+        )
         kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
         kube.send_bookmarks()
         await eventually(
-            lambda: source.stats()["by_cache"]["Queue"]["resource_version"]
-            == kube.resource_version,
+            lambda: (
+                source.stats()["by_cache"]["Queue"]["resource_version"] == kube.resource_version
+            ),
             message="bookmark applied",
         )
 
@@ -446,8 +471,9 @@ async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiCl
 
 
 async def test_backoff_grows_exponentially_with_jitter_and_is_capped(client: ApiClient) -> None:
-    source = KubeSource(Settings(), client, backoff_base=0.5, backoff_cap=30.0,
-                        rng=random.Random(1))
+    source = KubeSource(
+        Settings(), client, backoff_base=0.5, backoff_cap=30.0, rng=random.Random(1)
+    )
     assert source._backoff(0) == 0.0
     for failures, full in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 16.0), (7, 30.0), (60, 30.0)]:
         delays = [source._backoff(failures) for _ in range(50)]
@@ -462,5 +488,8 @@ async def test_blank_namespaces_and_selector_whitespace_are_ignored(
     async with running(client, namespaces=["", "ns1", "ns1"], label_selector=" team=ml ") as s:
         assert names(s.objects().jobs) == ["ns1/a"]
         assert sorted(s.stats()["by_cache"]) == [
-            "PodGroup(ns1)", "PriorityClass", "PyTorchJob(ns1)", "Queue"
+            "PodGroup(ns1)",
+            "PriorityClass",
+            "PyTorchJob(ns1)",
+            "Queue",
         ]

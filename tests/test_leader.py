@@ -58,8 +58,7 @@ class Candidate:
     async def lead(self) -> None:
         """Start, and wait until this candidate leads."""
         self.start()
-        await eventually(lambda: self.is_leader, within=3,
-                         message=f"{self.elector.identity} leads")
+        await eventually(lambda: self.is_leader, within=3, message=f"{self.elector.identity} leads")
 
     async def stop(self) -> None:
         if self.task is not None and not self.task.done():
@@ -130,8 +129,7 @@ async def test_single_elector_acquires_and_renews(kube: FakeKubeApi, candidates)
     first_renew = spec["renewTime"]
     # renews every retry period without reading first
     puts = kube.count("PUT", "leases")
-    await eventually(lambda: kube.count("PUT", "leases") >= puts + 3, within=3,
-                     message="renewals")
+    await eventually(lambda: kube.count("PUT", "leases") >= puts + 3, within=3, message="renewals")
     assert lease(kube)["spec"]["renewTime"] > first_renew
     assert lease(kube)["spec"]["acquireTime"] == spec["acquireTime"]
     assert a.is_leader and a.changes == [True]
@@ -144,22 +142,22 @@ async def test_follower_waits_while_leader_renews(kube: FakeKubeApi, candidates)
     b.start()
     async with never_two_leaders(a, b):
         # b polls every retry period; 20 polls span twice the lease duration
-        await eventually(lambda: kube.count("GET", "leases") >= gets + 20, within=6,
-                         message="b polls for two lease durations")
+        await eventually(
+            lambda: kube.count("GET", "leases") >= gets + 20,
+            within=6,
+            message="b polls for two lease durations",
+        )
         assert a.is_leader and not b.is_leader
     assert b.changes == []
     assert lease(kube)["spec"]["holderIdentity"] == "a"
 
 
-async def test_cancel_releases_and_successor_takes_over_fast(
-    kube: FakeKubeApi, candidates
-) -> None:
+async def test_cancel_releases_and_successor_takes_over_fast(kube: FakeKubeApi, candidates) -> None:
     a, b = candidates("a"), candidates("b")
     await a.lead()
     b.start()
     async with never_two_leaders(a, b) as samples:
-        await eventually(lambda: kube.count("GET", "leases") >= 3, within=3,
-                         message="b polls")
+        await eventually(lambda: kube.count("GET", "leases") >= 3, within=3, message="b polls")
         started = time.monotonic()
         await a.stop()
         assert not a.is_leader and a.changes == [True, False]
@@ -184,9 +182,7 @@ async def test_release_leaves_an_empty_short_lease(kube: FakeKubeApi, candidates
     assert spec["leaseDurationSeconds"] == 1
 
 
-async def test_release_with_a_stale_copy_rereads_the_lease(
-    kube: FakeKubeApi, candidates
-) -> None:
+async def test_release_with_a_stale_copy_rereads_the_lease(kube: FakeKubeApi, candidates) -> None:
     a = candidates("a", lease_retry_period_seconds=0.5)  # no renew between the two steps
     await a.lead()
     # another writer touches the Lease (holder unchanged): a's copy is now stale
@@ -217,8 +213,7 @@ async def test_crashed_leader_is_replaced_after_the_lease_expires(
     await a.lead()
     b.start()
     async with never_two_leaders(a, b):
-        await eventually(lambda: kube.count("GET", "leases") >= 2, within=3,
-                         message="b polls")
+        await eventually(lambda: kube.count("GET", "leases") >= 2, within=3, message="b polls")
         # a loses its connection to the API: it cannot renew and cannot release
         await a.client.close()
         crashed = time.monotonic()
@@ -264,8 +259,11 @@ async def test_conflicting_renewal_is_retried(kube: FakeKubeApi, candidates) -> 
     await a.lead()
     kube.fail_next("PUT", r"/leases/", 409)
     puts = kube.count("PUT", "leases")
-    await eventually(lambda: kube.count("PUT", "leases") >= puts + 4, within=3,
-                     message="renewals after the conflict")
+    await eventually(
+        lambda: kube.count("PUT", "leases") >= puts + 4,
+        within=3,
+        message="renewals after the conflict",
+    )
     assert a.is_leader and a.changes == [True]
     assert lease(kube)["spec"]["holderIdentity"] == "a"
 
@@ -292,17 +290,16 @@ async def test_lease_taken_by_another_writer_ends_leadership_at_once(
     assert spec["leaseTransitions"] == 8
 
 
-async def test_two_candidates_starting_together_elect_one(
-    kube: FakeKubeApi, candidates
-) -> None:
+async def test_two_candidates_starting_together_elect_one(kube: FakeKubeApi, candidates) -> None:
     cands = [candidates(name) for name in ("a", "b", "c")]
     async with never_two_leaders(*cands):
         for c in cands:
             c.start()
         await eventually(lambda: any(c.is_leader for c in cands), within=3, message="a leader")
         gets = kube.count("GET", "leases")
-        await eventually(lambda: kube.count("GET", "leases") >= gets + 15, within=5,
-                         message="followers poll")
+        await eventually(
+            lambda: kube.count("GET", "leases") >= gets + 15, within=5, message="followers poll"
+        )
     leaders = [c for c in cands if c.is_leader]
     assert len(leaders) == 1
     assert lease(kube)["spec"]["holderIdentity"] == leaders[0].elector.identity

@@ -35,10 +35,16 @@ def free_body(**free: float):
 
 def settings_for(prom_url: str, **kw) -> Settings:
     # the fake Prometheus answers free GPUs per queue, as one custom query would
-    base = dict(prometheus_url=prom_url, free_gpus_query="elastic_autoscaler_test_free_gpus",
-                leader_election=False, prometheus_retries=0,
-                prometheus_timeout_seconds=2, max_metric_age_seconds=10**9,
-                cycle_deadline_seconds=20, kube_request_timeout_seconds=5)
+    base = dict(
+        prometheus_url=prom_url,
+        free_gpus_query="elastic_autoscaler_test_free_gpus",
+        leader_election=False,
+        prometheus_retries=0,
+        prometheus_timeout_seconds=2,
+        max_metric_age_seconds=10**9,
+        cycle_deadline_seconds=20,
+        kube_request_timeout_seconds=5,
+    )
     base.update(kw)
     return Settings(**base)
 
@@ -46,17 +52,22 @@ def settings_for(prom_url: str, **kw) -> Settings:
 class Daemon:
     """The real parts wired as run_daemon wires them, minus signals and HTTP."""
 
-    def __init__(self, api: FakeKubeApi, settings: Settings, *, dry_run: bool = False,
-                 may_write=lambda: True) -> None:
+    def __init__(
+        self, api: FakeKubeApi, settings: Settings, *, dry_run: bool = False, may_write=lambda: True
+    ) -> None:
         self.api, self.settings = api, settings
         self.client = ApiClient(api.configuration())
         self.kube = KubeSource(settings, self.client)
         self.prometheus = PrometheusSource(settings)
         self.metrics = Metrics()
         actuator = DryRunActuator(settings) if dry_run else KubeActuator(settings, self.client)
-        self.controller = Controller(settings, LiveSource(settings, self.kube, self.prometheus,
-                                                          self.metrics),
-                                     actuator, self.metrics, may_write=may_write)
+        self.controller = Controller(
+            settings,
+            LiveSource(settings, self.kube, self.prometheus, self.metrics),
+            actuator,
+            self.metrics,
+            may_write=may_write,
+        )
 
     async def __aenter__(self) -> Daemon:
         await self.kube.start()
@@ -73,6 +84,7 @@ class Daemon:
             objs = self.kube.objects()
             items = objs.jobs if plural_kind == "PyTorchJob" else objs.podgroups
             return any(o["metadata"]["name"] == name and check(o) for o in items)
+
         await eventually(has, message=f"{plural_kind} {name} in the cache")
 
 
@@ -81,18 +93,23 @@ def replicas(api: FakeKubeApi, name: str, ns: str = "ml") -> int:
 
 
 def set_active(api: FakeKubeApi, name: str, active: int, ns: str = "ml") -> None:
-    api.patch("pytorchjobs", ns, name,
-              {"status": {"replicaStatuses": {"Worker": {"active": active}}}})
+    api.patch(
+        "pytorchjobs", ns, name, {"status": {"replicaStatuses": {"Worker": {"active": active}}}}
+    )
 
 
 async def test_full_cycle_grows_reclaims_and_records_why(api):
-    api.put(pytorchjob("small", queue="team-a", min_replicas=1, max_replicas=4,
-                       replicas=2, active=2))
-    api.put(pytorchjob("elastic", queue="team-b", min_replicas=2, max_replicas=8,
-                       replicas=6, active=6))
+    api.put(
+        pytorchjob("small", queue="team-a", min_replicas=1, max_replicas=4, replicas=2, active=2)
+    )
+    api.put(
+        pytorchjob("elastic", queue="team-b", min_replicas=2, max_replicas=8, replicas=6, active=6)
+    )
     api.put(podgroup("newcomer", queue="team-b", gpus=3))
-    async with fake_prometheus(free_body(**{"team-a": 2, "team-b": 0})) as prom, \
-            Daemon(api, settings_for(prom.url)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 2, "team-b": 0})) as prom,
+        Daemon(api, settings_for(prom.url)) as d,
+    ):
         result = await d.controller.run_once(NOW)
         assert result.result == "ok"
         assert replicas(api, "small") == 4
@@ -107,16 +124,21 @@ async def test_full_cycle_grows_reclaims_and_records_why(api):
         assert reasons == {("small", "ScaleUpIdleGpus"), ("elastic", "ReclaimForPending")}
         assert prom.hits == 1
         text = _metrics_text(d.metrics)
-        assert 'elastic_autoscaler_actions_total{direction="up",queue="team-a",' \
-               'reason="ScaleUpIdleGpus"} 1.0' in text
+        assert (
+            'elastic_autoscaler_actions_total{direction="up",queue="team-a",'
+            'reason="ScaleUpIdleGpus"} 1.0' in text
+        )
         assert 'elastic_autoscaler_queue_reclaimed_gpus{queue="team-b"} 3.0' in text
 
 
 async def test_steady_cycle_makes_no_list_and_empty_plan_no_write(api):
-    api.put(pytorchjob("full", queue="team-a", min_replicas=1, max_replicas=2,
-                       replicas=2, active=2))
-    async with fake_prometheus(free_body(**{"team-a": 5})) as prom, \
-            Daemon(api, settings_for(prom.url)) as d:
+    api.put(
+        pytorchjob("full", queue="team-a", min_replicas=1, max_replicas=2, replicas=2, active=2)
+    )
+    async with (
+        fake_prometheus(free_body(**{"team-a": 5})) as prom,
+        Daemon(api, settings_for(prom.url)) as d,
+    ):
         lists_before = api.count(verb="list")
         writes_before = len(api.writes())
         for i in range(3):
@@ -128,8 +150,7 @@ async def test_steady_cycle_makes_no_list_and_empty_plan_no_write(api):
 
 
 async def test_cooldown_survives_a_daemon_restart(api):
-    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
-                       active=2))
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2, active=2))
     async with fake_prometheus(free_body(**{"team-a": 2})) as prom:
         settings = settings_for(prom.url, cooldown_seconds=300)
         async with Daemon(api, settings) as first:
@@ -137,8 +158,9 @@ async def test_cooldown_survives_a_daemon_restart(api):
         assert replicas(api, "j") == 4
         set_active(api, "j", 4)  # the new workers landed; the queue still shows 2 free
         async with Daemon(api, settings) as second:  # a new process: no memory of the resize
-            await second.seen("PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]
-                              ["Worker"]["active"] == 4)
+            await second.seen(
+                "PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 4
+            )
             held = await second.controller.run_once(NOW + timedelta(seconds=120))
             assert held.plan.decisions[0].reason is Reason.COOLDOWN
             assert replicas(api, "j") == 4
@@ -162,10 +184,11 @@ class RacingSource:
 
 
 async def test_concurrent_writer_causes_409_and_the_next_cycle_applies(api):
-    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2,
-                       active=2))
-    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
-            Daemon(api, settings_for(prom.url)) as d:
+    api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2, active=2))
+    async with (
+        fake_prometheus(free_body(**{"team-a": 2})) as prom,
+        Daemon(api, settings_for(prom.url)) as d,
+    ):
         d.controller.source = RacingSource(d.controller.source, api)
         first = await d.controller.run_once(NOW)
         assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
@@ -180,8 +203,10 @@ async def test_concurrent_writer_causes_409_and_the_next_cycle_applies(api):
 
 async def test_watch_expiring_relists_and_the_cycle_sees_new_objects(api):
     api.put(pytorchjob("a", queue="team-a", replicas=2, active=2, max_replicas=2))
-    async with fake_prometheus(free_body(**{"team-a": 1})) as prom, \
-            Daemon(api, settings_for(prom.url)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 1})) as prom,
+        Daemon(api, settings_for(prom.url)) as d,
+    ):
         lists = api.count(verb="list")
         watches = api.count(plural="pytorchjobs", watch=True)
         # the job watch drops and its first retry fails; meanwhile history is compacted,
@@ -205,8 +230,10 @@ async def test_prometheus_down_holds_everything_and_writes_nothing(api):
         assert result.result == "hold"
         assert result.plan.decisions[0].reason is Reason.METRICS_UNAVAILABLE
         assert len(api.writes()) == writes
-        assert 'elastic_autoscaler_source_errors_total{kind="connection",source="prometheus"}' \
+        assert (
+            'elastic_autoscaler_source_errors_total{kind="connection",source="prometheus"}'
             in _metrics_text(d.metrics)
+        )
 
 
 async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkeypatch):
@@ -224,8 +251,9 @@ async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkey
         monkeypatch.setenv("AUTOSCALER_FREE_GPUS_QUERY", "elastic_autoscaler_test_free_gpus")
         from autoscaler.cli import main
 
-        code = await asyncio.to_thread(main, ["plan", "-o", "json",
-                                              "--now", "2026-11-22T10:00:00Z"])
+        code = await asyncio.to_thread(
+            main, ["plan", "-o", "json", "--now", "2026-11-22T10:00:00Z"]
+        )
         out = capsys.readouterr().out
         assert code == 0 and '"to": 6' in out
         assert api.writes() == []
@@ -235,8 +263,10 @@ async def test_lost_leadership_stops_writes_mid_plan(api):
     for name in ("a", "b", "c"):
         api.put(pytorchjob(name, queue="team-a", replicas=1, active=1, max_replicas=2))
     leading = iter([True, False, False])
-    async with fake_prometheus(free_body(**{"team-a": 3})) as prom, \
-            Daemon(api, settings_for(prom.url), may_write=lambda: next(leading)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 3})) as prom,
+        Daemon(api, settings_for(prom.url), may_write=lambda: next(leading)) as d,
+    ):
         result = await d.controller.run_once(NOW)
         outcomes = [r.outcome for r in result.applied.results]
         assert outcomes == [Outcome.APPLIED, Outcome.NOT_LEADER, Outcome.NOT_LEADER]
@@ -246,9 +276,14 @@ async def test_lost_leadership_stops_writes_mid_plan(api):
 async def test_leader_handover_between_two_daemons(api):
     api.put(pytorchjob("j", queue="team-a", replicas=1, active=1, max_replicas=8))
     async with fake_prometheus(free_body(**{"team-a": 1})) as prom:
-        settings = settings_for(prom.url, leader_election=True, lease_namespace="ml",
-                                lease_duration_seconds=1.0, lease_renew_deadline_seconds=0.6,
-                                lease_retry_period_seconds=0.1)
+        settings = settings_for(
+            prom.url,
+            leader_election=True,
+            lease_namespace="ml",
+            lease_duration_seconds=1.0,
+            lease_renew_deadline_seconds=0.6,
+            lease_retry_period_seconds=0.1,
+        )
         daemons, electors, tasks = [], [], []
         async with contextlib.AsyncExitStack() as stack:
             for ident in ("one", "two"):
@@ -263,8 +298,10 @@ async def test_leader_handover_between_two_daemons(api):
                 assert sum(e.is_leader for e in electors) == 1
                 first = next(i for i, e in enumerate(electors) if e.is_leader)
                 other = 1 - first
-                drivers = [Driver(d.controller, is_leader=lambda e=e: e.is_leader)
-                           for d, e in zip(daemons, electors, strict=True)]
+                drivers = [
+                    Driver(d.controller, is_leader=lambda e=e: e.is_leader)
+                    for d, e in zip(daemons, electors, strict=True)
+                ]
                 assert drivers[other].is_leader() is False
                 # the follower does not plan or write; the leader does
                 drivers[other].controller.follower_cycle(NOW)
@@ -277,10 +314,17 @@ async def test_leader_handover_between_two_daemons(api):
                 assert not electors[first].is_leader
                 await eventually(lambda: electors[other].is_leader, 5)
                 set_active(api, "j", 2)
-                api.patch("pytorchjobs", "ml", "j", {"metadata": {"annotations": {
-                    ANNOTATION: "2026-11-22T09:00:00Z"}}})
-                await daemons[other].seen("PyTorchJob", "j", lambda o: o["status"]
-                                          ["replicaStatuses"]["Worker"]["active"] == 2)
+                api.patch(
+                    "pytorchjobs",
+                    "ml",
+                    "j",
+                    {"metadata": {"annotations": {ANNOTATION: "2026-11-22T09:00:00Z"}}},
+                )
+                await daemons[other].seen(
+                    "PyTorchJob",
+                    "j",
+                    lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 2,
+                )
                 await daemons[other].controller.run_once(NOW)
                 assert replicas(api, "j") == 3
             finally:
@@ -291,9 +335,10 @@ async def test_leader_handover_between_two_daemons(api):
 
 async def test_driver_runs_early_cycles_and_stops_cleanly(api):
     api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=2))
-    async with fake_prometheus(free_body(**{"team-a": 0})) as prom, \
-            Daemon(api, settings_for(prom.url, interval_seconds=3600,
-                                     min_interval_seconds=0)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 0})) as prom,
+        Daemon(api, settings_for(prom.url, interval_seconds=3600, min_interval_seconds=0)) as d,
+    ):
         driver = Driver(d.controller)
         task = asyncio.create_task(driver.run())
         await eventually(lambda: driver.cycles == 1)
@@ -319,8 +364,12 @@ def test_next_start_debounces_triggers():
         ("PodGroup", "ADDED", podgroup(phase="Running"), False),
         ("PodGroup", "MODIFIED", podgroup(phase="Pending"), False),
         ("PyTorchJob", "DELETED", pytorchjob(), True),
-        ("PyTorchJob", "MODIFIED",
-         pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]), True),
+        (
+            "PyTorchJob",
+            "MODIFIED",
+            pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
+            True,
+        ),
         ("PyTorchJob", "MODIFIED", pytorchjob(), False),
         ("Queue", "MODIFIED", {}, False),
     ],
@@ -341,8 +390,10 @@ async def test_http_endpoints_follow_the_loop(api):
     from autoscaler.server import HealthServer
 
     api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=4))
-    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
-            Daemon(api, settings_for(prom.url, interval_seconds=3600)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 2})) as prom,
+        Daemon(api, settings_for(prom.url, interval_seconds=3600)) as d,
+    ):
         driver = Driver(d.controller, ready_check=lambda: d.kube.synced)
         server = HealthServer(d.metrics, driver.alive, driver.ready, "127.0.0.1", 0)
         await server.start()
@@ -358,8 +409,10 @@ async def test_http_endpoints_follow_the_loop(api):
                     assert r.status == 200
                 async with http.get(f"{base}/metrics") as r:
                     text = await r.text()
-                assert 'elastic_autoscaler_job_desired_replicas{name="j",namespace="ml",' \
-                       'queue="team-a"} 4.0' in text
+                assert (
+                    'elastic_autoscaler_job_desired_replicas{name="j",namespace="ml",'
+                    'queue="team-a"} 4.0' in text
+                )
                 assert 'elastic_autoscaler_cycles_total{result="ok"} 1.0' in text
                 # a cycle that overran its deadline long ago: alive fails
                 d.controller.health.last_cycle_start -= 10**6
@@ -371,8 +424,10 @@ async def test_http_endpoints_follow_the_loop(api):
 
 async def test_caches_failing_too_long_hold_the_cycle_until_they_recover(api):
     api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=4))
-    async with fake_prometheus(free_body(**{"team-a": 2})) as prom, \
-            Daemon(api, settings_for(prom.url, kube_max_stale_seconds=0.05)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 2})) as prom,
+        Daemon(api, settings_for(prom.url, kube_max_stale_seconds=0.05)) as d,
+    ):
         api.fail_next("GET", "pytorchjobs", 500, times=10**6)
         api.close_watches("pytorchjobs")
         await eventually(lambda: d.kube.objects().failing_seconds > 0.05)
@@ -392,13 +447,17 @@ async def test_oversized_objects_are_counted_as_source_errors(api):
     big["metadata"]["annotations"]["blob"] = "x" * 5000
     api.put(big)
     api.put(pytorchjob("small", queue="team-a", replicas=2, active=2, max_replicas=2))
-    async with fake_prometheus(free_body(**{"team-a": 0})) as prom, \
-            Daemon(api, settings_for(prom.url, max_object_bytes=4096)) as d:
+    async with (
+        fake_prometheus(free_body(**{"team-a": 0})) as prom,
+        Daemon(api, settings_for(prom.url, max_object_bytes=4096)) as d,
+    ):
         result = await d.controller.run_once(NOW)
         assert [x.ref.name for x in result.plan.decisions] == ["small"]
         await d.controller.run_once(NOW)  # counted once, not once a cycle
-        assert 'elastic_autoscaler_source_errors_total{kind="oversized",source="kubernetes"}' \
-               ' 1.0' in _metrics_text(d.metrics)
+        assert (
+            'elastic_autoscaler_source_errors_total{kind="oversized",source="kubernetes"}'
+            " 1.0" in _metrics_text(d.metrics)
+        )
 
 
 class _Fixed:
@@ -415,17 +474,23 @@ class _Fixed:
 async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(level) -> None:
     cap = structlog.testing.LogCapture()
     logger = structlog.wrap_logger(
-        None, processors=[cap],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level))).bind()
+        None,
+        processors=[cap],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level)),
+    ).bind()
     # grow: an action every cycle (dry run: nothing changes); held: at max, a steady hold
     cluster = snap({"q": 2}, jobs=[ej("grow", replicas=1, max=3), ej("held", replicas=4, max=4)])
     settings = Settings()
-    controller = Controller(settings, _Fixed(cluster), DryRunActuator(settings), Metrics(),
-                            logger=logger)
+    controller = Controller(
+        settings, _Fixed(cluster), DryRunActuator(settings), Metrics(), logger=logger
+    )
 
     def lines(levels: set[str]) -> list[tuple[str, str]]:
-        return sorted((e["name"], e["log_level"]) for e in cap.entries
-                      if e["event"] == "decision" and e["log_level"] in levels)
+        return sorted(
+            (e["name"], e["log_level"])
+            for e in cap.entries
+            if e["event"] == "decision" and e["log_level"] in levels
+        )
 
     await controller.run_once(NOW)
     assert lines({"info"}) == [("grow", "info"), ("held", "info")]

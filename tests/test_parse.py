@@ -26,9 +26,16 @@ def parsed(obj, settings=P, prio=NOPRIO):
 
 
 def test_elastic_job_fields():
-    job = parsed(pytorchjob(min_replicas=2, max_replicas=8, replicas=4, active=3, gpus=2,
-                            annotations={"elastic-autoscaler.io/last-scale-time":
-                                         "2026-11-22T09:00:00Z"}))
+    job = parsed(
+        pytorchjob(
+            min_replicas=2,
+            max_replicas=8,
+            replicas=4,
+            active=3,
+            gpus=2,
+            annotations={"elastic-autoscaler.io/last-scale-time": "2026-11-22T09:00:00Z"},
+        )
+    )
     assert isinstance(job, ElasticJob)
     assert (job.min_replicas, job.max_replicas, job.replicas, job.active) == (2, 8, 4, 3)
     assert job.gpus_per_worker == 2 and job.queue == "team-a"
@@ -46,12 +53,17 @@ def test_older_min_max_keys_are_accepted():
 
 @pytest.mark.parametrize(
     ("min_r", "max_r", "replicas", "bounds"),
-    [(None, None, 3, (3, 3)), (None, 4, 4, (4, 4)), (2, None, 2, (2, 2)),
-     (None, 2, 3, None)],  # only max: min = max = 2, and replicas 3 is outside
+    [
+        (None, None, 3, (3, 3)),
+        (None, 4, 4, (4, 4)),
+        (2, None, 2, (2, 2)),
+        (None, 2, 3, None),
+    ],  # only max: min = max = 2, and replicas 3 is outside
 )
 def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds):
-    job = parsed(pytorchjob(min_replicas=min_r, max_replicas=max_r, replicas=replicas,
-                            active=replicas))
+    job = parsed(
+        pytorchjob(min_replicas=min_r, max_replicas=max_r, replicas=replicas, active=replicas)
+    )
     if bounds is None:
         assert job.reason is Reason.INVALID_REPLICAS
     else:
@@ -62,8 +74,10 @@ def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds
     ("obj", "queue"),
     [
         (pytorchjob(queue="team-x"), "team-x"),
-        (pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
-         "team-y"),
+        (
+            pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
+            "team-y",
+        ),
         (pytorchjob(queue=None), "default"),
     ],
 )
@@ -88,43 +102,55 @@ def _with_requests(obj, requests):
 
 
 def test_equal_limits_and_requests_count_once():
-    assert parsed(_with_requests(pytorchjob(gpus=2), {"nvidia.com/gpu": "2"})
-                  ).gpus_per_worker == 2
+    assert parsed(_with_requests(pytorchjob(gpus=2), {"nvidia.com/gpu": "2"})).gpus_per_worker == 2
 
 
 def test_limits_and_requests_that_differ_are_invalid_and_name_both():
     # Kubernetes refuses such a pod: its workers never run, its GPUs must not be promised
-    job = parsed(_with_requests(pytorchjob(gpus=1, replicas=3, active=1),
-                                {"nvidia.com/gpu": 2}))
+    job = parsed(_with_requests(pytorchjob(gpus=1, replicas=3, active=1), {"nvidia.com/gpu": 2}))
     assert isinstance(job, UnmanagedJob) and job.reason is Reason.INVALID_SPEC
     assert "limits[nvidia.com/gpu]=1" in job.message
     assert "requests[nvidia.com/gpu]=2" in job.message
     assert job.inflight_gpus == 0  # no phantom in-flight GPUs cut other jobs' growth
 
 
-@pytest.mark.parametrize(("value", "gpus"), [
-    (8, 8), ("8", 8), ("+8", 8), ("1e3", 1000), ("1E3", 1000), ("2k", 2000),
-    ("4000m", 4), ("8.0", 8), (2.0, 2), ("0", 0),
-])
+@pytest.mark.parametrize(
+    ("value", "gpus"),
+    [
+        (8, 8),
+        ("8", 8),
+        ("+8", 8),
+        ("1e3", 1000),
+        ("1E3", 1000),
+        ("2k", 2000),
+        ("4000m", 4),
+        ("8.0", 8),
+        (2.0, 2),
+        ("0", 0),
+    ],
+)
 def test_gpu_quantities_in_the_api_grammar(value, gpus):
     from autoscaler.parse import parse_quantity
 
     assert parse_quantity(value, "f") == gpus
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("500m", "whole number of GPUs, got '500m' (= 0.5)"),
-    ("1.5", "whole number of GPUs, got '1.5' (= 1.5)"),
-    ("1e-1", "whole number of GPUs"),
-    ("-2", "must not be negative"),
-    ("1e9", "out of range"),
-    ("1e999", "out of range"),
-    ("two", "must be a Kubernetes quantity"),
-    (True, "must be a quantity"),
-    (float("nan"), "finite"),
-    (float("inf"), "finite"),
-    ([], "must be a Kubernetes quantity"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("500m", "whole number of GPUs, got '500m' (= 0.5)"),
+        ("1.5", "whole number of GPUs, got '1.5' (= 1.5)"),
+        ("1e-1", "whole number of GPUs"),
+        ("-2", "must not be negative"),
+        ("1e9", "out of range"),
+        ("1e999", "out of range"),
+        ("two", "must be a Kubernetes quantity"),
+        (True, "must be a quantity"),
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        ([], "must be a Kubernetes quantity"),
+    ],
+)
 def test_bad_gpu_quantities_say_what_is_wrong(value, message):
     from autoscaler.parse import BadField, parse_quantity
 
@@ -134,8 +160,13 @@ def test_bad_gpu_quantities_say_what_is_wrong(value, message):
 
 
 def test_a_job_being_deleted_is_never_managed():
-    job = parsed(edit(pytorchjob(replicas=2, active=2, max_replicas=8),
-                      "metadata.deletionTimestamp", "2026-11-22T10:00:00Z"))
+    job = parsed(
+        edit(
+            pytorchjob(replicas=2, active=2, max_replicas=8),
+            "metadata.deletionTimestamp",
+            "2026-11-22T10:00:00Z",
+        )
+    )
     assert isinstance(job, UnmanagedJob) and job.reason is Reason.TERMINATING
     assert "metadata.deletionTimestamp" in job.message
 
@@ -148,58 +179,118 @@ def test_priority_from_priority_class_objects():
 
 
 BAD = [
-    ("min above max", pytorchjob(min_replicas=5, max_replicas=2), Reason.INVALID_POLICY,
-     "spec.elasticPolicy.minReplicas"),
+    (
+        "min above max",
+        pytorchjob(min_replicas=5, max_replicas=2),
+        Reason.INVALID_POLICY,
+        "spec.elasticPolicy.minReplicas",
+    ),
     ("zero min", pytorchjob(min_replicas=0), Reason.INVALID_POLICY, "minReplicas"),
     ("min as string", pytorchjob(min_replicas="2"), Reason.INVALID_POLICY, "minReplicas"),
-    ("replicas as string", pytorchjob(replicas="3"), Reason.INVALID_REPLICAS,
-     "Worker.replicas"),
+    ("replicas as string", pytorchjob(replicas="3"), Reason.INVALID_REPLICAS, "Worker.replicas"),
     ("negative replicas", pytorchjob(replicas=-1), Reason.INVALID_REPLICAS, "Worker.replicas"),
     ("huge replicas", pytorchjob(replicas=10**9), Reason.INVALID_REPLICAS, "Worker.replicas"),
     ("bool replicas", pytorchjob(replicas=True), Reason.INVALID_REPLICAS, "Worker.replicas"),
-    ("replicas above max", pytorchjob(replicas=9, max_replicas=4), Reason.INVALID_REPLICAS,
-     "outside elasticPolicy"),
-    ("missing worker", edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker", DELETE),
-     Reason.INVALID_SPEC, "spec.pytorchReplicaSpecs.Worker"),
+    (
+        "replicas above max",
+        pytorchjob(replicas=9, max_replicas=4),
+        Reason.INVALID_REPLICAS,
+        "outside elasticPolicy",
+    ),
+    (
+        "missing worker",
+        edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker", DELETE),
+        Reason.INVALID_SPEC,
+        "spec.pytorchReplicaSpecs.Worker",
+    ),
     ("zero gpus", pytorchjob(gpus=0), Reason.INVALID_SPEC, "requests no GPU"),
     ("fractional gpus", pytorchjob(gpus="500m"), Reason.INVALID_SPEC, "nvidia.com/gpu"),
-    ("unknown gpu resource", pytorchjob(resource="amd.com/gpu"), Reason.INVALID_SPEC,
-     "requests no GPU"),
-    ("no containers", edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec", {}),
-     Reason.INVALID_SPEC, "containers"),
-    ("operator hpa", edit(pytorchjob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
-     Reason.OPERATOR_HPA, "elasticPolicy.metrics"),
-    ("paused", pytorchjob(annotations={"elastic-autoscaler.io/paused": "true"}),
-     Reason.PAUSED, "paused"),
-    ("garbage last-scale-time",
-     pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "yesterday"}),
-     Reason.INVALID_ANNOTATION, "last-scale-time"),
-    ("naive last-scale-time",
-     pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "2026-11-22T09:00:00"}),
-     Reason.INVALID_ANNOTATION, "time zone"),
-    ("not elastic", edit(pytorchjob(), "spec.elasticPolicy", DELETE), Reason.NOT_ELASTIC,
-     "elasticPolicy"),
-    ("elasticPolicy not a mapping", edit(pytorchjob(), "spec.elasticPolicy", [1]),
-     Reason.INVALID_POLICY, "elasticPolicy"),
-    ("active garbage", edit(pytorchjob(), "status.replicaStatuses.Worker.active", "x"),
-     Reason.INVALID_SPEC, "status.replicaStatuses.Worker.active"),
-    ("succeeded", pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
-     Reason.FINISHED, "Succeeded"),
-    ("failed", pytorchjob(conditions=[{"type": "Failed", "status": "True"}]),
-     Reason.FINISHED, "Failed"),
-    ("terminating", edit(pytorchjob(), "metadata.deletionTimestamp", "2026-11-22T10:00:00Z"),
-     Reason.TERMINATING, "deletionTimestamp"),
-    ("limits differ from requests",
-     edit(pytorchjob(gpus=1),
-          "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.resources.requests",
-          {"nvidia.com/gpu": 4}),
-     Reason.INVALID_SPEC, "differs from"),
-    ("suspended", edit(pytorchjob(), "spec.runPolicy.suspend", True), Reason.SUSPENDED,
-     "suspend"),
+    (
+        "unknown gpu resource",
+        pytorchjob(resource="amd.com/gpu"),
+        Reason.INVALID_SPEC,
+        "requests no GPU",
+    ),
+    (
+        "no containers",
+        edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec", {}),
+        Reason.INVALID_SPEC,
+        "containers",
+    ),
+    (
+        "operator hpa",
+        edit(pytorchjob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
+        Reason.OPERATOR_HPA,
+        "elasticPolicy.metrics",
+    ),
+    (
+        "paused",
+        pytorchjob(annotations={"elastic-autoscaler.io/paused": "true"}),
+        Reason.PAUSED,
+        "paused",
+    ),
+    (
+        "garbage last-scale-time",
+        pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "yesterday"}),
+        Reason.INVALID_ANNOTATION,
+        "last-scale-time",
+    ),
+    (
+        "naive last-scale-time",
+        pytorchjob(annotations={"elastic-autoscaler.io/last-scale-time": "2026-11-22T09:00:00"}),
+        Reason.INVALID_ANNOTATION,
+        "time zone",
+    ),
+    (
+        "not elastic",
+        edit(pytorchjob(), "spec.elasticPolicy", DELETE),
+        Reason.NOT_ELASTIC,
+        "elasticPolicy",
+    ),
+    (
+        "elasticPolicy not a mapping",
+        edit(pytorchjob(), "spec.elasticPolicy", [1]),
+        Reason.INVALID_POLICY,
+        "elasticPolicy",
+    ),
+    (
+        "active garbage",
+        edit(pytorchjob(), "status.replicaStatuses.Worker.active", "x"),
+        Reason.INVALID_SPEC,
+        "status.replicaStatuses.Worker.active",
+    ),
+    (
+        "succeeded",
+        pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
+        Reason.FINISHED,
+        "Succeeded",
+    ),
+    (
+        "failed",
+        pytorchjob(conditions=[{"type": "Failed", "status": "True"}]),
+        Reason.FINISHED,
+        "Failed",
+    ),
+    (
+        "terminating",
+        edit(pytorchjob(), "metadata.deletionTimestamp", "2026-11-22T10:00:00Z"),
+        Reason.TERMINATING,
+        "deletionTimestamp",
+    ),
+    (
+        "limits differ from requests",
+        edit(
+            pytorchjob(gpus=1),
+            "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.resources.requests",
+            {"nvidia.com/gpu": 4},
+        ),
+        Reason.INVALID_SPEC,
+        "differs from",
+    ),
+    ("suspended", edit(pytorchjob(), "spec.runPolicy.suspend", True), Reason.SUSPENDED, "suspend"),
     ("no spec", edit(pytorchjob(), "spec", DELETE), Reason.INVALID_SPEC, "spec"),
     ("very long name", pytorchjob(name="x" * 300), Reason.INVALID_SPEC, "metadata.name"),
-    ("no name", edit(pytorchjob(), "metadata.name", DELETE), Reason.INVALID_SPEC,
-     "metadata.name"),
+    ("no name", edit(pytorchjob(), "metadata.name", DELETE), Reason.INVALID_SPEC, "metadata.name"),
 ]
 
 
@@ -232,8 +323,11 @@ def test_finished_job_holds_nothing():
         (podgroup(gpus=4), 4, "Pending"),
         (podgroup(gpus="8", phase="Inqueue"), 8, "Inqueue"),
         (podgroup(gpus=2, key="requests.nvidia.com/gpu"), 2, "Pending"),
-        (podgroup(phase="Unknown", conditions=[{"type": "Unschedulable", "status": "True"}]),
-         4, "Unknown"),
+        (
+            podgroup(phase="Unknown", conditions=[{"type": "Unschedulable", "status": "True"}]),
+            4,
+            "Unknown",
+        ),
     ],
 )
 def test_waiting_podgroups(obj, gpus, phase):
@@ -241,16 +335,22 @@ def test_waiting_podgroups(obj, gpus, phase):
     assert isinstance(g, PendingGroup) and g.gpus == gpus and g.phase == phase
 
 
-@pytest.mark.parametrize("obj", [podgroup(phase="Running"), podgroup(phase="Completed"),
-                                 podgroup(phase="Unknown"), podgroup(gpus=0)])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        podgroup(phase="Running"),
+        podgroup(phase="Completed"),
+        podgroup(phase="Unknown"),
+        podgroup(gpus=0),
+    ],
+)
 def test_podgroups_that_need_no_room(obj):
     assert parse_podgroup(obj, P, NOPRIO) is None
 
 
 def test_podgroup_owner_priority_and_queue():
     prio = Priorities.parse([priority_class("high", 1000)])
-    g = parse_podgroup(podgroup(owner="trainer", priority_class="high", queue="team-z"), P,
-                       prio)
+    g = parse_podgroup(podgroup(owner="trainer", priority_class="high", queue="team-z"), P, prio)
     assert g.owner.name == "trainer" and g.owner.kind == "PyTorchJob"
     assert g.priority == 1000 and g.queue == "team-z"
 
@@ -261,11 +361,16 @@ def test_podgroup_with_garbage_min_resources():
 
 
 def test_snapshot_marks_queues_without_a_reading_unknown():
-    raw = RawObjects.from_objects([
-        {"kind": "List", "items": [pytorchjob("a", queue="team-a"),
-                                   pytorchjob("b", queue="team-b")]},
-        queue_obj("team-a"), queue_obj("team-c", "Closed"),
-    ])
+    raw = RawObjects.from_objects(
+        [
+            {
+                "kind": "List",
+                "items": [pytorchjob("a", queue="team-a"), pytorchjob("b", queue="team-b")],
+            },
+            queue_obj("team-a"),
+            queue_obj("team-c", "Closed"),
+        ]
+    )
     snap = build_snapshot(raw, free_gpu_states({"team-a": 2, "team-c": 5}), P)
     assert snap.queues["team-a"].free_gpus == 2
     assert snap.queues["team-b"].free_gpus is None
@@ -274,17 +379,23 @@ def test_snapshot_marks_queues_without_a_reading_unknown():
 
 
 def test_duplicates_are_reported_and_same_name_in_other_namespace_is_distinct():
-    raw = RawObjects.from_objects([pytorchjob("a", "ns1"), pytorchjob("a", "ns1"),
-                                   pytorchjob("a", "ns2")])
+    raw = RawObjects.from_objects(
+        [pytorchjob("a", "ns1"), pytorchjob("a", "ns1"), pytorchjob("a", "ns2")]
+    )
     snap = build_snapshot(raw, free_gpu_states({"team-a": 2}), P)
     assert len(snap.jobs) == 2
     assert [u.reason for u in snap.unmanaged] == [Reason.DUPLICATE]
 
 
-@pytest.mark.parametrize(("value", "reason"), [(None, Reason.METRICS_MISSING),
-                                               (float("nan"), Reason.METRICS_INVALID),
-                                               (-1, Reason.METRICS_INVALID),
-                                               ("six", Reason.METRICS_INVALID)])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, Reason.METRICS_MISSING),
+        (float("nan"), Reason.METRICS_INVALID),
+        (-1, Reason.METRICS_INVALID),
+        ("six", Reason.METRICS_INVALID),
+    ],
+)
 def test_bad_free_gpu_values_hold_the_queue(value, reason):
     state = free_gpu_states({"q": value})["q"]
     assert state.free_gpus is None and state.problem is reason
@@ -303,11 +414,13 @@ def test_parse_cache_reuses_unchanged_objects_only():
     assert second.jobs[0] is first.jobs[0]  # same resourceVersion: not parsed again
     assert second.jobs[1].replicas == 3 and second.jobs[1] is not first.jobs[1]
     # a new PriorityClass changes what parsing means: everything is parsed again
-    third = build_snapshot(RawObjects.from_objects([a, b2, priority_class("x", 1, True)]),
-                           free, P, cache=cache)
+    third = build_snapshot(
+        RawObjects.from_objects([a, b2, priority_class("x", 1, True)]), free, P, cache=cache
+    )
     assert third.jobs[0] is not second.jobs[0] and third.jobs[0].priority == 1
-    assert third == build_snapshot(RawObjects.from_objects([a, b2, priority_class("x", 1, True)]),
-                                   free, P)
+    assert third == build_snapshot(
+        RawObjects.from_objects([a, b2, priority_class("x", 1, True)]), free, P
+    )
 
 
 def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
@@ -320,19 +433,27 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
         return obj
 
     free = free_gpu_states({"agree": 4, "near": 5, "off": 12, "no-spec": 3})
-    out = cross_check_free(free, [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4),
-                                  queue_obj("no-spec")], P)
+    out = cross_check_free(
+        free, [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4), queue_obj("no-spec")], P
+    )
     assert out["agree"].free_gpus == 4 and out["near"].free_gpus == 5
     assert out["no-spec"].free_gpus == 3
     assert out["off"].free_gpus is None and out["off"].problem is Reason.METRICS_INVALID
     assert "spec.deserved 8 - status.allocated 4" in out["off"].message
 
 
-@pytest.mark.parametrize("obj", [b[1] for b in BAD] + [
-    pytorchjob(), podgroup(), podgroup(owner="x", phase="Inqueue"),
-    edit(pytorchjob(), "metadata.annotations", "garbage"),
-    edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "nope"),
-], ids=[b[0] for b in BAD] + ["job", "pg", "pg-owner", "ann-garbage", "containers-garbage"])
+@pytest.mark.parametrize(
+    "obj",
+    [b[1] for b in BAD]
+    + [
+        pytorchjob(),
+        podgroup(),
+        podgroup(owner="x", phase="Inqueue"),
+        edit(pytorchjob(), "metadata.annotations", "garbage"),
+        edit(pytorchjob(), "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "nope"),
+    ],
+    ids=[b[0] for b in BAD] + ["job", "pg", "pg-owner", "ann-garbage", "containers-garbage"],
+)
 def test_pruned_objects_parse_exactly_like_whole_ones(obj):
     from autoscaler.parse import pruner
 

@@ -35,8 +35,14 @@ def test_reclaim_stops_at_min_and_skips_gang_it_cannot_cover():
 
 
 def test_unmanaged_job_is_reported_and_never_changed():
-    bad = UnmanagedJob(ObjectRef("ml", "bad"), "q", Reason.INVALID_POLICY, "min > max",
-                       replicas=4, gpus_per_worker=1)
+    bad = UnmanagedJob(
+        ObjectRef("ml", "bad"),
+        "q",
+        Reason.INVALID_POLICY,
+        "min > max",
+        replicas=4,
+        gpus_per_worker=1,
+    )
     p = plan(snap({"q": 10}, [], [], [bad]), policy(), NOW)
     d = p.decisions[0]
     assert (d.current, d.target, d.reason, d.changed) == (4, 4, Reason.INVALID_POLICY, False)
@@ -60,8 +66,11 @@ def test_unmanaged_job_is_reported_and_never_changed():
 def test_inflight_and_releasing_are_not_free(free, jobs, expected_b):
     unmanaged = []
     if len(jobs) == 1:
-        unmanaged = [UnmanagedJob(ObjectRef("ml", "fixed"), "q", Reason.NOT_ELASTIC, "x",
-                                  replicas=4, inflight_gpus=2)]
+        unmanaged = [
+            UnmanagedJob(
+                ObjectRef("ml", "fixed"), "q", Reason.NOT_ELASTIC, "x", replicas=4, inflight_gpus=2
+            )
+        ]
     p = plan(snap({"q": free}, jobs, [], unmanaged), policy(), NOW)
     assert targets(p)["b"][0] == expected_b
 
@@ -69,8 +78,9 @@ def test_inflight_and_releasing_are_not_free(free, jobs, expected_b):
 def test_job_whose_own_podgroup_waits_counts_once_as_gang():
     # own gang needs 4; its 4 unstarted workers are not also in flight, so 4 free GPUs fit it
     waiting = ej("w", replicas=4, active=0, min=2, max=4)
-    p = plan(snap({"q": 4}, [waiting, ej("b", replicas=1)], [gang("w", 4, owner="w")]),
-             policy(), NOW)
+    p = plan(
+        snap({"q": 4}, [waiting, ej("b", replicas=1)], [gang("w", 4, owner="w")]), policy(), NOW
+    )
     assert gang_reasons(p)["w"] == Reason.GANG_FITS
     assert targets(p)["w"] == (4, Reason.OWN_GANG_WAITING)
     assert targets(p)["b"] == (1, Reason.NO_IDLE_GPUS)
@@ -113,19 +123,26 @@ def test_victims_lowest_priority_then_most_reclaimable():
     assert t["few"][0] == 5 and t["hi"][0] == 8
 
 
-@pytest.mark.parametrize(("any_priority", "hi", "lo", "gang_reason"), [
-    # default: extra workers never keep another job from its minimum; the lowest priority
-    # gives first (lo has 1 extra GPU, hi gives the other)
-    (True, 7, 1, Reason.GANG_COVERED),
-    # reclaim_from_higher_priority=false, the old rule: only jobs of priority <= the gang's
-    (False, 8, 2, Reason.GANG_UNCOVERABLE),
-])
-def test_victims_of_any_priority_lowest_first_unless_configured(any_priority, hi, lo,
-                                                                 gang_reason):
-    jobs = [ej("hi", min=1, max=8, replicas=8, priority=100),
-            ej("lo", min=1, max=8, replicas=2, priority=50)]
-    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]),
-             policy(reclaim_from_higher_priority=any_priority), NOW)
+@pytest.mark.parametrize(
+    ("any_priority", "hi", "lo", "gang_reason"),
+    [
+        # default: extra workers never keep another job from its minimum; the lowest priority
+        # gives first (lo has 1 extra GPU, hi gives the other)
+        (True, 7, 1, Reason.GANG_COVERED),
+        # reclaim_from_higher_priority=false, the old rule: only jobs of priority <= the gang's
+        (False, 8, 2, Reason.GANG_UNCOVERABLE),
+    ],
+)
+def test_victims_of_any_priority_lowest_first_unless_configured(any_priority, hi, lo, gang_reason):
+    jobs = [
+        ej("hi", min=1, max=8, replicas=8, priority=100),
+        ej("lo", min=1, max=8, replicas=2, priority=50),
+    ]
+    p = plan(
+        snap({"q": 0}, jobs, [gang("g", 2, priority=0)]),
+        policy(reclaim_from_higher_priority=any_priority),
+        NOW,
+    )
     assert (targets(p)["hi"][0], targets(p)["lo"][0]) == (hi, lo)
     assert gang_reasons(p)["g"] == gang_reason
 
@@ -133,8 +150,7 @@ def test_victims_of_any_priority_lowest_first_unless_configured(any_priority, hi
 @pytest.mark.parametrize("order", ["most-workers", "least-work-lost"])
 def test_any_priority_rule_holds_for_both_victim_orders(order):
     jobs = [ej("hi", min=1, max=8, replicas=8, priority=100)]
-    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]),
-             policy(victim_order=order), NOW)
+    p = plan(snap({"q": 0}, jobs, [gang("g", 2, priority=0)]), policy(victim_order=order), NOW)
     assert targets(p)["hi"][0] == 6 and gang_reasons(p)["g"] == Reason.GANG_COVERED
 
 
@@ -148,8 +164,12 @@ def test_gangs_served_by_priority_then_age_and_huge_gang_is_skipped():
     ]
     p = plan(snap({"q": 2}, jobs, gangs), policy(), NOW)
     g = gang_reasons(p)
-    assert g == {"huge": Reason.GANG_UNCOVERABLE, "urgent": Reason.GANG_FITS,
-                 "old": Reason.GANG_COVERED, "new": Reason.GANG_COVERED}
+    assert g == {
+        "huge": Reason.GANG_UNCOVERABLE,
+        "urgent": Reason.GANG_FITS,
+        "old": Reason.GANG_COVERED,
+        "new": Reason.GANG_COVERED,
+    }
     assert targets(p)["a"][0] == 1
 
 
@@ -163,8 +183,7 @@ def test_released_gpus_count_for_gangs():
 def test_starving_gang_blocks_growth_and_later_gangs():
     gangs = [gang("starved", 20, created=ago(4000)), gang("small", 1, created=ago(10))]
     p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], gangs), policy(), NOW)
-    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE,
-                               "small": Reason.GANG_BLOCKED}
+    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE, "small": Reason.GANG_BLOCKED}
     assert targets(p)["a"] == (2, Reason.GANG_STARVING)
     assert p.queues["q"].reason == Reason.GANG_STARVING
 
@@ -173,8 +192,7 @@ def test_starving_gang_that_does_not_block_later_gangs_still_stops_growth():
     gangs = [gang("starved", 20, created=ago(4000)), gang("small", 1, created=ago(10))]
     jobs = [ej("a", min=1, replicas=3, max=8)]
     p = plan(snap({"q": 0}, jobs, gangs), policy(starving_gang_blocks_later_gangs=False), NOW)
-    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE,
-                               "small": Reason.GANG_COVERED}
+    assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE, "small": Reason.GANG_COVERED}
     assert targets(p)["a"] == (2, Reason.RECLAIM_FOR_PENDING)
     p = plan(snap({"q": 3}, jobs, gangs), policy(starving_gang_blocks_later_gangs=False), NOW)
     assert gang_reasons(p)["small"] == Reason.GANG_FITS
@@ -210,8 +228,10 @@ def test_least_work_lost_prefers_the_victim_that_restarts_fewer_gpus():
 def test_fill_grows_smallest_job_first_to_its_max_in_one_step():
     jobs = [ej("big", replicas=6, max=12), ej("small", replicas=1, max=4)]
     p = plan(snap({"q": 5}, jobs), policy(), NOW)
-    assert targets(p) == {"big": (8, Reason.SCALE_UP_IDLE_GPUS),
-                          "small": (4, Reason.SCALE_UP_IDLE_GPUS)}
+    assert targets(p) == {
+        "big": (8, Reason.SCALE_UP_IDLE_GPUS),
+        "small": (4, Reason.SCALE_UP_IDLE_GPUS),
+    }
 
 
 def test_fill_priority_before_size():
@@ -239,8 +259,7 @@ def test_fractional_free_gpus_round_down():
 
 
 def test_reserve_is_left_idle():
-    p = plan(snap({"q": 5}, [ej("a", replicas=1, max=8)]), policy(reserve_gpus_per_queue=2),
-             NOW)
+    p = plan(snap({"q": 5}, [ej("a", replicas=1, max=8)]), policy(reserve_gpus_per_queue=2), NOW)
     assert targets(p)["a"][0] == 4
 
 
@@ -250,8 +269,10 @@ def test_job_with_workers_in_flight_is_not_grown_again():
 
 
 def test_payoff_rule_skips_growth_of_a_job_that_just_started():
-    jobs = [ej("young", replicas=2, max=4, started=ago(20)),
-            ej("old", replicas=2, max=4, started=ago(3600))]
+    jobs = [
+        ej("young", replicas=2, max=4, started=ago(20)),
+        ej("old", replicas=2, max=4, started=ago(3600)),
+    ]
     p = plan(snap({"q": 4}, jobs), policy(growth_payoff_factor=2.0), NOW)
     assert targets(p)["young"] == (2, Reason.NOT_WORTH_RESTART)
     assert targets(p)["old"] == (4, Reason.SCALE_UP_IDLE_GPUS)
@@ -281,8 +302,7 @@ def test_trim_ignores_jobs_we_never_resized():
 
 
 def test_trimmed_gpus_become_idle_for_others():
-    jobs = [ej("a", replicas=6, active=3, min=1, max=8, last=ago(400)),
-            ej("b", replicas=1, max=8)]
+    jobs = [ej("a", replicas=6, active=3, min=1, max=8, last=ago(400)), ej("b", replicas=1, max=8)]
     p = plan(snap({"q": 3}, jobs), policy(), NOW)
     # free 3 - in-flight 3 = 0, trim frees 3
     assert targets(p)["b"] == (4, Reason.SCALE_UP_IDLE_GPUS)
@@ -291,11 +311,15 @@ def test_trimmed_gpus_become_idle_for_others():
 # ---- rule 6: cooldown -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("since", "grows"), [(100, False), (299, False), (300, True),
-                                              (5000, True)])
+@pytest.mark.parametrize(
+    ("since", "grows"), [(100, False), (299, False), (300, True), (5000, True)]
+)
 def test_cooldown_blocks_growth(since, grows):
-    p = plan(snap({"q": 4}, [ej("a", replicas=2, max=8, last=ago(since))]),
-             policy(cooldown_seconds=300), NOW)
+    p = plan(
+        snap({"q": 4}, [ej("a", replicas=2, max=8, last=ago(since))]),
+        policy(cooldown_seconds=300),
+        NOW,
+    )
     assert (targets(p)["a"][1] == Reason.SCALE_UP_IDLE_GPUS) is grows
     if not grows:
         assert targets(p)["a"] == (2, Reason.COOLDOWN)
@@ -312,12 +336,14 @@ def test_last_scale_time_in_the_future_holds_the_job():
 
 @pytest.mark.parametrize(
     ("free", "max_r", "expected"),
-    [(1, 8, (2, Reason.MIN_STEP)), (2, 8, (4, Reason.SCALE_UP_IDLE_GPUS)),
-     (1, 3, (3, Reason.SCALE_UP_IDLE_GPUS))],  # a step that reaches max is always taken
+    [
+        (1, 8, (2, Reason.MIN_STEP)),
+        (2, 8, (4, Reason.SCALE_UP_IDLE_GPUS)),
+        (1, 3, (3, Reason.SCALE_UP_IDLE_GPUS)),
+    ],  # a step that reaches max is always taken
 )
 def test_min_step(free, max_r, expected):
-    p = plan(snap({"q": free}, [ej("a", replicas=2, max=max_r)]), policy(min_step_workers=2),
-             NOW)
+    p = plan(snap({"q": free}, [ej("a", replicas=2, max=max_r)]), policy(min_step_workers=2), NOW)
     assert targets(p)["a"] == expected
 
 
@@ -327,8 +353,13 @@ def test_min_step(free, max_r, expected):
 def test_queue_without_reading_holds_everything_in_it():
     jobs = [ej("a", queue="known", replicas=1), ej("b", queue="unknown", replicas=6, min=1)]
     s = snap({"known": 4}, jobs, [gang("g", 4, queue="unknown")])
-    s = replace(s, queues={**s.queues, "unknown": QueueState(
-        "unknown", None, Reason.METRICS_MISSING, "no series")})
+    s = replace(
+        s,
+        queues={
+            **s.queues,
+            "unknown": QueueState("unknown", None, Reason.METRICS_MISSING, "no series"),
+        },
+    )
     p = plan(s, policy(), NOW)
     assert targets(p)["a"][1] == Reason.SCALE_UP_IDLE_GPUS
     assert targets(p)["b"] == (6, Reason.METRICS_MISSING)
@@ -336,15 +367,19 @@ def test_queue_without_reading_holds_everything_in_it():
 
 
 def test_queue_missing_from_snapshot_is_unknown_not_zero():
-    s = ClusterSnapshot(queues={}, jobs=(ej("a", queue="x", replicas=6, min=1),),
-                        pending=(gang("g", 2, queue="x"),))
+    s = ClusterSnapshot(
+        queues={}, jobs=(ej("a", queue="x", replicas=6, min=1),), pending=(gang("g", 2, queue="x"),)
+    )
     p = plan(s, policy(), NOW)
     assert targets(p)["a"] == (6, Reason.METRICS_MISSING)
 
 
 def test_cycle_wide_problem_holds_every_queue():
-    s = replace(snap({"q": 10}, [ej("a", replicas=1)]), problem=Reason.METRICS_UNAVAILABLE,
-                message="prometheus down")
+    s = replace(
+        snap({"q": 10}, [ej("a", replicas=1)]),
+        problem=Reason.METRICS_UNAVAILABLE,
+        message="prometheus down",
+    )
     p = plan(s, policy(), NOW)
     assert p.actions == () and targets(p)["a"][1] == Reason.METRICS_UNAVAILABLE
 
@@ -370,8 +405,11 @@ def test_every_job_and_gang_has_a_reason_and_message():
 
 def _capped(free: float, capacity: int | None, *jobs, pending=()):
     state = QueueState("q", free, capacity_gpus=capacity)
-    return plan(ClusterSnapshot(queues={"q": state}, jobs=tuple(jobs),
-                                pending=tuple(pending)), policy(cooldown_seconds=0), NOW)
+    return plan(
+        ClusterSnapshot(queues={"q": state}, jobs=tuple(jobs), pending=tuple(pending)),
+        policy(cooldown_seconds=0),
+        NOW,
+    )
 
 
 def test_growth_never_takes_a_queue_above_its_capacity_whatever_prometheus_says():
@@ -382,8 +420,7 @@ def test_growth_never_takes_a_queue_above_its_capacity_whatever_prometheus_says(
 
 
 def test_a_queue_at_capacity_holds_growth_and_says_why():
-    p = _capped(6, 8, ej("a", replicas=4, active=4, max=8),
-                ej("b", replicas=4, active=4, max=8))
+    p = _capped(6, 8, ej("a", replicas=4, active=4, max=8), ej("b", replicas=4, active=4, max=8))
     assert [d.target for d in p.decisions] == [4, 4]
     assert {d.reason for d in p.decisions} == {Reason.QUEUE_CAPACITY}
     assert "may hold 8 GPU(s)" in p.decisions[0].message
@@ -392,8 +429,13 @@ def test_a_queue_at_capacity_holds_growth_and_says_why():
 def test_capacity_counts_admitted_gangs_and_workers_still_running():
     g = gang("g", 3)
     # a: spec 2 but 3 still running (releasing); the gang takes 3 of the 10 free
-    p = _capped(10, 10, ej("a", replicas=2, active=3, max=8),
-                ej("b", replicas=1, active=1, max=8), pending=[g])
+    p = _capped(
+        10,
+        10,
+        ej("a", replicas=2, active=3, max=8),
+        ej("b", replicas=1, active=1, max=8),
+        pending=[g],
+    )
     by_name = {d.ref.name: d for d in p.decisions}
     assert by_name["b"].target == 1 + (10 - 3 - 1 - 3)  # room: 10 - (3 + 1) - 3 = 3
 

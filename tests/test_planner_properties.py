@@ -33,7 +33,10 @@ def elastic_jobs(draw, index: int) -> ElasticJob:
     return ElasticJob(
         ref=ObjectRef("ml", f"j{index}"),
         queue=draw(st.sampled_from(QUEUES)),
-        min_replicas=min_r, max_replicas=max_r, replicas=replicas, active=active,
+        min_replicas=min_r,
+        max_replicas=max_r,
+        replicas=replicas,
+        active=active,
         gpus_per_worker=draw(st.sampled_from([1, 1, 2, 4, 8])),
         created=ago(draw(st.integers(0, 10_000))),
         priority=draw(st.sampled_from([0, 0, 10, 100])),
@@ -51,21 +54,24 @@ def snapshots(draw) -> ClusterSnapshot:
         owner = None
         if jobs and draw(st.booleans()) and draw(st.booleans()):
             owner = draw(st.sampled_from(jobs)).ref
-        pending.append(PendingGroup(
-            ref=ObjectRef("ml", f"g{i}", "PodGroup"),
-            queue=(owner and next(j.queue for j in jobs if j.ref == owner))
-            or draw(st.sampled_from(QUEUES)),
-            gpus=draw(st.integers(1, 24)),
-            created=ago(draw(st.integers(0, 4000))),
-            priority=draw(st.sampled_from([0, 10, 100])),
-            owner=owner and ObjectRef(owner.namespace, owner.name, "PyTorchJob"),
-        ))
+        pending.append(
+            PendingGroup(
+                ref=ObjectRef("ml", f"g{i}", "PodGroup"),
+                queue=(owner and next(j.queue for j in jobs if j.ref == owner))
+                or draw(st.sampled_from(QUEUES)),
+                gpus=draw(st.integers(1, 24)),
+                created=ago(draw(st.integers(0, 4000))),
+                priority=draw(st.sampled_from([0, 10, 100])),
+                owner=owner and ObjectRef(owner.namespace, owner.name, "PyTorchJob"),
+            )
+        )
     queues = {}
     for q in QUEUES:
         free = draw(st.one_of(st.none(), st.floats(0, 40, allow_nan=False)))
         capacity = draw(st.one_of(st.none(), st.integers(0, 60)))
-        queues[q] = QueueState(q, free, None if free is not None else Reason.METRICS_MISSING,
-                               capacity_gpus=capacity)
+        queues[q] = QueueState(
+            q, free, None if free is not None else Reason.METRICS_MISSING, capacity_gpus=capacity
+        )
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
 
 
@@ -84,8 +90,11 @@ policies = st.builds(
     reclaim_from_higher_priority=st.booleans(),
 )
 
-common = settings(max_examples=int(os.environ.get("PLANNER_EXAMPLES", "300")), deadline=None,
-                  suppress_health_check=[HealthCheck.too_slow])
+common = settings(
+    max_examples=int(os.environ.get("PLANNER_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def apply(snapshot: ClusterSnapshot, p) -> ClusterSnapshot:
@@ -93,8 +102,10 @@ def apply(snapshot: ClusterSnapshot, p) -> ClusterSnapshot:
     annotation); free GPUs and status stay as they were."""
 
     targets = {d.ref: d.target for d in p.actions}
-    jobs = tuple(replace(j, replicas=targets[j.ref], last_scale_time=NOW)
-                 if j.ref in targets else j for j in snapshot.jobs)
+    jobs = tuple(
+        replace(j, replicas=targets[j.ref], last_scale_time=NOW) if j.ref in targets else j
+        for j in snapshot.jobs
+    )
     return replace(snapshot, jobs=jobs)
 
 
@@ -112,8 +123,9 @@ def test_bounds(snapshot, pol):
 @given(snapshots(), policies)
 def test_deterministic(snapshot, pol):
     assert plan(snapshot, pol, NOW) == plan(snapshot, pol, NOW)
-    shuffled = replace(snapshot, jobs=tuple(reversed(snapshot.jobs)),
-                       pending=tuple(reversed(snapshot.pending)))
+    shuffled = replace(
+        snapshot, jobs=tuple(reversed(snapshot.jobs)), pending=tuple(reversed(snapshot.pending))
+    )
     assert plan(shuffled, pol, NOW) == plan(snapshot, pol, NOW)
 
 
@@ -122,8 +134,9 @@ def test_deterministic(snapshot, pol):
 def test_idempotent(snapshot, pol):
     first = plan(snapshot, pol, NOW)
     second = plan(apply(snapshot, first), pol, NOW)
-    assert second.actions == (), [(d.ref.name, d.current, d.target, d.reason)
-                                  for d in second.actions]
+    assert second.actions == (), [
+        (d.ref.name, d.current, d.target, d.reason) for d in second.actions
+    ]
 
 
 @common
@@ -147,10 +160,16 @@ def _queue_facts(snapshot, result, pol, queue):
     inflight = sum(j.inflight_workers * j.gpus_per_worker for j in counted)
     releasing = sum(j.releasing_workers * j.gpus_per_worker for j in counted)
     decided = {d.ref: d for d in result.decisions if d.queue == queue}
-    growth = sum((decided[j.ref].target - j.replicas) * j.gpus_per_worker
-                 for j in jobs if decided[j.ref].target > j.replicas)
-    shrink = sum((j.replicas - decided[j.ref].target) * j.gpus_per_worker
-                 for j in jobs if decided[j.ref].target < j.replicas)
+    growth = sum(
+        (decided[j.ref].target - j.replicas) * j.gpus_per_worker
+        for j in jobs
+        if decided[j.ref].target > j.replicas
+    )
+    shrink = sum(
+        (j.replicas - decided[j.ref].target) * j.gpus_per_worker
+        for j in jobs
+        if decided[j.ref].target < j.replicas
+    )
     return jobs, inflight, releasing, growth, shrink
 
 
@@ -167,8 +186,11 @@ def test_no_overcommit(snapshot, pol):
         # growth only ever uses idle GPUs (plus what trims and reclaims of unplaced
         # workers give back), never GPUs being released, and leaves the reserve
         assert growth <= max(0, idle + shrink - pol.reserve_gpus_per_queue)
-        served = sum(g.gpus for g in result.gangs if g.queue == queue
-                     and g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED))
+        served = sum(
+            g.gpus
+            for g in result.gangs
+            if g.queue == queue and g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)
+        )
         assert served + growth == 0 or served + growth <= idle + releasing + shrink
 
 
@@ -184,8 +206,10 @@ def test_gangs_first(snapshot, pol):
         jobs, inflight, releasing, growth, _ = _queue_facts(snapshot, result, pol, queue)
         if growth == 0:
             continue
-        gangs = sorted((g for g in snapshot.pending if g.queue == queue),
-                       key=lambda g: (-g.priority, g.created, g.ref))
+        gangs = sorted(
+            (g for g in snapshot.pending if g.queue == queue),
+            key=lambda g: (-g.priority, g.created, g.ref),
+        )
         decided = {g.ref: g.reason for g in result.gangs}
         own = {g.owner.name for g in gangs if g.owner} | {g.ref.name for g in gangs}
         idle = math.floor(state.free_gpus + 1e-9) - inflight
@@ -200,8 +224,9 @@ def test_gangs_first(snapshot, pol):
             reclaimable = 0
             for j in jobs:
                 last = j.last_scale_time
-                cool = last is not None and (NOW - last).total_seconds() < \
-                    pol.reclaim_cooldown_seconds
+                cool = (
+                    last is not None and (NOW - last).total_seconds() < pol.reclaim_cooldown_seconds
+                )
                 lower = j.priority <= g.priority or pol.reclaim_from_higher_priority
                 if lower and not cool and j.ref.name not in own:
                     reclaimable += (j.replicas - j.min_replicas) * j.gpus_per_worker
@@ -225,17 +250,22 @@ def test_growth_never_takes_a_queue_above_its_capacity(snapshot, pol):
     Queue object allows: jobs at their target (or what still runs), gangs given a share."""
     result = plan(snapshot, pol, NOW)
     owners = {(j.ref.namespace, j.ref.name) for j in snapshot.jobs}
-    served = {g.ref for g in result.gangs
-              if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+    served = {g.ref for g in result.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
     by_ref = {j.ref: j for j in snapshot.jobs}
     for name, state in snapshot.queues.items():
-        grown = [d for d in result.actions
-                 if d.queue == name and d.target > by_ref[d.ref].replicas]
+        grown = [d for d in result.actions if d.queue == name and d.target > by_ref[d.ref].replicas]
         if state.capacity_gpus is None or not grown:
             continue
-        held = sum(max(d.target, by_ref[d.ref].active) * by_ref[d.ref].gpus_per_worker
-                   for d in result.decisions if d.queue == name)
-        held += sum(g.gpus for g in snapshot.pending
-                    if g.queue == name and g.ref in served
-                    and not (g.owner and (g.owner.namespace, g.owner.name) in owners))
+        held = sum(
+            max(d.target, by_ref[d.ref].active) * by_ref[d.ref].gpus_per_worker
+            for d in result.decisions
+            if d.queue == name
+        )
+        held += sum(
+            g.gpus
+            for g in snapshot.pending
+            if g.queue == name
+            and g.ref in served
+            and not (g.owner and (g.owner.namespace, g.owner.name) in owners)
+        )
         assert held <= state.capacity_gpus, (name, held, state.capacity_gpus)

@@ -147,9 +147,11 @@ async def test_a_series_scraped_long_ago_holds_though_the_answer_is_fresh(stack:
 
 
 async def test_a_custom_single_query_gets_the_same_value_checks(stack: Stack):
-    query = ('sum by (queue_name) (volcano_queue_deserved_scalar_resources'
-             '{resource="nvidia.com/gpu"}) - sum by (queue_name) '
-             '(volcano_queue_allocated_scalar_resources{resource="nvidia.com/gpu"})')
+    query = (
+        "sum by (queue_name) (volcano_queue_deserved_scalar_resources"
+        '{resource="nvidia.com/gpu"}) - sum by (queue_name) '
+        '(volcano_queue_allocated_scalar_resources{resource="nvidia.com/gpu"})'
+    )
     reading = await fetch(stack.prometheus.url, free_gpus_query=query)
     assert free(reading, "team-a") == 5.0
     assert reading.queues["team-c"].problem is Reason.METRICS_INVALID  # 2000 - 5000 < 0
@@ -216,14 +218,29 @@ async def test_real_answers_of_the_wrong_kind_hold_every_queue(stack, query, rea
 @pytest.mark.parametrize(
     ("query", "reason", "kind"),
     [
-        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
-         " * NaN", Reason.METRICS_INVALID, "nan"),
-        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
-         " * -Inf", Reason.METRICS_INVALID, "inf"),
-        ('sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
-         " - 1e9", Reason.METRICS_INVALID, "negative"),
-        ('volcano_queue_deserved_scalar_resources{queue_name="team-a"}',
-         Reason.METRICS_INVALID, "duplicate"),  # one series per resource
+        (
+            'sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+            " * NaN",
+            Reason.METRICS_INVALID,
+            "nan",
+        ),
+        (
+            'sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+            " * -Inf",
+            Reason.METRICS_INVALID,
+            "inf",
+        ),
+        (
+            'sum by (queue_name) (volcano_queue_deserved_scalar_resources{queue_name="team-a"})'
+            " - 1e9",
+            Reason.METRICS_INVALID,
+            "negative",
+        ),
+        (
+            'volcano_queue_deserved_scalar_resources{queue_name="team-a"}',
+            Reason.METRICS_INVALID,
+            "duplicate",
+        ),  # one series per resource
     ],
 )
 async def test_real_bad_samples_hold_the_queue(stack, query, reason, kind):

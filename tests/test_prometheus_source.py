@@ -179,8 +179,9 @@ def test_bare_result_list_as_custom_query_returns_it():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 values = st.one_of(
@@ -190,8 +191,10 @@ values = st.one_of(
 )
 vector_samples = st.lists(
     st.builds(
-        lambda q, v, age: {"metric": {} if q is None else {"queue_name": q},
-                           "value": [TS - age, v]},
+        lambda q, v, age: {
+            "metric": {} if q is None else {"queue_name": q},
+            "value": [TS - age, v],
+        },
         st.none() | st.sampled_from(["a", "b", "c"]),
         values,
         st.floats(-1000, 1000),
@@ -216,18 +219,23 @@ def test_parse_never_raises_and_never_reads_bad_data_as_a_number(body):
 # ---- the default query: deserved and allocated read apart ------------------------------------
 
 
-def parts_body(queue: str, *, deserved=None, allocated=None, deserved_time=TS,
-               allocated_time=TS, eval_ts=TS) -> dict[str, Any]:
+def parts_body(
+    queue: str, *, deserved=None, allocated=None, deserved_time=TS, allocated_time=TS, eval_ts=TS
+) -> dict[str, Any]:
     """What the default query answers for one queue: each part as its own series."""
     from autoscaler.sources.prometheus import PART_LABEL
 
     result = []
-    for part, value in (("deserved", deserved), ("allocated", allocated),
-                        ("deserved_time", deserved_time if deserved is not None else None),
-                        ("allocated_time", allocated_time if allocated is not None else None)):
+    for part, value in (
+        ("deserved", deserved),
+        ("allocated", allocated),
+        ("deserved_time", deserved_time if deserved is not None else None),
+        ("allocated_time", allocated_time if allocated is not None else None),
+    ):
         if value is not None:
-            result.append({"metric": {"queue_name": queue, PART_LABEL: part},
-                           "value": [eval_ts, str(value)]})
+            result.append(
+                {"metric": {"queue_name": queue, PART_LABEL: part}, "value": [eval_ts, str(value)]}
+            )
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
@@ -235,35 +243,61 @@ def parts(body: Any, **fields: Any) -> FreeGpuReading:
     return parse_query_result(body, Settings(**fields), NOW)
 
 
-@pytest.mark.parametrize(("answer", "free"), [
-    (dict(deserved=8000, allocated=3000), 5.0),
-    (dict(deserved=8000), 8.0),  # nothing ever allocated
-    (dict(deserved=2000, allocated=5000), 0.0),  # over its share: nothing free
-    (dict(deserved=4000, allocated=2500), 1.5),
-    (dict(deserved=8000, allocated=0, deserved_time=TS - 119), 8.0),
-])
+@pytest.mark.parametrize(
+    ("answer", "free"),
+    [
+        (dict(deserved=8000, allocated=3000), 5.0),
+        (dict(deserved=8000), 8.0),  # nothing ever allocated
+        (dict(deserved=2000, allocated=5000), 0.0),  # over its share: nothing free
+        (dict(deserved=4000, allocated=2500), 1.5),
+        (dict(deserved=8000, allocated=0, deserved_time=TS - 119), 8.0),
+    ],
+)
 def test_parts_give_free_gpus(answer, free):
     state = parts(parts_body("q", **answer)).queues["q"]
     assert state.usable and state.free_gpus == free
 
 
-@pytest.mark.parametrize(("answer", "reason", "kind", "says"), [
-    (dict(deserved=8000, allocated=-8000), Reason.METRICS_INVALID, "negative",
-     "allocated GPUs (volcano_queue_allocated_scalar_resources"),
-    (dict(deserved=-1, allocated=0), Reason.METRICS_INVALID, "negative", "deserved GPUs"),
-    (dict(deserved="NaN", allocated=0), Reason.METRICS_INVALID, "nan", "NaN"),
-    (dict(deserved=8000, allocated="+Inf"), Reason.METRICS_INVALID, "inf", "+inf"),
-    (dict(deserved=8000, allocated=2e12), Reason.METRICS_INVALID, "bad_value",
-     "more than 1000000 GPUs"),
-    (dict(deserved=8000, allocated="x"), Reason.METRICS_INVALID, "bad_value", "not a number"),
-    (dict(deserved=8000, allocated=0, allocated_time=TS - 121), Reason.METRICS_STALE,
-     "stale", "last scraped 121s ago"),
-    (dict(deserved=8000, deserved_time=TS - 500), Reason.METRICS_STALE, "stale",
-     "deserved GPUs"),
-    (dict(deserved=8000, deserved_time=TS + 3600), Reason.CLOCK_SKEW, "clock_skew", "ahead"),
-    (dict(deserved=8000, deserved_time="NaN"), Reason.METRICS_INVALID, "bad_value",
-     "not a time"),
-])
+@pytest.mark.parametrize(
+    ("answer", "reason", "kind", "says"),
+    [
+        (
+            dict(deserved=8000, allocated=-8000),
+            Reason.METRICS_INVALID,
+            "negative",
+            "allocated GPUs (volcano_queue_allocated_scalar_resources",
+        ),
+        (dict(deserved=-1, allocated=0), Reason.METRICS_INVALID, "negative", "deserved GPUs"),
+        (dict(deserved="NaN", allocated=0), Reason.METRICS_INVALID, "nan", "NaN"),
+        (dict(deserved=8000, allocated="+Inf"), Reason.METRICS_INVALID, "inf", "+inf"),
+        (
+            dict(deserved=8000, allocated=2e12),
+            Reason.METRICS_INVALID,
+            "bad_value",
+            "more than 1000000 GPUs",
+        ),
+        (dict(deserved=8000, allocated="x"), Reason.METRICS_INVALID, "bad_value", "not a number"),
+        (
+            dict(deserved=8000, allocated=0, allocated_time=TS - 121),
+            Reason.METRICS_STALE,
+            "stale",
+            "last scraped 121s ago",
+        ),
+        (
+            dict(deserved=8000, deserved_time=TS - 500),
+            Reason.METRICS_STALE,
+            "stale",
+            "deserved GPUs",
+        ),
+        (dict(deserved=8000, deserved_time=TS + 3600), Reason.CLOCK_SKEW, "clock_skew", "ahead"),
+        (
+            dict(deserved=8000, deserved_time="NaN"),
+            Reason.METRICS_INVALID,
+            "bad_value",
+            "not a time",
+        ),
+    ],
+)
 def test_a_bad_part_holds_its_queue_with_its_reason(answer, reason, kind, says):
     reading = parts(parts_body("q", **answer))
     state = reading.queues["q"]
@@ -309,8 +343,11 @@ async def test_good_answer_and_what_is_sent():
         (vector_body(sample("q", float("inf"), TS)), Reason.METRICS_INVALID, "inf"),
         (vector_body(sample("q", float("-inf"), TS)), Reason.METRICS_INVALID, "inf"),
         (vector_body(sample("q", -2000, TS)), Reason.METRICS_INVALID, "negative"),
-        (vector_body(sample("q", 1, TS), sample("q", 2, TS, x="y")), Reason.METRICS_INVALID,
-         "duplicate"),
+        (
+            vector_body(sample("q", 1, TS), sample("q", 2, TS, x="y")),
+            Reason.METRICS_INVALID,
+            "duplicate",
+        ),
         (vector_body(sample("q", 4000, TS - 3600)), Reason.METRICS_STALE, "stale"),
     ],
 )

@@ -48,8 +48,9 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
     envtest: EnvTest, real_ns: str
 ) -> None:
     envtest.create(_job(real_ns, "before"))
-    settings = Settings(namespaces=[real_ns], kube_request_timeout_seconds=2,
-                        watch_timeout_seconds=60)
+    settings = Settings(
+        namespaces=[real_ns], kube_request_timeout_seconds=2, watch_timeout_seconds=60
+    )
     async with ApiClient(envtest.configuration()) as client:
         kube = KubeSource(settings, client, transform=pruner(settings))
         await kube.start()
@@ -68,12 +69,16 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
             back = time.monotonic()
             envtest.create(_job(real_ns, "after"))
             envtest.delete(_job(real_ns, "before"))
-            await _until(lambda: names() == {"after"}, RECOVERY_BOUND_SECONDS + 10,
-                         "the caches seeing the job created and the one deleted")
+            await _until(
+                lambda: names() == {"after"},
+                RECOVERY_BOUND_SECONDS + 10,
+                "the caches seeing the job created and the one deleted",
+            )
             took = time.monotonic() - back
             print(f"caches saw the changes {took:.2f}s after the restart")
             await _until(lambda: kube.current, 5, "the caches current again")
             assert took <= RECOVERY_BOUND_SECONDS, (
-                f"caches saw the changes {took:.1f}s after the API server came back")
+                f"caches saw the changes {took:.1f}s after the API server came back"
+            )
         finally:
             await kube.stop()

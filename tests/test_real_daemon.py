@@ -42,8 +42,11 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
     status subresource (a PodGroup's is written with it; a job's by the operator)."""
     if obj["kind"] != "PodGroup":
         obj = {k: v for k, v in obj.items() if k != "status"}
-    obj["metadata"] = {k: v for k, v in obj["metadata"].items()
-                       if k not in ("uid", "resourceVersion", "creationTimestamp")}
+    obj["metadata"] = {
+        k: v
+        for k, v in obj["metadata"].items()
+        if k not in ("uid", "resourceVersion", "creationTimestamp")
+    }
     return obj
 
 
@@ -56,8 +59,7 @@ def _replicas(envtest: EnvTest, ns: str, name: str) -> int:
 
 
 def _set_active(envtest: EnvTest, ns: str, name: str, active: int) -> None:
-    envtest.patch_status(pytorchjob(name, ns),
-                         {"replicaStatuses": {"Worker": {"active": active}}})
+    envtest.patch_status(pytorchjob(name, ns), {"replicaStatuses": {"Worker": {"active": active}}})
 
 
 def _events(envtest: EnvTest, ns: str) -> list[tuple[str, str]]:
@@ -71,8 +73,11 @@ async def _scraped(prom, settings: Settings, queue: str, free: float) -> None:
     deadline = time.monotonic() + 20
     while True:
         body = await prom.query(query)
-        parts = {s["metric"].get("elastic_autoscaler_part"): float(s["value"][1])
-                 for s in body["data"]["result"] if s["metric"].get("queue_name") == queue}
+        parts = {
+            s["metric"].get("elastic_autoscaler_part"): float(s["value"][1])
+            for s in body["data"]["result"]
+            if s["metric"].get("queue_name") == queue
+        }
         if parts.get("deserved", 0) - parts.get("allocated", 0) == free * 1000:
             return
         assert time.monotonic() < deadline, f"Prometheus never showed {free} free: {parts}"
@@ -80,27 +85,53 @@ async def _scraped(prom, settings: Settings, queue: str, free: float) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_grow_reclaim_plan_and_restart_on_real_parts(envtest: EnvTest, real_ns: str,
-                                                           monkeypatch) -> None:
+async def test_grow_reclaim_plan_and_restart_on_real_parts(
+    envtest: EnvTest, real_ns: str, monkeypatch
+) -> None:
     ns, queue = real_ns, f"{real_ns}-q"
-    envtest.apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                   "metadata": {"name": queue}, "spec": {"weight": 1}})
-    for name, replicas, notes in (("a", 2, {}),
-                                        ("paused", 1, {"elastic-autoscaler.io/paused": "true"})):
-        envtest.create(_strip(pytorchjob(name, ns, queue=queue, replicas=replicas,
-                                         max_replicas=6, min_replicas=1,
-                                         annotations=notes)))
+    envtest.apply(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": queue},
+            "spec": {"weight": 1},
+        }
+    )
+    for name, replicas, notes in (
+        ("a", 2, {}),
+        ("paused", 1, {"elastic-autoscaler.io/paused": "true"}),
+    ):
+        envtest.create(
+            _strip(
+                pytorchjob(
+                    name,
+                    ns,
+                    queue=queue,
+                    replicas=replicas,
+                    max_replicas=6,
+                    min_replicas=1,
+                    annotations=notes,
+                )
+            )
+        )
         _set_active(envtest, ns, name, replicas)
-        envtest.create(_strip(podgroup(name, ns, queue=queue, gpus=replicas, phase="Running",
-                                       owner=name)))
+        envtest.create(
+            _strip(podgroup(name, ns, queue=queue, gpus=replicas, phase="Running", owner=name))
+        )
     paused_rv = _job(envtest, ns, "paused")["metadata"]["resourceVersion"]
 
     exporter = VolcanoExporter()
     exporter.set_queue(queue, deserved=8000, allocated=3000)  # 5 free
     async with running_exporter(exporter), running_prometheus([exporter.target]) as prom:
-        settings = Settings(prometheus_url=prom.url, namespaces=[ns], leader_election=False,
-                            prometheus_retries=0, cooldown_seconds=600,
-                            reclaim_cooldown_seconds=0, kube_request_timeout_seconds=5)
+        settings = Settings(
+            prometheus_url=prom.url,
+            namespaces=[ns],
+            leader_election=False,
+            prometheus_retries=0,
+            cooldown_seconds=600,
+            reclaim_cooldown_seconds=0,
+            kube_request_timeout_seconds=5,
+        )
         await _scraped(prom, settings, queue, 5)
 
         # 1. grow: a takes the 5 idle GPUs up to its max of 6 (2 -> 6 needs 4)
@@ -125,7 +156,8 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(envtest: EnvTest, rea
             reclaimed = await d.controller.run_once(later)
         assert reclaimed.result == "ok", reclaimed.message
         assert [(x.ref.name, x.target, x.reason) for x in reclaimed.plan.actions] == [
-            ("a", 4, Reason.RECLAIM_FOR_PENDING)]
+            ("a", 4, Reason.RECLAIM_FOR_PENDING)
+        ]
         assert _replicas(envtest, ns, "a") == 4
         assert ("a", "ReclaimForPending") in _events(envtest, ns)
 
@@ -137,8 +169,10 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(envtest: EnvTest, rea
         rv = _job(envtest, ns, "a")["metadata"]["resourceVersion"]
         kubeconfig = envtest.kubeconfig()
         planned = await asyncio.to_thread(
-            live_plan, settings.model_copy(update={"kubeconfig": kubeconfig}),
-            later + timedelta(seconds=1))
+            live_plan,
+            settings.model_copy(update={"kubeconfig": kubeconfig}),
+            later + timedelta(seconds=1),
+        )
         assert {d.ref.name: d.reason for d in planned.decisions}["a"] is Reason.COOLDOWN
         assert _job(envtest, ns, "a")["metadata"]["resourceVersion"] == rv
 

@@ -26,11 +26,15 @@ def _job(ns: str, queue: str, name: str) -> dict:
 
 async def _followed(port: int) -> bool:
     """The replica ran follower cycles (they are counted, not logged)."""
-    async with aiohttp.ClientSession() as http, \
-            http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/metrics") as resp,
+    ):
         text = await resp.text()
-    return 'elastic_autoscaler_cycles_total{result="follower"} ' in text and \
-        'elastic_autoscaler_is_leader 0.0' in text
+    return (
+        'elastic_autoscaler_cycles_total{result="follower"} ' in text
+        and "elastic_autoscaler_is_leader 0.0" in text
+    )
 
 
 async def eventually_async(check, within: float, what: str) -> None:
@@ -42,27 +46,40 @@ async def eventually_async(check, within: float, what: str) -> None:
 
 def _holder(envtest: EnvTest, ns: str) -> str:
     lease = envtest.request(
-        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/elastic-autoscaler")
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/elastic-autoscaler"
+    )
     return str(lease["spec"].get("holderIdentity") or "")
 
 
 @pytest.mark.timeout(120)
 async def test_one_writer_failover_after_kill_and_release_on_sigterm(
-        envtest: EnvTest, real_ns: str, tmp_path: Path) -> None:
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
     queue = f"{real_ns}-q"
     for name in ("a", "b"):
         envtest.create(_job(real_ns, queue, name))
-        envtest.patch_status(_job(real_ns, queue, name),
-                             {"replicaStatuses": {"Worker": {"active": 1}}})
+        envtest.patch_status(
+            _job(real_ns, queue, name), {"replicaStatuses": {"Worker": {"active": 1}}}
+        )
     kubeconfig = envtest.kubeconfig()
     async with fake_prometheus(live_body(**{queue: 1})) as prom:
+
         def env(identity: str) -> dict[str, str]:
-            return daemon_env(tmp_path, kubeconfig, prom.url, namespaces=f'["{real_ns}"]',
-                              leader_election="true", identity=identity,
-                              lease_namespace=real_ns, lease_duration_seconds=4,
-                              lease_renew_deadline_seconds=3, lease_retry_period_seconds=0.5,
-                              interval_seconds=1, min_interval_seconds=0,
-                              cooldown_seconds=0)
+            return daemon_env(
+                tmp_path,
+                kubeconfig,
+                prom.url,
+                namespaces=f'["{real_ns}"]',
+                leader_election="true",
+                identity=identity,
+                lease_namespace=real_ns,
+                lease_duration_seconds=4,
+                lease_renew_deadline_seconds=3,
+                lease_retry_period_seconds=0.5,
+                interval_seconds=1,
+                min_interval_seconds=0,
+                cooldown_seconds=0,
+            )
 
         async with daemon_process(env("r1")) as r1:
             await r1.wait_for("leader-acquired", 30)
@@ -86,6 +103,8 @@ async def test_one_writer_failover_after_kill_and_release_on_sigterm(
 
                 assert await r2.stop(signal.SIGTERM) == 0
                 assert _holder(envtest, real_ns) == ""  # released, not left to expire
-    replicas = sorted(envtest.get(_job(real_ns, queue, n))["spec"]["pytorchReplicaSpecs"][
-        "Worker"]["replicas"] for n in ("a", "b"))
+    replicas = sorted(
+        envtest.get(_job(real_ns, queue, n))["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+        for n in ("a", "b")
+    )
     assert replicas == [1, 2]  # one free GPU, granted once across both replicas

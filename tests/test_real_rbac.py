@@ -23,33 +23,63 @@ REPO = Path(__file__).resolve().parents[1]
 NS = "elastic-autoscaler"  # where deploy/ puts the daemon, its ServiceAccount and Lease
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
-                                 reason="kubectl renders the kustomizations")
+pytestmark = pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl renders the kustomizations"
+)
 
 
 def _apply_rbac(envtest: EnvTest, target: str) -> None:
-    rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / target)],
-                              capture_output=True, text=True, check=True, timeout=60).stdout
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "deploy" / target)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     objs = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] in RBAC_KINDS]
     kinds = {o["kind"] for o in objs}
     for kind in ("Role", "RoleBinding"):  # an overlay that drops one must not inherit it
         if kind not in kinds:
-            envtest.delete({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
-                            "metadata": {"name": "elastic-autoscaler-leader-election",
-                                         "namespace": NS}})
+            envtest.delete(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": kind,
+                    "metadata": {"name": "elastic-autoscaler-leader-election", "namespace": NS},
+                }
+            )
     for obj in objs:
         envtest.apply(obj)
 
 
-def _can(envtest: EnvTest, token: str, verb: str, resource: str, *, group: str = "",
-         namespace: str = "", name: str = "", sub: str = "") -> bool:
-    attrs = {"verb": verb, "resource": resource, "group": group, "namespace": namespace,
-             "name": name, "subresource": sub}
+def _can(
+    envtest: EnvTest,
+    token: str,
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    namespace: str = "",
+    name: str = "",
+    sub: str = "",
+) -> bool:
+    attrs = {
+        "verb": verb,
+        "resource": resource,
+        "group": group,
+        "namespace": namespace,
+        "name": name,
+        "subresource": sub,
+    }
     review = envtest.request(
-        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-         "spec": {"resourceAttributes": {k: v for k, v in attrs.items() if v}}},
-        token=token)
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {k: v for k, v in attrs.items() if v}},
+        },
+        token=token,
+    )
     return bool(review["status"]["allowed"])
 
 
@@ -98,8 +128,14 @@ WRITES = [
 
 
 def _check(envtest: EnvTest, token: str, rows: list[tuple[str, ...]], allowed: bool) -> None:
-    wrong = [row for row in rows if _can(envtest, token, row[0], row[1], group=row[2],
-                                         namespace=row[3], name=row[4], sub=row[5]) != allowed]
+    wrong = [
+        row
+        for row in rows
+        if _can(
+            envtest, token, row[0], row[1], group=row[2], namespace=row[3], name=row[4], sub=row[5]
+        )
+        != allowed
+    ]
     assert not wrong, f"{'refused' if allowed else 'allowed'}: {wrong}"
 
 
@@ -112,7 +148,8 @@ def _job(ns: str, queue: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(120)
 async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
-        envtest: EnvTest, real_ns: str, tmp_path: Path) -> None:
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
     with contextlib.suppress(ApiError):
         envtest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     queue = f"{real_ns}-q"
@@ -126,9 +163,17 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
     _check(envtest, token, FORBIDDEN, allowed=False)
     kubeconfig = envtest.kubeconfig(token, name="elastic-autoscaler")
     async with fake_prometheus(live_body(**{queue: 3})) as prom:
-        env = daemon_env(tmp_path, kubeconfig, prom.url, namespaces=f'["{real_ns}"]',
-                         leader_election="true", identity="replica-1",
-                         lease_namespace=NS, interval_seconds=3600, min_interval_seconds=0)
+        env = daemon_env(
+            tmp_path,
+            kubeconfig,
+            prom.url,
+            namespaces=f'["{real_ns}"]',
+            leader_election="true",
+            identity="replica-1",
+            lease_namespace=NS,
+            interval_seconds=3600,
+            min_interval_seconds=0,
+        )
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"applied": 1}, cycle
@@ -136,7 +181,8 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             assert len(synced) == 1 and synced[0]["jobs"] == 1, synced
             assert proc.events("waiting for the Kubernetes API")[0]["url"] == envtest.url
             lease = envtest.request(
-                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler")
+                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler"
+            )
             assert lease["spec"]["holderIdentity"] == "replica-1"
             assert await proc.stop() == 0
         assert not [line for line in proc.raw if "403" in line or "orbidden" in line]
@@ -145,7 +191,8 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
     events = envtest.request("GET", f"/api/v1/namespaces/{real_ns}/events")["items"]
     assert [e["reason"] for e in events] == ["ScaleUpIdleGpus"]
     released = envtest.request(
-        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler")
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler"
+    )
     assert not released["spec"].get("holderIdentity"), released["spec"]  # SIGTERM gave it up
 
     # dry run: deploy/overlays/dry-run reads only, and the daemon needs no more
@@ -153,16 +200,27 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
     _check(envtest, token, NEEDED, allowed=True)
     _check(envtest, token, FORBIDDEN + WRITES, allowed=False)
     # the user shrinks the job again: there is something to plan
-    envtest.request("PATCH", f"/apis/{KF}/v1/namespaces/{real_ns}/pytorchjobs/j",
-                    {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}},
-                    content_type="application/merge-patch+json")
+    envtest.request(
+        "PATCH",
+        f"/apis/{KF}/v1/namespaces/{real_ns}/pytorchjobs/j",
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}},
+        content_type="application/merge-patch+json",
+    )
     envtest.patch_status(_job(real_ns, queue), {"replicaStatuses": {"Worker": {"active": 1}}})
     rv = envtest.get(_job(real_ns, queue))["metadata"]["resourceVersion"]
     async with fake_prometheus(live_body(**{queue: 3})) as prom:
-        env = daemon_env(tmp_path, kubeconfig, prom.url, namespaces=f'["{real_ns}"]',
-                         dry_run="true", leader_election="true", lease_namespace=NS,
-                         interval_seconds=3600, min_interval_seconds=0,
-                         cooldown_seconds=0)
+        env = daemon_env(
+            tmp_path,
+            kubeconfig,
+            prom.url,
+            namespaces=f'["{real_ns}"]',
+            dry_run="true",
+            leader_election="true",
+            lease_namespace=NS,
+            interval_seconds=3600,
+            min_interval_seconds=0,
+            cooldown_seconds=0,
+        )
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"dry_run": 1}, cycle

@@ -18,8 +18,12 @@ def _clean_env(monkeypatch):
 
 def test_defaults_match_the_documented_policy():
     s = load_settings()
-    assert (s.cooldown_seconds, s.reclaim_cooldown_seconds, s.max_gang_wait_seconds,
-            s.unplaced_timeout_seconds) == (300, 60, 1800, 300)
+    assert (
+        s.cooldown_seconds,
+        s.reclaim_cooldown_seconds,
+        s.max_gang_wait_seconds,
+        s.unplaced_timeout_seconds,
+    ) == (300, 60, 1800, 300)
     assert s.growth_policy == "fill" and s.min_step_workers == 1
     assert s.reserve_gpus_per_queue == 0 and s.gpu_resource_names == ["nvidia.com/gpu"]
     assert s.annotation_prefix == "elastic-autoscaler.io" and s.interval_seconds == 120
@@ -30,8 +34,9 @@ def test_env_over_file_over_defaults(tmp_path, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("cooldown_seconds: 50\nmin_step_workers: 2\ngrowth_policy: fair\n")
     monkeypatch.setenv("AUTOSCALER_COOLDOWN_SECONDS", "0")
-    monkeypatch.setenv("AUTOSCALER_GPU_RESOURCE_NAMES",
-                       '["nvidia.com/gpu","baidu.com/a800_80g_cgpu"]')
+    monkeypatch.setenv(
+        "AUTOSCALER_GPU_RESOURCE_NAMES", '["nvidia.com/gpu","baidu.com/a800_80g_cgpu"]'
+    )
     s = load_settings(cfg)
     assert s.cooldown_seconds == 0 and s.min_step_workers == 2 and s.growth_policy == "fair"
     assert s.gpu_resource_names == ["nvidia.com/gpu", "baidu.com/a800_80g_cgpu"]
@@ -58,8 +63,12 @@ def test_invalid_settings_name_the_field(monkeypatch, env, field):
 
 @pytest.mark.parametrize(
     ("text", "needle"),
-    [("bogus: 1\n", "unknown setting(s): bogus"), ("[1, 2]\n", "must be a mapping"),
-     ("a: [\n", "not valid YAML"), ("cooldown_seconds: soon\n", "cooldown_seconds")],
+    [
+        ("bogus: 1\n", "unknown setting(s): bogus"),
+        ("[1, 2]\n", "must be a mapping"),
+        ("a: [\n", "not valid YAML"),
+        ("cooldown_seconds: soon\n", "cooldown_seconds"),
+    ],
 )
 def test_bad_config_files(tmp_path, text, needle):
     cfg = tmp_path / "c.yaml"

@@ -23,13 +23,15 @@ from autoscaler.sim.workload import ElasticRule, JobSpec, SpecError, amdahl, lin
 TRACES = bundled_traces()  # the public traces shipped in the package
 
 
-def job(name: str, submit: float, work: float, requested: int, lo: int, hi: int,
-        queue: str = "q") -> JobSpec:
+def job(
+    name: str, submit: float, work: float, requested: int, lo: int, hi: int, queue: str = "q"
+) -> JobSpec:
     return JobSpec(name, submit, work, requested, lo, hi, 1, queue, linear(requested, 64))
 
 
-def run(policy: str, specs: list[JobSpec], gpus: int = 4, penalty: float = 30.0,
-        **settings: object):
+def run(
+    policy: str, specs: list[JobSpec], gpus: int = 4, penalty: float = 30.0, **settings: object
+):
     controller = make_controller(policy, Settings(**settings))
     result = simulate(specs, {"q": gpus}, controller, penalty, preempt=preempts(policy))
     return result, {j.name: j for j in result.jobs}
@@ -126,8 +128,19 @@ def _workload(n: int = 40) -> list[JobSpec]:
         req = (1, 2, 4, 8)[i % 4]
         lo, hi = ElasticRule().range(req)
         sp = amdahl(req, 64, 0.9 + 0.02 * (i % 5))
-        out.append(JobSpec(f"j{i:02d}", i * 97.0 % 3000, 200.0 + (i * 7919) % 4000, req,
-                           lo, hi, 1, ("a", "b")[i % 2], sp))
+        out.append(
+            JobSpec(
+                f"j{i:02d}",
+                i * 97.0 % 3000,
+                200.0 + (i * 7919) % 4000,
+                req,
+                lo,
+                hi,
+                1,
+                ("a", "b")[i % 2],
+                sp,
+            )
+        )
     return out
 
 
@@ -135,8 +148,9 @@ def _workload(n: int = 40) -> list[JobSpec]:
 def test_gpu_time_is_conserved_and_bounded(policy: str) -> None:
     specs = _workload()
     deserved = split_capacity(24, specs)
-    result = simulate(specs, deserved, make_controller(policy, Settings()), 30.0,
-                      preempt=preempts(policy))
+    result = simulate(
+        specs, deserved, make_controller(policy, Settings()), 30.0, preempt=preempts(policy)
+    )
     m = compute(result)
     per_job = sum(j.gpu_seconds for j in result.jobs)
     per_queue = sum(result.queue_gpu_seconds.values())
@@ -172,7 +186,8 @@ def test_same_seed_same_result() -> None:
     a = compare(wl, 32, Settings(), seed=3)
     b = compare(wl, 32, Settings(), seed=3)
     assert {k: m.to_json() for k, m in a.metrics.items()} == {
-        k: m.to_json() for k, m in b.metrics.items()}
+        k: m.to_json() for k, m in b.metrics.items()
+    }
     assert specs == _workload()
 
 
@@ -181,12 +196,17 @@ def test_same_seed_same_result() -> None:
 
 def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
-    p.write_text("submit,duration,gpus,queue,min_workers,max_workers\n"
-                 "5,100,4,,2,8\n0,50,3,team,,\n")
+    p.write_text(
+        "submit,duration,gpus,queue,min_workers,max_workers\n5,100,4,,2,8\n0,50,3,team,,\n"
+    )
     w = read_trace(p, TraceOptions(speedup="linear"))
     first, second = w.jobs
     assert (first.name, first.queue, first.min_workers, first.max_workers) == (
-        "job-1", "team", 1, 6)
+        "job-1",
+        "team",
+        1,
+        6,
+    )
     assert (second.submit, second.min_workers, second.max_workers) == (5, 2, 8)
     assert second.queue == "default"
     sliced = read_trace(p, TraceOptions(philly_slice=(1, 2)))
@@ -194,10 +214,13 @@ def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
 
 
 def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     p = tmp_path / "t.csv"
-    p.write_text("Submit_Time,duration,NUM_GPUS,min,max_replicas,user\n"
-                 "0,50,4,2,,alice\n10,50,4,,5,bob\n20,50,2,,,carol\n")
+    p.write_text(
+        "Submit_Time,duration,NUM_GPUS,min,max_replicas,user\n"
+        "0,50,4,2,,alice\n10,50,4,,5,bob\n20,50,2,,,carol\n"
+    )
     w = read_trace(p, TraceOptions(speedup="linear"))
     ranges = [(j.submit, j.requested, j.min_workers, j.max_workers) for j in w.jobs]
     # min given, max from the rule (2 x 4); max given, min from the rule (4 / 2); neither
@@ -205,15 +228,19 @@ def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
     assert w.notes == ("ignored column(s): user",)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("submit,duration,gpus\n0,5,abc\n", "row 2, column gpus: 'abc' is not a whole number"),
-    ("submit,duration,gpus\n0,5,1\nsoon,5,1\n", "row 3, column submit: 'soon' is not a"),
-    ("submit,duration,gpus\n0,inf,1\n", "row 2, column duration: 'inf' is not finite"),
-    ("submit,duration,gpus,max\n0,5,4,2\n", "min_workers (2) <= gpus/gpus_per_worker (4) "
-                                               "<= max_workers (2)"),
-])
-def test_bad_csv_cells_name_the_row_and_column(tmp_path: Path, text: str,
-                                               needle: str) -> None:
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("submit,duration,gpus\n0,5,abc\n", "row 2, column gpus: 'abc' is not a whole number"),
+        ("submit,duration,gpus\n0,5,1\nsoon,5,1\n", "row 3, column submit: 'soon' is not a"),
+        ("submit,duration,gpus\n0,inf,1\n", "row 2, column duration: 'inf' is not finite"),
+        (
+            "submit,duration,gpus,max\n0,5,4,2\n",
+            "min_workers (2) <= gpus/gpus_per_worker (4) <= max_workers (2)",
+        ),
+    ],
+)
+def test_bad_csv_cells_name_the_row_and_column(tmp_path: Path, text: str, needle: str) -> None:
     p = tmp_path / "bad.csv"
     p.write_text(text)
     with pytest.raises(SpecError) as err:
@@ -221,13 +248,16 @@ def test_bad_csv_cells_name_the_row_and_column(tmp_path: Path, text: str,
     assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("text", [
-    "submit,duration,gpus\n0,-5,1\n",
-    "submit,duration,gpus\n0,5,0\n",
-    "submit,duration,gpus,min_workers,max_workers\n0,5,2,3,4\n",
-    "a,b\n1,2\n",
-    "submit,duration,gpus\nx,5,1\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "submit,duration,gpus\n0,-5,1\n",
+        "submit,duration,gpus\n0,5,0\n",
+        "submit,duration,gpus,min_workers,max_workers\n0,5,2,3,4\n",
+        "a,b\n1,2\n",
+        "submit,duration,gpus\nx,5,1\n",
+    ],
+)
 def test_bad_csv_rows_are_spec_errors(tmp_path: Path, text: str) -> None:
     p = tmp_path / "bad.csv"
     p.write_text(text)
@@ -236,22 +266,21 @@ def test_bad_csv_rows_are_spec_errors(tmp_path: Path, text: str) -> None:
 
 
 def test_format_detection() -> None:
-    assert detect_format(["name", "time", "application", "num_replicas", "batch_size"]) == \
-        "pollux"
-    assert detect_format(["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]) == \
-        "philly"
+    assert detect_format(["name", "time", "application", "num_replicas", "batch_size"]) == "pollux"
+    assert detect_format(["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]) == "philly"
     assert detect_format(["submit", "duration", "gpus"]) == "csv"
 
 
 def test_philly_reader_slices_in_submit_order(tmp_path: Path) -> None:
     p = tmp_path / "philly.csv"
-    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
-                 "2017-10-09 07:01:55,66.0,1,66.0,q1\n"
-                 "2017-10-09 06:00:00,100.0,4,400.0,q2\n"
-                 "2017-10-09 06:30:00,10.0,2,20.0,q1\n")
+    p.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,q1\n"
+        "2017-10-09 06:00:00,100.0,4,400.0,q2\n"
+        "2017-10-09 06:30:00,10.0,2,20.0,q1\n"
+    )
     w = read_trace(p, TraceOptions(philly_slice=(1, 3)))
-    assert [(j.submit, j.queue, j.requested) for j in w.jobs] == [(0, "q1", 2),
-                                                                  (1915, "q1", 1)]
+    assert [(j.submit, j.queue, j.requested) for j in w.jobs] == [(0, "q1", 2), (1915, "q1", 1)]
     w = read_trace(p, TraceOptions(queues=("q2",)))
     assert [j.queue for j in w.jobs] == ["q2"]
 
@@ -274,8 +303,7 @@ def test_pollux_work_comes_from_the_profiles() -> None:
 # ---- CLI ---------------------------------------------------------------------------------
 
 
-def test_cli_runs_the_bundled_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) \
-        -> None:
+def test_cli_runs_the_bundled_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     assert main(["simulate", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -291,45 +319,96 @@ def test_cli_runs_the_bundled_workload(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_cli_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.csv"
-    trace.write_text("submit,duration,gpus\n" + "".join(
-        f"{i * 60},{300 + 50 * i},{1 + i % 4}\n" for i in range(12)))
+    trace.write_text(
+        "submit,duration,gpus\n"
+        + "".join(f"{i * 60},{300 + 50 * i},{1 + i % 4}\n" for i in range(12))
+    )
     outs = []
     for k in range(2):
         out = tmp_path / f"o{k}"
-        assert main(["simulate", "--trace", str(trace), "--gpus", "8", "--out", str(out),
-                     "--no-plots", "--seed", "7", "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "simulate",
+                    "--trace",
+                    str(trace),
+                    "--gpus",
+                    "8",
+                    "--out",
+                    str(out),
+                    "--no-plots",
+                    "--seed",
+                    "7",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         outs.append((out / "results.json").read_text())
     assert outs[0] == outs[1]
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--trace", "/nonexistent/trace.csv"], "cannot read"),
-    (["--policies", "static,nope"], "unknown policy"),
-    (["--speedup", "amdahl:7"], "0 < P <= 1"),
-    (["--philly-slice", "5"], "START,END"),
-])
-def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                               argv: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--trace", "/nonexistent/trace.csv"], "cannot read"),
+        (["--policies", "static,nope"], "unknown policy"),
+        (["--speedup", "amdahl:7"], "0 < P <= 1"),
+        (["--philly-slice", "5"], "START,END"),
+    ],
+)
+def test_cli_bad_input_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
     assert main(["simulate", "--out", str(tmp_path), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("elastic-autoscaler: error:") and needle in err
 
 
 def test_cli_rejects_a_trace_naming_two_jobs_alike(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("name,submit,duration,gpus\ntrain,0,300,2\neval,10,60,1\ntrain,20,60,1\n")
-    assert main(["simulate", "--trace", str(trace), "--gpus", "8", "--out", str(tmp_path),
-                 "--no-plots", "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "simulate",
+                "--trace",
+                str(trace),
+                "--gpus",
+                "8",
+                "--out",
+                str(tmp_path),
+                "--no-plots",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "job train" in err and "more than once" in err
 
 
 def test_cli_takes_policies_space_or_comma_separated(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--out", str(tmp_path), "--no-plots", "--no-progress",
-                 "--policies", "planner,static", "static"]) == 0
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "simulate",
+                "--out",
+                str(tmp_path),
+                "--no-plots",
+                "--no-progress",
+                "--policies",
+                "planner,static",
+                "static",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines[3:5]] == ["planner", "static"]
     assert not lines[5].startswith(("planner", "static"))
@@ -345,10 +424,14 @@ def test_planner_policy_runs_the_daemons_own_cycle() -> None:
     registry = controller.daemon.metrics.registry
     ok = registry.get_sample_value("elastic_autoscaler_cycles_total", {"result": "ok"})
     assert result.cycles > 10 and ok == result.cycles
-    grows = sum(registry.get_sample_value("elastic_autoscaler_actions_total",
-                                          {"queue": q, "direction": "up",
-                                           "reason": Reason.SCALE_UP_IDLE_GPUS.value}) or 0
-                for q in ("a", "b"))
+    grows = sum(
+        registry.get_sample_value(
+            "elastic_autoscaler_actions_total",
+            {"queue": q, "direction": "up", "reason": Reason.SCALE_UP_IDLE_GPUS.value},
+        )
+        or 0
+        for q in ("a", "b")
+    )
     assert grows > 0
 
 
@@ -375,16 +458,23 @@ def test_the_daemon_and_the_simulator_run_without_the_plotting_extra(tmp_path) -
         "assert main(['plan', '--snapshot', 'config/example-snapshot.yaml']) == 0\n"
     )
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no plots: matplotlib is not installed" in proc.stderr
     assert (tmp_path / "results.json").exists() and not list(tmp_path.glob("*.png"))
 
 
 def test_the_output_a_person_reads(tmp_path, capsys) -> None:
-    code = main(["simulate", "--no-progress", "--out", str(tmp_path), "--policies",
-                 "static planner"])  # one quoted argument, space-separated
+    code = main(
+        ["simulate", "--no-progress", "--out", str(tmp_path), "--policies", "static planner"]
+    )  # one quoted argument, space-separated
     out = capsys.readouterr().out
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()[3:5]] == ["static", "planner"]
@@ -395,8 +485,22 @@ def test_the_output_a_person_reads(tmp_path, capsys) -> None:
 def test_capped_jobs_are_named(tmp_path, capsys) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("name,submit,duration,gpus,queue\nhuge,0,60,16,q\nsmall,0,60,1,q\n")
-    assert main(["simulate", "--trace", str(trace), "--gpus", "4", "--no-plots",
-                 "--no-progress", "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--trace",
+                str(trace),
+                "--gpus",
+                "4",
+                "--no-plots",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     assert "capped at the queue (their work is unchanged): huge" in capsys.readouterr().out
 
 

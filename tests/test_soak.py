@@ -48,8 +48,10 @@ def test_same_seed_same_plans_other_seed_other_plans():
 
 
 def test_policies_differ_across_seeds():
-    policies = {(p.growth_policy, p.min_step_workers, p.reserve_gpus_per_queue, p.victim_order)
-                for p in map(policy_for, range(1, 31))}
+    policies = {
+        (p.growth_policy, p.min_step_workers, p.reserve_gpus_per_queue, p.victim_order)
+        for p in map(policy_for, range(1, 31))
+    }
     assert len(policies) > 5
 
 
@@ -70,16 +72,22 @@ def base():
     """Queue q: 4 GPUs free; a job that can grow, one that can give back, a gang that
     does not fit in what is free but can be covered by reclaiming from `big`."""
 
-    return snap({"q": 4, "held": None},
-                jobs=[ej("small", min=1, max=8, replicas=2),
-                      ej("big", min=1, max=8, replicas=8, last=ago(3600)),
-                      ej("frozen", queue="held", min=1, max=8, replicas=2)],
-                pending=[gang("waiting", 6)])
+    return snap(
+        {"q": 4, "held": None},
+        jobs=[
+            ej("small", min=1, max=8, replicas=2),
+            ej("big", min=1, max=8, replicas=8, last=ago(3600)),
+            ej("frozen", queue="held", min=1, max=8, replicas=2),
+        ],
+        pending=[gang("waiting", 6)],
+    )
 
 
 def tamper(result: Plan, name: str, target: int, reason: Reason) -> Plan:
-    decisions = tuple(replace(d, target=target, reason=reason) if d.ref.name == name else d
-                      for d in result.decisions)
+    decisions = tuple(
+        replace(d, target=target, reason=reason) if d.ref.name == name else d
+        for d in result.decisions
+    )
     return replace(result, decisions=decisions)
 
 
@@ -101,20 +109,41 @@ def _broken_cases():
     # grow into what is free and leave the coverable gang waiting
     greedy = tamper(plan(s, P, NOW), "small", 6, Reason.SCALE_UP_IDLE_GPUS)
     greedy = tamper(greedy, "big", 8, Reason.NO_IDLE_GPUS)
-    greedy = replace(greedy, gangs=tuple(replace(g, reason=Reason.GANG_UNCOVERABLE)
-                                         for g in greedy.gangs))
+    greedy = replace(
+        greedy, gangs=tuple(replace(g, reason=Reason.GANG_UNCOVERABLE) for g in greedy.gangs)
+    )
     yield "gangs-first", s, greedy, "gangs-first"
-    cooling = replace(s, jobs=tuple(replace(j, last_scale_time=ago(100)) if j.ref.name ==
-                                    "small" else j for j in s.jobs))
-    yield "growth-in-cooldown", cooling, tamper(plan(cooling, P, NOW), "small", 3,
-                                                 Reason.SCALE_UP_IDLE_GPUS), "cooldown"
-    hot = replace(s, jobs=tuple(replace(j, last_scale_time=ago(10)) if j.ref.name == "big"
-                                else j for j in s.jobs))
-    yield "reclaim-in-cooldown", hot, tamper(plan(hot, P, NOW), "big", 2,
-                                              Reason.RECLAIM_FOR_PENDING), "cooldown"
+    cooling = replace(
+        s,
+        jobs=tuple(
+            replace(j, last_scale_time=ago(100)) if j.ref.name == "small" else j for j in s.jobs
+        ),
+    )
+    yield (
+        "growth-in-cooldown",
+        cooling,
+        tamper(plan(cooling, P, NOW), "small", 3, Reason.SCALE_UP_IDLE_GPUS),
+        "cooldown",
+    )
+    hot = replace(
+        s,
+        jobs=tuple(
+            replace(j, last_scale_time=ago(10)) if j.ref.name == "big" else j for j in s.jobs
+        ),
+    )
+    yield (
+        "reclaim-in-cooldown",
+        hot,
+        tamper(plan(hot, P, NOW), "big", 2, Reason.RECLAIM_FOR_PENDING),
+        "cooldown",
+    )
     closed = replace(s, queues={**s.queues, "q": replace(s.queues["q"], state="Closing")})
-    yield "closed-queue-changed", closed, tamper(plan(closed, P, NOW), "small", 3,
-                                                 Reason.SCALE_UP_IDLE_GPUS), "hold"
+    yield (
+        "closed-queue-changed",
+        closed,
+        tamper(plan(closed, P, NOW), "small", 3, Reason.SCALE_UP_IDLE_GPUS),
+        "hold",
+    )
     lost = replace(good, decisions=tuple(d for d in good.decisions if d.ref.name != "small"))
     yield "job-without-decision", s, lost, "accounted"
     wrong = tamper(good, "small", 3, Reason.RECLAIM_FOR_PENDING)
@@ -124,8 +153,7 @@ def _broken_cases():
 BROKEN = list(_broken_cases())
 
 
-@pytest.mark.parametrize(("case", "snapshot", "broken", "kind"), BROKEN,
-                         ids=[b[0] for b in BROKEN])
+@pytest.mark.parametrize(("case", "snapshot", "broken", "kind"), BROKEN, ids=[b[0] for b in BROKEN])
 def test_checker_catches_a_broken_plan(case, snapshot, broken, kind):
     kinds = {v.kind for v in check_plan(snapshot, broken, P, NOW)}
     assert kind in kinds, (case, kinds)
@@ -151,8 +179,13 @@ def test_checker_catches_flapping_from_history_alone():
 
 
 def test_checker_flags_data_problems_as_holds():
-    s = replace(base(), queues={"q": QueueState("q", float("nan")),
-                                "held": QueueState("held", None, Reason.METRICS_MISSING)})
+    s = replace(
+        base(),
+        queues={
+            "q": QueueState("q", float("nan")),
+            "held": QueueState("held", None, Reason.METRICS_MISSING),
+        },
+    )
     result = plan(s, P, NOW)
     assert check_plan(s, result, P, NOW) == []
     assert all(not d.changed for d in result.decisions)
@@ -165,13 +198,18 @@ def test_idempotent_after_a_whole_worker_over_reclaim():
     gang's whole-worker reclaim released more than needed; replanning served both from the
     released GPUs and granted the idle one."""
     p = policy(reclaim_cooldown_seconds=0)
-    s = snap({"q": 1},
-             jobs=[ej("a", min=1, max=4, replicas=3, gpw=2),
-                   ej("b", min=1, max=2, replicas=1, priority=10)],
-             pending=[gang("g1", 1, priority=10, created=ago(120)), gang("g2", 3, created=ago(60))])
+    s = snap(
+        {"q": 1},
+        jobs=[
+            ej("a", min=1, max=4, replicas=3, gpw=2),
+            ej("b", min=1, max=2, replicas=1, priority=10),
+        ],
+        pending=[gang("g1", 1, priority=10, created=ago(120)), gang("g2", 3, created=ago(60))],
+    )
     first = plan(s, p, NOW)
-    assert [(d.ref.name, d.target) for d in first.actions if d.reason is
-            Reason.RECLAIM_FOR_PENDING] == [("a", 1)]
+    assert [
+        (d.ref.name, d.target) for d in first.actions if d.reason is Reason.RECLAIM_FOR_PENDING
+    ] == [("a", 1)]
     second = plan(applied_snapshot(s, first, NOW), p, NOW)
     assert second.actions == (), [(d.ref.name, d.current, d.target) for d in second.actions]
 
@@ -179,22 +217,29 @@ def test_idempotent_after_a_whole_worker_over_reclaim():
 def _ignores_inflight(snapshot, pol, now):
     """A planner that forgets workers in flight: it grants the same GPUs again."""
 
-    forgetful = replace(snapshot, jobs=tuple(replace(j, active=max(j.active, j.replicas))
-                                             for j in snapshot.jobs))
+    forgetful = replace(
+        snapshot, jobs=tuple(replace(j, active=max(j.active, j.replicas)) for j in snapshot.jobs)
+    )
     result = plan(forgetful, pol, now)
     by_ref = {j.ref: j for j in snapshot.jobs}
-    return replace(result, decisions=tuple(
-        replace(d, current=by_ref[d.ref].replicas) if d.ref in by_ref else d
-        for d in result.decisions))
+    return replace(
+        result,
+        decisions=tuple(
+            replace(d, current=by_ref[d.ref].replicas) if d.ref in by_ref else d
+            for d in result.decisions
+        ),
+    )
 
 
 def _no_cooldown(snapshot, pol, now):
-    return plan(snapshot, pol.model_copy(update={"cooldown_seconds": 0,
-                                                 "reclaim_cooldown_seconds": 0}), now)
+    return plan(
+        snapshot, pol.model_copy(update={"cooldown_seconds": 0, "reclaim_cooldown_seconds": 0}), now
+    )
 
 
-@pytest.mark.parametrize(("broken", "kind"), [(_ignores_inflight, "overcommit"),
-                                              (_no_cooldown, "cooldown")])
+@pytest.mark.parametrize(
+    ("broken", "kind"), [(_ignores_inflight, "overcommit"), (_no_cooldown, "cooldown")]
+)
 def test_soak_catches_a_broken_planner(broken, kind):
     result = run_soak(400, 1, planner=broken)
     assert kind in result.by_kind, result.by_kind
@@ -204,9 +249,14 @@ def test_fair_growth_with_min_step_is_idempotent():
     """Found by the soak (seed 11, cycle 713): what was left after the fair re-fill never
     went back to the jobs that dropped out under min_step."""
     p = policy(growth_policy="fair", min_step_workers=2)
-    s = snap({"q": 9}, jobs=[ej("a", min=4, max=12, replicas=8),
-                             ej("b", min=3, max=7, replicas=3, gpw=4),
-                             ej("c", min=2, max=6, replicas=3, gpw=2)])
+    s = snap(
+        {"q": 9},
+        jobs=[
+            ej("a", min=4, max=12, replicas=8),
+            ej("b", min=3, max=7, replicas=3, gpw=4),
+            ej("c", min=2, max=6, replicas=3, gpw=2),
+        ],
+    )
     first = plan(s, p, NOW)
     second = plan(applied_snapshot(s, first, NOW), p, NOW)
     assert second.actions == (), [(d.ref.name, d.current, d.target) for d in second.actions]

@@ -21,38 +21,75 @@ BUNDLED_GPUS = 32  # the bundled workload is sized for a 32-GPU cluster
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", type=Path, help="trace file (default: the small bundled "
-                   "workload)")
-    p.add_argument("--workload", choices=WORKLOADS, default=None,
-                   help="a bundled public trace instead of --trace: the Pollux (OSDI'21) "
-                   "workloads pollux-1..pollux-8 or Microsoft's philly trace")
-    p.add_argument("--format", choices=FORMATS, default="auto",
-                   help="trace format (default: detected from the CSV header)")
-    p.add_argument("--gpus", type=int, default=None,
-                   help=f"GPUs in the cluster (default {DEFAULT_GPUS}; {BUNDLED_GPUS} for the "
-                   "bundled workload), split over the trace's queues by their GPU-time")
-    p.add_argument("--policies", nargs="+", default=[",".join(POLICIES)],
-                   help=f"policies in table order, comma- or space-separated (default "
-                   f"{','.join(POLICIES)})")
-    p.add_argument("--out", type=Path, default=Path("sim-out"),
-                   help="directory for results.json and the plots (default ./sim-out)")
+    p.add_argument("--trace", type=Path, help="trace file (default: the small bundled workload)")
+    p.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default=None,
+        help="a bundled public trace instead of --trace: the Pollux (OSDI'21) "
+        "workloads pollux-1..pollux-8 or Microsoft's philly trace",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="trace format (default: detected from the CSV header)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help=f"GPUs in the cluster (default {DEFAULT_GPUS}; {BUNDLED_GPUS} for the "
+        "bundled workload), split over the trace's queues by their GPU-time",
+    )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=[",".join(POLICIES)],
+        help=f"policies in table order, comma- or space-separated (default {','.join(POLICIES)})",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("sim-out"),
+        help="directory for results.json and the plots (default ./sim-out)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-    p.add_argument("--queues", default="", help="comma-separated queues to keep (default "
-                   "all)")
-    p.add_argument("--philly-slice", default=None, metavar="START,END",
-                   help="jobs START..END-1 of the trace in submit order")
+    p.add_argument("--queues", default="", help="comma-separated queues to keep (default all)")
+    p.add_argument(
+        "--philly-slice",
+        default=None,
+        metavar="START,END",
+        help="jobs START..END-1 of the trace in submit order",
+    )
     p.add_argument("--max-jobs", type=int, default=None, help="first N jobs only")
-    p.add_argument("--restart-penalty", type=float, default=DEFAULT_RESTART_PENALTY,
-                   help="seconds of progress lost on every change of a job's workers "
-                   f"(default {DEFAULT_RESTART_PENALTY:g})")
-    p.add_argument("--speedup", default="auto", help="linear | amdahl:P | measured | auto "
-                   "(auto: measured for pollux traces, else per-row or amdahl:0.95)")
-    p.add_argument("--elastic-range", default="0.5,2", metavar="MIN,MAX",
-                   help="elastic range of jobs without one, as factors of the requested "
-                   "workers (default 0.5,2)")
-    p.add_argument("--profiles", type=Path, default=None,
-                   help="Pollux application profiles directory (default: "
-                   "pollux-app-profiles next to the trace)")
+    p.add_argument(
+        "--restart-penalty",
+        type=float,
+        default=DEFAULT_RESTART_PENALTY,
+        help="seconds of progress lost on every change of a job's workers "
+        f"(default {DEFAULT_RESTART_PENALTY:g})",
+    )
+    p.add_argument(
+        "--speedup",
+        default="auto",
+        help="linear | amdahl:P | measured | auto "
+        "(auto: measured for pollux traces, else per-row or amdahl:0.95)",
+    )
+    p.add_argument(
+        "--elastic-range",
+        default="0.5,2",
+        metavar="MIN,MAX",
+        help="elastic range of jobs without one, as factors of the requested "
+        "workers (default 0.5,2)",
+    )
+    p.add_argument(
+        "--profiles",
+        type=Path,
+        default=None,
+        help="Pollux application profiles directory (default: "
+        "pollux-app-profiles next to the trace)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -114,12 +151,20 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise _usage(f"unknown policy {', '.join(unknown) or '(none)'}: choose from "
-                     f"{', '.join(POLICIES)}")
+        raise _usage(
+            f"unknown policy {', '.join(unknown) or '(none)'}: choose from {', '.join(POLICIES)}"
+        )
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
-    opts = TraceOptions(format=args.format, speedup=args.speedup, elastic=rule,
-                        seed=args.seed, max_jobs=args.max_jobs, philly_slice=slice_,
-                        queues=queues, profiles_dir=args.profiles)
+    opts = TraceOptions(
+        format=args.format,
+        speedup=args.speedup,
+        elastic=rule,
+        seed=args.seed,
+        max_jobs=args.max_jobs,
+        philly_slice=slice_,
+        queues=queues,
+        profiles_dir=args.profiles,
+    )
     return opts, policies
 
 
@@ -152,8 +197,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     bar = None
     tqdm = _optional("tqdm", "tqdm") if not args.no_progress and sys.stderr.isatty() else None
     if tqdm is not None:
-        bar = tqdm(total=len(workload.jobs) * len(policies), unit="job", delay=2.0,
-                   file=sys.stderr, desc="simulating")
+        bar = tqdm(
+            total=len(workload.jobs) * len(policies),
+            unit="job",
+            delay=2.0,
+            file=sys.stderr,
+            desc="simulating",
+        )
     state = {"policy": "", "done": 0}
 
     def progress(policy: str, done: int) -> None:
@@ -167,8 +217,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             state["done"] = done
 
     try:
-        result = compare(workload, args.gpus, settings, policies, args.restart_penalty,
-                         args.seed, progress if bar is not None else None)
+        result = compare(
+            workload,
+            args.gpus,
+            settings,
+            policies,
+            args.restart_penalty,
+            args.seed,
+            progress if bar is not None else None,
+        )
     except ValueError as exc:  # a cluster too small for the trace
         raise _usage(str(exc)) from None
     finally:
@@ -182,11 +239,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         if not args.no_plots and _optional("matplotlib", "") is not None:
             written += plot(result, args.out)
         elif not args.no_plots:
-            print("note: no plots: matplotlib is not installed (the daemon does not need "
-                  "it; pip install 'elastic-autoscaler[sim]' for the plots)", file=sys.stderr)
+            print(
+                "note: no plots: matplotlib is not installed (the daemon does not need "
+                "it; pip install 'elastic-autoscaler[sim]' for the plots)",
+                file=sys.stderr,
+            )
     except OSError as exc:
-        print(f"elastic-autoscaler: error: cannot write to {args.out}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"elastic-autoscaler: error: cannot write to {args.out}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     sys.stdout.write(table(result))
     sys.stdout.write("wrote " + ", ".join(str(p) for p in written) + "\n")

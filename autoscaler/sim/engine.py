@@ -259,8 +259,9 @@ class Cluster:
                 job.paused_until = self.now
                 self._set_active(job, job.gang)
         # extra pods, one at a time to the job holding the fewest GPUs (drf)
-        heap = [(j.active * j.gpw, j.index, j) for j in jobs
-                if j.admitted and j.active < j.replicas]
+        heap = [
+            (j.active * j.gpw, j.index, j) for j in jobs if j.admitted and j.active < j.replicas
+        ]
         heapq.heapify(heap)
         placed: dict[int, int] = {}
         free = self.free(queue)
@@ -288,8 +289,10 @@ class Cluster:
         held = {j.index: j.active for j in victims}
         by_index = {j.index: j for j in victims}
         while shortfall > 0:
-            idx = max((i for i in held if held[i] > by_index[i].min_workers),
-                      key=lambda i: (held[i] * by_index[i].gpw, i))
+            idx = max(
+                (i for i in held if held[i] > by_index[i].min_workers),
+                key=lambda i: (held[i] * by_index[i].gpw, i),
+            )
             held[idx] -= 1
             take[idx] = take.get(idx, 0) + 1
             shortfall -= by_index[idx].gpw
@@ -328,9 +331,11 @@ def split_capacity(gpus: int, jobs: Sequence[JobSpec]) -> dict[str, int]:
         weight[j.queue] += min(j.work, window) * j.requested_gpus
         floor_[j.queue] = max(floor_[j.queue], j.min_workers * j.gpus_per_worker)
     if sum(floor_.values()) > gpus:
-        raise ValueError(f"{gpus} GPUs cannot hold the smallest gang of each of "
-                         f"{len(queues)} queues ({sum(floor_.values())} needed): use more "
-                         "--gpus or fewer --queues")
+        raise ValueError(
+            f"{gpus} GPUs cannot hold the smallest gang of each of "
+            f"{len(queues)} queues ({sum(floor_.values())} needed): use more "
+            "--gpus or fewer --queues"
+        )
     total = sum(weight.values()) or 1.0
     share = {q: weight[q] / total * gpus for q in queues}
     out = {q: max(floor_[q], math.floor(share[q])) for q in queues}
@@ -377,13 +382,14 @@ def simulate(
         names.add(spec.name)
         if spec.queue not in deserved:
             raise ValueError(f"job {spec.name}: queue {spec.queue!r} has no capacity")
-        job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested,
-                     spec.min_workers, i)
+        job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested, spec.min_workers, i)
         controller.setup(job)
         cap = deserved[spec.queue] // spec.gpus_per_worker
         if job.gang > cap:
-            raise ValueError(f"job {spec.name}: its gang of {job.gang} worker(s) can never "
-                             f"fit queue {spec.queue} ({deserved[spec.queue]} GPUs)")
+            raise ValueError(
+                f"job {spec.name}: its gang of {job.gang} worker(s) can never "
+                f"fit queue {spec.queue} ({deserved[spec.queue]} GPUs)"
+            )
         job.max_workers = min(job.max_workers, cap)
         job.replicas = min(job.replicas, job.max_workers)
         jobs.append(job)
@@ -394,13 +400,25 @@ def simulate(
         _replay(jobs, cluster, controller, progress, horizon)
     finally:
         controller.close()
-    return RunResult(controller.name, tuple(jobs), dict(deserved), tuple(cluster.samples),
-                     dict(cluster.queue_gpu_seconds), cluster.now, cluster.cycles,
-                     cluster.preemptions)
+    return RunResult(
+        controller.name,
+        tuple(jobs),
+        dict(deserved),
+        tuple(cluster.samples),
+        dict(cluster.queue_gpu_seconds),
+        cluster.now,
+        cluster.cycles,
+        cluster.preemptions,
+    )
 
 
-def _replay(jobs: list[SimJob], cluster: Cluster, controller: Controller,
-            progress: Callable[[float, int], None] | None, horizon: float) -> None:
+def _replay(
+    jobs: list[SimJob],
+    cluster: Cluster,
+    controller: Controller,
+    progress: Callable[[float, int], None] | None,
+    horizon: float,
+) -> None:
     nxt = 0
     finished = 0
     while True:
@@ -411,8 +429,10 @@ def _replay(jobs: list[SimJob], cluster: Cluster, controller: Controller,
             break
         t = min(t_submit, t_finish, t_ctrl)
         if t == math.inf or t > horizon:
-            raise RuntimeError("simulation stalled: live jobs can never run "
-                               f"({[j.name for j in cluster.live()][:5]})")
+            raise RuntimeError(
+                "simulation stalled: live jobs can never run "
+                f"({[j.name for j in cluster.live()][:5]})"
+            )
         cluster.advance(max(t, cluster.now))
         for _ in cluster.finish_due():
             finished += 1

@@ -78,8 +78,10 @@ def compute(run: RunResult) -> Metrics:
     denom = capacity * makespan if makespan > 0 else math.nan
     jct = [j.finish - j.spec.submit for j in jobs if j.finish is not None]
     queueing = [j.first_start - j.spec.submit for j in jobs if j.first_start is not None]
-    idle = {q: (run.deserved[q] * makespan - run.queue_gpu_seconds[q]) / 3600.0
-            for q in sorted(run.deserved)}
+    idle = {
+        q: (run.deserved[q] * makespan - run.queue_gpu_seconds[q]) / 3600.0
+        for q in sorted(run.deserved)
+    }
     return Metrics(
         policy=run.policy,
         jobs=len(jobs),

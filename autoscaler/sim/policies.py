@@ -96,7 +96,10 @@ class PlannerController(_Elastic):
         self._cluster: Cluster | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # one for the run: cheaper
         self.daemon = loop.Controller(
-            settings, _SimSource(self), _SimActuator(self), Metrics(),
+            settings,
+            _SimSource(self),
+            _SimActuator(self),
+            Metrics(),
             clock=lambda: self._now,
             # a cycle that goes wrong raises below; its log lines would only flood
             logger=structlog.wrap_logger(
@@ -119,12 +122,16 @@ class PlannerController(_Elastic):
             outcome = self._loop.run_until_complete(self.daemon.run_once(sim_time(now)))
         finally:
             self._cluster = None
-        refused = [r for r in outcome.applied.results if r.outcome is Outcome.REFUSED] if (
-            outcome.applied is not None) else []
+        refused = (
+            [r for r in outcome.applied.results if r.outcome is Outcome.REFUSED]
+            if (outcome.applied is not None)
+            else []
+        )
         if outcome.result != "ok" or refused:
             # every input is well formed here: anything but a clean cycle is a bug
-            why = outcome.message or "; ".join(f"{r.decision.ref.name}: {r.message}"
-                                               for r in refused)
+            why = outcome.message or "; ".join(
+                f"{r.decision.ref.name}: {r.message}" for r in refused
+            )
             raise RuntimeError(f"planner cycle at t={now:g}s: {outcome.result}: {why}")
         self._last = now
         self._next = now + self.interval if cluster.live() else math.inf
@@ -158,8 +165,9 @@ class _SimActuator:
     def __init__(self, owner: PlannerController) -> None:
         self._owner = owner
 
-    async def apply(self, plan: Plan, now: datetime,
-                    may_write: Callable[[], bool] = lambda: True) -> ApplyResult:
+    async def apply(
+        self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
+    ) -> ApplyResult:
         cluster = self._owner._cluster
         assert cluster is not None
         by_name = {j.name: j for j in cluster.live()}
@@ -174,8 +182,9 @@ class _SimActuator:
         return ApplyResult(tuple(results))
 
 
-def snapshot_of(cluster: Cluster,
-                cache: dict[str, tuple[tuple, ElasticJob]] | None = None) -> ClusterSnapshot:
+def snapshot_of(
+    cluster: Cluster, cache: dict[str, tuple[tuple, ElasticJob]] | None = None
+) -> ClusterSnapshot:
     """What the daemon's sources would read: free GPUs per queue as the Volcano PromQL
     (deserved - allocated), every live job as an ElasticJob, every job still waiting for
     its gang also as a PendingGroup owned by it. `cache` (name -> (state, ElasticJob))
@@ -187,27 +196,45 @@ def snapshot_of(cluster: Cluster,
     jobs = []
     pending = []
     for j in cluster.live():
-        state = (j.min_workers, j.max_workers, j.replicas, j.active, j.last_scale_time,
-                 j.first_start)
+        state = (
+            j.min_workers,
+            j.max_workers,
+            j.replicas,
+            j.active,
+            j.last_scale_time,
+            j.first_start,
+        )
         hit = cache.get(j.name)
         if hit is not None and hit[0] == state:
             job = hit[1]
         else:
             job = ElasticJob(
-                ref=ObjectRef(NAMESPACE, j.name), queue=j.queue, min_replicas=j.min_workers,
-                max_replicas=j.max_workers, replicas=j.replicas, active=j.active,
-                gpus_per_worker=j.gpw, created=sim_time(j.spec.submit),
-                last_scale_time=(None if j.last_scale_time is None
-                                 else sim_time(j.last_scale_time)),
+                ref=ObjectRef(NAMESPACE, j.name),
+                queue=j.queue,
+                min_replicas=j.min_workers,
+                max_replicas=j.max_workers,
+                replicas=j.replicas,
+                active=j.active,
+                gpus_per_worker=j.gpw,
+                created=sim_time(j.spec.submit),
+                last_scale_time=(
+                    None if j.last_scale_time is None else sim_time(j.last_scale_time)
+                ),
                 started=None if j.first_start is None else sim_time(j.first_start),
                 resource_version="1",
             )
             cache[j.name] = (state, job)
         jobs.append(job)
         if not j.admitted:
-            pending.append(PendingGroup(
-                ref=ObjectRef(NAMESPACE, j.name, "PodGroup"), queue=j.queue,
-                gpus=j.gang * j.gpw, created=sim_time(j.spec.submit), owner=job.ref))
+            pending.append(
+                PendingGroup(
+                    ref=ObjectRef(NAMESPACE, j.name, "PodGroup"),
+                    queue=j.queue,
+                    gpus=j.gang * j.gpw,
+                    created=sim_time(j.spec.submit),
+                    owner=job.ref,
+                )
+            )
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
 
 
@@ -226,8 +253,9 @@ class HpaController(_Elastic):
 
     name = "hpa"
 
-    def __init__(self, period: float = 15.0, tolerance: float = 0.1,
-                 stabilisation: float = 300.0) -> None:
+    def __init__(
+        self, period: float = 15.0, tolerance: float = 0.1, stabilisation: float = 300.0
+    ) -> None:
         self.period = period
         self.tolerance = tolerance
         self.stabilisation = stabilisation

@@ -25,8 +25,7 @@ from .workload import SpecError, Speedup
 
 GPUS_PER_NODE = 4
 # Pollux's epoch budgets (simulator/applications.py, APPLICATIONS)
-MAX_EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80,
-              "yolov3": 50}
+MAX_EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80, "yolov3": 50}
 MAX_LOCAL_BSZ = {"yolov3": 8}  # Pollux overrides the profiled maximum for yolov3
 
 
@@ -44,8 +43,7 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def _curve(rows: list[tuple[float, float, float]]) -> tuple[list[float], list[float],
-                                                             list[float]]:
+def _curve(rows: list[tuple[float, float, float]]) -> tuple[list[float], list[float], list[float]]:
     """(local_bsz, step, sync) rows, averaged per local_bsz, sorted."""
 
     acc: dict[float, list[tuple[float, float]]] = {}
@@ -89,12 +87,14 @@ class AppProfile:
         placements: dict[str, list[tuple[float, float, float]]] = {}
         for r in _read(directory / "placements.csv"):
             placements.setdefault(r["placement"], []).append(
-                (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"])))
+                (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"]))
+            )
         scal: dict[int, dict[int, list[tuple[float, float, float]]]] = {}
         for r in _read(directory / "scalability.csv"):
             n, nodes = int(r["num_replicas"]), int(r["num_nodes"])
             scal.setdefault(n, {}).setdefault(nodes, []).append(
-                (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"])))
+                (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"]))
+            )
         by_gpus: dict[int, tuple[list[float], list[float], list[float]]] = {}
         for n in range(1, 4 * GPUS_PER_NODE + 1):
             key = _packed(n)
@@ -109,13 +109,11 @@ class AppProfile:
         all_bsz = [b for curve in by_gpus.values() for b in curve[0]]
         lo = min(all_bsz)
         hi = MAX_LOCAL_BSZ.get(name, max(all_bsz))
-        return cls(name, dict(sorted(iterations.items())), dict(sorted(by_gpus.items())),
-                   lo, hi)
+        return cls(name, dict(sorted(iterations.items())), dict(sorted(by_gpus.items())), lo, hi)
 
     def iterations(self, bsz: int) -> float:
         xs = list(self.iterations_by_bsz)
-        return _interp([float(x) for x in xs], list(self.iterations_by_bsz.values()),
-                       float(bsz))
+        return _interp([float(x) for x in xs], list(self.iterations_by_bsz.values()), float(bsz))
 
     def useful_gpus(self, bsz: int) -> int:
         return max(1, int(bsz // self.min_local_bsz))

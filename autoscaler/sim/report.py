@@ -27,32 +27,54 @@ COLUMNS = (
 def table(c: Comparison) -> str:
     rows = []
     for name, m in c.metrics.items():
-        values = (name, m.utilisation, m.bound, m.avg_jct / 3600, m.p50_jct / 3600,
-                  m.p95_jct / 3600, m.avg_queueing / 3600, m.p95_queueing / 3600,
-                  m.makespan / 3600, m.restarts_per_job, sum(m.idle_gpu_hours.values()))
+        values = (
+            name,
+            m.utilisation,
+            m.bound,
+            m.avg_jct / 3600,
+            m.p50_jct / 3600,
+            m.p95_jct / 3600,
+            m.avg_queueing / 3600,
+            m.p95_queueing / 3600,
+            m.makespan / 3600,
+            m.restarts_per_job,
+            sum(m.idle_gpu_hours.values()),
+        )
         rows.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     heads = [h for h, _ in COLUMNS]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
-    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
-                     enumerate(zip(heads, widths, strict=True)))
+    line = "  ".join(
+        h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths, strict=True))
+    )
     out = [line, "  ".join("-" * w for w in widths)]
     for r in rows:
-        out.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in
-                             enumerate(zip(r, widths, strict=True))))
+        out.append(
+            "  ".join(
+                v.rjust(w) if i else v.ljust(w)
+                for i, (v, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
     jobs = len(c.workload.jobs)
-    head = (f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
-            f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}")
+    head = (
+        f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
+        f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}"
+    )
     notes = [f"note: {n}" for n in c.workload.notes]
-    legend = ("util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
-              "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
-              "jobs of the same queue waited or could have grown")
+    legend = (
+        "util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
+        "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
+        "jobs of the same queue waited or could have grown"
+    )
     return "\n".join([head, *notes, *out, legend]) + "\n"
 
 
 def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
-        "workload": {"source": c.workload.source, "jobs": len(c.workload.jobs),
-                     "notes": list(c.workload.notes)},
+        "workload": {
+            "source": c.workload.source,
+            "jobs": len(c.workload.jobs),
+            "notes": list(c.workload.notes),
+        },
         "cluster": {"gpus": c.gpus, "deserved": dict(sorted(c.deserved.items()))},
         "restart_penalty_seconds": c.restart_penalty,
         "seed": c.seed,
@@ -60,9 +82,15 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
         "policies": {name: m.to_json() for name, m in c.metrics.items()},
         "jobs": {
             name: [
-                {"name": j.name, "queue": j.queue, "submit": j.spec.submit,
-                 "first_start": j.first_start, "finish": j.finish, "restarts": j.restarts,
-                 "gpu_seconds": round(j.gpu_seconds, 3)}
+                {
+                    "name": j.name,
+                    "queue": j.queue,
+                    "submit": j.spec.submit,
+                    "first_start": j.first_start,
+                    "finish": j.finish,
+                    "restarts": j.restarts,
+                    "gpu_seconds": round(j.gpu_seconds, 3),
+                }
                 for j in run.jobs
             ]
             for name, run in c.runs.items()
@@ -71,8 +99,9 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
 
 
 def write_json(c: Comparison, path: Path, settings: dict[str, Any] | None = None) -> None:
-    path.write_text(json.dumps(to_json(c, settings), indent=1, sort_keys=False) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps(to_json(c, settings), indent=1, sort_keys=False) + "\n", encoding="utf-8"
+    )
 
 
 def plot(c: Comparison, out: Path) -> list[Path]:
@@ -103,18 +132,24 @@ def plot(c: Comparison, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, run in c.runs.items():
             if key == "jct":
-                vals = sorted((j.finish - j.spec.submit) / 3600 for j in run.jobs
-                              if j.finish is not None)
+                vals = sorted(
+                    (j.finish - j.spec.submit) / 3600 for j in run.jobs if j.finish is not None
+                )
             else:
-                vals = sorted((j.first_start - j.spec.submit) / 3600 for j in run.jobs
-                              if j.first_start is not None)
+                vals = sorted(
+                    (j.first_start - j.spec.submit) / 3600
+                    for j in run.jobs
+                    if j.first_start is not None
+                )
             n = len(vals)
-            ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=name,
-                    linewidth=1.2)
+            ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=name, linewidth=1.2)
         ax.set_xscale("symlog", linthresh=0.1)
         # readable ticks on the symlog axis: 0, 6 min, 30 min, 1 h, 2 h, ...
-        ticks = [t for t in (0, 0.1, 0.5, 1, 2, 5, 10, 24, 48, 100, 200)
-                 if t <= max(ax.get_xlim()[1], 0.1)]
+        ticks = [
+            t
+            for t in (0, 0.1, 0.5, 1, 2, 5, 10, 24, 48, 100, 200)
+            if t <= max(ax.get_xlim()[1], 0.1)
+        ]
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel(f"{title} (h)")
         ax.set_ylabel("fraction of jobs")
@@ -135,9 +170,11 @@ def plot_summary(c: Comparison, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     names = list(c.metrics)
-    panels = (("average JCT (h)", [c.metrics[n].avg_jct / 3600 for n in names]),
-              ("p95 queueing (h)", [c.metrics[n].p95_queueing / 3600 for n in names]),
-              ("restarts per job", [c.metrics[n].restarts_per_job for n in names]))
+    panels = (
+        ("average JCT (h)", [c.metrics[n].avg_jct / 3600 for n in names]),
+        ("p95 queueing (h)", [c.metrics[n].p95_queueing / 3600 for n in names]),
+        ("restarts per job", [c.metrics[n].restarts_per_job for n in names]),
+    )
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     for ax, (title, values) in zip(axes, panels, strict=True):
         bars = ax.bar(names, values, color=[f"C{i}" for i in range(len(names))])
@@ -145,8 +182,10 @@ def plot_summary(c: Comparison, out: Path) -> Path:
         ax.set_title(title)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"{c.workload.source.rsplit('/', 1)[-1]}: {len(c.workload.jobs)} jobs, "
-                 f"{c.gpus} GPUs", fontsize=10)
+    fig.suptitle(
+        f"{c.workload.source.rsplit('/', 1)[-1]}: {len(c.workload.jobs)} jobs, {c.gpus} GPUs",
+        fontsize=10,
+    )
     return _save(fig, out / "summary.png")
 
 

@@ -38,26 +38,41 @@ def compare(
     deserved = split_capacity(gpus, workload.jobs)
     specs, capped = fit_to_queues(workload.jobs, deserved)
     if capped:
-        shown = ", ".join(capped[:10]) + (f" and {len(capped) - 10} more"
-                                           if len(capped) > 10 else "")
-        workload = replace(workload, jobs=specs, notes=(
-            *workload.notes, f"{len(capped)} job(s) asked for more GPUs than their queue "
-            f"deserves: their sizes are capped at the queue (their work is unchanged): "
-            f"{shown}"))
+        shown = ", ".join(capped[:10]) + (
+            f" and {len(capped) - 10} more" if len(capped) > 10 else ""
+        )
+        workload = replace(
+            workload,
+            jobs=specs,
+            notes=(
+                *workload.notes,
+                f"{len(capped)} job(s) asked for more GPUs than their queue "
+                f"deserves: their sizes are capped at the queue (their work is unchanged): "
+                f"{shown}",
+            ),
+        )
     runs: dict[str, RunResult] = {}
     metrics: dict[str, Metrics] = {}
     for name in policies:
         controller = make_controller(name, settings)
         cb = None if progress is None else (lambda _t, done, n=name: progress(n, done))
-        run = simulate(workload.jobs, deserved, controller, restart_penalty,
-                       preempt=preempts(name), progress=cb, horizon=math.inf)
+        run = simulate(
+            workload.jobs,
+            deserved,
+            controller,
+            restart_penalty,
+            preempt=preempts(name),
+            progress=cb,
+            horizon=math.inf,
+        )
         runs[name] = run
         metrics[name] = compute(run)
     return Comparison(workload, gpus, deserved, restart_penalty, seed, runs, metrics)
 
 
-def fit_to_queues(jobs: Sequence[JobSpec], deserved: dict[str, int]) -> tuple[
-        tuple[JobSpec, ...], list[str]]:
+def fit_to_queues(
+    jobs: Sequence[JobSpec], deserved: dict[str, int]
+) -> tuple[tuple[JobSpec, ...], list[str]]:
     """Jobs whose requested or elastic sizes exceed their queue's deserved GPUs, cut to
     it (a Volcano queue never admits such a gang). Work keeps its meaning: seconds at the
     originally requested size, so a capped job runs at speedup(cap) of it."""
@@ -70,7 +85,12 @@ def fit_to_queues(jobs: Sequence[JobSpec], deserved: dict[str, int]) -> tuple[
             out.append(j)
             continue
         capped.append(j.name)
-        out.append(replace(j, requested=min(j.requested, cap),
-                           min_workers=min(j.min_workers, cap),
-                           max_workers=cap))
+        out.append(
+            replace(
+                j,
+                requested=min(j.requested, cap),
+                min_workers=min(j.min_workers, cap),
+                max_workers=cap,
+            )
+        )
     return tuple(out), capped

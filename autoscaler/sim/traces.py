@@ -86,7 +86,8 @@ def detect_format(header: Iterable[str]) -> str:
     raise SpecError(
         "unknown trace format: expected columns submit,duration,gpus (csv), "
         "timestamp,duration,num_gpus,cluster (philly) or name,time,application,"
-        f"num_replicas,batch_size (pollux); got {','.join(sorted(cols)) or 'nothing'}")
+        f"num_replicas,batch_size (pollux); got {','.join(sorted(cols)) or 'nothing'}"
+    )
 
 
 def read_trace(path: Path | None, opts: TraceOptions) -> Workload:
@@ -130,16 +131,19 @@ def read_trace(path: Path | None, opts: TraceOptions) -> Workload:
 
 def _default_profiles(path: Path | None) -> Path:
     if path is not None:
-        for cand in (path.parent / "pollux-app-profiles",
-                     path.parent.parent / "pollux-app-profiles"):
+        for cand in (
+            path.parent / "pollux-app-profiles",
+            path.parent.parent / "pollux-app-profiles",
+        ):
             if cand.is_dir():
                 return cand
-    raise SpecError("pollux trace: application profiles not found next to the trace; "
-                    "pass --profiles DIR (the pollux-app-profiles directory)")
+    raise SpecError(
+        "pollux trace: application profiles not found next to the trace; "
+        "pass --profiles DIR (the pollux-app-profiles directory)"
+    )
 
 
-def _speedup(kind: str, requested_gpus: int, top: int,
-             measured: Speedup | None = None) -> Speedup:
+def _speedup(kind: str, requested_gpus: int, top: int, measured: Speedup | None = None) -> Speedup:
     name, p = parse_speedup_kind(kind)
     if name == "linear":
         return linear(requested_gpus, top)
@@ -159,6 +163,7 @@ def _range(rule: ElasticRule, requested: int, speedup: Speedup, gpw: int) -> tup
     lo, hi = rule.range(requested)
     best = max(range(requested, hi + 1), key=lambda w: (speedup.rate(w * gpw), -w))
     return lo, best
+
 
 _T = TypeVar("_T")
 
@@ -196,11 +201,15 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
                 value = kind(text)
             except ValueError:
                 what = "a whole number" if kind is int else "a number"
-                raise SpecError(f"trace {source} row {row}, column {names.get(col, col)}: "
-                                f"{text!r} is not {what}") from None
+                raise SpecError(
+                    f"trace {source} row {row}, column {names.get(col, col)}: "
+                    f"{text!r} is not {what}"
+                ) from None
             if not math.isfinite(value):
-                raise SpecError(f"trace {source} row {row}, column {names.get(col, col)}: "
-                                f"{text!r} is not finite")
+                raise SpecError(
+                    f"trace {source} row {row}, column {names.get(col, col)}: "
+                    f"{text!r} is not finite"
+                )
             return value
 
         queue = cell("queue") or "default"
@@ -209,8 +218,10 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
         gpus = int(number("gpus", int))
         gpw = int(number("gpus_per_worker", int)) if cell("gpus_per_worker") else 1
         if gpus < 1 or gpw < 1 or gpus % gpw:
-            raise SpecError(f"trace {source} row {row}: gpus={gpus} is not a positive "
-                            f"multiple of gpus_per_worker={gpw}")
+            raise SpecError(
+                f"trace {source} row {row}: gpus={gpus} is not a positive "
+                f"multiple of gpus_per_worker={gpw}"
+            )
         requested = gpus // gpw
         top = max(opts.top_gpus, gpus)
         sp = _speedup(cell("speedup") or opts.speedup, gpus, top)
@@ -220,14 +231,19 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
         if cell("max_workers"):
             hi = int(number("max_workers", int))
         if not 1 <= lo <= requested <= hi:
-            raise SpecError(f"trace {source} row {row}: need 1 <= min_workers ({lo}) <= "
-                            f"gpus/gpus_per_worker ({requested}) <= max_workers ({hi})")
+            raise SpecError(
+                f"trace {source} row {row}: need 1 <= min_workers ({lo}) <= "
+                f"gpus/gpus_per_worker ({requested}) <= max_workers ({hi})"
+            )
         submit, duration = number("submit"), number("duration")
         if submit < 0 or duration <= 0:
-            raise SpecError(f"trace {source} row {row}: need submit >= 0 and duration > 0 "
-                            f"(got {submit:g}, {duration:g})")
-        jobs.append(JobSpec(cell("name") or f"job-{i}", submit, duration,
-                            requested, lo, hi, gpw, queue, sp))
+            raise SpecError(
+                f"trace {source} row {row}: need submit >= 0 and duration > 0 "
+                f"(got {submit:g}, {duration:g})"
+            )
+        jobs.append(
+            JobSpec(cell("name") or f"job-{i}", submit, duration, requested, lo, hi, gpw, queue, sp)
+        )
     jobs.sort(key=lambda j: (j.submit, j.name))
     notes = (f"ignored column(s): {', '.join(ignored)}",) if ignored else ()
     return Workload(tuple(_limit(jobs, opts)), source, notes)
@@ -265,8 +281,9 @@ def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Work
     return Workload(tuple(jobs), source)
 
 
-def _pollux(rows: list[dict[str, str]], opts: TraceOptions,
-            profiles: dict[str, AppProfile], source: str) -> Workload:
+def _pollux(
+    rows: list[dict[str, str]], opts: TraceOptions, profiles: dict[str, AppProfile], source: str
+) -> Workload:
     """Pollux workloads: work = iterations to finish at the job's batch size x step time
     at its requested GPUs, from the application's profile (see profiles.py)."""
 
@@ -285,7 +302,18 @@ def _pollux(rows: list[dict[str, str]], opts: TraceOptions,
         measured = prof.speedup(gpus, bsz, min(top, 4 * prof.useful_gpus(bsz)))
         sp = _speedup(opts.speedup, gpus, top, measured)
         lo, hi = _range(opts.elastic, gpus, sp, 1)
-        jobs.append(JobSpec(r["name"], float(r["time"]), prof.duration(gpus, bsz), gpus,
-                            lo, hi, 1, queue, sp, app))
-    return Workload(tuple(jobs), source,
-                    (f"work from {len(profiles)} application profiles",))
+        jobs.append(
+            JobSpec(
+                r["name"],
+                float(r["time"]),
+                prof.duration(gpus, bsz),
+                gpus,
+                lo,
+                hi,
+                1,
+                queue,
+                sp,
+                app,
+            )
+        )
+    return Workload(tuple(jobs), source, (f"work from {len(profiles)} application profiles",))

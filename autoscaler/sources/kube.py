@@ -166,8 +166,7 @@ class _Cache:
     @property
     def name(self) -> str:
         scope = self.namespace if self.namespace is not None else "*"
-        return f"{self.resource.kind}({scope})" if self.resource.namespaced \
-            else self.resource.kind
+        return f"{self.resource.kind}({scope})" if self.resource.namespaced else self.resource.kind
 
     # -- the informer loop --------------------------------------------------------------
 
@@ -206,8 +205,11 @@ class _Cache:
                     # stale objects meanwhile.
                     need_list = True
                     self.counters.relists_410 += 1
-                    log.info("kube.watch_expired", cache=self.name,
-                             resource_version=self.resource_version)
+                    log.info(
+                        "kube.watch_expired",
+                        cache=self.name,
+                        resource_version=self.resource_version,
+                    )
                     self._failed_quietly("watch expired (410 Gone): re-listing")
                     if not expired_again:
                         expired_again = True
@@ -218,8 +220,11 @@ class _Cache:
                     unreachable = 0
                     self._failed(exc, _describe(exc))
                     retry_after = _retry_after(exc)
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
-                    ConnectionError) as exc:
+            except (
+                aiohttp.ClientConnectionError,
+                aiohttp.ClientPayloadError,
+                ConnectionError,
+            ) as exc:
                 # refused, reset or cut off mid-answer: the server is not there (restart,
                 # network); nothing is gained by waiting longer than it takes to come back
                 unreachable += 1
@@ -245,15 +250,14 @@ class _Cache:
         self.counters.errors += 1
         # one warning per streak and per new kind of error: an outage retried every
         # second must not write a line per retry per cache
-        new = self.failing_since is None or _error_kind(text) != _error_kind(
-            self.last_error or "")
+        new = self.failing_since is None or _error_kind(text) != _error_kind(self.last_error or "")
         self.last_error = text
         if self.failing_since is None:
             self.failing_since = time.monotonic()
         self._warned = True
         (log.warning if new else log.debug)(
-            "kube.cache_error", cache=self.name, error=text,
-            resource_version=self.resource_version)
+            "kube.cache_error", cache=self.name, error=text, resource_version=self.resource_version
+        )
 
     def _call_args(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         r = self.resource
@@ -263,10 +267,16 @@ class _Cache:
         if not r.namespaced:
             return self._api.list_cluster_custom_object, (r.group, r.version, r.plural), kwargs
         if self.namespace is None:
-            return (self._api.list_custom_object_for_all_namespaces,
-                    (r.group, r.version, r.plural), kwargs)
-        return (self._api.list_namespaced_custom_object,
-                (r.group, r.version, self.namespace, r.plural), kwargs)
+            return (
+                self._api.list_custom_object_for_all_namespaces,
+                (r.group, r.version, r.plural),
+                kwargs,
+            )
+        return (
+            self._api.list_namespaced_custom_object,
+            (r.group, r.version, self.namespace, r.plural),
+            kwargs,
+        )
 
     async def list_once(self) -> None:
         await self._list()
@@ -278,7 +288,10 @@ class _Cache:
         token = ""
         while True:
             page = await func(
-                *args, **kwargs, limit=self._page_size, _continue=token or None,
+                *args,
+                **kwargs,
+                limit=self._page_size,
+                _continue=token or None,
                 _request_timeout=self._settings.kube_request_timeout_seconds,
             )
             # page by page, so only the transformed objects of a large LIST stay in memory
@@ -295,8 +308,11 @@ class _Cache:
 
     def _recovered(self) -> None:
         if self.failing_since is not None and self._warned:
-            log.info("kube.cache_recovered", cache=self.name,
-                     after_seconds=round(time.monotonic() - self.failing_since, 1))
+            log.info(
+                "kube.cache_recovered",
+                cache=self.name,
+                after_seconds=round(time.monotonic() - self.failing_since, 1),
+            )
         self._warned = False
         self.last_error = None
         self.failing_since = None
@@ -327,7 +343,9 @@ class _Cache:
         async with stream:
             self.counters.watches += 1
             async for event in stream.stream(
-                connect, *args, **kwargs,
+                connect,
+                *args,
+                **kwargs,
                 resource_version=self.resource_version,
                 timeout_seconds=timeout,
                 allow_watch_bookmarks=True,
@@ -350,8 +368,14 @@ class _Cache:
             return True
         if self.oversized.get(key) != size:
             self.counters.dropped_oversized += 1
-            log.warning("kube.object_too_large", cache=self.name, namespace=key[0],
-                        name=key[1], bytes=size, max_bytes=self._settings.max_object_bytes)
+            log.warning(
+                "kube.object_too_large",
+                cache=self.name,
+                namespace=key[0],
+                name=key[1],
+                bytes=size,
+                max_bytes=self._settings.max_object_bytes,
+            )
         self.oversized[key] = size
         return False
 
@@ -402,8 +426,7 @@ class _Cache:
         if self._fits(key, obj):
             fresh[key] = self._transform(obj)
 
-    def _install(self, fresh: dict[Key, RawObject], seen: set[Key],
-                 resource_version: str) -> None:
+    def _install(self, fresh: dict[Key, RawObject], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
 
         for key in set(self.oversized) - seen:
@@ -427,8 +450,10 @@ class _Cache:
             out.append(f"{self.name}: {self.last_error}")
         for (ns, name), size in sorted(self.oversized.items()):
             where = f"{ns}/{name}" if ns else name
-            out.append(f"{self.name}: {where} dropped: {size} bytes exceeds max_object_bytes "
-                       f"{self._settings.max_object_bytes}")
+            out.append(
+                f"{self.name}: {where} dropped: {size} bytes exceeds max_object_bytes "
+                f"{self._settings.max_object_bytes}"
+            )
         return out
 
 
@@ -512,8 +537,17 @@ class KubeSource:
         namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
         def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
-            return _Cache(resource, namespace, selector, api, settings, self._notify,
-                          self._backoff, pages, transform)
+            return _Cache(
+                resource,
+                namespace,
+                selector,
+                api,
+                settings,
+                self._notify,
+                self._backoff,
+                pages,
+                transform,
+            )
 
         self._jobs = [cache(JOB, ns, settings.label_selector.strip()) for ns in namespaces]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
@@ -568,9 +602,7 @@ class KubeSource:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         for cache, result in zip(self._caches, results, strict=False):
-            if isinstance(result, BaseException) and not isinstance(
-                result, asyncio.CancelledError
-            ):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("kube.cache_crashed", cache=cache.name, error=repr(result))
 
     # -- reading ------------------------------------------------------------------------
@@ -696,15 +728,18 @@ def check_kubeconfig(path: Path) -> None:
         raise KubeconfigError(f"kubeconfig {path}: no current-context")
     names = [c.get("name") for c in doc["contexts"] if isinstance(c, dict)]
     if current not in names:
-        raise KubeconfigError(f"kubeconfig {path}: current-context {current!r} is not among "
-                              f"its contexts ({', '.join(map(str, names))})")
+        raise KubeconfigError(
+            f"kubeconfig {path}: current-context {current!r} is not among "
+            f"its contexts ({', '.join(map(str, names))})"
+        )
 
 
 def _check_default_kubeconfig() -> None:
     """The file load_kube_config falls back to ($KUBECONFIG's first, else ~/.kube/config),
     checked like an explicit one when it exists."""
-    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
-        os.path.expanduser("~/.kube/config")
+    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
+        "~/.kube/config"
+    )
     if os.path.exists(default):
         check_kubeconfig(Path(default))
 
@@ -718,7 +753,8 @@ async def make_api_client(settings: Any) -> ApiClient:
     if kubeconfig:
         check_kubeconfig(Path(kubeconfig))
         await kube_config.load_kube_config(
-            config_file=str(kubeconfig), client_configuration=configuration,
+            config_file=str(kubeconfig),
+            client_configuration=configuration,
             persist_config=False,
         )
     else:
@@ -737,7 +773,5 @@ async def make_api_client(settings: Any) -> ApiClient:
                 ) from default
     # Every cache holds one connection for its watch; lists must still find one free.
     watches = 2 * max(1, len(getattr(settings, "namespaces", []) or [])) + 2
-    configuration.connection_pool_maxsize = max(
-        configuration.connection_pool_maxsize, watches + 16
-    )
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, watches + 16)
     return ApiClient(configuration)

@@ -80,9 +80,24 @@ KIND_BAD_VALUE = "bad_value"
 KIND_TOO_LARGE = "too_large"
 
 ERROR_KINDS = (
-    KIND_TIMEOUT, KIND_CONNECTION, KIND_TLS, KIND_AUTH, KIND_HTTP_5XX, KIND_HTTP_4XX,
-    KIND_GARBAGE, KIND_NON_VECTOR, KIND_CONFIG, KIND_INTERNAL, KIND_MISSING_LABEL, KIND_NAN,
-    KIND_INF, KIND_NEGATIVE, KIND_DUPLICATE, KIND_STALE, KIND_CLOCK_SKEW, KIND_BAD_VALUE,
+    KIND_TIMEOUT,
+    KIND_CONNECTION,
+    KIND_TLS,
+    KIND_AUTH,
+    KIND_HTTP_5XX,
+    KIND_HTTP_4XX,
+    KIND_GARBAGE,
+    KIND_NON_VECTOR,
+    KIND_CONFIG,
+    KIND_INTERNAL,
+    KIND_MISSING_LABEL,
+    KIND_NAN,
+    KIND_INF,
+    KIND_NEGATIVE,
+    KIND_DUPLICATE,
+    KIND_STALE,
+    KIND_CLOCK_SKEW,
+    KIND_BAD_VALUE,
     KIND_TOO_LARGE,
 )  # every value `FreeGpuReading.errors` can hold, to pre-create the counter's series
 
@@ -181,8 +196,9 @@ def parse_query_result(
     if not settings.free_gpus_query:
         queues, part_errors = _parts_by_queue(by_queue, settings, now.timestamp())
         errors.extend(part_errors)
-        return FreeGpuReading(queues=queues, message=_unlabelled_note(unlabelled, label),
-                              errors=tuple(errors))
+        return FreeGpuReading(
+            queues=queues, message=_unlabelled_note(unlabelled, label), errors=tuple(errors)
+        )
 
     queues: dict[str, QueueState] = {}
     for queue in sorted(by_queue):
@@ -198,15 +214,18 @@ def parse_query_result(
                 name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
             )
 
-    return FreeGpuReading(queues=queues, message=_unlabelled_note(unlabelled, label),
-                          errors=tuple(errors))
+    return FreeGpuReading(
+        queues=queues, message=_unlabelled_note(unlabelled, label), errors=tuple(errors)
+    )
 
 
 def _unlabelled_note(unlabelled: list[dict[str, str]], label: str) -> str:
     if not unlabelled:
         return ""
-    return (f"ignored {len(unlabelled)} series without the queue label {label!r} "
-            f"(e.g. {_labels(unlabelled[0])})")
+    return (
+        f"ignored {len(unlabelled)} series without the queue label {label!r} "
+        f"(e.g. {_labels(unlabelled[0])})"
+    )
 
 
 _Series = tuple[dict[str, str], float | None, float]  # labels, value, timestamp
@@ -272,12 +291,15 @@ def free_gpus_query(settings: Settings) -> str:
         return settings.free_gpus_query
     q = settings.queue_label
     parts = []
-    for part, series in ((_DESERVED, settings.deserved_gpus_series),
-                         (_ALLOCATED, settings.allocated_gpus_series)):
-        parts.append(f'label_replace(sum by ({q}) ({series}), '
-                     f'"{PART_LABEL}", "{part}", "", "")')
-        parts.append(f'label_replace(min by ({q}) (timestamp({series})), '
-                     f'"{PART_LABEL}", "{part}_time", "", "")')
+    for part, series in (
+        (_DESERVED, settings.deserved_gpus_series),
+        (_ALLOCATED, settings.allocated_gpus_series),
+    ):
+        parts.append(f'label_replace(sum by ({q}) ({series}), "{PART_LABEL}", "{part}", "", "")')
+        parts.append(
+            f"label_replace(min by ({q}) (timestamp({series})), "
+            f'"{PART_LABEL}", "{part}_time", "", "")'
+        )
     return " or ".join(parts)
 
 
@@ -314,8 +336,9 @@ def _parts_by_queue(
             continue
         reason, kind, what = problem
         errors.append(kind)
-        queues[queue] = QueueState(name=queue, free_gpus=None, problem=reason,
-                                   message=f"queue {queue}: {what}")
+        queues[queue] = QueueState(
+            name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
+        )
     return queues, errors
 
 
@@ -329,9 +352,12 @@ def _part_problem(
         return reason, kind, f"{what}: {text}"
     value = series[0][1] or 0.0
     if value / settings.metric_unit_divisor > MAX_PLAUSIBLE_GPUS:
-        return (Reason.METRICS_INVALID, KIND_BAD_VALUE,
-                f"{what}: {value:g} is more than {MAX_PLAUSIBLE_GPUS} GPUs "
-                f"(metric_unit_divisor={settings.metric_unit_divisor:g})")
+        return (
+            Reason.METRICS_INVALID,
+            KIND_BAD_VALUE,
+            f"{what}: {value:g} is more than {MAX_PLAUSIBLE_GPUS} GPUs "
+            f"(metric_unit_divisor={settings.metric_unit_divisor:g})",
+        )
     return None
 
 
@@ -345,25 +371,33 @@ def _age_problem(
             continue
         scraped = times[0][1]
         if scraped is None or not math.isfinite(scraped):
-            return (Reason.METRICS_INVALID, KIND_BAD_VALUE,
-                    f"{part} GPUs: scrape time {scraped!r} is not a time")
+            return (
+                Reason.METRICS_INVALID,
+                KIND_BAD_VALUE,
+                f"{part} GPUs: scrape time {scraped!r} is not a time",
+            )
         age = now_ts - scraped
         if age > settings.max_metric_age_seconds:
-            return (Reason.METRICS_STALE, KIND_STALE,
-                    f"{part} GPUs ({_series_setting(part, settings)}) were last scraped "
-                    f"{age:.0f}s ago (max_metric_age_seconds="
-                    f"{settings.max_metric_age_seconds:g}): the exporter or its scrape is "
-                    "down, Prometheus still serves the last value")
+            return (
+                Reason.METRICS_STALE,
+                KIND_STALE,
+                f"{part} GPUs ({_series_setting(part, settings)}) were last scraped "
+                f"{age:.0f}s ago (max_metric_age_seconds="
+                f"{settings.max_metric_age_seconds:g}): the exporter or its scrape is "
+                "down, Prometheus still serves the last value",
+            )
         if -age > settings.clock_skew_seconds:
-            return (Reason.CLOCK_SKEW, KIND_CLOCK_SKEW,
-                    f"{part} GPUs were scraped {-age:.0f}s ahead of our clock "
-                    f"(clock_skew_seconds={settings.clock_skew_seconds:g})")
+            return (
+                Reason.CLOCK_SKEW,
+                KIND_CLOCK_SKEW,
+                f"{part} GPUs were scraped {-age:.0f}s ahead of our clock "
+                f"(clock_skew_seconds={settings.clock_skew_seconds:g})",
+            )
     return None
 
 
 def _series_setting(part: str, settings: Settings) -> str:
-    return settings.deserved_gpus_series if part == _DESERVED \
-        else settings.allocated_gpus_series
+    return settings.deserved_gpus_series if part == _DESERVED else settings.allocated_gpus_series
 
 
 class _NonVector(ValueError):
@@ -640,10 +674,14 @@ class PrometheusSource:
             return _transport_outcome(answer, url, self._scrub(_root_cause(answer)))
         status = answer.status
         if answer.too_large:
-            return _Outcome(_failed(
-                Reason.METRICS_INVALID, KIND_TOO_LARGE,
-                f"{url}: answer larger than prometheus_max_response_bytes="
-                f"{self._settings.prometheus_max_response_bytes}: not read"))
+            return _Outcome(
+                _failed(
+                    Reason.METRICS_INVALID,
+                    KIND_TOO_LARGE,
+                    f"{url}: answer larger than prometheus_max_response_bytes="
+                    f"{self._settings.prometheus_max_response_bytes}: not read",
+                )
+            )
         if status == 200:
             return _Outcome(self._scrubbed(parse_query_result(answer.body, self._settings, now)))
         detail = self._scrub(_prometheus_error(answer.body) or _snippet(answer.body))
