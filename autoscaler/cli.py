@@ -84,13 +84,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         except BadField as exc:
             raise UsageError(str(exc)) from None
     if args.snapshot is None:
-        from .loop import live_plan  # the daemon's edges; imported only when needed
+        from .daemon import live_plan  # the daemon's edges; imported only when needed
 
         result = live_plan(settings, now)
     else:
         snap = load_snapshot_file(args.snapshot)
         now = now or snap.now or datetime.now(UTC)
-        result = plan(snap.snapshot(settings), settings, now)
+        result = plan(snap.snapshot(settings), settings.planner_policy(), now)
     out = (
         plan_to_json(result)
         if args.output == "json"
@@ -101,7 +101,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .loop import run_daemon
+    from .daemon import run_daemon
 
     overrides = {"dry_run": True} if args.dry_run else {}
     settings = _settings(args, **overrides)

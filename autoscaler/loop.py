@@ -1,7 +1,7 @@
 """One cycle (`Controller.run_once(now)`: sources -> plan -> actuator) and the driver that
 runs it: interval, early cycles on watch events, a deadline per cycle, clean stop.
 
-Which actuator runs (live or dry-run) is decided once, at assembly in `run_daemon`; the
+Which actuator runs (live or dry-run) is decided once, at assembly (daemon.py); the
 cycle itself has no dry-run branches.
 """
 
@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,13 +20,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from .actuator import Actuator, ApplyResult, DryRunActuator, KubeActuator, Outcome
-from .errors import RunFailure, UsageError
+from .actuator import Actuator, ApplyResult, Outcome
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan, Reason
-from .parse import ParseCache, RawObjects, build_snapshot, cross_check_free, pruner
 from .planner import plan as make_plan
-from .redact import redact
 from .settings import Settings
 
 log = structlog.get_logger("autoscaler.loop")
@@ -45,60 +40,6 @@ class SnapshotSource(Protocol):
     snapshot's (or a queue's) hold reason."""
 
     async def read(self, now: datetime) -> ClusterSnapshot: ...
-
-
-class LiveSource:
-    """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
-
-    def __init__(
-        self, settings: Settings, kube: Any, prometheus: Any, metrics: Metrics | None = None
-    ) -> None:
-        self.settings, self.kube, self.prometheus, self.metrics = (
-            settings,
-            kube,
-            prometheus,
-            metrics,
-        )
-        self.parsed = ParseCache()
-        self._dropped = 0  # oversized objects the caches dropped, as last counted
-
-    async def read(self, now: datetime) -> ClusterSnapshot:
-        reading = await self.prometheus.fetch(now)
-        if self.metrics is not None:
-            for kind in reading.errors:
-                self.metrics.source_errors.labels("prometheus", kind).inc()
-        objects = self.kube.objects()  # the caches: no API call
-        self._count_dropped()
-        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues, objects.priorityclasses)
-        problem, message = reading.problem, reading.message
-        free = reading.queues
-        if self.settings.cross_check_queue_status:
-            free = cross_check_free(free, objects.queues, self.settings)
-        stale = objects.failing_seconds > self.settings.kube_max_stale_seconds
-        if not objects.synced or stale:
-            # half a picture could hide a pending gang or a job's real size: hold
-            problem = Reason.METRICS_UNAVAILABLE
-            what = f"failing for {objects.failing_seconds:.0f}s" if objects.synced else "not synced"
-            message = f"Kubernetes caches {what}: " + "; ".join(objects.errors)
-            if self.metrics is not None:
-                self.metrics.source_errors.labels(
-                    "kubernetes", "not_synced" if not objects.synced else "stale"
-                ).inc()
-        return build_snapshot(
-            raw, free, self.settings, problem=problem, message=message, cache=self.parsed
-        )
-
-    def _count_dropped(self) -> None:
-        """Objects over max_object_bytes are dropped by the caches (and logged there); the
-        planner cannot see them, so they are also counted where alerts look."""
-
-        stats = getattr(self.kube, "stats", None)
-        dropped = stats().get("dropped_oversized", 0) if stats is not None else 0
-        if self.metrics is not None and dropped > self._dropped:
-            self.metrics.source_errors.labels("kubernetes", "oversized").inc(
-                dropped - self._dropped
-            )
-        self._dropped = dropped
 
 
 class CycleStatus(StrEnum):
@@ -155,6 +96,7 @@ class Controller:
             actuator,
             metrics,
         )
+        self.policy = settings.planner_policy()
         self.may_write = may_write
         self.clock = clock
         # the simulator runs thousands of cycles a second and passes a quiet logger
@@ -170,7 +112,7 @@ class Controller:
         try:
             async with asyncio.timeout(self.settings.cycle_deadline_seconds):
                 snapshot = await self.source.read(now)
-                plan = make_plan(snapshot, self.settings, now)
+                plan = make_plan(snapshot, self.policy, now)
                 self._log_decisions(plan)
                 self.metrics.record_plan(plan)
                 applied = await self.actuator.apply(plan, now, self.may_write)
@@ -372,182 +314,3 @@ def next_start(started: float, now: float, settings: Settings, *, triggered: boo
 
     gap = settings.min_interval_seconds if triggered else settings.interval_seconds
     return max(0.0, started + gap - now)
-
-
-def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
-    """A new waiting gang or a job that finished or went away frees or needs GPUs now."""
-
-    status = obj.get("status") if isinstance(obj, Mapping) else None
-    status = status if isinstance(status, Mapping) else {}
-    if kind == "PodGroup":
-        return event_type == "ADDED" and status.get("phase") in ("Pending", "Inqueue")
-    if kind == "PyTorchJob":
-        if event_type == "DELETED":
-            return True
-        conditions = status.get("conditions")
-        if isinstance(conditions, list):
-            return any(
-                isinstance(c, Mapping)
-                and c.get("status") == "True"
-                and c.get("type") in ("Succeeded", "Failed")
-                for c in conditions
-            )
-    return False
-
-
-# ---- assembly ---------------------------------------------------------------------------
-
-
-def run_daemon(settings: Settings) -> int:
-    from .logs import configure_logging
-
-    configure_logging(settings)
-    try:
-        return asyncio.run(_daemon(settings))
-    except KeyboardInterrupt:
-        return 130
-
-
-async def _daemon(settings: Settings) -> int:
-    from kubernetes_asyncio.config import ConfigException
-    from prometheus_client import ProcessCollector
-
-    from .leader import AlwaysLeader, make_elector
-    from .server import HealthServer
-    from .sources.kube import KubeconfigError, KubeSource, make_api_client
-    from .sources.prometheus import PrometheusSource
-
-    metrics = Metrics()
-    ProcessCollector(registry=metrics.registry)
-    try:
-        api_client = await make_api_client(settings)
-    except KubeconfigError as exc:
-        raise UsageError(str(exc)) from None
-    except (ConfigException, OSError, ValueError) as exc:
-        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
-    driver: Driver | None = None
-
-    def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        if driver is not None and wants_early_cycle(kind, event_type, obj):
-            driver.trigger()
-
-    kube = KubeSource(settings, api_client, on_change, transform=pruner(settings))
-    prometheus = PrometheusSource(settings)
-    actuator: Actuator = (
-        DryRunActuator(settings, out=sys.stdout)
-        if settings.dry_run
-        else KubeActuator(settings, api_client)
-    )
-
-    def leadership(leading: bool) -> None:
-        metrics.is_leader.set(1 if leading else 0)
-        if leading and driver is not None:
-            driver.trigger()
-
-    # a dry run writes nothing, the Lease included: it must never displace a live leader
-    elector = (
-        AlwaysLeader(leadership)
-        if settings.dry_run or not settings.leader_election
-        else make_elector(settings, api_client, leadership)
-    )
-    controller = Controller(
-        settings,
-        LiveSource(settings, kube, prometheus, metrics),
-        actuator,
-        metrics,
-        may_write=lambda: elector.is_leader,
-    )
-    driver = Driver(
-        controller, is_leader=lambda: elector.is_leader, ready_check=lambda: kube.current
-    )
-    server = HealthServer(
-        metrics, driver.alive, driver.ready, settings.listen_host, settings.listen_port
-    )
-
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, driver.stop)
-    log.info(
-        "starting",
-        dry_run=settings.dry_run,
-        interval_s=settings.interval_seconds,
-        leader_election=settings.leader_election and not settings.dry_run,
-        namespaces=settings.namespaces or "all",
-        port=settings.listen_port,
-    )
-    await server.start()
-    log.info("listening", host=settings.listen_host, port=server.port)
-    log.info("waiting for the Kubernetes API", url=api_client.configuration.host)
-    synced_at = time.monotonic()
-    await kube.start()
-    elector_task = asyncio.create_task(elector.run(), name="leader-election")
-
-    async def report_synced() -> None:
-        # one line once every cache has listed, however long the API takes to answer;
-        # cycles hold (and say why) until then
-        await kube.wait_synced(float("inf"))
-        objects = kube.objects()
-        log.info(
-            "caches synced",
-            seconds=round(time.monotonic() - synced_at, 2),
-            jobs=len(objects.jobs),
-            podgroups=len(objects.podgroups),
-            queues=len(objects.queues),
-        )
-
-    synced_task = asyncio.create_task(report_synced(), name="report-synced")
-    try:
-        with contextlib.suppress(TimeoutError):
-            await kube.wait_synced(settings.cycle_deadline_seconds)
-        await driver.run()
-    finally:
-        for task in (synced_task, elector_task):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await kube.stop()
-        prometheus.close()
-        await server.stop()
-        await api_client.close()
-        log.info("stopped", cycles=driver.cycles)
-    return 0
-
-
-async def live_snapshot(
-    settings: Settings, now: datetime, api_client: Any = None
-) -> ClusterSnapshot:
-    """One read of the live cluster, for `plan` without --snapshot. Lists once, writes
-    nothing."""
-
-    from .sources.kube import KubeSource, make_api_client
-    from .sources.prometheus import PrometheusSource
-
-    own_client = api_client is None
-    client = await make_api_client(settings) if own_client else api_client
-    kube = KubeSource(settings, client, transform=pruner(settings))
-    prometheus = PrometheusSource(settings)
-    try:
-        async with asyncio.timeout(settings.cycle_deadline_seconds):
-            await kube.list_once()  # a one-shot read: no watches
-            return await LiveSource(settings, kube, prometheus).read(now)
-    finally:
-        prometheus.close()
-        if own_client:
-            await client.close()
-
-
-def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
-    now = now or datetime.now(UTC)
-    from kubernetes_asyncio.config import ConfigException
-
-    from .sources.kube import KubeconfigError
-
-    try:
-        snapshot = asyncio.run(live_snapshot(settings, now))
-    except KubeconfigError as exc:
-        raise UsageError(str(exc)) from None
-    except ConfigException as exc:
-        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
-    except Exception as exc:  # API unreachable, refused, timed out: a run-time failure
-        raise RunFailure(f"cannot read the live cluster: {redact(str(exc))[:300]}") from None
-    return make_plan(snapshot, settings, now)

@@ -34,7 +34,7 @@ from .model import (
     Reason,
     UnmanagedJob,
 )
-from .settings import GrowthPolicy, Settings, VictimOrder
+from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 _EPS = 1e-9
@@ -58,7 +58,7 @@ class _Job:
         return self.job.ref
 
 
-def plan(snapshot: ClusterSnapshot, policy: Settings, now: datetime) -> Plan:
+def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Plan:
     jobs_by_queue: dict[str, list[ElasticJob]] = {}
     for job in snapshot.jobs:
         jobs_by_queue.setdefault(job.queue, []).append(job)
@@ -147,7 +147,7 @@ class _QueuePlanner:
         unmanaged: list[UnmanagedJob],
         pending: list[PendingGroup],
         snapshot: ClusterSnapshot,
-        policy: Settings,
+        policy: PlannerPolicy,
         now: datetime,
     ) -> None:
         self.state = state

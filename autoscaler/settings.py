@@ -22,21 +22,13 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
+
 ENV_PREFIX = "AUTOSCALER_"
 
 _GPU = '{resource="nvidia.com/gpu"}'
 DEFAULT_DESERVED_GPUS_SERIES = "volcano_queue_deserved_scalar_resources" + _GPU
 DEFAULT_ALLOCATED_GPUS_SERIES = "volcano_queue_allocated_scalar_resources" + _GPU
-
-
-class GrowthPolicy(StrEnum):
-    FILL = "fill"
-    FAIR = "fair"
-
-
-class VictimOrder(StrEnum):
-    MOST_WORKERS = "most-workers"
-    LEAST_WORK_LOST = "least-work-lost"
 
 
 class LogFormat(StrEnum):
@@ -327,6 +319,10 @@ class Settings(BaseSettings):
         if self.lease_renew_deadline_seconds >= self.lease_duration_seconds:
             raise ValueError("lease_renew_deadline_seconds must be below lease_duration_seconds")
         return self
+
+    def planner_policy(self) -> PlannerPolicy:
+        """The planner's part of these settings: what `plan()` reads."""
+        return PlannerPolicy(**{f: getattr(self, f) for f in PlannerPolicy.__dataclass_fields__})
 
     @property
     def last_scale_annotation(self) -> str:

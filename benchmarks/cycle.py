@@ -146,11 +146,12 @@ async def _measure(n: int, steady: int) -> dict:
 
     from autoscaler.actuator import KubeActuator
     from autoscaler.logs import configure_logging
-    from autoscaler.loop import Controller, LiveSource
+    from autoscaler.loop import Controller
     from autoscaler.metrics import Metrics
     from autoscaler.parse import pruner
     from autoscaler.settings import Settings
     from autoscaler.sources.kube import KubeSource
+    from autoscaler.sources.live import LiveSource
     from autoscaler.sources.prometheus import PrometheusSource
 
     child = Child(n)

@@ -176,11 +176,12 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
 
     from autoscaler.actuator import KubeActuator
     from autoscaler.logs import configure_logging
-    from autoscaler.loop import Controller, LiveSource
+    from autoscaler.loop import Controller
     from autoscaler.metrics import Metrics
     from autoscaler.parse import pruner
     from autoscaler.settings import Settings
     from autoscaler.sources.kube import KubeSource, make_api_client
+    from autoscaler.sources.live import LiveSource
     from autoscaler.sources.prometheus import PrometheusSource
 
     settings = Settings(

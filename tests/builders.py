@@ -14,13 +14,18 @@ from autoscaler.model import (
     QueueState,
     UnmanagedJob,
 )
+from autoscaler.policy import PlannerPolicy
 from autoscaler.settings import Settings
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(hours=2)
 
 
-def policy(**overrides: Any) -> Settings:
+def policy(**overrides: Any) -> PlannerPolicy:
+    return PlannerPolicy(**overrides)
+
+
+def settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
 
 

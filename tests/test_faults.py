@@ -49,8 +49,9 @@ from test_loop import Daemon, replicas, set_active, settings_for
 
 from autoscaler.actuator import Outcome
 from autoscaler.leader import LeaderElector
-from autoscaler.loop import Driver, LiveSource
+from autoscaler.loop import Driver
 from autoscaler.model import Reason
+from autoscaler.sources.live import LiveSource
 from autoscaler.sources.prometheus import free_gpus_query
 
 TS = NOW.timestamp()

@@ -17,12 +17,14 @@ from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
 
 from autoscaler.actuator import DryRunActuator, KubeActuator, Outcome
+from autoscaler.daemon import wants_early_cycle
 from autoscaler.leader import LeaderElector
-from autoscaler.loop import Controller, Driver, LiveSource, next_start, wants_early_cycle
+from autoscaler.loop import Controller, Driver, next_start
 from autoscaler.metrics import Metrics
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import KubeSource
+from autoscaler.sources.live import LiveSource
 from autoscaler.sources.prometheus import PrometheusSource
 
 ANNOTATION = "elastic-autoscaler.io/last-scale-time"

@@ -7,17 +7,17 @@ from builders import (
     DELETE,
     edit,
     podgroup,
-    policy,
     priority_class,
     pytorchjob,
     queue_obj,
+    settings,
 )
 
 from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
 from autoscaler.parse import Priorities, RawObjects, build_snapshot, parse_job, parse_podgroup
 from autoscaler.snapshot_file import free_gpu_states
 
-P = policy()
+P = settings()
 NOPRIO = Priorities({})
 
 
@@ -91,8 +91,8 @@ def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():
     containers.append({"name": "sidecar", "resources": {"requests": {"nvidia.com/gpu": "2"}}})
     containers.append({"name": "vendor", "resources": {"limits": {"baidu.com/a800": 4}}})
     assert parsed(obj).gpus_per_worker == 3
-    settings = policy(gpu_resource_names=["nvidia.com/gpu", "baidu.com/a800"])
-    assert parsed(obj, settings).gpus_per_worker == 7
+    custom = settings(gpu_resource_names=["nvidia.com/gpu", "baidu.com/a800"])
+    assert parsed(obj, custom).gpus_per_worker == 7
 
 
 def _with_requests(obj, requests):

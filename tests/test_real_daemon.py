@@ -26,7 +26,7 @@ from promserver import (
 )
 from test_loop import Daemon
 
-from autoscaler.loop import live_plan
+from autoscaler.daemon import live_plan
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
 from autoscaler.sources.prometheus import free_gpus_query

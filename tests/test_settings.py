@@ -93,3 +93,12 @@ def test_example_config_loads():
 
     s = load_settings(Path(__file__).resolve().parent.parent / "config" / "example.yaml")
     assert s.interval_seconds > 0
+
+
+def test_planner_policy_defaults_are_the_settings_defaults():
+    """PlannerPolicy's defaults must not drift from the documented Settings defaults."""
+    from autoscaler.policy import PlannerPolicy
+
+    assert Settings().planner_policy() == PlannerPolicy()
+    custom = Settings(growth_policy="fair", cooldown_seconds=7).planner_policy()
+    assert custom.cooldown_seconds == 7 and custom.growth_policy == "fair"

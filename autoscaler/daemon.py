@@ -1,0 +1,195 @@
+"""Assembly: the daemon (`run_daemon`) and the one-shot live `plan`, wired from their
+parts: sources, actuator (live or dry-run, chosen here once), leader elector, HTTP server,
+and the loop that drives cycles. The only module that knows every part."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes_asyncio.config import ConfigException
+from prometheus_client import ProcessCollector
+
+from .actuator import Actuator, DryRunActuator, KubeActuator
+from .errors import RunFailure, UsageError
+from .leader import AlwaysLeader, make_elector
+from .logs import configure_logging
+from .loop import Controller, Driver
+from .metrics import Metrics
+from .model import ClusterSnapshot, Plan
+from .parse import pruner
+from .planner import plan as make_plan
+from .redact import redact
+from .server import HealthServer
+from .settings import Settings
+from .sources.kube import KubeconfigError, KubeSource, make_api_client
+from .sources.live import LiveSource
+from .sources.prometheus import PrometheusSource
+
+log = structlog.get_logger("autoscaler.daemon")
+
+
+def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+    """A new waiting gang or a job that finished or went away frees or needs GPUs now."""
+
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    status = status if isinstance(status, Mapping) else {}
+    if kind == "PodGroup":
+        return event_type == "ADDED" and status.get("phase") in ("Pending", "Inqueue")
+    if kind == "PyTorchJob":
+        if event_type == "DELETED":
+            return True
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            return any(
+                isinstance(c, Mapping)
+                and c.get("status") == "True"
+                and c.get("type") in ("Succeeded", "Failed")
+                for c in conditions
+            )
+    return False
+
+
+def run_daemon(settings: Settings) -> int:
+    configure_logging(settings)
+    try:
+        return asyncio.run(_daemon(settings))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _daemon(settings: Settings) -> int:
+    metrics = Metrics()
+    ProcessCollector(registry=metrics.registry)
+    try:
+        api_client = await make_api_client(settings)
+    except KubeconfigError as exc:
+        raise UsageError(str(exc)) from None
+    except (ConfigException, OSError, ValueError) as exc:
+        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    driver: Driver | None = None
+
+    def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        if driver is not None and wants_early_cycle(kind, event_type, obj):
+            driver.trigger()
+
+    kube = KubeSource(settings, api_client, on_change, transform=pruner(settings))
+    prometheus = PrometheusSource(settings)
+    actuator: Actuator = (
+        DryRunActuator(settings, out=sys.stdout)
+        if settings.dry_run
+        else KubeActuator(settings, api_client)
+    )
+
+    def leadership(leading: bool) -> None:
+        metrics.is_leader.set(1 if leading else 0)
+        if leading and driver is not None:
+            driver.trigger()
+
+    # a dry run writes nothing, the Lease included: it must never displace a live leader
+    elector = (
+        AlwaysLeader(leadership)
+        if settings.dry_run or not settings.leader_election
+        else make_elector(settings, api_client, leadership)
+    )
+    controller = Controller(
+        settings,
+        LiveSource(settings, kube, prometheus, metrics),
+        actuator,
+        metrics,
+        may_write=lambda: elector.is_leader,
+    )
+    driver = Driver(
+        controller, is_leader=lambda: elector.is_leader, ready_check=lambda: kube.current
+    )
+    server = HealthServer(
+        metrics, driver.alive, driver.ready, settings.listen_host, settings.listen_port
+    )
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, driver.stop)
+    log.info(
+        "starting",
+        dry_run=settings.dry_run,
+        interval_s=settings.interval_seconds,
+        leader_election=settings.leader_election and not settings.dry_run,
+        namespaces=settings.namespaces or "all",
+        port=settings.listen_port,
+    )
+    await server.start()
+    log.info("listening", host=settings.listen_host, port=server.port)
+    log.info("waiting for the Kubernetes API", url=api_client.configuration.host)
+    synced_at = time.monotonic()
+    await kube.start()
+    elector_task = asyncio.create_task(elector.run(), name="leader-election")
+
+    async def report_synced() -> None:
+        # one line once every cache has listed, however long the API takes to answer;
+        # cycles hold (and say why) until then
+        await kube.wait_synced(float("inf"))
+        objects = kube.objects()
+        log.info(
+            "caches synced",
+            seconds=round(time.monotonic() - synced_at, 2),
+            jobs=len(objects.jobs),
+            podgroups=len(objects.podgroups),
+            queues=len(objects.queues),
+        )
+
+    synced_task = asyncio.create_task(report_synced(), name="report-synced")
+    try:
+        with contextlib.suppress(TimeoutError):
+            await kube.wait_synced(settings.cycle_deadline_seconds)
+        await driver.run()
+    finally:
+        for task in (synced_task, elector_task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await kube.stop()
+        prometheus.close()
+        await server.stop()
+        await api_client.close()
+        log.info("stopped", cycles=driver.cycles)
+    return 0
+
+
+async def live_snapshot(
+    settings: Settings, now: datetime, api_client: Any = None
+) -> ClusterSnapshot:
+    """One read of the live cluster, for `plan` without --snapshot. Lists once, writes
+    nothing."""
+
+    own_client = api_client is None
+    client = await make_api_client(settings) if own_client else api_client
+    kube = KubeSource(settings, client, transform=pruner(settings))
+    prometheus = PrometheusSource(settings)
+    try:
+        async with asyncio.timeout(settings.cycle_deadline_seconds):
+            await kube.list_once()  # a one-shot read: no watches
+            return await LiveSource(settings, kube, prometheus).read(now)
+    finally:
+        prometheus.close()
+        if own_client:
+            await client.close()
+
+
+def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
+    now = now or datetime.now(UTC)
+    try:
+        snapshot = asyncio.run(live_snapshot(settings, now))
+    except KubeconfigError as exc:
+        raise UsageError(str(exc)) from None
+    except ConfigException as exc:
+        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    except Exception as exc:  # API unreachable, refused, timed out: a run-time failure
+        raise RunFailure(f"cannot read the live cluster: {redact(str(exc))[:300]}") from None
+    return make_plan(snapshot, settings.planner_policy(), now)

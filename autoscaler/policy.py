@@ -1,0 +1,43 @@
+"""What the planner reads: a frozen `PlannerPolicy`, built from Settings at the edge
+(`Settings.planner_policy()`), so the pure planner never depends on settings loading.
+
+The fields and their meaning are documented once, on the Settings fields of the same
+name (autoscaler/settings.py); the defaults here are the same (a test checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class GrowthPolicy(StrEnum):
+    FILL = "fill"
+    FAIR = "fair"
+
+
+class VictimOrder(StrEnum):
+    MOST_WORKERS = "most-workers"
+    LEAST_WORK_LOST = "least-work-lost"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannerPolicy:
+    cooldown_seconds: float = 300
+    reclaim_cooldown_seconds: float = 60
+    max_gang_wait_seconds: float = 1800
+    starving_gang_blocks_later_gangs: bool = True
+    unplaced_timeout_seconds: float = 300
+    growth_policy: GrowthPolicy = GrowthPolicy.FILL
+    min_step_workers: int = 1
+    reserve_gpus_per_queue: int = 0
+    growth_payoff_factor: float = 0.0
+    restart_cost_seconds: float = 30
+    reclaim_from_higher_priority: bool = True
+    victim_order: VictimOrder = VictimOrder.MOST_WORKERS
+    clock_skew_seconds: float = 120
+
+    def __post_init__(self) -> None:
+        # accept the settings' spelling ("fair") as Settings does
+        object.__setattr__(self, "growth_policy", GrowthPolicy(self.growth_policy))
+        object.__setattr__(self, "victim_order", VictimOrder(self.victim_order))

@@ -1,0 +1,66 @@
+"""The daemon's sources read together: the Kubernetes watch caches plus one Prometheus
+query, parsed into one ClusterSnapshot per cycle."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..metrics import Metrics
+from ..model import ClusterSnapshot, Reason
+from ..parse import ParseCache, RawObjects, build_snapshot, cross_check_free
+from ..settings import Settings
+
+
+class LiveSource:
+    """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
+
+    def __init__(
+        self, settings: Settings, kube: Any, prometheus: Any, metrics: Metrics | None = None
+    ) -> None:
+        self.settings, self.kube, self.prometheus, self.metrics = (
+            settings,
+            kube,
+            prometheus,
+            metrics,
+        )
+        self.parsed = ParseCache()
+        self._dropped = 0  # oversized objects the caches dropped, as last counted
+
+    async def read(self, now: datetime) -> ClusterSnapshot:
+        reading = await self.prometheus.fetch(now)
+        if self.metrics is not None:
+            for kind in reading.errors:
+                self.metrics.source_errors.labels("prometheus", kind).inc()
+        objects = self.kube.objects()  # the caches: no API call
+        self._count_dropped()
+        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues, objects.priorityclasses)
+        problem, message = reading.problem, reading.message
+        free = reading.queues
+        if self.settings.cross_check_queue_status:
+            free = cross_check_free(free, objects.queues, self.settings)
+        stale = objects.failing_seconds > self.settings.kube_max_stale_seconds
+        if not objects.synced or stale:
+            # half a picture could hide a pending gang or a job's real size: hold
+            problem = Reason.METRICS_UNAVAILABLE
+            what = f"failing for {objects.failing_seconds:.0f}s" if objects.synced else "not synced"
+            message = f"Kubernetes caches {what}: " + "; ".join(objects.errors)
+            if self.metrics is not None:
+                self.metrics.source_errors.labels(
+                    "kubernetes", "not_synced" if not objects.synced else "stale"
+                ).inc()
+        return build_snapshot(
+            raw, free, self.settings, problem=problem, message=message, cache=self.parsed
+        )
+
+    def _count_dropped(self) -> None:
+        """Objects over max_object_bytes are dropped by the caches (and logged there); the
+        planner cannot see them, so they are also counted where alerts look."""
+
+        stats = getattr(self.kube, "stats", None)
+        dropped = stats().get("dropped_oversized", 0) if stats is not None else 0
+        if self.metrics is not None and dropped > self._dropped:
+            self.metrics.source_errors.labels("kubernetes", "oversized").inc(
+                dropped - self._dropped
+            )
+        self._dropped = dropped
