@@ -8,13 +8,11 @@ data; gone: nothing to do; throttled/error: back off this job, keep going with o
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any, Protocol, TextIO
 
@@ -23,17 +21,20 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .kubeapi import ApiFailure, classify, error_text, retry_after
 from .model import Decision, Plan
-from .redact import redact, remember_client
+from .redact import remember_client
+from .resources import MERGE_PATCH, PYTORCHJOB, rfc3339
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
-GROUP = "kubeflow.org"
-VERSION = "v1"
-PLURAL = "pytorchjobs"
-KIND = "PyTorchJob"
-MERGE_PATCH = "application/merge-patch+json"
+GROUP, VERSION, PLURAL, KIND = (
+    PYTORCHJOB.group,
+    PYTORCHJOB.version,
+    PYTORCHJOB.plural,
+    PYTORCHJOB.kind,
+)
 
 BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
@@ -81,13 +82,6 @@ class Actuator(Protocol):
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
     ) -> ApplyResult: ...
-
-
-def rfc3339(now: datetime) -> str:
-    """UTC, whole seconds, `Z`: the form our last-scale annotation is parsed back from."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def refusal(decision: Decision) -> str | None:
@@ -142,59 +136,18 @@ class _Failure:
     retry_after: float | None = None
 
 
-def _status_message(exc: ApiException) -> str:
-    """The Status message the server sent, if any (never the headers: no credentials)."""
-    body = exc.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body:
-        try:
-            status = json.loads(body)
-        except ValueError:
-            return redact(body[:200])
-        if isinstance(status, dict) and isinstance(status.get("message"), str):
-            return redact(status["message"])
-    return ""
-
-
-def _retry_after(exc: ApiException, now: datetime) -> float | None:
-    headers = exc.headers
-    value = headers.get("Retry-After") if headers is not None else None
-    if not value:
-        return None
-    value = str(value).strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:  # the HTTP-date form
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
+_OUTCOMES = {
+    ApiFailure.CONFLICT: Outcome.CONFLICT,
+    ApiFailure.NOT_FOUND: Outcome.GONE,
+    ApiFailure.THROTTLED: Outcome.THROTTLED,
+}
 
 
 def _classify(exc: Exception, now: datetime) -> _Failure:
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        text = f"HTTP {status} {exc.reason or ''}".rstrip()
-        detail = _status_message(exc)
-        if detail:
-            text = f"{text}: {detail}"
-        if status == 409:
-            return _Failure(Outcome.CONFLICT, text)
-        if status == 404:
-            return _Failure(Outcome.GONE, text)
-        if status == 429:
-            return _Failure(Outcome.THROTTLED, text, _retry_after(exc, now))
-        return _Failure(Outcome.ERROR, text)
-    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
-        return _Failure(Outcome.ERROR, "request timed out")
-    if isinstance(exc, aiohttp.ClientError):
-        return _Failure(Outcome.ERROR, f"connection error: {type(exc).__name__}: {exc}")
-    return _Failure(Outcome.ERROR, f"unexpected error: {type(exc).__name__}: {exc}")
+    kind = classify(exc)
+    outcome = _OUTCOMES.get(kind, Outcome.ERROR)
+    wait = retry_after(exc, now) if outcome is Outcome.THROTTLED else None
+    return _Failure(outcome, error_text(exc), wait)
 
 
 class KubeActuator:
@@ -456,5 +409,4 @@ __all__ = [
     "KubeActuator",
     "Outcome",
     "refusal",
-    "rfc3339",
 ]

@@ -27,6 +27,7 @@ from .model import ClusterSnapshot, Plan
 from .parse import pruner
 from .planner import plan as make_plan
 from .redact import redact
+from .resources import FINISHED_CONDITIONS, WAITING_PHASES
 from .server import HealthServer
 from .settings import Settings
 from .sources.kube import KubeconfigError, KubeSource, make_api_client
@@ -42,7 +43,7 @@ def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> boo
     status = obj.get("status") if isinstance(obj, Mapping) else None
     status = status if isinstance(status, Mapping) else {}
     if kind == "PodGroup":
-        return event_type == "ADDED" and status.get("phase") in ("Pending", "Inqueue")
+        return event_type == "ADDED" and status.get("phase") in WAITING_PHASES
     if kind == "PyTorchJob":
         if event_type == "DELETED":
             return True
@@ -51,7 +52,7 @@ def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> boo
             return any(
                 isinstance(c, Mapping)
                 and c.get("status") == "True"
-                and c.get("type") in ("Succeeded", "Failed")
+                and c.get("type") in FINISHED_CONDITIONS
                 for c in conditions
             )
     return False

@@ -39,31 +39,17 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .redact import redact
+from .kubeapi import ApiFailure, classify, error_text
+from .resources import micro_time
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
-
-
-def micro_time(when: datetime) -> str:
-    """metav1.MicroTime wire form; the API server parses exactly six fractional digits."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_identity(settings: Settings) -> str:
     """settings.identity, else hostname plus a random suffix: a restarted process must not
     mistake its predecessor's Lease for its own."""
     return settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason or ''}".rstrip()
-    if isinstance(exc, TimeoutError):
-        return "request timed out"
-    return redact(f"{type(exc).__name__}: {exc}")
 
 
 class LeaderElector:
@@ -178,7 +164,7 @@ class LeaderElector:
                 try:  # a leader renews from its own copy: one request
                     await self._write(self._lease, start)
                 except ApiException as exc:
-                    if exc.status != 409:
+                    if classify(exc) is not ApiFailure.CONFLICT:
                         raise
                     # someone wrote the Lease since: read it and decide afresh
                     await self._acquire_or_renew(start)
@@ -202,7 +188,7 @@ class LeaderElector:
             identity=self.identity,
             leading=self.is_leader,
             failures=self._failures,
-            error=_error_text(exc),
+            error=error_text(exc),
             # a traceback once per streak of failures, not every retry period
             exc_info=trace and self._failures == 1,
         )
@@ -215,7 +201,7 @@ class LeaderElector:
                     self.name, self.namespace, _request_timeout=timeout
                 )
         except ApiException as exc:
-            if exc.status != 404:
+            if classify(exc) is not ApiFailure.NOT_FOUND:
                 raise
             await self._create(start)
             return
@@ -292,7 +278,8 @@ class LeaderElector:
                     self.namespace, body, _request_timeout=timeout
                 )
         except ApiException as exc:
-            if exc.status == 409:  # another candidate created it first: read it next time
+            # another candidate created it first: read it next time
+            if classify(exc) is ApiFailure.CONFLICT:
                 return
             raise
         self._won(created, start)
@@ -317,7 +304,7 @@ class LeaderElector:
             raise
         except Exception as exc:
             # best effort: without it the successor waits for the Lease to expire
-            log.warning("lease-release-failed", lease=self.name, error=_error_text(exc))
+            log.warning("lease-release-failed", lease=self.name, error=error_text(exc))
             return
         if released:
             log.info("leader-released", lease=self.name, identity=self.identity)
@@ -344,7 +331,7 @@ class LeaderElector:
                 )
                 return True
             except ApiException as exc:
-                if exc.status != 409:
+                if classify(exc) is not ApiFailure.CONFLICT:
                     raise
             # our copy was stale (e.g. a renew cancelled in flight landed): look again
             lease = await self._api.read_namespaced_lease(
@@ -384,4 +371,4 @@ def make_elector(
     return LeaderElector(settings, api_client, default_identity(settings), on_change=on_change)
 
 
-__all__ = ["AlwaysLeader", "LeaderElector", "default_identity", "make_elector", "micro_time"]
+__all__ = ["AlwaysLeader", "LeaderElector", "default_identity", "make_elector"]

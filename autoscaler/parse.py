@@ -26,6 +26,7 @@ from .model import (
     Reason,
     UnmanagedJob,
 )
+from .resources import FINISHED_CONDITIONS, WAITING_PHASES
 from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -33,8 +34,6 @@ VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 DEFAULT_QUEUE = "default"
 MAX_NAME_LENGTH = 253
 MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
-WAITING_PHASES = frozenset({"Pending", "Inqueue"})
-_FINISHED = ("Succeeded", "Failed")
 
 
 class BadField(ValueError):
@@ -186,10 +185,6 @@ def parse_time(value: Any, field: str) -> datetime:
     if parsed.tzinfo is None:
         raise BadField(f"{field} must carry a time zone (RFC 3339), got {_show(value)}")
     return parsed.astimezone(UTC)
-
-
-def format_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _created(meta: Mapping[str, Any]) -> datetime:
@@ -381,7 +376,7 @@ def _finished_or_suspended(obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
     conditions = _get(obj, "status", "conditions")
     if isinstance(conditions, list):
         for cond in conditions:
-            if _get(cond, "status") == "True" and _get(cond, "type") in _FINISHED:
+            if _get(cond, "status") == "True" and _get(cond, "type") in FINISHED_CONDITIONS:
                 return Reason.FINISHED, f"job has condition {cond['type']}"
         for cond in conditions:
             if _get(cond, "status") == "True" and _get(cond, "type") == "Suspended":
@@ -718,7 +713,7 @@ def _shapes(settings: Settings) -> dict[str, Any]:
                 }
             ),
             "status": {
-                "conditions": _Shared(_conditions((*_FINISHED, "Suspended"))),
+                "conditions": _Shared(_conditions((*FINISHED_CONDITIONS, "Suspended"))),
                 "startTime": KEEP,
                 "replicaStatuses": _Shared({"Worker": {"active": KEEP}}),
             },

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .model import Plan
-from .parse import format_time
+from .resources import rfc3339 as format_time
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

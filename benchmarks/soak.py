@@ -64,8 +64,9 @@ from autoscaler.model import (
     Reason,
     UnmanagedJob,
 )
-from autoscaler.parse import RawObjects, build_snapshot, format_time
+from autoscaler.parse import RawObjects, build_snapshot
 from autoscaler.planner import plan as make_plan
+from autoscaler.resources import rfc3339 as format_time
 from autoscaler.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

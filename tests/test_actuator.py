@@ -16,9 +16,9 @@ from autoscaler.actuator import (
     KubeActuator,
     Outcome,
     refusal,
-    rfc3339,
 )
 from autoscaler.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.resources import rfc3339
 from autoscaler.settings import Settings
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)

@@ -31,7 +31,7 @@ from structlog.testing import capture_logs
 from test_loop import Daemon, settings_for
 
 from autoscaler.model import Reason
-from autoscaler.parse import format_time
+from autoscaler.resources import rfc3339 as format_time
 
 HOSTILE = "hostile"  # a queue with plenty of free GPUs: anything wrongly managed grows
 LAST = "elastic-autoscaler.io/last-scale-time"

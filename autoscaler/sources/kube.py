@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,19 +32,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
-from ..redact import redact, remember_client
+from ..kubeapi import ApiFailure, classify, error_text, retry_after
+from ..redact import remember_client
+from ..resources import PODGROUP, PRIORITY_CLASS, PYTORCHJOB, QUEUE, ResourceKind
 
-__all__ = [
-    "JOB",
-    "PODGROUP",
-    "PRIORITY_CLASS",
-    "QUEUE",
-    "KubeObjects",
-    "KubeSource",
-    "OnChange",
-    "ResourceKind",
-    "make_api_client",
-]
+__all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 
 log = structlog.get_logger("autoscaler.sources.kube")
 
@@ -51,31 +44,6 @@ CONNECT_RETRY_MAX_SECONDS = 1.0
 
 RawObject = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
-
-
-@dataclass(frozen=True)
-class ResourceKind:
-    """A resource we cache, addressed through the custom-objects paths of the API."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
-
-
-JOB = ResourceKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", namespaced=True)
-PODGROUP = ResourceKind(
-    "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True
-)
-QUEUE = ResourceKind("Queue", "scheduling.volcano.sh", "v1beta1", "queues", namespaced=False)
-PRIORITY_CLASS = ResourceKind(
-    "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False
-)
 
 
 class OnChange(Protocol):
@@ -198,7 +166,7 @@ class _Cache:
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                if exc.status == 410:
+                if classify(exc) is ApiFailure.EXPIRED:
                     # The server forgot our version (compaction, or a restart that rebuilt
                     # its watch cache): only a fresh LIST can make the cache current, and
                     # waiting out a back-off earned while the server was away would plan on
@@ -218,8 +186,8 @@ class _Cache:
                 else:
                     answered += 1
                     unreachable = 0
-                    self._failed(exc, _describe(exc))
-                    retry_after = _retry_after(exc)
+                    self._failed(exc, error_text(exc))
+                    retry_after = _server_wait(exc)
             except (
                 aiohttp.ClientConnectionError,
                 aiohttp.ClientPayloadError,
@@ -470,29 +438,9 @@ def _rv(obj: RawObject) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def _describe(exc: ApiException) -> str:
-    """`HTTP 403 Forbidden: <the Status message>`, short enough for a log line."""
-
-    text = f"HTTP {exc.status} {exc.reason or ''}".strip()
-    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
-    if body:
-        try:
-            message = json.loads(body).get("message")
-        except (ValueError, AttributeError):
-            message = None
-        if message:
-            text += f": {str(message)[:300]}"
-    return redact(text)
-
-
-def _retry_after(exc: ApiException) -> float:
-    """The server's Retry-After (seconds) on 429/503, capped; 0 when absent."""
-
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        return min(float(headers.get("Retry-After", 0)), 60.0)
-    except (TypeError, ValueError):
-        return 0.0
+def _server_wait(exc: BaseException) -> float:
+    """The server's Retry-After on 429/503, at most a minute; 0 when it did not say."""
+    return retry_after(exc, datetime.now(UTC), cap=60.0) or 0.0
 
 
 @dataclass
@@ -549,7 +497,7 @@ class KubeSource:
                 transform,
             )
 
-        self._jobs = [cache(JOB, ns, settings.label_selector.strip()) for ns in namespaces]
+        self._jobs = [cache(PYTORCHJOB, ns, settings.label_selector.strip()) for ns in namespaces]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
         self._queues = [cache(QUEUE, None)]
         self._priorityclasses = [cache(PRIORITY_CLASS, None)]

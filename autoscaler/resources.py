@@ -1,0 +1,52 @@
+"""The Kubernetes vocabulary shared by the sources, the parser and the writers: which
+resources we read and write, the phases and conditions we act on, and the API's time
+formats. Pure: no client library (parse.py imports it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+PYTORCHJOB = ResourceKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", namespaced=True)
+PODGROUP = ResourceKind(
+    "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True
+)
+QUEUE = ResourceKind("Queue", "scheduling.volcano.sh", "v1beta1", "queues", namespaced=False)
+PRIORITY_CLASS = ResourceKind(
+    "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False
+)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+# PodGroup.status.phase of a gang still waiting for its pods to be placed
+WAITING_PHASES = frozenset({"Pending", "Inqueue"})
+# job conditions after which the job never runs again
+FINISHED_CONDITIONS = ("Succeeded", "Failed")
+
+
+def _utc(when: datetime) -> datetime:
+    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
+
+
+def rfc3339(when: datetime) -> str:
+    """metav1.Time's form: UTC, whole seconds, `Z` (our annotations are parsed back from it)."""
+    return _utc(when).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(when: datetime) -> str:
+    """metav1.MicroTime's form; the API server parses exactly six fractional digits."""
+    return _utc(when).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
