@@ -24,7 +24,6 @@ from .logs import configure_logging
 from .loop import Controller, Driver
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan
-from .parse import pruner
 from .planner import plan as make_plan
 from .redact import redact
 from .resources import FINISHED_CONDITIONS, WAITING_PHASES
@@ -33,6 +32,7 @@ from .settings import Settings
 from .sources.kube import KubeconfigError, KubeSource, make_api_client
 from .sources.live import LiveSource
 from .sources.prometheus import PrometheusSource
+from .sources.prune import pruner
 
 log = structlog.get_logger("autoscaler.daemon")
 

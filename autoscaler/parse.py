@@ -6,10 +6,8 @@ object and the field; nothing here raises on bad input.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -26,11 +24,10 @@ from .model import (
     Reason,
     UnmanagedJob,
 )
-from .resources import FINISHED_CONDITIONS, WAITING_PHASES
+from .resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
 from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 DEFAULT_QUEUE = "default"
 MAX_NAME_LENGTH = 253
 MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
@@ -86,7 +83,7 @@ class RawObjects:
 # ---- small field readers --------------------------------------------------------------
 
 
-def _get(obj: Any, *path: str) -> Any:
+def dig(obj: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(obj, Mapping):
             return None
@@ -238,7 +235,7 @@ class Priorities:
         values: dict[str, int] = {}
         default = 0
         for obj in objects:
-            name = _get(obj, "metadata", "name")
+            name = dig(obj, "metadata", "name")
             value = obj.get("value")
             if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
                 continue
@@ -251,9 +248,9 @@ class Priorities:
 def parse_queue_states(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     states: dict[str, str] = {}
     for obj in objects:
-        name = _get(obj, "metadata", "name")
+        name = dig(obj, "metadata", "name")
         if isinstance(name, str) and name:
-            state = _get(obj, "status", "state")
+            state = dig(obj, "status", "state")
             states[name] = state if isinstance(state, str) and state else "Open"
     return states
 
@@ -266,12 +263,12 @@ def parse_queue_capacities(
     A queue that sets neither, or sets them unreadably, has no bound here."""
     capacities: dict[str, int] = {}
     for obj in objects:
-        name = _get(obj, "metadata", "name")
+        name = dig(obj, "metadata", "name")
         if not isinstance(name, str) or not name:
             continue
         for field in ("capability", "deserved"):
             try:
-                gpus = _gpu_sum(_get(obj, "spec", field), settings, f"spec.{field}")
+                gpus = gpu_sum(dig(obj, "spec", field), settings, f"spec.{field}")
             except BadField:
                 gpus = None
             if gpus is not None:
@@ -280,41 +277,7 @@ def parse_queue_capacities(
     return capacities
 
 
-def cross_check_free(
-    free: Mapping[str, QueueState], queues: Iterable[Mapping[str, Any]], settings: Settings
-) -> dict[str, QueueState]:
-    """Hold a queue whose free-GPU reading disagrees by more than one GPU with what the API
-    says: `Queue.spec.deserved` minus `Queue.status.allocated`, for queues that set both.
-    Catches a query that no longer matches the scheduler (renamed metrics, wrong units)."""
-
-    out = dict(free)
-    for obj in queues:
-        name = _get(obj, "metadata", "name")
-        state = out.get(name) if isinstance(name, str) else None
-        if state is None or state.free_gpus is None:
-            continue
-        try:
-            deserved = _gpu_sum(_get(obj, "spec", "deserved"), settings, "spec.deserved")
-            allocated = _gpu_sum(_get(obj, "status", "allocated"), settings, "status.allocated")
-        except BadField:
-            continue  # not comparable: the reading stands on its own
-        if deserved is None or allocated is None:
-            continue
-        expected = max(0, deserved - allocated)
-        if abs(expected - state.free_gpus) > 1:
-            out[name] = QueueState(
-                name,
-                None,
-                Reason.METRICS_INVALID,
-                f"queue {name}: Prometheus says {state.free_gpus:g} free GPUs, the Queue "
-                f"object says {expected} (spec.deserved {deserved} - status.allocated "
-                f"{allocated})",
-                state.state,
-            )
-    return out
-
-
-def _gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
+def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
     if not isinstance(resources, Mapping):
         return None
     present = [n for n in settings.gpu_resource_names if n in resources]
@@ -327,10 +290,10 @@ def _gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
 
 
 def job_queue(obj: Mapping[str, Any]) -> str:
-    queue = _get(obj, "spec", "runPolicy", "schedulingPolicy", "queue")
+    queue = dig(obj, "spec", "runPolicy", "schedulingPolicy", "queue")
     if isinstance(queue, str) and queue:
         return queue
-    queue = _get(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+    queue = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
     if isinstance(queue, str) and queue:
         return queue
     return DEFAULT_QUEUE
@@ -341,14 +304,14 @@ def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) ->
     configured resource name, summed over containers. Init containers run before, not
     beside, the main ones, so they do not add to what a running worker holds."""
 
-    containers = _get(template, "spec", "containers")
+    containers = dig(template, "spec", "containers")
     if not isinstance(containers, list) or not containers:
         raise BadField(f"{field}.spec.containers is missing")
     total = 0
     for i, container in enumerate(containers):
-        resources = _get(container, "resources")
-        limits = _get(resources, "limits") or {}
-        requests = _get(resources, "requests") or {}
+        resources = dig(container, "resources")
+        limits = dig(resources, "limits") or {}
+        requests = dig(resources, "requests") or {}
         if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
             raise BadField(f"{field}.spec.containers[{i}].resources must be a mapping")
         for name in resource_names:
@@ -373,15 +336,15 @@ def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) ->
 
 
 def _finished_or_suspended(obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
-    conditions = _get(obj, "status", "conditions")
+    conditions = dig(obj, "status", "conditions")
     if isinstance(conditions, list):
         for cond in conditions:
-            if _get(cond, "status") == "True" and _get(cond, "type") in FINISHED_CONDITIONS:
+            if dig(cond, "status") == "True" and dig(cond, "type") in FINISHED_CONDITIONS:
                 return Reason.FINISHED, f"job has condition {cond['type']}"
         for cond in conditions:
-            if _get(cond, "status") == "True" and _get(cond, "type") == "Suspended":
+            if dig(cond, "status") == "True" and dig(cond, "type") == "Suspended":
                 return Reason.SUSPENDED, "job has condition Suspended"
-    if _get(obj, "spec", "runPolicy", "suspend") is True:
+    if dig(obj, "spec", "runPolicy", "suspend") is True:
         return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
     return None
 
@@ -412,7 +375,7 @@ def parse_job(
 
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
-    worker = _get(spec, "pytorchReplicaSpecs", "Worker")
+    worker = dig(spec, "pytorchReplicaSpecs", "Worker")
     if not isinstance(worker, Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec.pytorchReplicaSpecs.Worker is missing")
     try:
@@ -427,7 +390,7 @@ def parse_job(
         )
     except BadField as exc:
         return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas)
-    active_raw = _get(obj, "status", "replicaStatuses", "Worker", "active")
+    active_raw = dig(obj, "status", "replicaStatuses", "Worker", "active")
     try:
         active = (
             0
@@ -498,14 +461,14 @@ def parse_job(
         except BadField as exc:
             return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
     started = None
-    raw_start = _get(obj, "status", "startTime")
+    raw_start = dig(obj, "status", "startTime")
     if raw_start is not None:
         try:
             started = parse_time(raw_start, "status.startTime")
         except BadField:
             started = None  # only an estimate of progress; its absence is not an error
 
-    sched = _get(spec, "runPolicy", "schedulingPolicy")
+    sched = dig(spec, "runPolicy", "schedulingPolicy")
     rv = meta.get("resourceVersion")
     return ElasticJob(
         ref=ref,
@@ -516,11 +479,11 @@ def parse_job(
         active=active,
         gpus_per_worker=gpw,
         created=_created(meta),
-        priority=priorities.of(_get(sched, "priorityClass")),
+        priority=priorities.of(dig(sched, "priorityClass")),
         last_scale_time=last_scale,
         started=started,
         resource_version=rv if isinstance(rv, str) else "",
-        has_min_available=_get(sched, "minAvailable") is not None,
+        has_min_available=dig(sched, "minAvailable") is not None,
     )
 
 
@@ -553,13 +516,13 @@ def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int
 
 
 def _waiting(obj: Mapping[str, Any]) -> str | None:
-    phase = _get(obj, "status", "phase")
+    phase = dig(obj, "status", "phase")
     if phase in WAITING_PHASES:
         return phase
     if phase == "Unknown":
-        conditions = _get(obj, "status", "conditions")
+        conditions = dig(obj, "status", "conditions")
         if isinstance(conditions, list) and any(
-            _get(c, "type") == "Unschedulable" and _get(c, "status") == "True" for c in conditions
+            dig(c, "type") == "Unschedulable" and dig(c, "status") == "True" for c in conditions
         ):
             return phase
     return None
@@ -610,7 +573,7 @@ def parse_podgroup(
 
 
 def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
-    owners = _get(obj, "metadata", "ownerReferences")
+    owners = dig(obj, "metadata", "ownerReferences")
     if not isinstance(owners, list):
         return None
     candidates = [o for o in owners if isinstance(o, Mapping)]
@@ -621,191 +584,6 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
             uid = o.get("uid")
             return ObjectRef(namespace, name, kind, uid if isinstance(uid, str) else "")
     return None
-
-
-# ---- keeping only what we read -------------------------------------------------------------
-
-KEEP = True  # keep this value whole
-
-
-def _only(keys: Iterable[str]) -> Any:
-    """Keep these keys of a mapping (anything else stays whole, for parsing to report)."""
-
-    wanted = frozenset(keys)
-
-    def keep(value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        return {k: v for k, v in value.items() if k in wanted}
-
-    return keep
-
-
-def _conditions(types: Iterable[str]) -> Any:
-    """Keep the conditions parsing looks at (finished, suspended, unschedulable)."""
-
-    wanted = frozenset(types)
-
-    def keep(value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        return [
-            {"type": c.get("type"), "status": c.get("status")}
-            for c in value
-            if isinstance(c, Mapping) and c.get("type") in wanted
-        ]
-
-    return keep
-
-
-def _shapes(settings: Settings) -> dict[str, Any]:
-    meta = {
-        "name": KEEP,
-        "namespace": KEEP,
-        "uid": KEEP,
-        "resourceVersion": KEEP,
-        "creationTimestamp": KEEP,
-        "deletionTimestamp": KEEP,
-    }
-    gpus = _only(settings.gpu_resource_names)
-    group_gpus = _only(
-        [*settings.gpu_resource_names, *(f"requests.{n}" for n in settings.gpu_resource_names)]
-    )
-    return {
-        "PyTorchJob": {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": {
-                **meta,
-                "annotations": _only(
-                    (
-                        settings.last_scale_annotation,
-                        settings.paused_annotation,
-                        VOLCANO_QUEUE_ANNOTATION,
-                    )
-                ),
-            },
-            "spec": _Shared(
-                {
-                    "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
-                    "runPolicy": _Shared(
-                        {
-                            "suspend": KEEP,
-                            "schedulingPolicy": _only(("queue", "priorityClass", "minAvailable")),
-                        }
-                    ),
-                    "pytorchReplicaSpecs": _Shared(
-                        {
-                            "Worker": {
-                                "replicas": KEEP,
-                                "template": _Shared(
-                                    {
-                                        "spec": {
-                                            "containers": [
-                                                {"resources": {"limits": gpus, "requests": gpus}}
-                                            ]
-                                        }
-                                    }
-                                ),
-                            }
-                        }
-                    ),
-                }
-            ),
-            "status": {
-                "conditions": _Shared(_conditions((*FINISHED_CONDITIONS, "Suspended"))),
-                "startTime": KEEP,
-                "replicaStatuses": _Shared({"Worker": {"active": KEEP}}),
-            },
-        },
-        "PodGroup": {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": {**meta, "ownerReferences": KEEP},
-            "spec": {
-                "queue": KEEP,
-                "minMember": KEEP,
-                "minResources": group_gpus,
-                "priorityClassName": KEEP,
-            },
-            "status": {"phase": KEEP, "conditions": _conditions(("Unschedulable",))},
-        },
-        "Queue": {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": meta,
-            "spec": {"deserved": gpus, "capability": gpus},
-            "status": {"state": KEEP, "allocated": gpus},
-        },
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class _Shared:
-    """Jobs repeat these parts (elastic policy, scheduling policy, Worker spec, status
-    counts): equal pruned values are stored once. Safe because cached objects are never
-    mutated, only replaced."""
-
-    shape: Any
-
-
-class _SharedDict(dict):  # type: ignore[type-arg]
-    __slots__ = ("__weakref__",)
-
-
-class _SharedList(list):  # type: ignore[type-arg]
-    __slots__ = ("__weakref__",)
-
-
-_shared: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-
-
-def _share(value: Any) -> Any:
-    if isinstance(value, dict):
-        candidate: Any = _SharedDict(value)
-    elif isinstance(value, list):
-        candidate = _SharedList(value)
-    else:
-        return value
-    try:
-        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return value
-    found = _shared.get(key)
-    if found is not None:
-        return found
-    _shared[key] = candidate
-    return candidate
-
-
-def _prune(value: Any, shape: Any) -> Any:
-    if shape is KEEP:
-        return value
-    if isinstance(shape, _Shared):
-        return _share(_prune(value, shape.shape))
-    if callable(shape):
-        return shape(value)
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return value
-        return [_prune(item, shape[0]) for item in value]
-    if not isinstance(value, Mapping):
-        return value  # not the shape we expect: keep it whole, parsing will say why
-    return {k: _prune(value[k], sub) for k, sub in shape.items() if k in value}
-
-
-def pruner(settings: Settings) -> Any:
-    """A function that keeps, of a raw object, only the fields parsing reads (pod
-    templates, managed fields and kubectl's last-applied annotation are most of a job's
-    size). Parsing a pruned object gives exactly what parsing the whole one gives."""
-
-    shapes = _shapes(settings)
-
-    def prune(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        shape = shapes.get(obj.get("kind")) if isinstance(obj, Mapping) else None
-        return obj if shape is None else _prune(obj, shape)
-
-    return prune
 
 
 # ---- the snapshot ---------------------------------------------------------------------

@@ -30,6 +30,9 @@ PRIORITY_CLASS = ResourceKind(
     "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False
 )
 
+# where Volcano reads the queue of an object that has no queue field
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
 MERGE_PATCH = "application/merge-patch+json"
 
 # PodGroup.status.phase of a gang still waiting for its pods to be placed

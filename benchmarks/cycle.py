@@ -148,11 +148,11 @@ async def _measure(n: int, steady: int) -> dict:
     from autoscaler.logs import configure_logging
     from autoscaler.loop import Controller
     from autoscaler.metrics import Metrics
-    from autoscaler.parse import pruner
     from autoscaler.settings import Settings
     from autoscaler.sources.kube import KubeSource
     from autoscaler.sources.live import LiveSource
     from autoscaler.sources.prometheus import PrometheusSource
+    from autoscaler.sources.prune import pruner
 
     child = Child(n)
     try:

@@ -178,11 +178,11 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
     from autoscaler.logs import configure_logging
     from autoscaler.loop import Controller
     from autoscaler.metrics import Metrics
-    from autoscaler.parse import pruner
     from autoscaler.settings import Settings
     from autoscaler.sources.kube import KubeSource, make_api_client
     from autoscaler.sources.live import LiveSource
     from autoscaler.sources.prometheus import PrometheusSource
+    from autoscaler.sources.prune import pruner
 
     settings = Settings(
         prometheus_url=prom_url,

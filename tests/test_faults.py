@@ -52,7 +52,7 @@ from autoscaler.leader import LeaderElector
 from autoscaler.loop import Driver
 from autoscaler.model import Reason
 from autoscaler.sources.live import LiveSource
-from autoscaler.sources.prometheus import free_gpus_query
+from autoscaler.sources.prom_answer import free_gpus_query
 
 TS = NOW.timestamp()
 REPO = Path(__file__).resolve().parents[1]

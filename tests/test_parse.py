@@ -424,7 +424,7 @@ def test_parse_cache_reuses_unchanged_objects_only():
 
 
 def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
-    from autoscaler.parse import cross_check_free
+    from autoscaler.sources.live import cross_check_free
 
     def q(name, deserved, allocated):
         obj = queue_obj(name)
@@ -455,7 +455,7 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
     ids=[b[0] for b in BAD] + ["job", "pg", "pg-owner", "ann-garbage", "containers-garbage"],
 )
 def test_pruned_objects_parse_exactly_like_whole_ones(obj):
-    from autoscaler.parse import pruner
+    from autoscaler.sources.prune import pruner
 
     whole = edit(obj, "metadata.managedFields", [{"manager": "kubectl", "fieldsV1": {}}])
     annotations = whole["metadata"].get("annotations")
@@ -470,7 +470,7 @@ def test_pruned_objects_parse_exactly_like_whole_ones(obj):
 
 
 def test_pruned_jobs_share_equal_parts_and_keep_their_own():
-    from autoscaler.parse import pruner
+    from autoscaler.sources.prune import pruner
 
     prune = pruner(P)
     a, b = prune(pytorchjob("a")), prune(pytorchjob("b"))

@@ -29,7 +29,8 @@ from promserver import (
 
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
-from autoscaler.sources.prometheus import FreeGpuReading, PrometheusSource
+from autoscaler.sources.prom_answer import FreeGpuReading
+from autoscaler.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -31,7 +31,8 @@ from promserver import (
 
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
-from autoscaler.sources.prometheus import FreeGpuReading, PrometheusSource, parse_query_result
+from autoscaler.sources.prom_answer import FreeGpuReading, parse_query_result
+from autoscaler.sources.prometheus import PrometheusSource
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TS = NOW.timestamp()
@@ -223,7 +224,7 @@ def parts_body(
     queue: str, *, deserved=None, allocated=None, deserved_time=TS, allocated_time=TS, eval_ts=TS
 ) -> dict[str, Any]:
     """What the default query answers for one queue: each part as its own series."""
-    from autoscaler.sources.prometheus import PART_LABEL
+    from autoscaler.sources.prom_answer import PART_LABEL
 
     result = []
     for part, value in (
@@ -311,7 +312,7 @@ def test_a_queue_with_only_allocated_is_unknown_not_zero():
 
 
 def test_the_default_query_reads_parts_raw_with_their_scrape_times():
-    from autoscaler.sources.prometheus import free_gpus_query
+    from autoscaler.sources.prom_answer import free_gpus_query
 
     query = free_gpus_query(Settings())
     assert "clamp" not in query

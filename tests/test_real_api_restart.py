@@ -17,9 +17,9 @@ from builders import pytorchjob
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest
 
-from autoscaler.parse import pruner
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import KubeSource
+from autoscaler.sources.prune import pruner
 
 OUTAGE_SECONDS = 8.0  # long enough for the old back-off to reach 4-8 s between attempts
 RECOVERY_BOUND_SECONDS = 4.0

@@ -29,7 +29,7 @@ from test_loop import Daemon
 from autoscaler.daemon import live_plan
 from autoscaler.model import Reason
 from autoscaler.settings import Settings
-from autoscaler.sources.prometheus import free_gpus_query
+from autoscaler.sources.prom_answer import free_gpus_query
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not HAVE_PROMETHEUS, reason=SKIP_REASON)]
 

@@ -470,7 +470,7 @@ class KubeSource:
         transform: Callable[[RawObject], RawObject] | None = None,
     ) -> None:
         """`transform` is applied to every object before it is stored (after the size
-        check): the daemon passes `parse.pruner(settings)` so the caches keep only what
+        check): the daemon passes `sources.prune.pruner(settings)` so the caches keep only what
         is parsed."""
         self._settings = settings
         self._on_change = on_change

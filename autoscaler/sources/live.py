@@ -3,12 +3,13 @@ query, parsed into one ClusterSnapshot per cycle."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from ..metrics import Metrics
-from ..model import ClusterSnapshot, Reason
-from ..parse import ParseCache, RawObjects, build_snapshot, cross_check_free
+from ..model import ClusterSnapshot, QueueState, Reason
+from ..parse import BadField, ParseCache, RawObjects, build_snapshot, dig, gpu_sum
 from ..settings import Settings
 
 
@@ -64,3 +65,37 @@ class LiveSource:
                 dropped - self._dropped
             )
         self._dropped = dropped
+
+
+def cross_check_free(
+    free: Mapping[str, QueueState], queues: Iterable[Mapping[str, Any]], settings: Settings
+) -> dict[str, QueueState]:
+    """Hold a queue whose free-GPU reading disagrees by more than one GPU with what the API
+    says: `Queue.spec.deserved` minus `Queue.status.allocated`, for queues that set both.
+    Catches a query that no longer matches the scheduler (renamed metrics, wrong units)."""
+
+    out = dict(free)
+    for obj in queues:
+        name = dig(obj, "metadata", "name")
+        state = out.get(name) if isinstance(name, str) else None
+        if state is None or state.free_gpus is None:
+            continue
+        try:
+            deserved = gpu_sum(dig(obj, "spec", "deserved"), settings, "spec.deserved")
+            allocated = gpu_sum(dig(obj, "status", "allocated"), settings, "status.allocated")
+        except BadField:
+            continue  # not comparable: the reading stands on its own
+        if deserved is None or allocated is None:
+            continue
+        expected = max(0, deserved - allocated)
+        if abs(expected - state.free_gpus) > 1:
+            out[name] = QueueState(
+                name,
+                None,
+                Reason.METRICS_INVALID,
+                f"queue {name}: Prometheus says {state.free_gpus:g} free GPUs, the Queue "
+                f"object says {expected} (spec.deserved {deserved} - status.allocated "
+                f"{allocated})",
+                state.state,
+            )
+    return out

@@ -1,0 +1,197 @@
+"""Keeping, of each raw object a watch cache holds, only the fields parsing reads: pod
+templates, managed fields and kubectl's last-applied annotation are most of a job's size,
+and at 10k jobs the caches would otherwise hold gigabytes. Parsing a pruned object gives
+exactly what parsing the whole one gives (a test checks it on every kind)."""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION
+from ..settings import Settings
+
+KEEP = True  # keep this value whole
+
+
+def _only(keys: Iterable[str]) -> Any:
+    """Keep these keys of a mapping (anything else stays whole, for parsing to report)."""
+
+    wanted = frozenset(keys)
+
+    def keep(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {k: v for k, v in value.items() if k in wanted}
+
+    return keep
+
+
+def _conditions(types: Iterable[str]) -> Any:
+    """Keep the conditions parsing looks at (finished, suspended, unschedulable)."""
+
+    wanted = frozenset(types)
+
+    def keep(value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [
+            {"type": c.get("type"), "status": c.get("status")}
+            for c in value
+            if isinstance(c, Mapping) and c.get("type") in wanted
+        ]
+
+    return keep
+
+
+def _shapes(settings: Settings) -> dict[str, Any]:
+    meta = {
+        "name": KEEP,
+        "namespace": KEEP,
+        "uid": KEEP,
+        "resourceVersion": KEEP,
+        "creationTimestamp": KEEP,
+        "deletionTimestamp": KEEP,
+    }
+    gpus = _only(settings.gpu_resource_names)
+    group_gpus = _only(
+        [*settings.gpu_resource_names, *(f"requests.{n}" for n in settings.gpu_resource_names)]
+    )
+    return {
+        "PyTorchJob": {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {
+                **meta,
+                "annotations": _only(
+                    (
+                        settings.last_scale_annotation,
+                        settings.paused_annotation,
+                        VOLCANO_QUEUE_ANNOTATION,
+                    )
+                ),
+            },
+            "spec": _Shared(
+                {
+                    "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
+                    "runPolicy": _Shared(
+                        {
+                            "suspend": KEEP,
+                            "schedulingPolicy": _only(("queue", "priorityClass", "minAvailable")),
+                        }
+                    ),
+                    "pytorchReplicaSpecs": _Shared(
+                        {
+                            "Worker": {
+                                "replicas": KEEP,
+                                "template": _Shared(
+                                    {
+                                        "spec": {
+                                            "containers": [
+                                                {"resources": {"limits": gpus, "requests": gpus}}
+                                            ]
+                                        }
+                                    }
+                                ),
+                            }
+                        }
+                    ),
+                }
+            ),
+            "status": {
+                "conditions": _Shared(_conditions((*FINISHED_CONDITIONS, "Suspended"))),
+                "startTime": KEEP,
+                "replicaStatuses": _Shared({"Worker": {"active": KEEP}}),
+            },
+        },
+        "PodGroup": {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {**meta, "ownerReferences": KEEP},
+            "spec": {
+                "queue": KEEP,
+                "minMember": KEEP,
+                "minResources": group_gpus,
+                "priorityClassName": KEEP,
+            },
+            "status": {"phase": KEEP, "conditions": _conditions(("Unschedulable",))},
+        },
+        "Queue": {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": meta,
+            "spec": {"deserved": gpus, "capability": gpus},
+            "status": {"state": KEEP, "allocated": gpus},
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """Jobs repeat these parts (elastic policy, scheduling policy, Worker spec, status
+    counts): equal pruned values are stored once. Safe because cached objects are never
+    mutated, only replaced."""
+
+    shape: Any
+
+
+class _SharedDict(dict):  # type: ignore[type-arg]
+    __slots__ = ("__weakref__",)
+
+
+class _SharedList(list):  # type: ignore[type-arg]
+    __slots__ = ("__weakref__",)
+
+
+_shared: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def _share(value: Any) -> Any:
+    if isinstance(value, dict):
+        candidate: Any = _SharedDict(value)
+    elif isinstance(value, list):
+        candidate = _SharedList(value)
+    else:
+        return value
+    try:
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return value
+    found = _shared.get(key)
+    if found is not None:
+        return found
+    _shared[key] = candidate
+    return candidate
+
+
+def _prune(value: Any, shape: Any) -> Any:
+    if shape is KEEP:
+        return value
+    if isinstance(shape, _Shared):
+        return _share(_prune(value, shape.shape))
+    if callable(shape):
+        return shape(value)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return value
+        return [_prune(item, shape[0]) for item in value]
+    if not isinstance(value, Mapping):
+        return value  # not the shape we expect: keep it whole, parsing will say why
+    return {k: _prune(value[k], sub) for k, sub in shape.items() if k in value}
+
+
+def pruner(settings: Settings) -> Any:
+    """A function that keeps, of a raw object, only the fields parsing reads (pod
+    templates, managed fields and kubectl's last-applied annotation are most of a job's
+    size). Parsing a pruned object gives exactly what parsing the whole one gives."""
+
+    shapes = _shapes(settings)
+
+    def prune(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        shape = shapes.get(obj.get("kind")) if isinstance(obj, Mapping) else None
+        return obj if shape is None else _prune(obj, shape)
+
+    return prune
