@@ -18,8 +18,10 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .model import (
     ClusterSnapshot,
@@ -137,6 +139,93 @@ _SKEY = operator.attrgetter("skey")
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
     return None if delta_from is None else (now - delta_from).total_seconds()
+
+
+class _VictimPool:
+    """Rule 3's victims: the extra (above-min) workers of elastic jobs, taken lowest
+    priority first, then by `victim_order`; whole workers, as few as cover a shortfall.
+
+    Kept across the gangs of one queue. GPUs reclaimable per priority make "can this gang
+    be covered at all" (the common answer in a full queue is no) O(priorities), and the
+    default order keeps its victims in a heap: O(log n) a pick."""
+
+    def __init__(
+        self,
+        jobs: list[_Job],
+        policy: PlannerPolicy,
+        restart_cost: Callable[[ElasticJob], float],
+    ) -> None:
+        self._jobs = jobs
+        self._restart_cost = restart_cost
+        self._by_priority: dict[int, int] = {}
+        for w in jobs:
+            prio = w.job.priority
+            self._by_priority[prio] = self._by_priority.get(prio, 0) + _extra_gpus(w)
+        self._by_heap = policy.victim_order is VictimOrder.MOST_WORKERS
+        self._heap: list[tuple[int, int, tuple[str, str, str], _Job]] = []
+        if self._by_heap:
+            self._heap = [_heap_entry(w) for w in jobs]
+            heapq.heapify(self._heap)
+
+    def reclaimable(self, max_priority: float) -> int:
+        """GPUs the jobs of priority <= max_priority could still give up."""
+        return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
+
+    def take(self, shortfall: int, max_priority: float) -> list[tuple[_Job, int]]:
+        """Victims and how many workers each gives; the caller applies them and reports
+        each back with `taken`."""
+        chosen: list[tuple[_Job, int]] = []
+        left = (
+            []
+            if self._by_heap
+            else [w for w in self._jobs if w.job.priority <= max_priority and _extra_gpus(w) > 0]
+        )
+        while shortfall > 0:
+            w = self._next(left, shortfall, max_priority)
+            if w is None:
+                break
+            j = w.job
+            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
+            chosen.append((w, workers))
+            shortfall -= workers * j.gpus_per_worker
+        return chosen
+
+    def taken(self, w: _Job, workers: int) -> None:
+        """`workers` of w's are gone (w.target already lowered)."""
+        self._by_priority[w.job.priority] -= workers * w.job.gpus_per_worker
+        if self._by_heap and w.target > w.job.min_replicas:  # still a victim for later gangs
+            heapq.heappush(self._heap, _heap_entry(w))
+
+    def _next(self, left: list[_Job], shortfall: int, max_priority: float) -> _Job | None:
+        if self._by_heap:
+            # lowest priority, then the most reclaimable workers: as few jobs as possible
+            # restart
+            if self._heap and self._heap[0][0] <= max_priority:
+                return heapq.heappop(self._heap)[3]
+            return None
+        # least-work-lost: the rank depends on the shortfall, so each pick scans
+        if not left:
+            return None
+        w = min(left, key=lambda c: self._least_work_lost_rank(c, shortfall))
+        left.remove(w)
+        return w
+
+    def _least_work_lost_rank(self, w: _Job, shortfall: int) -> tuple[Any, ...]:
+        # A resize restarts the whole job: it loses its restart cost on every GPU it runs
+        # on. Greedy weighted cover: least GPU-seconds lost per GPU of shortfall covered.
+        j = w.job
+        reclaimable = w.target - j.min_replicas
+        covered = min(reclaimable * j.gpus_per_worker, shortfall)
+        lost = self._restart_cost(j) * j.active * j.gpus_per_worker
+        return (j.priority, lost / covered, -reclaimable, w.skey)
+
+
+def _extra_gpus(w: _Job) -> int:
+    return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
+
+
+def _heap_entry(w: _Job) -> tuple[int, int, tuple[str, str, str], _Job]:
+    return (w.job.priority, w.job.min_replicas - w.target, w.skey, w)
 
 
 class _QueuePlanner:
@@ -358,62 +447,26 @@ class _QueuePlanner:
 
     def _serve_gangs(self, idle: int, releasing: int) -> tuple[int, int, str]:
         p, starving, from_idle = self.policy, "", 0
-        # GPUs reclaimable per victim priority, so that deciding a gang cannot be covered
-        # (the common case in a full queue) costs O(priorities), not O(jobs)
-        by_priority: dict[int, int] = {}
-        cool = p.reclaim_cooldown_seconds
-        reclaimable = (
-            [
-                w
-                for w in self.work
-                if w.target > w.job.min_replicas
-                and (w.since is None or w.since >= cool)
-                and w.reason is not Reason.CLOCK_SKEW
-                and w.reason is not Reason.OWN_GANG_WAITING
-            ]
-            if self.pending
-            else []
-        )
-        for w in reclaimable:
-            prio = w.job.priority
-            by_priority[prio] = by_priority.get(prio, 0) + (
-                (w.target - w.job.min_replicas) * w.job.gpus_per_worker
-            )
-        # Victims in order for the default victim_order, kept across gangs: O(log n) a pick
-        heap: list[tuple[int, int, tuple[str, str, str], _Job]] = []
-        by_heap = p.victim_order is VictimOrder.MOST_WORKERS
-        if by_heap:
-            heap = [(w.job.priority, w.job.min_replicas - w.target, w.skey, w) for w in reclaimable]
-            heapq.heapify(heap)
+        pool = _VictimPool(self._victims(), p, self._restart_cost)
         for g in self.pending:
             if starving and p.starving_gang_blocks_later_gangs:
-                self.gangs.append(
-                    GangDecision(
-                        g.ref,
-                        g.queue,
-                        g.gpus,
-                        Reason.GANG_BLOCKED,
-                        f"{g.ref} waits behind a starving gang: {starving}",
-                    )
+                self._gang(
+                    g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
             if g.gpus <= idle + releasing:
                 idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
-                self.gangs.append(
-                    GangDecision(
-                        g.ref,
-                        g.queue,
-                        g.gpus,
-                        Reason.GANG_FITS,
-                        f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
-                    )
+                self._gang(
+                    g,
+                    Reason.GANG_FITS,
+                    f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
                 )
                 continue
             shortfall = g.gpus - (idle + releasing)
             # Elastic workers are created last and destroyed first: by default any job's
-            # extra workers may go (lowest priority first), whatever the gang's priority
+            # extra workers may go (lowest priority first), whatever the gang's priority.
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
-            if sum(v for prio, v in by_priority.items() if prio <= limit) < shortfall:
+            if pool.reclaimable(limit) < shortfall:
                 waited = (self.now - g.created).total_seconds()
                 message = (
                     f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
@@ -426,25 +479,12 @@ class _QueuePlanner:
                         "grows until it fits"
                     )
                     message = starving
-                self.gangs.append(
-                    GangDecision(g.ref, g.queue, g.gpus, Reason.GANG_UNCOVERABLE, message)
-                )
+                self._gang(g, Reason.GANG_UNCOVERABLE, message)
                 continue
-            if by_heap:
-                victims = self._reclaim_most_workers(heap, limit, shortfall)
-            else:
-                victims = self._reclaim(
-                    [
-                        w
-                        for w in reclaimable
-                        if w.job.priority <= limit and w.target > w.job.min_replicas
-                    ],
-                    shortfall,
-                )
+            victims = pool.take(shortfall, limit)
             gained = 0
             for w, workers in victims:
                 j = w.job
-                by_priority[j.priority] -= workers * j.gpus_per_worker
                 # Workers never placed come back as idle; running ones are released.
                 unplaced = min(workers, max(0, w.target - j.active))
                 idle += unplaced * j.gpus_per_worker
@@ -459,20 +499,15 @@ class _QueuePlanner:
                     f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
                     f"{', '.join(w.victim_of)}",
                 )
-                if by_heap and w.target > j.min_replicas:  # still a victim for later gangs
-                    heapq.heappush(heap, (j.priority, j.min_replicas - w.target, w.skey, w))
+                pool.taken(w, workers)
             self.reclaimed += gained
             idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
-            self.gangs.append(
-                GangDecision(
-                    g.ref,
-                    g.queue,
-                    g.gpus,
-                    Reason.GANG_COVERED,
-                    f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
-                    f"{len(victims)} elastic job(s)",
-                    tuple(w.key for w, _ in victims),
-                )
+            self._gang(
+                g,
+                Reason.GANG_COVERED,
+                f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
+                f"{len(victims)} elastic job(s)",
+                tuple(w.key for w, _ in victims),
             )
         # A gang served from idle GPUs before a later reclaim released more than that gang
         # needed (whole workers) could as well have taken released ones: trade them, so
@@ -480,53 +515,35 @@ class _QueuePlanner:
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
 
+    def _gang(
+        self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
+    ) -> None:
+        self.gangs.append(GangDecision(g.ref, g.queue, g.gpus, reason, message, victims))
+
+    def _victims(self) -> list[_Job]:
+        """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
+        cooldown, with a trustworthy annotation and not waiting for their own gang."""
+        if not self.pending:
+            return []
+        cool = self.policy.reclaim_cooldown_seconds
+        return [
+            w
+            for w in self.work
+            if w.target > w.job.min_replicas
+            and (w.since is None or w.since >= cool)
+            and w.reason is not Reason.CLOCK_SKEW
+            and w.reason is not Reason.OWN_GANG_WAITING
+        ]
+
+    def _restart_cost(self, j: ElasticJob) -> float:
+        return self.policy.restart_cost_seconds
+
     @staticmethod
     def _consume(need: int, idle: int, releasing: int, from_idle: int) -> tuple[int, int, int]:
         # Released GPUs can serve only gangs, so gangs use them before idle ones.
         from_release = min(max(releasing, 0), need)
         used_idle = need - from_release
         return idle - used_idle, releasing - from_release, from_idle + max(0, used_idle)
-
-    @staticmethod
-    def _reclaim_most_workers(
-        heap: list, priority: float, shortfall: int
-    ) -> list[tuple[_Job, int]]:
-        """Lowest priority first, then the job with the most reclaimable workers, so as few
-        jobs as possible restart; whole workers, as few as cover the shortfall. A job
-        only partly used goes back on the heap (by the caller, with its new size)."""
-
-        chosen: list[tuple[_Job, int]] = []
-        while shortfall > 0 and heap and heap[0][0] <= priority:
-            _, _, _, w = heapq.heappop(heap)
-            j = w.job
-            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
-            chosen.append((w, workers))
-            shortfall -= workers * j.gpus_per_worker
-        return chosen
-
-    def _reclaim(self, candidates: list[_Job], shortfall: int) -> list[tuple[_Job, int]]:
-        """victim_order=least-work-lost: the rank depends on the shortfall, so each pick
-        scans the candidates."""
-
-        chosen: list[tuple[_Job, int]] = []
-        left = list(candidates)
-        while shortfall > 0 and left:
-            w = min(left, key=lambda c: self._victim_rank(c, shortfall))
-            left.remove(w)
-            j = w.job
-            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
-            chosen.append((w, workers))
-            shortfall -= workers * j.gpus_per_worker
-        return chosen
-
-    def _victim_rank(self, w: _Job, shortfall: int) -> tuple:
-        # A resize restarts the whole job: it loses restart_cost for every GPU it runs on.
-        # Greedy weighted cover: least GPU-seconds lost per GPU of shortfall covered.
-        j = w.job
-        reclaimable = w.target - j.min_replicas
-        covered = min(reclaimable * j.gpus_per_worker, shortfall)
-        lost = self.policy.restart_cost_seconds * j.active * j.gpus_per_worker
-        return (j.priority, lost / covered, -reclaimable, w.skey)
 
     # ---- rules 4, 6, 7: growth ------------------------------------------------------------
 
