@@ -161,8 +161,10 @@ class KubeActuator:
         component: str = "elastic-autoscaler",
     ) -> None:
         self._settings = settings
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
+        # Any: we send plain dict bodies and a merge-patch content type (the client takes
+        # both); its type hints want model objects and know no _content_type
+        self._custom: Any = client.CustomObjectsApi(api_client)
+        self._core: Any = client.CoreV1Api(api_client)
         remember_client(api_client.configuration)
         self._component = component
         self._instance = settings.identity or socket.gethostname()
@@ -302,7 +304,9 @@ class KubeActuator:
             _request_timeout=self._settings.kube_request_timeout_seconds,
         )
 
-    def event_body(self, decision: Decision, now: datetime, resource_version: str) -> dict:
+    def event_body(
+        self, decision: Decision, now: datetime, resource_version: str
+    ) -> dict[str, Any]:
         ref = decision.ref
         stamp = rfc3339(now)
         # client-go names events <object>.<unix nanos in hex>; keep within the name limit

@@ -59,12 +59,9 @@ def _parser() -> argparse.ArgumentParser:
         "simulate", help="replay a GPU-cluster trace under several policies and compare them"
     )
     with_config(sim)
-    try:
-        from .sim.cli import add_arguments
-    except ImportError:  # the simulator is optional at this layer
-        add_arguments = None
-    if add_arguments is not None:
-        add_arguments(sim)
+    from .sim.cli import add_arguments
+
+    add_arguments(sim)
     return parser
 
 

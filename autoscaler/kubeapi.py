@@ -83,9 +83,8 @@ def retry_after(exc: BaseException, now: datetime, cap: float | None = None) -> 
 
 def status_message(exc: ApiException) -> str:
     """The message of the Status the server sent, if any (never headers: no credentials)."""
-    body = exc.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
+    raw: object = exc.body
+    body = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     if not isinstance(body, str) or not body:
         return ""
     try:

@@ -66,7 +66,9 @@ class LeaderElector:
     ) -> None:
         if settings.lease_renew_deadline_seconds >= settings.lease_duration_seconds:
             raise ValueError("lease_renew_deadline_seconds must be below lease_duration_seconds")
-        self._api = client.CoordinationV1Api(api_client)
+        # Any: we send plain dict bodies (the client serialises them as they are); its
+        # type hints want model objects
+        self._api: Any = client.CoordinationV1Api(api_client)
         self._serialize = api_client.sanitize_for_serialization
         self.identity = identity or default_identity(settings)
         self.name = settings.lease_name
@@ -245,7 +247,7 @@ class LeaderElector:
         }
 
     def _replace_body(self, lease: client.V1Lease, spec: dict[str, Any]) -> dict[str, Any]:
-        body = self._serialize(lease)
+        body: dict[str, Any] = self._serialize(lease)
         body["apiVersion"] = "coordination.k8s.io/v1"
         body["kind"] = "Lease"
         body.get("metadata", {}).pop("managedFields", None)

@@ -517,6 +517,8 @@ def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int
 
 def _waiting(obj: Mapping[str, Any]) -> str | None:
     phase = dig(obj, "status", "phase")
+    if not isinstance(phase, str):
+        return None
     if phase in WAITING_PHASES:
         return phase
     if phase == "Unknown":
@@ -611,7 +613,7 @@ class ParseCache:
     def get(self, kind: str, obj: Mapping[str, Any], parse: Any) -> Any:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        if not isinstance(rv, str) or not rv:
+        if not isinstance(meta, Mapping) or not isinstance(rv, str) or not rv:
             return parse(obj)
         key = (kind, f"{meta.get('namespace')}/{meta.get('name')}", rv)
         value = self._entries.get(key, _MISSING)

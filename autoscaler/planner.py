@@ -349,13 +349,13 @@ class _QueuePlanner:
         pool = max(0, idle - p.reserve_gpus_per_queue)
         capped = ""
         room = self._room_by_capacity()
-        if room is not None and room < pool:
+        cap = self.state.capacity_gpus
+        if room is not None and cap is not None and room < pool:
             pool = max(0, room)
             capped = (
-                f"queue {self.state.name} may hold {self.state.capacity_gpus} GPU(s) "
-                f"by its Queue object; its jobs and admitted gangs would hold "
-                f"{self.state.capacity_gpus - room}"
-            )  # type: ignore[operator]
+                f"queue {self.state.name} may hold {cap} GPU(s) by its Queue object; its "
+                f"jobs and admitted gangs would hold {cap - room}"
+            )
         self._grow(pool, starving, capped)
 
         return QueueSummary(

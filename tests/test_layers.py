@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +13,16 @@ FORBIDDEN = ("kubernetes_asyncio", "prometheus_api_client", "aiohttp", "structlo
 
 
 @pytest.mark.parametrize(
-    "module", ["autoscaler.model", "autoscaler.planner", "autoscaler.parse", "autoscaler.render"]
+    "module",
+    [
+        "autoscaler.model",
+        "autoscaler.policy",
+        "autoscaler.resources",
+        "autoscaler.planner",
+        "autoscaler.parse",
+        "autoscaler.render",
+        "autoscaler.sources.prom_answer",
+    ],
 )
 def test_pure_modules_import_no_io_library(module):
     code = (
@@ -22,3 +33,87 @@ def test_pure_modules_import_no_io_library(module):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()
     assert out == "", f"{module} pulls in {out}"
+
+
+# The project's own floors: a module may import only from floors below its own (and
+# from its own package). Function-local imports count too: they are how a floor gets
+# skipped quietly.
+FLOORS: dict[int, tuple[str, ...]] = {
+    0: ("model", "policy", "resources", "errors", "redact"),  # vocabulary, no logic
+    1: ("planner", "settings"),  # the pure planner; settings loading
+    2: ("parse", "render", "kubeapi", "metrics", "logs"),  # reading and telling
+    3: ("sources", "actuator", "leader", "server", "snapshot_file"),  # the edges
+    4: ("loop",),  # one cycle and its driver
+    5: ("daemon", "sim"),  # assembly: the daemon, the simulator
+    6: ("cli",),  # the command line
+    7: ("__main__",),
+}
+_FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
+PACKAGE = Path(__file__).resolve().parent.parent / "autoscaler"
+
+
+def _top(module: str) -> str:
+    """autoscaler.sources.kube -> sources"""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def _name(path: Path, root: Path = PACKAGE) -> str:
+    return "autoscaler." + ".".join(path.relative_to(root).with_suffix("").parts)
+
+
+def _imports(path: Path, root: Path = PACKAGE) -> set[str]:
+    """Absolute names of the autoscaler modules `path` imports."""
+    here = _name(path, root)
+    package = here.rsplit(".", 1)[0] if path.name != "__init__.py" else here
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" for a in node.names] if not node.module else [target]
+            found.update(n for n in names if n.startswith("autoscaler."))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("autoscaler."))
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "data" not in p.parts)
+
+
+def test_every_module_has_a_floor():
+    missing = {_top(_name(p)) for p in _modules()} - set(_FLOOR_OF) - {"", "__init__"}
+    assert not missing, f"give these modules a floor in FLOORS: {sorted(missing)}"
+
+
+def _violations(path: Path, root: Path = PACKAGE) -> list[str]:
+    me = _top(_name(path, root))
+    if me in ("", "__init__"):
+        return []
+    bad = []
+    for target in _imports(path, root):
+        other = _top(target)
+        if other not in ("", me) and _FLOOR_OF[other] >= _FLOOR_OF[me]:
+            bad.append(f"{target} (floor {_FLOOR_OF[other]})")
+    return sorted(bad)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_go_down_the_floors(path):
+    bad = _violations(path)
+    me = _top(_name(path))
+    assert not bad, f"{me} imports from its own floor or above: {bad}"
+
+
+def test_the_floor_check_can_fail(tmp_path):
+    """The check sees a sideways import and an upward function-local one."""
+    (tmp_path / "planner.py").write_text(
+        "from .model import Plan\ndef f():\n    from . import render\n    from .loop import x\n"
+    )
+    assert _violations(tmp_path / "planner.py", tmp_path) == [
+        "autoscaler.loop (floor 4)",
+        "autoscaler.render (floor 2)",
+    ]

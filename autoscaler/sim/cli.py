@@ -204,17 +204,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
             desc="simulating",
         )
-    state = {"policy": "", "done": 0}
+    shown = {"": 0}  # the policy on the bar -> jobs done
 
     def progress(policy: str, done: int) -> None:
         if bar is None:
             return
-        if policy != state["policy"]:
-            state["policy"], state["done"] = policy, 0
+        if policy not in shown:
+            shown.clear()
+            shown[policy] = 0
             bar.set_postfix_str(policy)
-        if done > state["done"]:
-            bar.update(done - state["done"])
-            state["done"] = done
+        if done > shown[policy]:
+            bar.update(done - shown[policy])
+            shown[policy] = done
 
     try:
         result = compare(

@@ -29,7 +29,7 @@ from ..actuator import ActionResult, ApplyResult, Outcome, refusal
 from ..metrics import Metrics
 from ..model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, Plan, QueueState
 from ..settings import Settings
-from .engine import Cluster, SimJob
+from .engine import Cluster, Controller, SimJob
 
 POLICIES = ("static", "hpa", "volcano-default", "volcano-elastic", "planner")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 as the planner's clock
@@ -147,7 +147,7 @@ class _SimSource:
 
     def __init__(self, owner: PlannerController) -> None:
         self._owner = owner
-        self._jobs: dict[str, tuple[tuple, ElasticJob]] = {}
+        self._jobs: dict[str, tuple[tuple[object, ...], ElasticJob]] = {}
 
     async def read(self, now: datetime) -> ClusterSnapshot:
         cluster = self._owner._cluster
@@ -183,7 +183,7 @@ class _SimActuator:
 
 
 def snapshot_of(
-    cluster: Cluster, cache: dict[str, tuple[tuple, ElasticJob]] | None = None
+    cluster: Cluster, cache: dict[str, tuple[tuple[object, ...], ElasticJob]] | None = None
 ) -> ClusterSnapshot:
     """What the daemon's sources would read: free GPUs per queue as the Volcano PromQL
     (deserved - allocated), every live job as an ElasticJob, every job still waiting for
@@ -298,7 +298,7 @@ class HpaController(_Elastic):
         self._next = now + self.period if cluster.live() else math.inf
 
 
-def make_controller(name: str, settings: Settings):  # -> Controller
+def make_controller(name: str, settings: Settings) -> Controller:
     if name in ("static", "volcano-default", "volcano-elastic"):
         return _Passive(name)
     if name == "hpa":

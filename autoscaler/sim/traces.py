@@ -195,10 +195,10 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
         def cell(col: str, raw: dict[str, str] = raw) -> str:
             return (raw.get(names[col]) or "").strip() if col in names else ""
 
-        def number(col: str, kind: type = float, row: int = row) -> float:
+        def number(col: str, kind: type[float] = float, row: int = row) -> float:
             text = cell(col)
             try:
-                value = kind(text)
+                value = float(kind(text))
             except ValueError:
                 what = "a whole number" if kind is int else "a number"
                 raise SpecError(

@@ -64,6 +64,7 @@ class KubeSettings(Protocol):
     kube_request_timeout_seconds: float
     watch_timeout_seconds: int
     max_object_bytes: int
+    kube_list_page_size: int
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,8 @@ class _Cache:
             if response.status != 200:
                 data = await response.read()
                 response.release()
-                raise ApiException(http_resp=RESTResponse(response, data))
+                # the client's own wrapper, as its LIST would raise (its hint is narrower)
+                raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
             self._recovered()  # connected: whatever failed before works again
             return response
 
@@ -480,7 +482,7 @@ class KubeSource:
         api = CustomObjectsApi(api_client)
         remember_client(api_client.configuration)
         # a LIST of big objects is parsed page by page: only one page is held raw at once
-        pages = page_size or getattr(settings, "kube_list_page_size", 100)
+        pages = page_size or settings.kube_list_page_size
         chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
         namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
@@ -707,7 +709,9 @@ async def make_api_client(settings: Any) -> ApiClient:
         )
     else:
         try:
-            kube_config.load_incluster_config(client_configuration=configuration)
+            kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
         except ConfigException as in_cluster:
             _check_default_kubeconfig()
             try:

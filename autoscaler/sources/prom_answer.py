@@ -68,7 +68,7 @@ class FreeGpuReading:
         return self.problem is None
 
 
-def failed_reading(reason: Reason, kind: str, message: str) -> FreeGpuReading:
+def failed_reading(reason: Reason, kind: PromError, message: str) -> FreeGpuReading:
     return FreeGpuReading(queues={}, problem=reason, message=message, errors=(kind,))
 
 
@@ -125,7 +125,7 @@ def parse_query_result(
         else:
             by_queue.setdefault(queue, []).append((metric, value, ts))
 
-    errors: list[str] = [PromError.MISSING_LABEL] * len(unlabelled)
+    errors: list[PromError] = [PromError.MISSING_LABEL] * len(unlabelled)
     if not by_queue:
         return FreeGpuReading(
             queues={},
@@ -144,7 +144,7 @@ def parse_query_result(
             queues=queues, message=_unlabelled_note(unlabelled, label), errors=tuple(errors)
         )
 
-    queues: dict[str, QueueState] = {}
+    queues = {}
     for queue in sorted(by_queue):
         problem = _sample_problem(by_queue[queue], settings, now.timestamp())
         if problem is None:
@@ -177,7 +177,7 @@ _Series = tuple[dict[str, str], float | None, float]  # labels, value, timestamp
 
 def _sample_problem(
     series: list[_Series], settings: Settings, now_ts: float
-) -> tuple[Reason, str, str] | None:
+) -> tuple[Reason, PromError, str] | None:
     """Why one queue's series cannot be read as its free GPUs (reason, kind, message)."""
     if len(series) > 1:
         sets = "; ".join(_labels(m) for m, _, _ in series[:3])
@@ -249,10 +249,10 @@ def free_gpus_query(settings: Settings) -> str:
 
 def _parts_by_queue(
     by_queue: Mapping[str, list[_Series]], settings: Settings, now_ts: float
-) -> tuple[dict[str, QueueState], list[str]]:
+) -> tuple[dict[str, QueueState], list[PromError]]:
     """Free GPUs per queue from its raw parts, each checked on its own."""
     queues: dict[str, QueueState] = {}
-    errors: list[str] = []
+    errors: list[PromError] = []
     divisor = settings.metric_unit_divisor
     for queue in sorted(by_queue):
         got: dict[str, list[_Series]] = {}
@@ -288,7 +288,7 @@ def _parts_by_queue(
 
 def _part_problem(
     part: str, series: list[_Series], settings: Settings, now_ts: float
-) -> tuple[Reason, str, str] | None:
+) -> tuple[Reason, PromError, str] | None:
     what = f"{part} GPUs ({_series_setting(part, settings)})"
     problem = _sample_problem(series, settings, now_ts)
     if problem is not None:
@@ -307,7 +307,7 @@ def _part_problem(
 
 def _age_problem(
     got: Mapping[str, list[_Series]], settings: Settings, now_ts: float
-) -> tuple[Reason, str, str] | None:
+) -> tuple[Reason, PromError, str] | None:
     """The scrape time of the oldest series behind each part against `now`."""
     for part in _PARTS:
         times = got.get(f"{part}_time")

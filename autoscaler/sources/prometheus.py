@@ -81,7 +81,7 @@ class _Progress:
     """What a fetch got done, kept when the deadline cuts it short."""
 
     attempts: int = 0
-    errors: list[str] = field(default_factory=list)
+    errors: list[PromError] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

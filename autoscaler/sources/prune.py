@@ -191,7 +191,8 @@ def pruner(settings: Settings) -> Any:
     shapes = _shapes(settings)
 
     def prune(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        shape = shapes.get(obj.get("kind")) if isinstance(obj, Mapping) else None
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        shape = shapes.get(kind) if isinstance(kind, str) else None
         return obj if shape is None else _prune(obj, shape)
 
     return prune
