@@ -1,4 +1,4 @@
-"""Apply a Plan to the cluster: merge-patch each changed job's Worker replicas, then
+"""Apply a Plan to the cluster: patch each changed job's worker replicas (as its kind says), then
 record an Event on it. Dry-run is a different actuator, not a flag in this one.
 
 Errors are typed by what the caller does next (conflict: retry next cycle with fresh
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -21,20 +21,16 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .kinds import KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
 from .model import Decision, Plan
 from .redact import remember_client
-from .resources import MERGE_PATCH, PYTORCHJOB, rfc3339
+from .resources import rfc3339
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
-GROUP, VERSION, PLURAL, KIND = (
-    PYTORCHJOB.group,
-    PYTORCHJOB.version,
-    PYTORCHJOB.plural,
-    PYTORCHJOB.kind,
-)
+_ALL_KINDS = {k.resource.kind: k for k in KINDS}
 
 BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
@@ -84,11 +80,11 @@ class Actuator(Protocol):
     ) -> ApplyResult: ...
 
 
-def refusal(decision: Decision) -> str | None:
+def refusal(decision: Decision, kinds: Mapping[str, JobKind] = _ALL_KINDS) -> str | None:
     """Why a decision must not be written, or None. Defence in depth: the planner already
     keeps these invariants, but a bug there must not reach the cluster."""
-    if decision.ref.kind != KIND:
-        return f"kind {decision.ref.kind!r} is not {KIND}"
+    if decision.ref.kind not in kinds:
+        return f"kind {decision.ref.kind!r} is not one we manage ({', '.join(kinds)})"
     target = decision.target
     if target is None or isinstance(target, bool) or not isinstance(target, int):
         return f"target {target!r} is not a replica count"
@@ -159,8 +155,10 @@ class KubeActuator:
         settings: Settings,
         api_client: client.ApiClient,
         component: str = "elastic-autoscaler",
+        kinds: tuple[JobKind, ...] = KINDS,
     ) -> None:
         self._settings = settings
+        self._kinds = {k.resource.kind: k for k in kinds}
         # Any: we send plain dict bodies and a merge-patch content type (the client takes
         # both); its type hints want model objects and know no _content_type
         self._custom: Any = client.CustomObjectsApi(api_client)
@@ -215,7 +213,7 @@ class KubeActuator:
     async def _apply_one(
         self, decision: Decision, now: datetime, may_write: Callable[[], bool], leading: bool
     ) -> ActionResult:
-        why = refusal(decision)
+        why = refusal(decision, self._kinds)
         if why is not None:
             return ActionResult(decision, Outcome.REFUSED, why)
         if not leading:
@@ -275,32 +273,32 @@ class KubeActuator:
         for key in [k for k, b in self._backoff.items() if b.until < horizon]:
             del self._backoff[key]
 
-    def patch_body(self, decision: Decision, now: datetime) -> dict[str, Any]:
+    def patch_body(self, decision: Decision, now: datetime) -> Write:
+        """The job's kind says how; we say what: the target and why, pinned to the
+        resourceVersion the plan was made on (the server answers 409 if the job changed)."""
         s = self._settings
-        metadata: dict[str, Any] = {
-            "annotations": {
-                s.last_scale_annotation: rfc3339(now),
-                f"{s.annotation_prefix}/last-scale-reason": decision.reason.value,
-            }
+        annotations = {
+            s.last_scale_annotation: rfc3339(now),
+            f"{s.annotation_prefix}/last-scale-reason": decision.reason.value,
         }
-        if decision.resource_version:
-            # optimistic concurrency: the server answers 409 if the job changed since we read it
-            metadata["resourceVersion"] = decision.resource_version
-        return {
-            "metadata": metadata,
-            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": decision.target}}},
-        }
+        kind = self._kinds[decision.ref.kind]
+        assert decision.target is not None  # refusal() let it through
+        return kind.write(
+            decision.workers_at, decision.target, annotations, decision.resource_version
+        )
 
     async def _patch(self, decision: Decision, now: datetime) -> Any:
-        # kubernetes_asyncio would send a dict body as a JSON patch: force merge patch.
+        write = self.patch_body(decision, now)
+        r = self._kinds[decision.ref.kind].resource
+        # the content type is explicit: kubernetes_asyncio would send a dict as a JSON patch
         return await self._custom.patch_namespaced_custom_object(
-            group=GROUP,
-            version=VERSION,
+            group=r.group,
+            version=r.version,
             namespace=decision.ref.namespace,
-            plural=PLURAL,
+            plural=r.plural,
             name=decision.ref.name,
-            body=self.patch_body(decision, now),
-            _content_type=MERGE_PATCH,
+            body=write.body,
+            _content_type=write.content_type,
             _request_timeout=self._settings.kube_request_timeout_seconds,
         )
 
@@ -312,8 +310,8 @@ class KubeActuator:
         # client-go names events <object>.<unix nanos in hex>; keep within the name limit
         suffix = f".{int(now.timestamp() * 1_000_000_000):x}"
         involved: dict[str, Any] = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
+            "apiVersion": self._kinds[ref.kind].resource.api_version,
+            "kind": ref.kind,
             "name": ref.name,
             "namespace": ref.namespace,
         }
@@ -321,7 +319,8 @@ class KubeActuator:
             involved["uid"] = ref.uid
         if resource_version:
             involved["resourceVersion"] = resource_version
-        message = f"Worker replicas {decision.current} -> {decision.target}: {decision.message}"
+        group = self._kinds[ref.kind].workers_name(decision.workers_at)
+        message = f"{group} replicas {decision.current} -> {decision.target}: {decision.message}"
         return {
             "apiVersion": "v1",
             "kind": "Event",

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import RunFailure, UsageError
-from .parse import BadField, parse_time
+from .fields import BadField, parse_time
 from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
 

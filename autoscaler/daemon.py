@@ -19,6 +19,7 @@ from prometheus_client import ProcessCollector
 
 from .actuator import Actuator, DryRunActuator, KubeActuator
 from .errors import RunFailure, UsageError
+from .kinds import KINDS, JobKind, named
 from .leader import AlwaysLeader, make_elector
 from .logs import configure_logging
 from .loop import Controller, Driver
@@ -26,7 +27,7 @@ from .metrics import Metrics
 from .model import ClusterSnapshot, Plan
 from .planner import plan as make_plan
 from .redact import redact
-from .resources import FINISHED_CONDITIONS, WAITING_PHASES
+from .resources import WAITING_PHASES
 from .server import HealthServer
 from .settings import Settings
 from .sources.kube import KubeconfigError, KubeSource, make_api_client
@@ -36,26 +37,24 @@ from .sources.prune import pruner
 
 log = structlog.get_logger("autoscaler.daemon")
 
+_KINDS = {k.resource.kind: k for k in KINDS}
+
 
 def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
-    """A new waiting gang or a job that finished or went away frees or needs GPUs now."""
+    """A new waiting gang, or a job that finished or went away, frees or needs GPUs now."""
 
-    status = obj.get("status") if isinstance(obj, Mapping) else None
-    status = status if isinstance(status, Mapping) else {}
     if kind == "PodGroup":
-        return event_type == "ADDED" and status.get("phase") in WAITING_PHASES
-    if kind == "PyTorchJob":
-        if event_type == "DELETED":
-            return True
-        conditions = status.get("conditions")
-        if isinstance(conditions, list):
-            return any(
-                isinstance(c, Mapping)
-                and c.get("status") == "True"
-                and c.get("type") in FINISHED_CONDITIONS
-                for c in conditions
-            )
-    return False
+        status = obj.get("status") if isinstance(obj, Mapping) else None
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        return event_type == "ADDED" and phase in WAITING_PHASES
+    job_kind = _KINDS.get(kind)
+    return job_kind is not None and job_kind.wants_early_cycle(event_type, obj)
+
+
+def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
+    """The kinds the settings name, else all: a kind whose CRD is not installed costs
+    one info line and a LIST every few minutes (sources/kube.py)."""
+    return named(settings.job_kinds) if settings.job_kinds else KINDS
 
 
 def run_daemon(settings: Settings) -> int:
@@ -81,12 +80,19 @@ async def _daemon(settings: Settings) -> int:
         if driver is not None and wants_early_cycle(kind, event_type, obj):
             driver.trigger()
 
-    kube = KubeSource(settings, api_client, on_change, transform=pruner(settings))
+    kinds = job_kinds(settings)
+    kube = KubeSource(
+        settings,
+        api_client,
+        on_change,
+        transform=pruner(settings),
+        job_kinds=[k.resource for k in kinds],
+    )
     prometheus = PrometheusSource(settings)
     actuator: Actuator = (
         DryRunActuator(settings, out=sys.stdout)
         if settings.dry_run
-        else KubeActuator(settings, api_client)
+        else KubeActuator(settings, api_client, kinds=kinds)
     )
 
     def leadership(leading: bool) -> None:
@@ -171,7 +177,12 @@ async def live_snapshot(
 
     own_client = api_client is None
     client = await make_api_client(settings) if own_client else api_client
-    kube = KubeSource(settings, client, transform=pruner(settings))
+    kube = KubeSource(
+        settings,
+        client,
+        transform=pruner(settings),
+        job_kinds=[k.resource for k in job_kinds(settings)],
+    )
     prometheus = PrometheusSource(settings)
     try:
         async with asyncio.timeout(settings.cycle_deadline_seconds):

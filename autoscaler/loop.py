@@ -210,7 +210,7 @@ class Controller:
             self.metrics.writes.labels(r.outcome.value).inc()
             if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 d = r.decision
-                self.metrics.actions.labels(d.queue, d.direction, d.reason.value).inc()
+                self.metrics.actions.labels(d.queue, d.direction, d.reason.value, d.ref.kind).inc()
 
     def follower_cycle(self, now: datetime) -> CycleResult:
         """Followers keep caches warm and serve metrics; they neither plan nor write."""

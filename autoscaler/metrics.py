@@ -35,8 +35,8 @@ class Metrics:
         )
         self.actions = Counter(
             f"{PREFIX}_actions",
-            "Replica changes applied, by queue, direction and reason.",
-            ["queue", "direction", "reason"],
+            "Replica changes applied, by queue, direction, reason and job kind.",
+            ["queue", "direction", "reason", "kind"],
             registry=r,
         )
         self.writes = Counter(
@@ -87,10 +87,13 @@ _GAUGES = {
         ["queue"],
     ),
     "queue_holding": ("1 when the whole queue holds (missing or bad data).", ["queue", "reason"]),
-    "job_current_replicas": ("Worker replicas in the job's spec.", ["namespace", "name", "queue"]),
+    "job_current_replicas": (
+        "Worker replicas in the job's spec.",
+        ["namespace", "name", "kind", "queue"],
+    ),
     "job_desired_replicas": (
         "Worker replicas the last plan wants.",
-        ["namespace", "name", "queue"],
+        ["namespace", "name", "kind", "queue"],
     ),
 }
 
@@ -120,7 +123,7 @@ class PlanCollector(Collector):
         for d in plan.decisions:
             jobs[(d.queue, d.reason.value)] += 1
             if d.current is not None:
-                labels = [d.ref.namespace, d.ref.name, d.queue]
+                labels = [d.ref.namespace, d.ref.name, d.ref.kind, d.queue]
                 f["job_current_replicas"].add_metric(labels, d.current)
                 f["job_desired_replicas"].add_metric(
                     labels, d.target if d.target is not None else d.current

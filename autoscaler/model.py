@@ -114,7 +114,8 @@ class ElasticJob:
     last_scale_time: datetime | None = None  # from our annotation; None: never resized by us
     started: datetime | None = None  # when the job first ran (Running condition), if known
     resource_version: str = ""
-    has_min_available: bool = True  # runPolicy.schedulingPolicy.minAvailable set
+    has_min_available: bool = True  # growing leaves the gang at its minimum
+    workers_at: str = ""  # where its kind finds the worker group (see kinds.base.Workers.at)
 
     @property
     def inflight_workers(self) -> int:
@@ -215,6 +216,7 @@ class Decision:
     gpus_per_worker: int | None = None
     resource_version: str = ""
     notes: tuple[str, ...] = ()
+    workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
 
     @property
     def changed(self) -> bool:

@@ -6,14 +6,19 @@ object and the field; nothing here raises on bad input.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
+from .fields import (
+    BadField,
+    dig,
+    parse_quantity,
+    parse_time,
+)
+from .kinds import KIND_NAMES, JobKind, NotManaged, kind_of
+from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     ClusterSnapshot,
     ElasticJob,
@@ -24,17 +29,12 @@ from .model import (
     Reason,
     UnmanagedJob,
 )
-from .resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
+from .resources import WAITING_PHASES
 from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_QUEUE = "default"
 MAX_NAME_LENGTH = 253
-MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
-
-
-class BadField(ValueError):
-    """A field that cannot be used; str() is the message for the user."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class RawObjects:
         flattened; kinds we do not use are ignored."""
 
         buckets: dict[str, list[Mapping[str, Any]]] = {
-            "PyTorchJob": [],
+            "jobs": [],
             "PodGroup": [],
             "Queue": [],
             "PriorityClass": [],
@@ -70,118 +70,16 @@ class RawObjects:
                 and isinstance(obj.get("items"), list)
             ):
                 stack.extend(reversed(obj["items"]))
+            elif kind_of(obj) is not None:
+                buckets["jobs"].append(obj)
             elif kind in buckets:
                 buckets[kind].append(obj)
         return cls(
-            jobs=tuple(buckets["PyTorchJob"]),
+            jobs=tuple(buckets["jobs"]),
             podgroups=tuple(buckets["PodGroup"]),
             queues=tuple(buckets["Queue"]),
             priorityclasses=tuple(buckets["PriorityClass"]),
         )
-
-
-# ---- small field readers --------------------------------------------------------------
-
-
-def dig(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int_field(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_REPLICAS) -> int:
-    # bool is an int subclass: `replicas: true` is garbage, not 1
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadField(f"{field} must be an integer, got {_show(value)}")
-    if value < minimum or value > maximum:
-        raise BadField(f"{field} must be between {minimum} and {maximum}, got {value}")
-    return value
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-_QUANTITY = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
-)
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-MAX_GPUS = 1_000_000
-
-
-def parse_quantity(value: Any, field: str) -> int:
-    """A whole-number Kubernetes quantity of an extended resource (GPUs come whole).
-
-    Accepts the API's quantity grammar (`8`, `1e3`, `2k`, `4000m`); the message says what
-    the value means when it is not a whole number of GPUs."""
-
-    if isinstance(value, bool):
-        raise BadField(f"{field} must be a quantity (a number of GPUs), got {_show(value)}")
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadField(f"{field} must be a finite number of GPUs, got {_show(value)}")
-        number = Decimal(repr(value))
-    elif isinstance(value, str) and len(value) <= 64 and (match := _QUANTITY.match(value.strip())):
-        number = Decimal(match["number"])
-        if match["suffix"]:
-            number *= _SUFFIX[match["suffix"]]
-        elif match["exponent"]:
-            exponent = int(match["exponent"])
-            if abs(exponent) > 30:
-                raise BadField(f"{field} is out of range: {_show(value)}")
-            number = number.scaleb(exponent)
-        if match["sign"] == "-":
-            number = -number
-    else:
-        raise BadField(
-            f"{field} must be a Kubernetes quantity such as 2 or 1e3, got {_show(value)}"
-        )
-    if number < 0:
-        raise BadField(f"{field} must not be negative, got {_show(value)}")
-    if number > MAX_GPUS:
-        raise BadField(f"{field} is out of range: {_show(value)} is more than {MAX_GPUS} GPUs")
-    if number != number.to_integral_value():
-        raise BadField(
-            f"{field} must be a whole number of GPUs, got {_show(value)} (= {number.normalize():f})"
-        )
-    return int(number)
-
-
-def parse_time(value: Any, field: str) -> datetime:
-    if not isinstance(value, str) or not value:
-        raise BadField(f"{field} must be an RFC 3339 time, got {_show(value)}")
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise BadField(f"{field} must be an RFC 3339 time, got {_show(value)}") from None
-    if parsed.tzinfo is None:
-        raise BadField(f"{field} must carry a time zone (RFC 3339), got {_show(value)}")
-    return parsed.astimezone(UTC)
 
 
 def _created(meta: Mapping[str, Any]) -> datetime:
@@ -289,78 +187,22 @@ def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
 # ---- jobs -----------------------------------------------------------------------------
 
 
-def job_queue(obj: Mapping[str, Any]) -> str:
-    queue = dig(obj, "spec", "runPolicy", "schedulingPolicy", "queue")
-    if isinstance(queue, str) and queue:
-        return queue
-    queue = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
-    if isinstance(queue, str) and queue:
-        return queue
-    return DEFAULT_QUEUE
-
-
-def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) -> int:
-    """GPUs one worker pod asks for: per container, limits (else requests) of every
-    configured resource name, summed over containers. Init containers run before, not
-    beside, the main ones, so they do not add to what a running worker holds."""
-
-    containers = dig(template, "spec", "containers")
-    if not isinstance(containers, list) or not containers:
-        raise BadField(f"{field}.spec.containers is missing")
-    total = 0
-    for i, container in enumerate(containers):
-        resources = dig(container, "resources")
-        limits = dig(resources, "limits") or {}
-        requests = dig(resources, "requests") or {}
-        if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
-            raise BadField(f"{field}.spec.containers[{i}].resources must be a mapping")
-        for name in resource_names:
-            where = f"{field}.spec.containers[{i}].resources"
-            limit = (
-                parse_quantity(limits[name], f"{where}.limits[{name}]") if name in limits else None
-            )
-            request = (
-                parse_quantity(requests[name], f"{where}.requests[{name}]")
-                if name in requests
-                else None
-            )
-            # Kubernetes refuses a pod whose extended-resource request and limit differ:
-            # such a worker never runs, and planning its GPUs would promise phantom ones.
-            if limit is not None and request is not None and limit != request:
-                raise BadField(
-                    f"{where}.limits[{name}]={limit} differs from "
-                    f"{where}.requests[{name}]={request}: Kubernetes rejects such a pod"
-                )
-            total += limit if limit is not None else (request or 0)
-    return total
-
-
-def _finished_or_suspended(obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
-    conditions = dig(obj, "status", "conditions")
-    if isinstance(conditions, list):
-        for cond in conditions:
-            if dig(cond, "status") == "True" and dig(cond, "type") in FINISHED_CONDITIONS:
-                return Reason.FINISHED, f"job has condition {cond['type']}"
-        for cond in conditions:
-            if dig(cond, "status") == "True" and dig(cond, "type") == "Suspended":
-                return Reason.SUSPENDED, "job has condition Suspended"
-    if dig(obj, "spec", "runPolicy", "suspend") is True:
-        return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
-    return None
-
-
 def parse_job(
-    obj: Mapping[str, Any], settings: Settings, priorities: Priorities
+    obj: Mapping[str, Any],
+    settings: Settings,
+    priorities: Priorities,
+    kind: JobKind | None = None,
 ) -> ElasticJob | UnmanagedJob:
-    """One PyTorchJob -> an ElasticJob the planner may resize, or why it may not."""
+    """One job of a managed kind -> an ElasticJob the planner may resize, or why it may
+    not. The kind (by the object's kind, else PyTorchJob) says where the fields live."""
 
+    kind = kind or kind_of(obj) or PYTORCHJOB_KIND
+    name = kind.resource.kind
     try:
-        ref = _ref(obj, "PyTorchJob")
+        ref = _ref(obj, name)
     except BadField as exc:
-        return UnmanagedJob(
-            _fallback_ref(obj, "PyTorchJob"), DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc)
-        )
-    queue = job_queue(obj)
+        return UnmanagedJob(_fallback_ref(obj, name), DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc))
+    queue = kind.queue(obj)
     meta = obj["metadata"]
     spec = obj.get("spec")
 
@@ -369,37 +211,18 @@ def parse_job(
 
     if not isinstance(spec, Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec is missing")
-    done = _finished_or_suspended(obj)
+    done = kind.finished(obj)
     if done is not None:
         return unmanaged(*done)
 
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
-    worker = dig(spec, "pytorchReplicaSpecs", "Worker")
-    if not isinstance(worker, Mapping):
-        return unmanaged(Reason.INVALID_SPEC, "spec.pytorchReplicaSpecs.Worker is missing")
     try:
-        replicas = _int_field(worker.get("replicas", 1), "spec.pytorchReplicaSpecs.Worker.replicas")
-    except BadField as exc:
-        return unmanaged(Reason.INVALID_REPLICAS, str(exc))
-    try:
-        gpw = gpus_per_worker(
-            worker.get("template"),
-            settings.gpu_resource_names,
-            "spec.pytorchReplicaSpecs.Worker.template",
-        )
-    except BadField as exc:
-        return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas)
-    active_raw = dig(obj, "status", "replicaStatuses", "Worker", "active")
-    try:
-        active = (
-            0
-            if active_raw is None
-            else _int_field(active_raw, "status.replicaStatuses.Worker.active")
-        )
-    except BadField as exc:
-        return unmanaged(Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw)
-    inflight = max(0, replicas - active) * gpw
+        workers = kind.workers(obj, settings)
+    except NotManaged as exc:
+        return unmanaged(exc.reason, exc.message, **exc.known)
+    replicas, gpw = workers.replicas, workers.gpus_per_worker
+    inflight = max(0, replicas - workers.active) * gpw
     known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
     if meta.get("deletionTimestamp") is not None:
         # a finalizer keeps it alive; a resize now would restart a job that is going away
@@ -408,18 +231,10 @@ def parse_job(
             "metadata.deletionTimestamp is set: the job is being deleted",
             **known,
         )
-
-    elastic = spec.get("elasticPolicy")
-    if elastic is None:
-        return unmanaged(Reason.NOT_ELASTIC, "spec.elasticPolicy is not set", **known)
-    if not isinstance(elastic, Mapping):
-        return unmanaged(Reason.INVALID_POLICY, "spec.elasticPolicy must be a mapping", **known)
-    if elastic.get("metrics"):
-        return unmanaged(
-            Reason.OPERATOR_HPA,
-            "spec.elasticPolicy.metrics is set: training-operator scales it with its own HPA",
-            **known,
-        )
+    try:
+        min_r, max_r = kind.bounds(obj, workers, settings)
+    except NotManaged as exc:
+        return unmanaged(exc.reason, exc.message, **known)
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         return unmanaged(
@@ -430,24 +245,18 @@ def parse_job(
         return unmanaged(
             Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"', **known
         )
-
-    try:
-        min_r, max_r = _elastic_bounds(elastic, replicas)
-    except BadField as exc:
-        return unmanaged(Reason.INVALID_POLICY, str(exc), **known)
     known.update(min_replicas=min_r, max_replicas=max_r)
     if gpw == 0:
         names = ", ".join(settings.gpu_resource_names)
         return unmanaged(
             Reason.INVALID_SPEC,
-            f"spec.pytorchReplicaSpecs.Worker.template requests no GPU ({names})",
+            f"{workers.field.removesuffix('.replicas')}.template requests no GPU ({names})",
             **known,
         )
     if not min_r <= replicas <= max_r:
         return unmanaged(
             Reason.INVALID_REPLICAS,
-            f"spec.pytorchReplicaSpecs.Worker.replicas={replicas} is outside "
-            f"elasticPolicy [{min_r}, {max_r}]",
+            f"{workers.field}={replicas} is outside the elastic range [{min_r}, {max_r}]",
             **known,
         )
 
@@ -468,7 +277,6 @@ def parse_job(
         except BadField:
             started = None  # only an estimate of progress; its absence is not an error
 
-    sched = dig(spec, "runPolicy", "schedulingPolicy")
     rv = meta.get("resourceVersion")
     return ElasticJob(
         ref=ref,
@@ -476,40 +284,16 @@ def parse_job(
         min_replicas=min_r,
         max_replicas=max_r,
         replicas=replicas,
-        active=active,
+        active=workers.active,
         gpus_per_worker=gpw,
         created=_created(meta),
-        priority=priorities.of(dig(sched, "priorityClass")),
+        priority=priorities.of(kind.priority_class(obj)),
         last_scale_time=last_scale,
         started=started,
         resource_version=rv if isinstance(rv, str) else "",
-        has_min_available=dig(sched, "minAvailable") is not None,
+        has_min_available=kind.gang_is_min(obj),
+        workers_at=workers.at,
     )
-
-
-def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:
-    """minReplicas/maxReplicas (or the older min/max), defaulted as training-operator's
-    setElasticPolicy does: one bound missing takes the other's value, both missing take
-    the Worker's replicas."""
-
-    def bound(new: str, old: str) -> int | None:
-        if elastic.get(new) is not None:
-            return _int_field(elastic[new], f"spec.elasticPolicy.{new}", minimum=1)
-        if elastic.get(old) is not None:
-            return _int_field(elastic[old], f"spec.elasticPolicy.{old}", minimum=1)
-        return None
-
-    min_r, max_r = bound("minReplicas", "min"), bound("maxReplicas", "max")
-    if min_r is None and max_r is None:
-        min_r = max_r = max(1, replicas)
-    elif min_r is None:
-        min_r = max_r
-    elif max_r is None:
-        max_r = min_r
-    assert min_r is not None and max_r is not None
-    if min_r > max_r:
-        raise BadField(f"spec.elasticPolicy.minReplicas={min_r} is above maxReplicas={max_r}")
-    return min_r, max_r
 
 
 # ---- PodGroups ------------------------------------------------------------------------
@@ -583,6 +367,10 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
     for o in controller:
         name, kind = o.get("name"), o.get("kind")
         if isinstance(name, str) and isinstance(kind, str):
+            api_version = o.get("apiVersion")
+            if kind_of({"kind": kind, "apiVersion": api_version}) is None and kind in KIND_NAMES:
+                # same kind name, other API group (a batch/v1 Job is no Volcano Job)
+                kind = f"{kind}.{str(api_version).split('/')[0]}"
             uid = o.get("uid")
             return ObjectRef(namespace, name, kind, uid if isinstance(uid, str) else "")
     return None
@@ -646,18 +434,20 @@ def build_snapshot(
     cache = cache or ParseCache()
     cache.start(priorities)
 
-    def job(obj: Mapping[str, Any]) -> ElasticJob | UnmanagedJob:
-        return parse_job(obj, settings, priorities)
-
     def group(obj: Mapping[str, Any]) -> PendingGroup | InvalidGroup | None:
         return parse_podgroup(obj, settings, priorities)
 
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for obj in raw.jobs:
-        parsed = cache.get("PyTorchJob", obj, job)
-        key = (parsed.ref.namespace, parsed.ref.name)
+        kind = kind_of(obj) or PYTORCHJOB_KIND
+
+        def job(obj: Mapping[str, Any], kind: JobKind = kind) -> ElasticJob | UnmanagedJob:
+            return parse_job(obj, settings, priorities, kind)
+
+        parsed = cache.get(kind.resource.kind, obj, job)
+        key = (parsed.ref.namespace, parsed.ref.name, parsed.ref.kind)
         if key in seen:
             unmanaged.append(
                 UnmanagedJob(

@@ -220,6 +220,12 @@ class _VictimPool:
         return (j.priority, lost / covered, -reclaimable, w.skey)
 
 
+def _waits_for_own_gang(ref: ObjectRef, own_waiting: set[tuple[str, str, str]]) -> bool:
+    return (ref.namespace, ref.name, ref.kind) in own_waiting or (
+        (ref.namespace, ref.name, "") in own_waiting
+    )
+
+
 def _extra_gpus(w: _Job) -> int:
     return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
 
@@ -284,6 +290,7 @@ class _QueuePlanner:
                 j.gpus_per_worker,
                 j.resource_version,
                 () if j.has_min_available else _NO_MIN_AVAILABLE,
+                j.workers_at,
             )
             for w in self.work
             for j in (w.job,)
@@ -314,7 +321,7 @@ class _QueuePlanner:
         inflight = releasing = 0
         for w in self.work:
             j = w.job
-            if (j.ref.namespace, j.ref.name) in own_waiting:
+            if _waits_for_own_gang(j.ref, own_waiting):
                 self._settle(
                     w,
                     j.replicas,
@@ -336,9 +343,7 @@ class _QueuePlanner:
                     "annotation or the clock",
                 )
         inflight += sum(
-            u.inflight_gpus
-            for u in self.unmanaged
-            if (u.ref.namespace, u.ref.name) not in own_waiting
+            u.inflight_gpus for u in self.unmanaged if not _waits_for_own_gang(u.ref, own_waiting)
         )
         free = math.floor(self.state.free_gpus + _EPS)  # type: ignore[operator]
         summary_inflight, summary_releasing = inflight, releasing
@@ -405,17 +410,18 @@ class _QueuePlanner:
                 held += g.gpus
         return cap - held
 
-    def _own_waiting(self) -> set[tuple[str, str]]:
-        """(namespace, name) of jobs whose own PodGroup is among the waiting gangs: by owner
-        reference, else by name (training-operator names the PodGroup after the job)."""
+    def _own_waiting(self) -> set[tuple[str, str, str]]:
+        """(namespace, name, kind) of jobs whose own PodGroup is among the waiting gangs: by
+        owner reference, else by name with kind "" (training-operator names the PodGroup
+        after the job)."""
 
-        found: set[tuple[str, str]] = set()
+        found: set[tuple[str, str, str]] = set()
         for g in self.pending:
             o = g.owner
             if o is None:
-                found.add((g.ref.namespace, g.ref.name))
-            elif o.kind == "PyTorchJob":
-                found.add((o.namespace, o.name))
+                found.add((g.ref.namespace, g.ref.name, ""))
+            else:
+                found.add((o.namespace, o.name, o.kind))
         return found
 
     # ---- rule 5: trim workers that never landed -----------------------------------------

@@ -100,6 +100,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         rows.append(
             [
                 f"{d.ref.namespace}/{d.ref.name}",
+                d.ref.kind,
                 d.queue,
                 _s(d.gpus_per_worker),
                 _s(d.min_replicas),
@@ -115,7 +116,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         "",
     ]
     parts.append(
-        _table(["JOB", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"], rows)
+        _table(["JOB", "KIND", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"], rows)
     )
     if plan.gangs:
         parts += [

@@ -22,6 +22,8 @@ class ResourceKind:
 
 
 PYTORCHJOB = ResourceKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", namespaced=True)
+PADDLEJOB = ResourceKind("PaddleJob", "kubeflow.org", "v1", "paddlejobs", namespaced=True)
+VCJOB = ResourceKind("Job", "batch.volcano.sh", "v1alpha1", "jobs", namespaced=True)
 PODGROUP = ResourceKind(
     "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True
 )
@@ -33,7 +35,11 @@ PRIORITY_CLASS = ResourceKind(
 # where Volcano reads the queue of an object that has no queue field
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
+# the job kinds the daemon can manage (autoscaler/kinds/ says how)
+JOB_RESOURCES = (PYTORCHJOB, PADDLEJOB, VCJOB)
+
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 # PodGroup.status.phase of a gang still waiting for its pods to be placed
 WAITING_PHASES = frozenset({"Pending", "Inqueue"})

@@ -23,6 +23,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from .resources import JOB_RESOURCES
 
 ENV_PREFIX = "AUTOSCALER_"
 
@@ -213,6 +214,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Namespaces whose jobs and PodGroups we watch; empty: all namespaces.",
     )
+    job_kinds: list[str] = Field(
+        default_factory=list,
+        description="Job kinds to manage: PyTorchJob, PaddleJob (both kubeflow.org) and "
+        "Job (batch.volcano.sh, a Volcano Job). Empty: every one of them whose CRD is "
+        "installed (a missing CRD is one info line at start).",
+    )
     label_selector: str = Field("", description="Label selector for the jobs we manage.")
     kube_request_timeout_seconds: float = Field(
         10, gt=0, description="Deadline of one API request (watches excepted)."
@@ -305,6 +312,15 @@ class Settings(BaseSettings):
         for name in value:
             if not name or "/" not in name:
                 raise ValueError(f"{name!r} is not an extended resource name like nvidia.com/gpu")
+        return value
+
+    @field_validator("job_kinds")
+    @classmethod
+    def _job_kinds(cls, value: list[str]) -> list[str]:
+        known = [r.kind for r in JOB_RESOURCES]
+        for name in value:
+            if name not in known:
+                raise ValueError(f"{name!r} is not a job kind we manage ({', '.join(known)})")
         return value
 
     @field_validator("log_level")

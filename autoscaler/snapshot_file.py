@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
+from .fields import BadField, parse_time
 from .model import ClusterSnapshot, QueueState, Reason
-from .parse import BadField, RawObjects, build_snapshot, parse_time
+from .parse import RawObjects, build_snapshot
 from .settings import Settings
 
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024

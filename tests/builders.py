@@ -168,6 +168,89 @@ def pytorchjob(
     return obj
 
 
+def paddlejob(name: str = "paddle", namespace: str = "ml", **kw: Any) -> dict[str, Any]:
+    """A PaddleJob (kubeflow.org/v1): a PyTorchJob's shape with paddleReplicaSpecs."""
+    obj = pytorchjob(name, namespace, **kw)
+    obj["kind"] = "PaddleJob"
+    obj["spec"]["elasticPolicy"].pop("rdzvBackend", None)
+    obj["spec"]["paddleReplicaSpecs"] = obj["spec"].pop("pytorchReplicaSpecs")
+    obj["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = (
+        "paddle"
+    )
+    return obj
+
+
+def vcjob(
+    name: str = "vc",
+    namespace: str = "ml",
+    *,
+    queue: str = "team-a",
+    replicas: Any = 2,
+    running: Any = 2,
+    max_replicas: Any = 4,
+    min_available: Any = 1,
+    task_min: Any = None,
+    gpus: Any = 1,
+    other_tasks: list[dict[str, Any]] | None = None,
+    annotations: dict[str, Any] | None = None,
+    phase: str = "Running",
+    priority_class: str | None = None,
+    elastic_task: str = "worker",
+) -> dict[str, Any]:
+    """A Volcano Job (batch.volcano.sh/v1alpha1) with an elastic task `worker` and the
+    max-replicas annotation (a number with one task, task=number with several)."""
+    task: dict[str, Any] = {
+        "name": "worker",
+        "replicas": replicas,
+        "template": {
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "example.com/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": gpus, "cpu": "4"}},
+                    }
+                ],
+            }
+        },
+    }
+    if task_min is not None:
+        task["minAvailable"] = task_min
+    tasks = [*(other_tasks or []), task]
+    notes = dict(annotations or {})
+    if max_replicas is not None:
+        value = str(max_replicas) if len(tasks) == 1 else f"{elastic_task}={max_replicas}"
+        notes.setdefault("elastic-autoscaler.io/max-replicas", value)
+    spec: dict[str, Any] = {
+        "queue": queue,
+        "schedulerName": "volcano",
+        "minAvailable": min_available,
+        "tasks": tasks,
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "resourceVersion": "42",
+            "creationTimestamp": "2026-11-22T08:00:00Z",
+            "annotations": notes,
+        },
+        "spec": spec,
+        "status": {
+            "state": {"phase": phase},
+            "minAvailable": min_available,
+            "running": running,
+            "taskStatusCount": {"worker": {"phase": {"Running": running}}},
+        },
+    }
+
+
 def podgroup(
     name: str = "pg",
     namespace: str = "ml",
@@ -177,6 +260,7 @@ def podgroup(
     phase: str = "Pending",
     key: str = "nvidia.com/gpu",
     owner: str | None = None,
+    owner_kind: str = "PyTorchJob",
     priority_class: str | None = None,
     conditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -188,8 +272,10 @@ def podgroup(
     if owner:
         meta["ownerReferences"] = [
             {
-                "apiVersion": "kubeflow.org/v1",
-                "kind": "PyTorchJob",
+                "apiVersion": "batch.volcano.sh/v1alpha1"
+                if owner_kind == "Job"
+                else "kubeflow.org/v1",
+                "kind": owner_kind,
                 "name": owner,
                 "uid": f"uid-{namespace}-{owner}",
                 "controller": True,

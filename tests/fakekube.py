@@ -1158,6 +1158,36 @@ class FakeKubeApi:
 
     # -- HTTP ---------------------------------------------------------------------------
 
+    def _discovery(self, method: str, path: str) -> web.Response | None:
+        """GET /apis/<group>/<version>: the APIResourceList the real server serves, so
+        clients can tell which CRDs are installed (404 for a group/version it lacks)."""
+        parts = [p for p in path.split("/") if p]
+        if method != "GET" or len(parts) != 3 or parts[0] != "apis":
+            return None
+        group, version = parts[1], parts[2]
+        found = [rt for (g, v, _), rt in self._types.items() if (g, v) == (group, version)]
+        if not found:
+            return self._error(
+                ApiError(404, "NotFound", "the server could not find the requested resource")
+            )
+        return web.json_response(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}",
+                "resources": [
+                    {
+                        "name": rt.plural,
+                        "singularName": rt.kind.lower(),
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": ["get", "list", "watch", "patch", "update", "create", "delete"],
+                    }
+                    for rt in found
+                ],
+            }
+        )
+
     def _route(self, path: str) -> tuple[ResourceType, str | None, str | None, str | None]:
         """(type, namespace, name, subresource) for an API path; ApiError 404 otherwise."""
 
@@ -1199,6 +1229,9 @@ class FakeKubeApi:
                 body = json.loads(raw)
             except ValueError as exc:
                 body_error = str(exc)
+        discovery = self._discovery(method, request.path)
+        if discovery is not None:
+            return discovery
         try:
             rt, namespace, name, sub = self._route(request.path)
         except ApiError as exc:

@@ -334,7 +334,7 @@ async def test_not_leader_from_the_start_writes_nothing(
     [
         (9, "PyTorchJob", 1, 8, "outside [1, 8]"),
         (0, "PyTorchJob", 1, 8, "outside [1, 8]"),
-        (4, "PaddleJob", 1, 8, "not PyTorchJob"),
+        (4, "MPIJob", 1, 8, "not one we manage"),
         (4, "PyTorchJob", None, 8, "no min/max"),
     ],
 )

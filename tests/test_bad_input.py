@@ -156,7 +156,7 @@ CORPUS: list[Bad] = [
         "replicas-outside-bounds",
         job("replicas-outside-bounds", replicas=9, max_replicas=4),
         Reason.INVALID_REPLICAS,
-        "outside elasticPolicy [1, 4]",
+        "outside the elastic range [1, 4]",
     ),
     Bad(
         "missing-worker",

@@ -340,12 +340,18 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
     assert "aggregationRule" not in role
     read = {"get", "list", "watch"}
     expected = (
-        {("kubeflow.org", "pytorchjobs", v) for v in read}
+        {("kubeflow.org", r, v) for r in ("pytorchjobs", "paddlejobs") for v in read}
+        | {("batch.volcano.sh", "jobs", v) for v in read}
         | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in read}
         | {("scheduling.k8s.io", "priorityclasses", v) for v in read}
     )
     if target != "overlays/dry-run":  # a dry run writes nothing: RBAC says so too
-        expected |= {("kubeflow.org", "pytorchjobs", "patch"), ("", "events", "create")}
+        expected |= {
+            ("kubeflow.org", "pytorchjobs", "patch"),
+            ("kubeflow.org", "paddlejobs", "patch"),
+            ("batch.volcano.sh", "jobs", "patch"),
+            ("", "events", "create"),
+        }
     assert _grants(role) == expected
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {

@@ -493,3 +493,31 @@ async def test_blank_namespaces_and_selector_whitespace_are_ignored(
             "PyTorchJob(ns1)",
             "Queue",
         ]
+
+
+async def test_a_kind_whose_crd_is_missing_is_one_info_line_and_no_jobs(capsys) -> None:
+    """The default manages every kind; a cluster without PaddleJob's CRD answers its
+    LIST with 404: that cache is current and empty, said once at info, and the other
+    kinds are read as usual (no warning, no error, no retry loop)."""
+    from fakekube import DEFAULT_RESOURCES
+
+    from autoscaler.resources import JOB_RESOURCES
+
+    served = [r for r in DEFAULT_RESOURCES if r.plural != "paddlejobs"]
+    async with FakeKubeApi(resources=served) as fake, ApiClient(fake.configuration()) as client:
+        fake.put(job("a", "ns1"))
+        source = KubeSource(Settings(), client, job_kinds=JOB_RESOURCES, backoff_base=0.01)
+        await source.start()
+        try:
+            await source.wait_synced(5)
+            objects = source.objects()
+            assert objects.synced and objects.errors == () and source.current
+            assert names(objects.jobs) == ["ns1/a"]
+            lists_before = sum(1 for r in fake.requests if "/paddlejobs" in r.path)
+        finally:
+            await source.stop()
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("kube.kind_not_installed") == 1 and "paddlejobs.kubeflow.org" in text
+    assert "kube.cache_error" not in text
+    assert lists_before == 1  # checked again only every ABSENT_RECHECK_SECONDS

@@ -17,7 +17,7 @@ from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
 
 from autoscaler.actuator import DryRunActuator, KubeActuator, Outcome
-from autoscaler.daemon import wants_early_cycle
+from autoscaler.daemon import job_kinds, wants_early_cycle
 from autoscaler.leader import LeaderElector
 from autoscaler.loop import Controller, Driver, next_start
 from autoscaler.metrics import Metrics
@@ -59,10 +59,15 @@ class Daemon:
     ) -> None:
         self.api, self.settings = api, settings
         self.client = ApiClient(api.configuration())
-        self.kube = KubeSource(settings, self.client)
+        kinds = job_kinds(settings)
+        self.kube = KubeSource(settings, self.client, job_kinds=[k.resource for k in kinds])
         self.prometheus = PrometheusSource(settings)
         self.metrics = Metrics()
-        actuator = DryRunActuator(settings) if dry_run else KubeActuator(settings, self.client)
+        actuator = (
+            DryRunActuator(settings)
+            if dry_run
+            else KubeActuator(settings, self.client, kinds=kinds)
+        )
         self.controller = Controller(
             settings,
             LiveSource(settings, self.kube, self.prometheus, self.metrics),
@@ -84,8 +89,11 @@ class Daemon:
     async def seen(self, plural_kind: str, name: str, check=lambda o: True) -> None:
         def has() -> bool:
             objs = self.kube.objects()
-            items = objs.jobs if plural_kind == "PyTorchJob" else objs.podgroups
-            return any(o["metadata"]["name"] == name and check(o) for o in items)
+            items = objs.podgroups if plural_kind == "PodGroup" else objs.jobs
+            return any(
+                o["metadata"]["name"] == name and o["kind"] == plural_kind and check(o)
+                for o in items
+            )
 
         await eventually(has, message=f"{plural_kind} {name} in the cache")
 
@@ -127,7 +135,7 @@ async def test_full_cycle_grows_reclaims_and_records_why(api):
         assert prom.hits == 1
         text = _metrics_text(d.metrics)
         assert (
-            'elastic_autoscaler_actions_total{direction="up",queue="team-a",'
+            'elastic_autoscaler_actions_total{direction="up",kind="PyTorchJob",queue="team-a",'
             'reason="ScaleUpIdleGpus"} 1.0' in text
         )
         assert 'elastic_autoscaler_queue_reclaimed_gpus{queue="team-b"} 3.0' in text
@@ -412,8 +420,8 @@ async def test_http_endpoints_follow_the_loop(api):
                 async with http.get(f"{base}/metrics") as r:
                     text = await r.text()
                 assert (
-                    'elastic_autoscaler_job_desired_replicas{name="j",namespace="ml",'
-                    'queue="team-a"} 4.0' in text
+                    'elastic_autoscaler_job_desired_replicas{kind="PyTorchJob",name="j",'
+                    'namespace="ml",queue="team-a"} 4.0' in text
                 )
                 assert 'elastic_autoscaler_cycles_total{result="ok"} 1.0' in text
                 # a cycle that overran its deadline long ago: alive fails

@@ -130,7 +130,7 @@ def test_limits_and_requests_that_differ_are_invalid_and_name_both():
     ],
 )
 def test_gpu_quantities_in_the_api_grammar(value, gpus):
-    from autoscaler.parse import parse_quantity
+    from autoscaler.fields import parse_quantity
 
     assert parse_quantity(value, "f") == gpus
 
@@ -152,7 +152,7 @@ def test_gpu_quantities_in_the_api_grammar(value, gpus):
     ],
 )
 def test_bad_gpu_quantities_say_what_is_wrong(value, message):
-    from autoscaler.parse import BadField, parse_quantity
+    from autoscaler.fields import BadField, parse_quantity
 
     with pytest.raises(BadField, match=r"^f ") as err:
         parse_quantity(value, "f")
@@ -195,7 +195,7 @@ BAD = [
         "replicas above max",
         pytorchjob(replicas=9, max_replicas=4),
         Reason.INVALID_REPLICAS,
-        "outside elasticPolicy",
+        "outside the elastic range",
     ),
     (
         "missing worker",

@@ -83,7 +83,7 @@ def _can(
     return bool(review["status"]["allowed"])
 
 
-KF, VC = "kubeflow.org", "scheduling.volcano.sh"
+KF, VC, VB = "kubeflow.org", "scheduling.volcano.sh", "batch.volcano.sh"
 # (verb, resource, group, namespace, name, subresource) the daemon must NOT be able to do
 FORBIDDEN = [
     ("delete", "pytorchjobs", KF, "team", "", ""),
@@ -92,6 +92,14 @@ FORBIDDEN = [
     ("patch", "pytorchjobs", KF, "team", "j", "status"),
     ("patch", "pytorchjobs", KF, "team", "j", "scale"),
     ("update", "pytorchjobs", KF, "team", "j", "scale"),
+    ("delete", "paddlejobs", KF, "team", "", ""),
+    ("patch", "paddlejobs", KF, "team", "j", "scale"),
+    ("patch", "paddlejobs", KF, "team", "j", "status"),
+    ("create", "jobs", VB, "team", "", ""),
+    ("delete", "jobs", VB, "team", "j", ""),
+    ("patch", "jobs", VB, "team", "j", "status"),
+    ("patch", "jobs", "batch", "team", "j", ""),  # a batch/v1 Job is not ours
+    ("patch", "mpijobs", KF, "team", "j", ""),
     ("get", "secrets", "", "team", "", ""),
     ("list", "secrets", "", NS, "", ""),
     ("create", "pods", "", "team", "", ""),
@@ -114,12 +122,16 @@ FORBIDDEN = [
 NEEDED = [
     ("list", "pytorchjobs", KF, "", "", ""),
     ("watch", "pytorchjobs", KF, "", "", ""),
+    ("list", "paddlejobs", KF, "", "", ""),
+    ("watch", "jobs", VB, "", "", ""),
     ("list", "podgroups", VC, "", "", ""),
     ("watch", "queues", VC, "", "", ""),
     ("list", "priorityclasses", "scheduling.k8s.io", "", "", ""),
 ]
 WRITES = [
     ("patch", "pytorchjobs", KF, "team", "j", ""),
+    ("patch", "paddlejobs", KF, "team", "j", ""),
+    ("patch", "jobs", VB, "team", "j", ""),
     ("create", "events", "", "team", "", ""),
     ("get", "leases", "coordination.k8s.io", NS, "elastic-autoscaler", ""),
     ("update", "leases", "coordination.k8s.io", NS, "elastic-autoscaler", ""),

@@ -427,7 +427,12 @@ def test_planner_policy_runs_the_daemons_own_cycle() -> None:
     grows = sum(
         registry.get_sample_value(
             "elastic_autoscaler_actions_total",
-            {"queue": q, "direction": "up", "reason": Reason.SCALE_UP_IDLE_GPUS.value},
+            {
+                "queue": q,
+                "direction": "up",
+                "reason": Reason.SCALE_UP_IDLE_GPUS.value,
+                "kind": "PyTorchJob",
+            },
         )
         or 0
         for q in ("a", "b")

@@ -41,6 +41,7 @@ __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 log = structlog.get_logger("autoscaler.sources.kube")
 
 CONNECT_RETRY_MAX_SECONDS = 1.0
+ABSENT_RECHECK_SECONDS = 300.0
 
 RawObject = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -112,8 +113,13 @@ class _Cache:
         backoff: Callable[[int], float],
         page_size: int,
         transform: Callable[[RawObject], RawObject] | None = None,
+        optional: bool = False,
     ) -> None:
         self.resource = resource
+        # a job kind whose CRD may not be installed: a 404 means "none of these", checked
+        # again every ABSENT_RECHECK_SECONDS, not an error
+        self.optional = optional
+        self.absent = False
         self._transform = transform or (lambda obj: obj)
         self.namespace = namespace
         self.label_selector = label_selector
@@ -167,6 +173,11 @@ class _Cache:
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
+                if self.optional and classify(exc) is ApiFailure.NOT_FOUND:
+                    self._absent()
+                    need_list = True
+                    await asyncio.sleep(ABSENT_RECHECK_SECONDS)
+                    continue
                 if classify(exc) is ApiFailure.EXPIRED:
                     # The server forgot our version (compaction, or a restart that rebuilt
                     # its watch cache): only a fresh LIST can make the cache current, and
@@ -271,7 +282,26 @@ class _Cache:
             if not token:
                 break
         self.counters.lists += 1
+        if self.absent:
+            self.absent = False
+            log.info("kube.kind_installed", cache=self.name)
         self._install(fresh, seen, str(meta.get("resourceVersion") or ""))
+        self._recovered()
+        self.synced.set()
+
+    def _absent(self) -> None:
+        """The API server does not serve the resource (its CRD is not installed): the cache
+        is current and empty. One info line, not a warning per retry."""
+        if not self.absent:
+            log.info(
+                "kube.kind_not_installed",
+                cache=self.name,
+                resource=f"{self.resource.plural}.{self.resource.group}/{self.resource.version}",
+                note="its CRD is not installed: no such jobs are managed; checked again every "
+                f"{ABSENT_RECHECK_SECONDS:.0f}s",
+            )
+        self.absent = True
+        self._install({}, set(), "")
         self._recovered()
         self.synced.set()
 
@@ -452,7 +482,7 @@ class _Memo:
 
 
 class KubeSource:
-    """Informer-like caches of PyTorchJobs, PodGroups, Queues and PriorityClasses.
+    """Informer-like caches of the managed job kinds, PodGroups, Queues and PriorityClasses.
 
     `settings.namespaces` empty: one all-namespaces cache per namespaced resource, else
     one per namespace. `settings.label_selector` applies to jobs only. Call `start()`
@@ -470,8 +500,10 @@ class KubeSource:
         rng: random.Random | None = None,
         page_size: int | None = None,  # None: settings.kube_list_page_size
         transform: Callable[[RawObject], RawObject] | None = None,
+        job_kinds: Sequence[ResourceKind] = (PYTORCHJOB,),
     ) -> None:
-        """`transform` is applied to every object before it is stored (after the size
+        """`job_kinds`: the job resources to cache (the daemon passes the managed kinds).
+        `transform` is applied to every object before it is stored (after the size
         check): the daemon passes `sources.prune.pruner(settings)` so the caches keep only what
         is parsed."""
         self._settings = settings
@@ -486,7 +518,12 @@ class KubeSource:
         chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
         namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
 
-        def cache(resource: ResourceKind, namespace: str | None, selector: str = "") -> _Cache:
+        def cache(
+            resource: ResourceKind,
+            namespace: str | None,
+            selector: str = "",
+            optional: bool = False,
+        ) -> _Cache:
             return _Cache(
                 resource,
                 namespace,
@@ -497,9 +534,15 @@ class KubeSource:
                 self._backoff,
                 pages,
                 transform,
+                optional,
             )
 
-        self._jobs = [cache(PYTORCHJOB, ns, settings.label_selector.strip()) for ns in namespaces]
+        selector = settings.label_selector.strip()
+        # one list per kind: a PyTorchJob and a Volcano Job may share a name
+        self._jobs_by_kind = [
+            [cache(kind, ns, selector, optional=True) for ns in namespaces] for kind in job_kinds
+        ]
+        self._jobs = [c for caches in self._jobs_by_kind for c in caches]
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
         self._queues = [cache(QUEUE, None)]
         self._priorityclasses = [cache(PRIORITY_CLASS, None)]
@@ -582,7 +625,7 @@ class KubeSource:
         if memo is not None and self._memo.versions == versions and not failing:
             return memo
         snapshot = KubeObjects(
-            jobs=_merged(self._jobs),
+            jobs=tuple(obj for caches in self._jobs_by_kind for obj in _merged(caches)),
             podgroups=_merged(self._podgroups),
             queues=_merged(self._queues),
             priorityclasses=_merged(self._priorityclasses),

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from ..fields import BadField, dig
 from ..metrics import Metrics
 from ..model import ClusterSnapshot, QueueState, Reason
-from ..parse import BadField, ParseCache, RawObjects, build_snapshot, dig, gpu_sum
+from ..parse import ParseCache, RawObjects, build_snapshot, gpu_sum
 from ..settings import Settings
 
 

@@ -7,44 +7,12 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from ..resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION
+from ..kinds import KINDS
 from ..settings import Settings
-
-KEEP = True  # keep this value whole
-
-
-def _only(keys: Iterable[str]) -> Any:
-    """Keep these keys of a mapping (anything else stays whole, for parsing to report)."""
-
-    wanted = frozenset(keys)
-
-    def keep(value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        return {k: v for k, v in value.items() if k in wanted}
-
-    return keep
-
-
-def _conditions(types: Iterable[str]) -> Any:
-    """Keep the conditions parsing looks at (finished, suspended, unschedulable)."""
-
-    wanted = frozenset(types)
-
-    def keep(value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        return [
-            {"type": c.get("type"), "status": c.get("status")}
-            for c in value
-            if isinstance(c, Mapping) and c.get("type") in wanted
-        ]
-
-    return keep
+from ..shapes import KEEP, Shared, conditions, only
 
 
 def _shapes(settings: Settings) -> dict[str, Any]:
@@ -56,57 +24,12 @@ def _shapes(settings: Settings) -> dict[str, Any]:
         "creationTimestamp": KEEP,
         "deletionTimestamp": KEEP,
     }
-    gpus = _only(settings.gpu_resource_names)
-    group_gpus = _only(
+    gpus = only(settings.gpu_resource_names)
+    group_gpus = only(
         [*settings.gpu_resource_names, *(f"requests.{n}" for n in settings.gpu_resource_names)]
     )
     return {
-        "PyTorchJob": {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": {
-                **meta,
-                "annotations": _only(
-                    (
-                        settings.last_scale_annotation,
-                        settings.paused_annotation,
-                        VOLCANO_QUEUE_ANNOTATION,
-                    )
-                ),
-            },
-            "spec": _Shared(
-                {
-                    "elasticPolicy": _only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
-                    "runPolicy": _Shared(
-                        {
-                            "suspend": KEEP,
-                            "schedulingPolicy": _only(("queue", "priorityClass", "minAvailable")),
-                        }
-                    ),
-                    "pytorchReplicaSpecs": _Shared(
-                        {
-                            "Worker": {
-                                "replicas": KEEP,
-                                "template": _Shared(
-                                    {
-                                        "spec": {
-                                            "containers": [
-                                                {"resources": {"limits": gpus, "requests": gpus}}
-                                            ]
-                                        }
-                                    }
-                                ),
-                            }
-                        }
-                    ),
-                }
-            ),
-            "status": {
-                "conditions": _Shared(_conditions((*FINISHED_CONDITIONS, "Suspended"))),
-                "startTime": KEEP,
-                "replicaStatuses": _Shared({"Worker": {"active": KEEP}}),
-            },
-        },
+        **{k.resource.kind: k.prune_shape(meta, settings) for k in KINDS},
         "PodGroup": {
             "apiVersion": KEEP,
             "kind": KEEP,
@@ -117,7 +40,7 @@ def _shapes(settings: Settings) -> dict[str, Any]:
                 "minResources": group_gpus,
                 "priorityClassName": KEEP,
             },
-            "status": {"phase": KEEP, "conditions": _conditions(("Unschedulable",))},
+            "status": {"phase": KEEP, "conditions": conditions(("Unschedulable",))},
         },
         "Queue": {
             "apiVersion": KEEP,
@@ -127,15 +50,6 @@ def _shapes(settings: Settings) -> dict[str, Any]:
             "status": {"state": KEEP, "allocated": gpus},
         },
     }
-
-
-@dataclass(frozen=True, slots=True)
-class _Shared:
-    """Jobs repeat these parts (elastic policy, scheduling policy, Worker spec, status
-    counts): equal pruned values are stored once. Safe because cached objects are never
-    mutated, only replaced."""
-
-    shape: Any
 
 
 class _SharedDict(dict):  # type: ignore[type-arg]
@@ -170,7 +84,7 @@ def _share(value: Any) -> Any:
 def _prune(value: Any, shape: Any) -> Any:
     if shape is KEEP:
         return value
-    if isinstance(shape, _Shared):
+    if isinstance(shape, Shared):
         return _share(_prune(value, shape.shape))
     if callable(shape):
         return shape(value)

@@ -1,0 +1,80 @@
+"""What every job kind says about its objects (see autoscaler/kinds/__init__.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..model import Reason
+from ..resources import ResourceKind
+from ..settings import Settings
+
+
+class NotManaged(Exception):
+    """The job is left alone, for `reason`; `message` names the field."""
+
+    def __init__(self, reason: Reason, message: str, **known: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.known = known  # what could be read: replicas, gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """The resizable worker group of one job, as read from the object."""
+
+    replicas: int  # what the spec asks for
+    active: int  # what runs
+    gpus_per_worker: int
+    field: str  # where `replicas` lives, for messages: spec.pytorchReplicaSpecs.Worker.replicas
+    # where the group is, for the kind's own write: "" when the kind has one fixed place
+    # (kubeflow jobs), "<index>:<name>" of the elastic task of a Volcano Job
+    at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One request that sets a job's worker count (and our annotations)."""
+
+    body: Any
+    content_type: str
+
+
+class JobKind(Protocol):
+    resource: ResourceKind
+
+    def queue(self, obj: Mapping[str, Any]) -> str:
+        """The Volcano queue the job's pods are scheduled in."""
+
+    def priority_class(self, obj: Mapping[str, Any]) -> Any:
+        """The PriorityClass name the job's gang carries (unvalidated)."""
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
+        """FINISHED or SUSPENDED with why, or None for a job that may run."""
+
+    def workers(self, obj: Mapping[str, Any], settings: Settings) -> Workers:
+        """The worker group; raises NotManaged (naming the field) when it cannot be read."""
+
+    def bounds(
+        self, obj: Mapping[str, Any], workers: Workers, settings: Settings
+    ) -> tuple[int, int]:
+        """min and max workers; raises NotManaged (NOT_ELASTIC, INVALID_POLICY, ...)."""
+
+    def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the job's gang stays at its minimum when it grows (else growing it
+        raises the gang size: noted on the decision)."""
+
+    def write(self, at: str, target: int, annotations: Mapping[str, str], rv: str) -> Write:
+        """The patch that sets the worker count to `target` and our annotations, pinned
+        to resourceVersion `rv` (the server answers 409 if the job changed)."""
+
+    def workers_name(self, at: str) -> str:
+        """The worker group for people: "Worker", "task worker"."""
+
+    def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
+        """What of the object parsing reads (see sources/prune.py)."""
+
+    def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """A change that frees GPUs now (the job finished or went away)."""

@@ -1,0 +1,213 @@
+"""Kubeflow training-operator jobs: PyTorchJob and PaddleJob.
+
+Both keep their workers in `spec.<x>ReplicaSpecs.Worker`, their elastic range in
+`spec.elasticPolicy` and their queue and priority in `spec.runPolicy.schedulingPolicy`;
+they differ only in the replica-spec field. A resize is one merge patch of the Worker's
+replicas and our annotations, pinned to the resourceVersion we planned on. PaddleJob's
+CRD also has a /scale subresource; we do not use it, because a /scale write cannot carry
+the last-scale annotation in the same request, and a resize without it would escape the
+cooldown if the second write failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..fields import BadField, dig, gpus_per_worker, int_field
+from ..model import Reason
+from ..resources import (
+    FINISHED_CONDITIONS,
+    MERGE_PATCH,
+    PADDLEJOB,
+    PYTORCHJOB,
+    VOLCANO_QUEUE_ANNOTATION,
+    ResourceKind,
+)
+from ..settings import Settings
+from ..shapes import KEEP, Shared, conditions, only
+from .base import NotManaged, Workers, Write
+
+DEFAULT_QUEUE = "default"
+
+
+class KubeflowJob:
+    def __init__(self, resource: ResourceKind, replica_specs: str) -> None:
+        self.resource = resource
+        self.replica_specs = replica_specs  # e.g. pytorchReplicaSpecs
+
+    def __repr__(self) -> str:
+        return f"KubeflowJob({self.resource.kind})"
+
+    def queue(self, obj: Mapping[str, Any]) -> str:
+        queue = dig(obj, "spec", "runPolicy", "schedulingPolicy", "queue")
+        if isinstance(queue, str) and queue:
+            return queue
+        queue = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+        if isinstance(queue, str) and queue:
+            return queue
+        return DEFAULT_QUEUE
+
+    def priority_class(self, obj: Mapping[str, Any]) -> Any:
+        return dig(obj, "spec", "runPolicy", "schedulingPolicy", "priorityClass")
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
+        found = dig(obj, "status", "conditions")
+        if isinstance(found, list):
+            for cond in found:
+                if dig(cond, "status") == "True" and dig(cond, "type") in FINISHED_CONDITIONS:
+                    return Reason.FINISHED, f"job has condition {cond['type']}"
+            for cond in found:
+                if dig(cond, "status") == "True" and dig(cond, "type") == "Suspended":
+                    return Reason.SUSPENDED, "job has condition Suspended"
+        if dig(obj, "spec", "runPolicy", "suspend") is True:
+            return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
+        return None
+
+    def workers(self, obj: Mapping[str, Any], settings: Settings) -> Workers:
+        where = f"spec.{self.replica_specs}.Worker"
+        worker = dig(obj, "spec", self.replica_specs, "Worker")
+        if not isinstance(worker, Mapping):
+            raise NotManaged(Reason.INVALID_SPEC, f"{where} is missing")
+        try:
+            replicas = int_field(worker.get("replicas", 1), f"{where}.replicas")
+        except BadField as exc:
+            raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
+        try:
+            gpw = gpus_per_worker(
+                worker.get("template"), settings.gpu_resource_names, f"{where}.template"
+            )
+        except BadField as exc:
+            raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None
+        raw = dig(obj, "status", "replicaStatuses", "Worker", "active")
+        try:
+            active = 0 if raw is None else int_field(raw, "status.replicaStatuses.Worker.active")
+        except BadField as exc:
+            raise NotManaged(
+                Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
+            ) from None
+        return Workers(replicas, active, gpw, f"{where}.replicas")
+
+    def bounds(
+        self, obj: Mapping[str, Any], workers: Workers, settings: Settings
+    ) -> tuple[int, int]:
+        elastic = dig(obj, "spec", "elasticPolicy")
+        if elastic is None:
+            raise NotManaged(Reason.NOT_ELASTIC, "spec.elasticPolicy is not set")
+        if not isinstance(elastic, Mapping):
+            raise NotManaged(Reason.INVALID_POLICY, "spec.elasticPolicy must be a mapping")
+        if elastic.get("metrics"):
+            raise NotManaged(
+                Reason.OPERATOR_HPA,
+                "spec.elasticPolicy.metrics is set: training-operator scales it with its own HPA",
+            )
+        try:
+            return _elastic_bounds(elastic, workers.replicas)
+        except BadField as exc:
+            raise NotManaged(Reason.INVALID_POLICY, str(exc)) from None
+
+    def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
+        # without minAvailable, training-operator sets the gang to all replicas
+        return dig(obj, "spec", "runPolicy", "schedulingPolicy", "minAvailable") is not None
+
+    def write(self, at: str, target: int, annotations: Mapping[str, str], rv: str) -> Write:
+        metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        if rv:
+            metadata["resourceVersion"] = rv
+        body = {
+            "metadata": metadata,
+            "spec": {self.replica_specs: {"Worker": {"replicas": target}}},
+        }
+        return Write(body, MERGE_PATCH)
+
+    def workers_name(self, at: str) -> str:
+        return "Worker"
+
+    def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
+        gpus = only(settings.gpu_resource_names)
+        return {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {
+                **meta,
+                "annotations": only(
+                    (
+                        settings.last_scale_annotation,
+                        settings.paused_annotation,
+                        VOLCANO_QUEUE_ANNOTATION,
+                    )
+                ),
+            },
+            "spec": Shared(
+                {
+                    "elasticPolicy": only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
+                    "runPolicy": Shared(
+                        {
+                            "suspend": KEEP,
+                            "schedulingPolicy": only(("queue", "priorityClass", "minAvailable")),
+                        }
+                    ),
+                    self.replica_specs: Shared(
+                        {
+                            "Worker": {
+                                "replicas": KEEP,
+                                "template": Shared(
+                                    {
+                                        "spec": {
+                                            "containers": [
+                                                {"resources": {"limits": gpus, "requests": gpus}}
+                                            ]
+                                        }
+                                    }
+                                ),
+                            }
+                        }
+                    ),
+                }
+            ),
+            "status": {
+                "conditions": Shared(conditions((*FINISHED_CONDITIONS, "Suspended"))),
+                "startTime": KEEP,
+                "replicaStatuses": Shared({"Worker": {"active": KEEP}}),
+            },
+        }
+
+    def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+        if event_type == "DELETED":
+            return True
+        found = dig(obj, "status", "conditions")
+        return isinstance(found, list) and any(
+            isinstance(c, Mapping)
+            and c.get("status") == "True"
+            and c.get("type") in FINISHED_CONDITIONS
+            for c in found
+        )
+
+
+def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:
+    """minReplicas/maxReplicas (or the older min/max), defaulted as training-operator's
+    setElasticPolicy does: one bound missing takes the other's value, both missing take
+    the Worker's replicas."""
+
+    def bound(new: str, old: str) -> int | None:
+        if elastic.get(new) is not None:
+            return int_field(elastic[new], f"spec.elasticPolicy.{new}", minimum=1)
+        if elastic.get(old) is not None:
+            return int_field(elastic[old], f"spec.elasticPolicy.{old}", minimum=1)
+        return None
+
+    min_r, max_r = bound("minReplicas", "min"), bound("maxReplicas", "max")
+    if min_r is None and max_r is None:
+        min_r = max_r = max(1, replicas)
+    elif min_r is None:
+        min_r = max_r
+    elif max_r is None:
+        max_r = min_r
+    assert min_r is not None and max_r is not None
+    if min_r > max_r:
+        raise BadField(f"spec.elasticPolicy.minReplicas={min_r} is above maxReplicas={max_r}")
+    return min_r, max_r
+
+
+PYTORCHJOB_KIND = KubeflowJob(PYTORCHJOB, "pytorchReplicaSpecs")
+PADDLEJOB_KIND = KubeflowJob(PADDLEJOB, "paddleReplicaSpecs")

@@ -1,0 +1,274 @@
+"""The job kinds: PyTorchJob, PaddleJob and Volcano Job read into the same ElasticJob,
+each bad field named, each resize written the kind's way."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+from builders import (
+    DELETE,
+    NOW,
+    edit,
+    ej,
+    gang,
+    paddlejob,
+    policy,
+    pytorchjob,
+    settings,
+    snap,
+    vcjob,
+)
+
+from autoscaler.kinds import KINDS, kind_of
+from autoscaler.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
+from autoscaler.kinds.vcjob import VCJOB_KIND
+from autoscaler.model import ElasticJob, ObjectRef, Reason, UnmanagedJob
+from autoscaler.parse import Priorities, RawObjects, build_snapshot, parse_job
+from autoscaler.planner import plan
+from autoscaler.resources import JOB_RESOURCES, JSON_PATCH, MERGE_PATCH
+from autoscaler.snapshot_file import free_gpu_states
+
+S = settings()
+NOPRIO = Priorities({})
+MAX = "elastic-autoscaler.io/max-replicas"
+PS = {
+    "name": "ps",
+    "replicas": 1,
+    "template": {"spec": {"containers": [{"name": "ps", "image": "x"}]}},
+}
+
+
+def parsed(obj):
+    return parse_job(obj, S, NOPRIO)
+
+
+def test_every_kind_is_registered_once_and_known_to_settings():
+    assert [k.resource for k in KINDS] == list(JOB_RESOURCES)
+    assert len({k.resource.kind for k in KINDS}) == len(KINDS)
+
+
+@pytest.mark.parametrize(
+    ("obj", "kind", "lo", "hi", "replicas", "active", "gpw", "at"),
+    [
+        (pytorchjob(gpus=2), "PyTorchJob", 1, 4, 2, 2, 2, ""),
+        (paddlejob(gpus=2, replicas=3, active=1, max_replicas=6), "PaddleJob", 1, 6, 3, 1, 2, ""),
+        (vcjob(), "Job", 1, 4, 2, 2, 1, "0:worker"),
+        # gang of 3 with one ps pod: the workers may not go below 2
+        (
+            vcjob(min_available=3, other_tasks=[PS], max_replicas=5),
+            "Job",
+            2,
+            5,
+            2,
+            2,
+            1,
+            "1:worker",
+        ),
+        # the task's own minAvailable wins when higher
+        (vcjob(task_min=2, max_replicas=3), "Job", 2, 3, 2, 2, 1, "0:worker"),
+    ],
+    ids=["pytorchjob", "paddlejob", "vcjob", "vcjob-gang-of-tasks", "vcjob-task-min"],
+)
+def test_each_kind_reads_into_the_same_elastic_job(obj, kind, lo, hi, replicas, active, gpw, at):
+    job = parsed(obj)
+    assert isinstance(job, ElasticJob), job
+    assert (job.ref.kind, job.min_replicas, job.max_replicas) == (kind, lo, hi)
+    assert (job.replicas, job.active, job.gpus_per_worker, job.workers_at) == (
+        replicas,
+        active,
+        gpw,
+        at,
+    )
+    assert job.queue == "team-a"
+
+
+BAD = [
+    # (case, object, reason, text the message must contain)
+    (
+        "paddle-no-worker",
+        edit(paddlejob(), "spec.paddleReplicaSpecs.Worker", DELETE),
+        Reason.INVALID_SPEC,
+        "spec.paddleReplicaSpecs.Worker is missing",
+    ),
+    (
+        "paddle-replicas-text",
+        edit(paddlejob(), "spec.paddleReplicaSpecs.Worker.replicas", "two"),
+        Reason.INVALID_REPLICAS,
+        "spec.paddleReplicaSpecs.Worker.replicas must be an integer",
+    ),
+    (
+        "paddle-not-elastic",
+        edit(paddlejob(), "spec.elasticPolicy", DELETE),
+        Reason.NOT_ELASTIC,
+        "spec.elasticPolicy is not set",
+    ),
+    (
+        "paddle-hpa",
+        edit(paddlejob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
+        Reason.OPERATOR_HPA,
+        "spec.elasticPolicy.metrics",
+    ),
+    (
+        "paddle-min-above-max",
+        paddlejob(min_replicas=5, max_replicas=2),
+        Reason.INVALID_POLICY,
+        "minReplicas=5 is above maxReplicas=2",
+    ),
+    (
+        "paddle-succeeded",
+        paddlejob(conditions=[{"type": "Succeeded", "status": "True"}]),
+        Reason.FINISHED,
+        "Succeeded",
+    ),
+    ("vc-no-annotation", vcjob(max_replicas=None), Reason.NOT_ELASTIC, MAX),
+    ("vc-annotation-text", vcjob(max_replicas="lots"), Reason.INVALID_ANNOTATION, "'lots'"),
+    ("vc-annotation-zero", vcjob(max_replicas=0), Reason.INVALID_ANNOTATION, MAX),
+    (
+        "vc-number-with-two-tasks",
+        vcjob(other_tasks=[PS], annotations={MAX: "4"}),
+        Reason.INVALID_ANNOTATION,
+        "say which is elastic, e.g. ps=4",
+    ),
+    (
+        "vc-unknown-task",
+        vcjob(other_tasks=[PS], elastic_task="ghost"),
+        Reason.INVALID_ANNOTATION,
+        "task 'ghost', which is not in spec.tasks (ps, worker)",
+    ),
+    (
+        "vc-two-elastic-tasks",
+        vcjob(other_tasks=[PS], annotations={MAX: "worker=4,ps=2"}),
+        Reason.INVALID_ANNOTATION,
+        "one task per Job is elastic",
+    ),
+    (
+        "vc-max-below-min",
+        vcjob(min_available=3, replicas=3, running=3, max_replicas=2),
+        Reason.INVALID_ANNOTATION,
+        "at most 2 worker(s), below the 3",
+    ),
+    ("vc-no-tasks", edit(vcjob(), "spec.tasks", []), Reason.INVALID_SPEC, "spec.tasks is missing"),
+    (
+        "vc-task-without-name",
+        edit(vcjob(), "spec.tasks", [{"replicas": 2}]),
+        Reason.INVALID_SPEC,
+        "spec.tasks[0].name is missing",
+    ),
+    (
+        "vc-replicas-negative",
+        edit(vcjob(), "spec.tasks", [{**vcjob()["spec"]["tasks"][0], "replicas": -1}]),
+        Reason.INVALID_REPLICAS,
+        "spec.tasks[0].replicas must be between 0",
+    ),
+    (
+        "vc-running-garbage",
+        edit(vcjob(), "status.taskStatusCount.worker.phase.Running", "many"),
+        Reason.INVALID_SPEC,
+        "status.taskStatusCount[worker].phase.Running",
+    ),
+    (
+        "vc-replicas-above-max",
+        vcjob(replicas=6, running=6, max_replicas=4),
+        Reason.INVALID_REPLICAS,
+        "spec.tasks[0].replicas=6 is outside the elastic range [1, 4]",
+    ),
+    (
+        "vc-no-gpu",
+        vcjob(gpus=0),
+        Reason.INVALID_SPEC,
+        "spec.tasks[0].template requests no GPU",
+    ),
+    ("vc-completed", vcjob(phase="Completed"), Reason.FINISHED, "status.state.phase is Completed"),
+    ("vc-aborted", vcjob(phase="Aborted"), Reason.SUSPENDED, "status.state.phase is Aborted"),
+    (
+        "vc-paused",
+        vcjob(annotations={"elastic-autoscaler.io/paused": "true"}),
+        Reason.PAUSED,
+        "paused",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "reason", "text"), BAD, ids=[b[0] for b in BAD])
+def test_bad_fields_of_each_kind_are_named(case, obj, reason, text):
+    job = parsed(obj)
+    assert isinstance(job, UnmanagedJob), case
+    assert job.reason is reason, job.message
+    assert text in job.message
+    assert job.ref.kind == obj["kind"] and job.ref.name == obj["metadata"]["name"]
+
+
+def test_a_batch_v1_job_is_not_a_volcano_job():
+    batch = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}}
+    assert kind_of(batch) is None
+    assert kind_of(vcjob()) is VCJOB_KIND and kind_of(paddlejob()) is PADDLEJOB_KIND
+    mixed = RawObjects.from_objects([batch, vcjob(), paddlejob(), pytorchjob()])
+    assert sorted(o["kind"] for o in mixed.jobs) == ["Job", "PaddleJob", "PyTorchJob"]
+
+
+def test_same_name_in_two_kinds_is_two_jobs_not_a_duplicate():
+    raw = RawObjects.from_objects([pytorchjob("a"), vcjob("a"), paddlejob("a")])
+    s = build_snapshot(raw, free_gpu_states({"team-a": 4}), S)
+    assert sorted(j.ref.kind for j in s.jobs) == ["Job", "PaddleJob", "PyTorchJob"]
+    assert not s.unmanaged
+
+
+def test_kubeflow_writes_merge_patch_of_its_own_replica_spec():
+    for kind, field in (
+        (PYTORCHJOB_KIND, "pytorchReplicaSpecs"),
+        (PADDLEJOB_KIND, "paddleReplicaSpecs"),
+    ):
+        w = kind.write("", 5, {"a/b": "c"}, "17")
+        assert w.content_type == MERGE_PATCH
+        assert w.body == {
+            "metadata": {"annotations": {"a/b": "c"}, "resourceVersion": "17"},
+            "spec": {field: {"Worker": {"replicas": 5}}},
+        }
+
+
+def test_vcjob_writes_a_json_patch_pinned_to_version_and_task():
+    w = VCJOB_KIND.write("1:worker", 3, {"elastic-autoscaler.io/last-scale-time": "t"}, "17")
+    assert w.content_type == JSON_PATCH
+    assert w.body == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "17"},
+        {"op": "test", "path": "/spec/tasks/1/name", "value": "worker"},
+        {"op": "replace", "path": "/spec/tasks/1/replicas", "value": 3},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/elastic-autoscaler.io~1last-scale-time",
+            "value": "t",
+        },
+    ]
+    with pytest.raises(ValueError, match="locator"):
+        VCJOB_KIND.write("", 3, {}, "17")
+
+
+@pytest.mark.parametrize("obj", [paddlejob(), vcjob(), vcjob(other_tasks=[PS], min_available=2)])
+def test_pruned_objects_of_each_kind_parse_exactly_like_whole_ones(obj):
+    from autoscaler.sources.prune import pruner
+
+    whole = copy.deepcopy(obj)
+    whole["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {}}]
+    whole["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
+        "x" * 5000
+    )
+    pruned = pruner(S)(whole)
+    assert len(str(pruned)) < len(str(whole))
+    assert parsed(pruned) == parsed(whole)
+
+
+@pytest.mark.parametrize("kind", ["Job", "PaddleJob", "PyTorchJob"])
+def test_a_podgroup_owned_by_the_job_is_its_own_gang(kind):
+    """A job whose own gang waits is not grown or shrunk, whatever its kind; a PodGroup
+    owned by another kind of the same name is not its gang."""
+    job = ej("a", min=1, max=8, replicas=2)
+    job = replace(job, ref=replace(job.ref, kind=kind))
+    owner = ObjectRef(job.ref.namespace, "a", kind)
+    own = replace(gang("a-pg", 4), owner=owner)
+    other = replace(own, owner=replace(owner, kind="Job" if kind != "Job" else "PyTorchJob"))
+    p = plan(snap({"q": 100}, [job], [own]), policy(), NOW)
+    assert p.decisions[0].reason is Reason.OWN_GANG_WAITING
+    p = plan(snap({"q": 100}, [job], [other]), policy(), NOW)
+    assert p.decisions[0].reason is not Reason.OWN_GANG_WAITING
