@@ -197,7 +197,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             )
             assert lease["spec"]["holderIdentity"] == "replica-1"
             assert await proc.stop() == 0
-        assert not [line for line in proc.raw if "403" in line or "orbidden" in line]
+        assert not [line for line in proc.raw if "HTTP 403" in line or "orbidden" in line]
     job = envtest.get(_job(real_ns, queue))
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
     events = envtest.request("GET", f"/api/v1/namespaces/{real_ns}/events")["items"]
@@ -237,6 +237,6 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"dry_run": 1}, cycle
             assert await proc.stop() == 0
-        assert not [line for line in proc.raw if "403" in line or "orbidden" in line]
+        assert not [line for line in proc.raw if "HTTP 403" in line or "orbidden" in line]
     assert envtest.get(_job(real_ns, queue))["metadata"]["resourceVersion"] == rv
     _apply_rbac(envtest, "base")  # leave the shared server as the base ships it
