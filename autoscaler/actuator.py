@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -23,9 +23,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kinds import KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
-from .model import Decision, Plan
+from .model import Decision, Measurement, Plan
+from .parse import measured_value
 from .redact import remember_client
-from .resources import rfc3339
+from .resources import MERGE_PATCH, rfc3339
 from .settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -179,7 +180,9 @@ class KubeActuator:
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         self._forget_old_backoffs(now)
+        measured = {m.ref: m for m in plan.measurements}
         if not plan.actions:
+            await self._record(measured.values(), now, may_write)
             return ApplyResult()
         # Writes go out in plan order, up to max_parallel_writes at a time: a first cycle
         # with hundreds of resizes must fit in one interval (serial, ~20 ms each, it did
@@ -201,17 +204,27 @@ class KubeActuator:
                         f"not sent: the API server throttled this cycle ({throttled})",
                     )
                 else:
-                    result = await self._apply_one(decision, now, may_write, leading)
+                    result = await self._apply_one(
+                        decision, now, may_write, leading, measured.pop(decision.ref, None)
+                    )
                 if result.outcome is Outcome.THROTTLED and not throttled:
                     throttled = result.message
                 _log_result(result)
                 return result
 
         results = await asyncio.gather(*(one(d) for d in plan.actions))
+        if not throttled:
+            # what was measured of jobs not resized now (a resize carries its own)
+            await self._record(measured.values(), now, lambda: leading and may_write())
         return ApplyResult(tuple(results))
 
     async def _apply_one(
-        self, decision: Decision, now: datetime, may_write: Callable[[], bool], leading: bool
+        self,
+        decision: Decision,
+        now: datetime,
+        may_write: Callable[[], bool],
+        leading: bool,
+        measurement: Measurement | None = None,
     ) -> ActionResult:
         why = refusal(decision, self._kinds)
         if why is not None:
@@ -227,7 +240,7 @@ class KubeActuator:
                 f"backing off after {backoff.failures} failure(s) until {rfc3339(backoff.until)}",
             )
         try:
-            response = await self._patch(decision, now)
+            response = await self._patch(decision, now, measurement)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -273,7 +286,9 @@ class KubeActuator:
         for key in [k for k, b in self._backoff.items() if b.until < horizon]:
             del self._backoff[key]
 
-    def patch_body(self, decision: Decision, now: datetime) -> Write:
+    def patch_body(
+        self, decision: Decision, now: datetime, measurement: Measurement | None = None
+    ) -> Write:
         """The job's kind says how; we say what: the target and why, pinned to the
         resourceVersion the plan was made on (the server answers 409 if the job changed)."""
         s = self._settings
@@ -281,14 +296,20 @@ class KubeActuator:
             s.last_scale_annotation: rfc3339(now),
             f"{s.annotation_prefix}/last-scale-reason": decision.reason.value,
         }
+        if measurement is not None:
+            annotations[s.measured_restart_cost_annotation] = measured_value(
+                measurement.seconds, measurement.resized
+            )
         kind = self._kinds[decision.ref.kind]
         assert decision.target is not None  # refusal() let it through
         return kind.write(
             decision.workers_at, decision.target, annotations, decision.resource_version
         )
 
-    async def _patch(self, decision: Decision, now: datetime) -> Any:
-        write = self.patch_body(decision, now)
+    async def _patch(
+        self, decision: Decision, now: datetime, measurement: Measurement | None = None
+    ) -> Any:
+        write = self.patch_body(decision, now, measurement)
         r = self._kinds[decision.ref.kind].resource
         # the content type is explicit: kubernetes_asyncio would send a dict as a JSON patch
         return await self._custom.patch_namespaced_custom_object(
@@ -301,6 +322,50 @@ class KubeActuator:
             _content_type=write.content_type,
             _request_timeout=self._settings.kube_request_timeout_seconds,
         )
+
+    async def _record(
+        self, measured: Iterable[Measurement], now: datetime, may_write: Callable[[], bool]
+    ) -> None:
+        """Keep each measured restart cost on its job (a merge patch of one annotation,
+        pinned to the resourceVersion it was measured on). Best effort: a failed write is
+        measured again next cycle, and never holds up a resize."""
+        key = self._settings.measured_restart_cost_annotation
+        for m in measured:
+            kind = self._kinds.get(m.ref.kind)
+            if kind is None or not may_write():
+                continue
+            metadata: dict[str, Any] = {"annotations": {key: measured_value(m.seconds, m.resized)}}
+            if m.resource_version:
+                metadata["resourceVersion"] = m.resource_version
+            r = kind.resource
+            try:
+                await self._custom.patch_namespaced_custom_object(
+                    group=r.group,
+                    version=r.version,
+                    namespace=m.ref.namespace,
+                    plural=r.plural,
+                    name=m.ref.name,
+                    body={"metadata": metadata},
+                    _content_type=MERGE_PATCH,
+                    _request_timeout=self._settings.kube_request_timeout_seconds,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug(
+                    "restart-cost-not-recorded",
+                    namespace=m.ref.namespace,
+                    name=m.ref.name,
+                    error=_classify(exc, now).message,
+                )
+                continue
+            log.info(
+                "restart-cost-measured",
+                namespace=m.ref.namespace,
+                name=m.ref.name,
+                kind=m.ref.kind,
+                seconds=round(m.seconds),
+            )
 
     def event_body(
         self, decision: Decision, now: datetime, resource_version: str

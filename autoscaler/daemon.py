@@ -19,7 +19,7 @@ from prometheus_client import ProcessCollector
 
 from .actuator import Actuator, DryRunActuator, KubeActuator
 from .errors import RunFailure, UsageError
-from .kinds import KINDS, JobKind, named
+from .kinds import KINDS, JobKind, NotManaged, named
 from .leader import AlwaysLeader, make_elector
 from .logs import configure_logging
 from .loop import Controller, Driver
@@ -51,6 +51,27 @@ def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> boo
     return job_kind is not None and job_kind.wants_early_cycle(event_type, obj)
 
 
+def restart_done(kind: str, obj: Mapping[str, Any], settings: Settings) -> bool:
+    """A job we resized whose workers all run again, its restart not yet measured: a
+    cycle now measures it to within min_interval_seconds, not a whole interval."""
+    job_kind = _KINDS.get(kind)
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if job_kind is None or not isinstance(notes, Mapping):
+        return False
+    last = notes.get(settings.last_scale_annotation)
+    if not isinstance(last, str) or settings.restart_cost_annotation in notes:
+        return False
+    measured = notes.get(settings.measured_restart_cost_annotation)
+    if isinstance(measured, str) and measured.endswith("@" + last):
+        return False
+    try:
+        workers = job_kind.workers(obj, settings)
+    except NotManaged:
+        return False
+    return workers.replicas > 0 and workers.active == workers.replicas
+
+
 def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
     """The kinds the settings name, else all: a kind whose CRD is not installed costs
     one info line and a LIST every few minutes (sources/kube.py)."""
@@ -77,7 +98,9 @@ async def _daemon(settings: Settings) -> int:
     driver: Driver | None = None
 
     def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        if driver is not None and wants_early_cycle(kind, event_type, obj):
+        if driver is not None and (
+            wants_early_cycle(kind, event_type, obj) or restart_done(kind, obj, settings)
+        ):
             driver.trigger()
 
     kinds = job_kinds(settings)

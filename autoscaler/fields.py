@@ -102,6 +102,24 @@ def parse_quantity(value: Any, field: str) -> int:
     return int(number)
 
 
+MAX_RESTART_SECONDS = 86_400.0  # a day: far above any real restart
+
+
+def seconds_field(value: Any, field: str) -> float:
+    """A duration in seconds (a number, or a string of one), finite, 0 to a day."""
+    if isinstance(value, bool):
+        raise BadField(f"{field} must be a number of seconds, got {show(value)}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise BadField(f"{field} must be a number of seconds, got {show(value)}") from None
+    if not math.isfinite(number) or not 0 <= number <= MAX_RESTART_SECONDS:
+        raise BadField(
+            f"{field} must be between 0 and {MAX_RESTART_SECONDS:.0f} seconds, got {show(value)}"
+        )
+    return number
+
+
 def parse_time(value: Any, field: str) -> datetime:
     if not isinstance(value, str) or not value:
         raise BadField(f"{field} must be an RFC 3339 time, got {show(value)}")

@@ -116,6 +116,11 @@ class ElasticJob:
     resource_version: str = ""
     has_min_available: bool = True  # growing leaves the gang at its minimum
     workers_at: str = ""  # where its kind finds the worker group (see kinds.base.Workers.at)
+    # what one restart costs this job: from its annotation ("annotation"), else measured by
+    # us after our last resize ("measured"); None: the policy's default
+    restart_cost_seconds: float | None = None
+    restart_cost_source: str = ""
+    measured_for: datetime | None = None  # the resize our measurement belongs to
 
     @property
     def inflight_workers(self) -> int:
@@ -217,6 +222,8 @@ class Decision:
     resource_version: str = ""
     notes: tuple[str, ...] = ()
     workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
+    restart_cost_seconds: float | None = None  # the estimate the plan used
+    restart_cost_source: str = ""  # annotation, measured or default
 
     @property
     def changed(self) -> bool:
@@ -256,11 +263,24 @@ class QueueSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Measurement:
+    """How long a job took, after our resize at `resized`, until all its workers were
+    active: its restart cost, kept on the job (annotation) so a restarted daemon has it.
+    An upper bound: it is seen at cycle granularity."""
+
+    ref: ObjectRef
+    seconds: float
+    resized: datetime
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     now: datetime
     decisions: tuple[Decision, ...]
     gangs: tuple[GangDecision, ...] = ()
     queues: Mapping[str, QueueSummary] = field(default_factory=dict)
+    measurements: tuple[Measurement, ...] = ()
 
     @property
     def actions(self) -> tuple[Decision, ...]:

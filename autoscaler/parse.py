@@ -16,6 +16,7 @@ from .fields import (
     dig,
     parse_quantity,
     parse_time,
+    seconds_field,
 )
 from .kinds import KIND_NAMES, JobKind, NotManaged, kind_of
 from .kinds.kubeflow import PYTORCHJOB_KIND
@@ -29,7 +30,7 @@ from .model import (
     Reason,
     UnmanagedJob,
 )
-from .resources import WAITING_PHASES
+from .resources import WAITING_PHASES, rfc3339
 from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -269,6 +270,19 @@ def parse_job(
             )
         except BadField as exc:
             return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
+    restart_cost, cost_source, measured_for = None, "", None
+    key = settings.restart_cost_annotation
+    if annotations.get(key) is not None:
+        try:
+            restart_cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
+        except BadField as exc:
+            return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
+        cost_source = "annotation"
+    else:
+        measured = _measured(annotations.get(settings.measured_restart_cost_annotation))
+        if measured is not None:
+            restart_cost, measured_for = measured
+            cost_source = "measured"
     started = None
     raw_start = dig(obj, "status", "startTime")
     if raw_start is not None:
@@ -293,7 +307,26 @@ def parse_job(
         resource_version=rv if isinstance(rv, str) else "",
         has_min_available=kind.gang_is_min(obj),
         workers_at=workers.at,
+        restart_cost_seconds=restart_cost,
+        restart_cost_source=cost_source,
+        measured_for=measured_for,
     )
+
+
+def _measured(value: Any) -> tuple[float, datetime] | None:
+    """Our own `<seconds>@<resize time>`; anything else is ignored (and measured again)."""
+    if not isinstance(value, str) or "@" not in value:
+        return None
+    seconds, _, when = value.partition("@")
+    try:
+        return seconds_field(seconds, "measured"), parse_time(when, "measured")
+    except BadField:
+        return None
+
+
+def measured_value(seconds: float, resized: datetime) -> str:
+    """The annotation value `_measured` reads back."""
+    return f"{seconds:.0f}@{rfc3339(resized)}"
 
 
 # ---- PodGroups ------------------------------------------------------------------------

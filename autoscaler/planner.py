@@ -28,6 +28,7 @@ from .model import (
     Decision,
     ElasticJob,
     GangDecision,
+    Measurement,
     ObjectRef,
     PendingGroup,
     Plan,
@@ -107,7 +108,39 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         gangs.extend(queue_plan.gangs)
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
-    return Plan(now=now, decisions=tuple(decisions), gangs=tuple(gangs), queues=summaries)
+    return Plan(
+        now=now,
+        decisions=tuple(decisions),
+        gangs=tuple(gangs),
+        queues=summaries,
+        measurements=tuple(
+            sorted(
+                (m for j in snapshot.jobs if (m := _measure(j, now)) is not None),
+                key=lambda m: (m.ref.namespace, m.ref.name, m.ref.kind),
+            )
+        ),
+    )
+
+
+def _measure(j: ElasticJob, now: datetime) -> Measurement | None:
+    """A job we resized whose workers are now all active: the time it took is its
+    restart cost (cycle-granular, so an upper bound), averaged with the one before.
+    Not for jobs whose owner set the cost, nor twice for one resize."""
+    resized = j.last_scale_time
+    if (
+        resized is None
+        or j.restart_cost_source == "annotation"
+        or j.measured_for == resized
+        or j.active != j.replicas
+        or j.replicas == 0
+    ):
+        return None
+    took = (now - resized).total_seconds()
+    if took <= 0:
+        return None
+    if j.restart_cost_source == "measured" and j.restart_cost_seconds is not None:
+        took = (took + j.restart_cost_seconds) / 2
+    return Measurement(j.ref, took, resized, j.resource_version)
 
 
 def _unmanaged_decision(u: UnmanagedJob) -> Decision:
@@ -291,6 +324,8 @@ class _QueuePlanner:
                 j.resource_version,
                 () if j.has_min_available else _NO_MIN_AVAILABLE,
                 j.workers_at,
+                self._restart_cost(j),
+                j.restart_cost_source or "default",
             )
             for w in self.work
             for j in (w.job,)
@@ -542,7 +577,9 @@ class _QueuePlanner:
         ]
 
     def _restart_cost(self, j: ElasticJob) -> float:
-        return self.policy.restart_cost_seconds
+        """The job's own estimate (its annotation, else our measurement), else the policy's."""
+        cost = j.restart_cost_seconds
+        return self.policy.restart_cost_seconds if cost is None else cost
 
     @staticmethod
     def _consume(need: int, idle: int, releasing: int, from_idle: int) -> tuple[int, int, int]:
@@ -574,13 +611,15 @@ class _QueuePlanner:
                     Reason.RELEASING,
                     f"{j.active - j.replicas} worker(s) are still being released",
                 )
-            elif since is not None and (since < p.cooldown_seconds or since <= 0):
+            elif since is not None and (since < (cool := self._cooldown(j)) or since <= 0):
                 # even with no cooldown, a job resized at `now` is not resized again at `now`
-                self._hold(
-                    w,
-                    Reason.COOLDOWN,
-                    f"resized {since:.0f}s ago; cooldown {p.cooldown_seconds:.0f}s",
-                )
+                why = f"resized {since:.0f}s ago; cooldown {cool:.0f}s"
+                if cool > p.cooldown_seconds:
+                    why += (
+                        f" ({p.cooldown_restart_cost_factor:g} x its restart cost "
+                        f"{self._restart_cost(j):.0f}s)"
+                    )
+                self._hold(w, Reason.COOLDOWN, why)
             elif starving:
                 self._hold(w, Reason.GANG_STARVING, starving)
             else:
@@ -610,6 +649,9 @@ class _QueuePlanner:
                     f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)",
                 )
 
+    def _cooldown(self, j: ElasticJob) -> float:
+        return self.policy.cooldown_for(self._restart_cost(j))
+
     @staticmethod
     def _hold(w: _Job, reason: Reason, message: str) -> None:
         # an unlocked job's target is still its replicas: a hold only says why
@@ -638,14 +680,14 @@ class _QueuePlanner:
         if ran is None or ran <= 0:
             return True
         saved = ran * extra / (j.replicas + extra)  # linear speedup on the remaining work
-        cost = factor * self.policy.restart_cost_seconds
-        if saved > cost:
+        restart = self._restart_cost(j)
+        if saved > factor * restart:
             return True
         self._hold(
             w,
             Reason.NOT_WORTH_RESTART,
             f"+{extra} worker(s) would save ~{saved:.0f}s, less than "
-            f"{factor:g} x restart cost {self.policy.restart_cost_seconds:.0f}s",
+            f"{factor:g} x restart cost {restart:.0f}s",
         )
         return False
 

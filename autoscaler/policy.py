@@ -24,6 +24,7 @@ class VictimOrder(StrEnum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannerPolicy:
     cooldown_seconds: float = 300
+    cooldown_restart_cost_factor: float = 0.0
     reclaim_cooldown_seconds: float = 60
     max_gang_wait_seconds: float = 1800
     starving_gang_blocks_later_gangs: bool = True
@@ -36,6 +37,11 @@ class PlannerPolicy:
     reclaim_from_higher_priority: bool = True
     victim_order: VictimOrder = VictimOrder.MOST_WORKERS
     clock_skew_seconds: float = 120
+
+    def cooldown_for(self, restart_cost: float) -> float:
+        """Seconds after our resize before a job is grown again: at least
+        cooldown_seconds, longer for a job whose restart costs more."""
+        return max(self.cooldown_seconds, self.cooldown_restart_cost_factor * restart_cost)
 
     def __post_init__(self) -> None:
         # accept the settings' spelling ("fair") as Settings does

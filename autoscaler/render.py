@@ -40,6 +40,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "reason": d.reason.value,
                 "message": d.message,
                 "notes": list(d.notes),
+                "restart_cost_seconds": d.restart_cost_seconds,
+                "restart_cost_source": d.restart_cost_source or None,
             }
             for d in plan.decisions
         ],
@@ -107,6 +109,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
                 _s(d.max_replicas),
                 _s(d.current),
                 target,
+                _restart(d.restart_cost_seconds, d.restart_cost_source),
                 d.reason.value,
             ]
         )
@@ -116,7 +119,21 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         "",
     ]
     parts.append(
-        _table(["JOB", "KIND", "QUEUE", "GPU/W", "MIN", "MAX", "CURRENT", "TARGET", "REASON"], rows)
+        _table(
+            [
+                "JOB",
+                "KIND",
+                "QUEUE",
+                "GPU/W",
+                "MIN",
+                "MAX",
+                "CURRENT",
+                "TARGET",
+                "RESTART",
+                "REASON",
+            ],
+            rows,
+        )
     )
     if plan.gangs:
         parts += [
@@ -163,3 +180,10 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         if q.reason is not None:
             parts.append(f"  queue {name}: {q.reason.value}: {q.message}")
     return "\n".join(parts) + "\n"
+
+
+def _restart(seconds: float | None, source: str) -> str:
+    """The restart cost the plan used: `95s measured`, `30s default`, `-` if unmanaged."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f}s {source}" if source else f"{seconds:.0f}s"

@@ -58,6 +58,12 @@ class Settings(BaseSettings):
         description="A job resized less than this ago is not grown again "
         "(every resize restarts its torchrun worker group from the last checkpoint).",
     )
+    cooldown_restart_cost_factor: float = Field(
+        0.0,
+        ge=0,
+        description="A job whose restart costs more cools down longer: its cooldown is "
+        "max(cooldown_seconds, this x its restart cost). 0 turns it off.",
+    )
     reclaim_cooldown_seconds: float = Field(
         60,
         ge=0,
@@ -106,8 +112,10 @@ class Settings(BaseSettings):
     restart_cost_seconds: float = Field(
         30,
         ge=0,
-        description="What one resize (a torchrun restart from checkpoint) costs "
-        "a job, used by growth_payoff_factor and victim_order=least-work-lost.",
+        description="What one resize (a torchrun restart from checkpoint) costs a job "
+        "when neither its annotation <prefix>/restart-cost-seconds nor a measurement says; "
+        "used by cooldown_restart_cost_factor, growth_payoff_factor and "
+        "victim_order=least-work-lost.",
     )
     reclaim_from_higher_priority: bool = Field(
         True,
@@ -343,6 +351,16 @@ class Settings(BaseSettings):
     @property
     def last_scale_annotation(self) -> str:
         return f"{self.annotation_prefix}/last-scale-time"
+
+    @property
+    def restart_cost_annotation(self) -> str:
+        """Set by the user: what a restart of this job costs, in seconds."""
+        return f"{self.annotation_prefix}/restart-cost-seconds"
+
+    @property
+    def measured_restart_cost_annotation(self) -> str:
+        """Written by the daemon: `<seconds>@<the resize it measured>`."""
+        return f"{self.annotation_prefix}/measured-restart-cost"
 
     @property
     def paused_annotation(self) -> str:

@@ -142,11 +142,11 @@ def main() -> int:
         snap, raw, free = cluster(n)
         states = free_gpu_states(free)
         raw_objects = RawObjects(jobs=tuple(raw))
-        plan_s = timed(lambda snap=snap: plan(snap, settings, NOW), args.repeat)
+        plan_s = timed(lambda snap=snap: plan(snap, settings.planner_policy(), NOW), args.repeat)
         parse_s = timed(
             lambda r=raw_objects, s=states: build_snapshot(r, s, settings), max(1, args.repeat // 2)
         )
-        actions = len(plan(snap, settings, NOW).actions)
+        actions = len(plan(snap, settings.planner_policy(), NOW).actions)
         print(
             f"{n:>7} {len(snap.pending):>6} {plan_s * 1000:>9.1f} "
             f"{plan_s / n * 1e6:>7.2f} {actions:>8} {parse_s * 1000:>9.1f}"

@@ -66,6 +66,7 @@ from autoscaler.model import (
 )
 from autoscaler.parse import RawObjects, build_snapshot
 from autoscaler.planner import plan as make_plan
+from autoscaler.policy import PlannerPolicy
 from autoscaler.resources import rfc3339 as format_time
 from autoscaler.settings import Settings
 
@@ -748,12 +749,13 @@ def run_soak(
     mode: str = "model",
     policy: Settings | None = None,
     check_every: int = 1,
-    planner: Callable[[ClusterSnapshot, Settings, datetime], Plan] = make_plan,
+    planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = make_plan,
 ) -> SoakResult:
     """`planner` is for testing the checker with a broken planner; the soak uses plan()."""
     if mode not in ("model", "parse"):
         raise ValueError(f"mode must be model or parse, not {mode!r}")
     policy = policy or policy_for(seed)
+    planner_policy = policy.planner_policy()
     rng = random.Random(seed)
     world = World(rng)
     history = History()
@@ -768,10 +770,10 @@ def run_soak(
         world.schedule(now)
         free, problem, message = world.free_gpus()
         snapshot = world.snapshot(free, problem, message)
-        result = planner(snapshot, policy, now)
+        result = planner(snapshot, planner_policy, now)
         if mode == "parse":
             parsed = build_snapshot(world.raw(), free, policy, problem=problem, message=message)
-            from_raw = planner(parsed, policy, now)
+            from_raw = planner(parsed, planner_policy, now)
             if _plan_key(from_raw) != _plan_key(result):
                 diff = set(_plan_key(from_raw)[0]) ^ set(_plan_key(result)[0])
                 diff |= set(_plan_key(from_raw)[1]) ^ set(_plan_key(result)[1])
@@ -786,7 +788,7 @@ def run_soak(
             snapshot, result = parsed, from_raw
         if cycle % check_every == 0:
             violations += check_plan(snapshot, result, policy, now, history, cycle)
-            again = planner(applied_snapshot(snapshot, result, now), policy, now)
+            again = planner(applied_snapshot(snapshot, result, now), planner_policy, now)
             if again.actions:
                 violations.append(
                     Violation(
@@ -801,7 +803,7 @@ def run_soak(
                     jobs=tuple(reversed(snapshot.jobs)),
                     pending=tuple(reversed(snapshot.pending)),
                 )
-                if planner(shuffled, policy, now) != result:
+                if planner(shuffled, planner_policy, now) != result:
                     violations.append(Violation(cycle, "deterministic", "order changed plan"))
         digest.update(repr(_plan_key(result)).encode())
         applied = world.apply(result, now)

@@ -232,9 +232,7 @@ def _ignores_inflight(snapshot, pol, now):
 
 
 def _no_cooldown(snapshot, pol, now):
-    return plan(
-        snapshot, pol.model_copy(update={"cooldown_seconds": 0, "reclaim_cooldown_seconds": 0}), now
-    )
+    return plan(snapshot, replace(pol, cooldown_seconds=0, reclaim_cooldown_seconds=0), now)
 
 
 @pytest.mark.parametrize(

@@ -134,6 +134,8 @@ class KubeflowJob:
                     (
                         settings.last_scale_annotation,
                         settings.paused_annotation,
+                        settings.restart_cost_annotation,
+                        settings.measured_restart_cost_annotation,
                         VOLCANO_QUEUE_ANNOTATION,
                     )
                 ),

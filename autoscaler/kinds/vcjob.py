@@ -144,6 +144,8 @@ class VolcanoJob:
                     (
                         settings.last_scale_annotation,
                         settings.paused_annotation,
+                        settings.restart_cost_annotation,
+                        settings.measured_restart_cost_annotation,
                         _annotation(settings),
                     )
                 ),
