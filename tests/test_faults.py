@@ -77,6 +77,19 @@ def patches(api: FakeKubeApi, name: str | None = None) -> int:
     return api.count(method="PATCH", plural="pytorchjobs", name=name)
 
 
+def resizes(api: FakeKubeApi, name: str) -> int:
+    """PATCHes of a job that change its spec (a measured restart cost is annotation only)."""
+    return sum(
+        1
+        for r in api.requests
+        if r.method == "PATCH"
+        and r.plural == "pytorchjobs"
+        and r.name == name
+        and isinstance(r.body, dict)
+        and "spec" in r.body
+    )
+
+
 def assert_bounds(api: FakeKubeApi) -> None:
     """No job in the fake API is outside its elasticPolicy bounds (rule 1)."""
 
@@ -912,13 +925,16 @@ async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, 
         # a's workers land; Prometheus (lagging) still shows team-a's 2 GPUs free
         set_active(api, "a", 3)
         prom.answers[:] = [Canned(live_body(**{"team-a": 2, "team-b": 2}))]
-        a_patches = patches(api, "a")
+        a_resizes = resizes(api, "a")
         async with daemon_process(env) as second:
             cycle = await second.wait_for("cycle", 30)
             assert cycle["result"] == "ok", cycle
             held = second.events("decision", name="a")
             assert held and held[-1]["reason"] == "HoldCooldown", held
-            assert patches(api, "a") == a_patches  # no second resize within the cooldown
+            assert resizes(api, "a") == a_resizes  # no second resize within the cooldown
+            # its restart was measured (the workers all run) and kept on it
+            notes = api.get("pytorchjobs", "ml", "a")["metadata"]["annotations"]
+            assert notes["elastic-autoscaler.io/measured-restart-cost"].endswith("@" + stamp)
             assert replicas(api, "a") == 3
             assert replicas(api, "b") == 3  # b done, once
             assert [e["outcome"] for e in second.events("scale")] == ["applied"]
