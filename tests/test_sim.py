@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,14 @@ from autoscaler.sim.metrics import compute, percentile
 from autoscaler.sim.policies import POLICIES, make_controller, preempts
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, detect_format, read_trace
-from autoscaler.sim.workload import ElasticRule, JobSpec, SpecError, amdahl, linear
+from autoscaler.sim.workload import (
+    ElasticRule,
+    JobSpec,
+    SpecError,
+    amdahl,
+    linear,
+    with_restart_costs,
+)
 
 TRACES = bundled_traces()  # the public traces shipped in the package
 
@@ -110,6 +118,61 @@ def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
     _, jobs = run("planner", [A, B])  # reclaim_cooldown_seconds=60 > 15 s since growth
     assert jobs["b"].first_start == pytest.approx(50)
     assert jobs["a"].restarts == 0
+
+
+@pytest.mark.parametrize(
+    ("application", "seconds"),
+    [
+        ("ncf", 15),
+        ("deepspeech2", 25),
+        ("cifar10", 50),
+        ("yolov3", 80),
+        ("bert", 120),
+        ("imagenet", 250),
+        ("", 30),  # a job whose model the table does not name
+        ("llama", 30),
+    ],
+)
+def test_profile_restart_costs_per_model(application: str, seconds: float) -> None:
+    (got,) = with_restart_costs([replace(A, application=application)], None)
+    assert got.restart_cost == seconds
+    (flat,) = with_restart_costs([replace(A, application=application)], 7.0)
+    assert flat.restart_cost == 7.0
+
+
+@pytest.mark.parametrize("policy", ["volcano-elastic"])
+def test_a_jobs_own_restart_cost_is_charged_whatever_the_policy(policy: str) -> None:
+    """The same two jobs, A once as imagenet (250 s) and once as ncf (15 s), B without a
+    model (the 30 s fallback): the same restarts, each paid at A's own cost, under each
+    policy (the flat --restart-cost 30 is not what A pays)."""
+    runs = {}
+    for app in ("imagenet", "ncf"):
+        specs = with_restart_costs([replace(A, application=app), B], None)
+        _, jobs = run(policy, list(specs), penalty=30.0, cooldown_seconds=0)
+        runs[app] = jobs["a"]
+    restarts = runs["ncf"].restarts
+    assert restarts >= 1 and runs["imagenet"].restarts == restarts
+    # the last restart's pause is the job's own cost: at least that much later
+    assert jct(runs["imagenet"]) - jct(runs["ncf"]) >= 250 - 15
+    assert runs["imagenet"].paused_until - runs["imagenet"].last_restart == pytest.approx(250)
+    assert runs["ncf"].paused_until - runs["ncf"].last_restart == pytest.approx(15)
+
+
+def test_the_planner_sees_each_jobs_restart_cost_and_priority() -> None:
+    """As the daemon would after measuring it; the priority from the trace."""
+    from autoscaler.sim.engine import Cluster, SimJob
+    from autoscaler.sim.policies import snapshot_of
+
+    spec = replace(A, application="bert", restart_cost=120.0, priority=7)
+    sim = SimJob(spec, 1, 4, 2, 1, 0)
+    cluster = Cluster({"q": 4}, [sim], 30.0)
+    cluster.submit(sim)
+    (job,) = snapshot_of(cluster).jobs
+    assert (job.restart_cost_seconds, job.restart_cost_source, job.priority) == (
+        120.0,
+        "measured",
+        7,
+    )
 
 
 def test_restart_penalty_is_a_parameter() -> None:
@@ -211,6 +274,13 @@ def test_csv_trace_with_defaults_and_explicit_ranges(tmp_path: Path) -> None:
     assert second.queue == "default"
     sliced = read_trace(p, TraceOptions(philly_slice=(1, 2)))
     assert [j.submit for j in sliced.jobs] == [5]
+    assert {j.priority for j in w.jobs} == {0}  # no priority column: 0 for all
+
+
+def test_a_jobs_priority_may_come_from_the_trace(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("submit,duration,gpus,priority\n0,50,1,1000\n1,50,1,\n")
+    assert [j.priority for j in read_trace(p, TraceOptions()).jobs] == [1000, 0]
 
 
 def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
@@ -234,6 +304,7 @@ def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
         ("submit,duration,gpus\n0,5,abc\n", "row 2, column gpus: 'abc' is not a whole number"),
         ("submit,duration,gpus\n0,5,1\nsoon,5,1\n", "row 3, column submit: 'soon' is not a"),
         ("submit,duration,gpus\n0,inf,1\n", "row 2, column duration: 'inf' is not finite"),
+        ("submit,duration,gpus,priority\n0,5,1,high\n", "row 2, column priority: 'high' is not"),
         (
             "submit,duration,gpus,max\n0,5,4,2\n",
             "min_workers (2) <= gpus/gpus_per_worker (4) <= max_workers (2)",
@@ -356,6 +427,8 @@ def test_cli_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         (["--policies", "static,nope"], "unknown policy"),
         (["--speedup", "amdahl:7"], "0 < P <= 1"),
         (["--philly-slice", "5"], "START,END"),
+        (["--restart-cost", "abc"], "--restart-cost wants seconds or 'profile', got 'abc'"),
+        (["--restart-cost", "-1"], "--restart-cost must be a finite number of seconds >= 0"),
     ],
 )
 def test_cli_bad_input_exits_2(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from .policies import POLICIES
 from .report import plot, table, write_json
 from .runner import DEFAULT_RESTART_PENALTY, compare
 from .traces import FORMATS, TraceOptions, read_trace
-from .workload import ElasticRule, SpecError, parse_speedup_kind
+from .workload import ElasticRule, SpecError, parse_speedup_kind, with_restart_costs
 
 DEFAULT_GPUS = 64
 BUNDLED_GPUS = 32  # the bundled workload is sized for a 32-GPU cluster
@@ -46,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--policies",
         nargs="+",
         default=[",".join(POLICIES)],
-        help=f"policies in table order, comma- or space-separated (default {','.join(POLICIES)})",
+        help=f"policies in table order, comma- or space-separated (default {','.join(POLICIES)}"
+        "). static: every job at its requested size; hpa: a per-job autoscaler; "
+        "volcano-default: stock Volcano (no preempt action: elastic pods are never "
+        "evicted); volcano-elastic: an ideal, tuned Volcano (preempt action on and a "
+        "priority plugin that does not filter victims: elastic pods evicted for any "
+        "waiting gang); planner: this daemon's planner",
     )
     p.add_argument(
         "--out",
@@ -64,11 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-jobs", type=int, default=None, help="first N jobs only")
     p.add_argument(
+        "--restart-cost",
+        default=None,
+        metavar="SECONDS|profile",
+        help="what a restart costs every job, charged equally to every policy: a number "
+        "of seconds, or 'profile': each model's cost as the Sia artifact (SOSP'23) "
+        "measured it (ncf 15, deepspeech2 25, cifar10 50, yolov3 80, bert 120, imagenet "
+        f"250; 30 for other jobs). Default {DEFAULT_RESTART_PENALTY:g}",
+    )
+    p.add_argument(
         "--restart-penalty",
         type=float,
         default=DEFAULT_RESTART_PENALTY,
-        help="seconds of progress lost on every change of a job's workers "
-        f"(default {DEFAULT_RESTART_PENALTY:g})",
+        help="the older name of --restart-cost SECONDS",
     )
     p.add_argument(
         "--speedup",
@@ -146,6 +160,17 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
         raise _usage("--gpus must be >= 1")
     if args.restart_penalty < 0:
         raise _usage("--restart-penalty must be >= 0")
+    if args.restart_cost is None:
+        args.restart_cost = args.restart_penalty
+    elif args.restart_cost != "profile":
+        try:
+            args.restart_cost = float(args.restart_cost)
+        except ValueError:
+            raise _usage(
+                f"--restart-cost wants seconds or 'profile', got {args.restart_cost!r}"
+            ) from None
+        if not 0 <= args.restart_cost < float("inf"):
+            raise _usage("--restart-cost must be a finite number of seconds >= 0")
     # "--policies a,b", "--policies a b" and "--policies 'a b'" all mean the same
     policies = [p for arg in args.policies for p in re.split(r"[,\s]+", arg) if p]
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
@@ -194,6 +219,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         workload = read_trace(args.trace, opts)
     except SpecError as exc:
         raise _usage(str(exc)) from None
+    profile = args.restart_cost == "profile"
+    flat = DEFAULT_RESTART_PENALTY if profile else float(args.restart_cost)
+    workload = replace(workload, jobs=with_restart_costs(workload.jobs, None if profile else flat))
     bar = None
     tqdm = _optional("tqdm", "tqdm") if not args.no_progress and sys.stderr.isatty() else None
     if tqdm is not None:
@@ -223,7 +251,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             args.gpus,
             settings,
             policies,
-            args.restart_penalty,
+            flat,
             args.seed,
             progress if bar is not None else None,
         )

@@ -13,8 +13,9 @@ Volcano's behaviour as modelled (see docs/simulator.md):
   holding the most GPUs first, only when that makes the gang fit. Evicted pods stay
   pending and come back when GPUs free up;
 - pods land the instant GPUs are free; removed workers free their GPUs at once.
-Every change of a running job's worker count restarts it: progress pauses for the
-restart penalty (several changes at one instant are one restart).
+Every change of a running job's worker count restarts it: progress pauses for the job's
+restart cost (its model's, or the run's flat one), whatever policy made the change
+(several changes at one instant are one restart).
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ class Cluster:
             # the job was running before this instant: torchrun restarts the worker group
             job.restarts += 1
             job.last_restart = now
-            job.paused_until = now + self.restart_penalty
+            cost = job.spec.restart_cost
+            job.paused_until = now + (self.restart_penalty if cost is None else cost)
         job.changed_at = now
 
     def advance(self, t: float) -> None:

@@ -4,9 +4,14 @@ anything) resizes jobs while they run.
 - static           every job at its requested size, gang = requested, never resized.
 - hpa              per-job HorizontalPodAutoscaler (training-operator style), each job
                    alone, on a queue-level "pressure" metric; see HpaController.
-- volcano-default  replicas = max, gang = min; elastic pods placed when GPUs are free,
-                   never preempted (Volcano's enqueue, allocate, backfill).
-- volcano-elastic  the same plus preemption of elastic pods for waiting gangs.
+- volcano-default  stock Volcano: replicas = max, gang = min; elastic pods placed when
+                   GPUs are free, never preempted (enqueue, allocate, backfill; no
+                   preempt action in the scheduler configuration).
+- volcano-elastic  an ideal, tuned Volcano: the same plus preemption of elastic pods for
+                   any waiting gang. Real Volcano does that only with the preempt action
+                   on AND a configuration where the priority plugin does not filter
+                   victims (by default it refuses victims of equal or higher job
+                   priority), so this is a bound, not what a stock install does.
 - planner          replicas = requested, gang = min; the daemon's real cycle
                    (`autoscaler.loop.Controller.run_once`, so the real planner) on a
                    ClusterSnapshot of the simulated state, every interval_seconds and
@@ -222,6 +227,10 @@ def snapshot_of(
                 ),
                 started=None if j.first_start is None else sim_time(j.first_start),
                 resource_version="1",
+                priority=j.spec.priority,
+                # the daemon measures it after a resize; the simulator knows it
+                restart_cost_seconds=j.spec.restart_cost,
+                restart_cost_source="" if j.spec.restart_cost is None else "measured",
             )
             cache[j.name] = (state, job)
         jobs.append(job)
@@ -232,6 +241,7 @@ def snapshot_of(
                     queue=j.queue,
                     gpus=j.gang * j.gpw,
                     created=sim_time(j.spec.submit),
+                    priority=j.spec.priority,
                     owner=job.ref,
                 )
             )

@@ -57,13 +57,15 @@ def table(c: Comparison) -> str:
     jobs = len(c.workload.jobs)
     head = (
         f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
-        f"queue(s), restart penalty {c.restart_penalty:g}s, seed {c.seed}"
+        f"queue(s), restart cost {_restart_costs(c)}, seed {c.seed}"
     )
     notes = [f"note: {n}" for n in c.workload.notes]
     legend = (
         "util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
         "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
-        "jobs of the same queue waited or could have grown"
+        "jobs of the same queue waited or could have grown; volcano-default is stock "
+        "Volcano (no preemption), volcano-elastic an ideal Volcano that evicts elastic "
+        "pods for any waiting gang"
     )
     return "\n".join([head, *notes, *out, legend]) + "\n"
 
@@ -77,6 +79,7 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
         },
         "cluster": {"gpus": c.gpus, "deserved": dict(sorted(c.deserved.items()))},
         "restart_penalty_seconds": c.restart_penalty,
+        "restart_cost": _restart_costs(c),
         "seed": c.seed,
         "planner_settings": settings or {},
         "policies": {name: m.to_json() for name, m in c.metrics.items()},
@@ -89,6 +92,7 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
                     "first_start": j.first_start,
                     "finish": j.finish,
                     "restarts": j.restarts,
+                    "restart_cost_seconds": j.spec.restart_cost,
                     "gpu_seconds": round(j.gpu_seconds, 3),
                 }
                 for j in run.jobs
@@ -196,3 +200,11 @@ def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _restart_costs(c: Comparison) -> str:
+    """`30s` when every job pays the same, else the range and that it is per model."""
+    costs = sorted({j.restart_cost for j in c.workload.jobs if j.restart_cost is not None})
+    if len(costs) <= 1:
+        return f"{costs[0] if costs else c.restart_penalty:g}s"
+    return f"per model {costs[0]:g}-{costs[-1]:g}s (Sia profile)"

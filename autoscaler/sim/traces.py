@@ -71,6 +71,7 @@ CSV_COLUMNS = {
     "min_workers": ("min_workers", "min", "min_replicas"),
     "max_workers": ("max_workers", "max", "max_replicas"),
     "speedup": ("speedup",),
+    "priority": ("priority",),
 }
 _CSV_ALIAS = {alias: col for col, aliases in CSV_COLUMNS.items() for alias in aliases}
 
@@ -241,8 +242,20 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
                 f"trace {source} row {row}: need submit >= 0 and duration > 0 "
                 f"(got {submit:g}, {duration:g})"
             )
+        priority = int(number("priority", int)) if cell("priority") else 0
         jobs.append(
-            JobSpec(cell("name") or f"job-{i}", submit, duration, requested, lo, hi, gpw, queue, sp)
+            JobSpec(
+                cell("name") or f"job-{i}",
+                submit,
+                duration,
+                requested,
+                lo,
+                hi,
+                gpw,
+                queue,
+                sp,
+                priority=priority,
+            )
         )
     jobs.sort(key=lambda j: (j.submit, j.name))
     notes = (f"ignored column(s): {', '.join(ignored)}",) if ignored else ()
@@ -296,6 +309,7 @@ def _pollux(
         prof = profiles[app]
         gpus, bsz = int(r["num_replicas"]), int(r["batch_size"])
         queue = (r.get("queue") or "").strip() or "default"
+        priority = _priority(r.get("priority"), source, r["name"])
         if opts.queues and queue not in opts.queues:
             continue
         top = max(opts.top_gpus, gpus)
@@ -314,6 +328,19 @@ def _pollux(
                 queue,
                 sp,
                 app,
+                priority,
             )
         )
     return Workload(tuple(jobs), source, (f"work from {len(profiles)} application profiles",))
+
+
+def _priority(text: str | None, source: str, name: str) -> int:
+    """A job's priority from the trace's priority column; 0 without one."""
+    if text is None or not text.strip():
+        return 0
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise SpecError(
+            f"trace {source}, job {name}, column priority: {text.strip()!r} is not a whole number"
+        ) from None

@@ -7,7 +7,8 @@ at `speedup(g) / speedup(requested)` seconds of work per second.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 
 class SpecError(ValueError):
@@ -100,6 +101,8 @@ class JobSpec:
     queue: str
     speedup: Speedup
     application: str = ""
+    priority: int = 0  # from the trace's priority column, if it has one
+    restart_cost: float | None = None  # seconds a resize costs it; None: the run's flat cost
 
     @property
     def requested_gpus(self) -> int:
@@ -124,3 +127,30 @@ class Workload:
     @property
     def queues(self) -> tuple[str, ...]:
         return tuple(sorted({j.queue for j in self.jobs}))
+
+
+# What one restart costs each model of the Pollux workloads, in seconds: measured by the
+# Sia artifact (SOSP'23) for checkpoint-restart of these models.
+PROFILE_RESTART_SECONDS = {
+    "ncf": 15.0,
+    "deepspeech2": 25.0,
+    "cifar10": 50.0,
+    "yolov3": 80.0,
+    "bert": 120.0,
+    "imagenet": 250.0,
+}
+PROFILE_FALLBACK_SECONDS = 30.0  # a job whose model the table does not name
+
+
+def with_restart_costs(jobs: Sequence[JobSpec], cost: float | None) -> tuple[JobSpec, ...]:
+    """Each job's restart cost: `cost` seconds for all, or (None) its model's from
+    PROFILE_RESTART_SECONDS, PROFILE_FALLBACK_SECONDS for models it does not name."""
+    return tuple(
+        replace(
+            j,
+            restart_cost=cost
+            if cost is not None
+            else PROFILE_RESTART_SECONDS.get(j.application, PROFILE_FALLBACK_SECONDS),
+        )
+        for j in jobs
+    )

@@ -1,0 +1,117 @@
+"""Planner defaults by benchmark: the planner under candidate settings against stock
+Volcano, static and the ideal preempting Volcano, on the eight Pollux workloads (flat 30 s
+restarts and per-model Sia restart costs) and two Philly slices (1-GPU-dominated and
+multi-GPU). A default changes only with the row that justifies it (docs/benchmarks.md).
+
+    PYTHONPATH=. python benchmarks/simulate_defaults.py \\
+        [--candidate 'name:key=value,key=value' ...] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from autoscaler.settings import Settings
+from autoscaler.sim.cli import bundled_trace, bundled_traces
+from autoscaler.sim.runner import compare
+from autoscaler.sim.traces import TraceOptions, read_trace
+from autoscaler.sim.workload import Workload, with_restart_costs
+
+BASELINES = ("volcano-default", "static", "volcano-elastic")
+PHILLY_GPUS = 128
+SCENARIOS = {
+    # name: (workloads, GPUs)
+    "pollux x8, 30 s": ("pollux", 64),
+    "pollux x8, Sia costs": ("pollux-profile", 64),
+    "philly 10000-12000 (1-GPU jobs: 99 %)": ("philly:10000,12000", PHILLY_GPUS),
+    "philly 42000-44000 (multi-GPU: 92 % of GPU-time)": ("philly:42000,44000", PHILLY_GPUS),
+}
+CANDIDATES = {
+    "defaults": {},
+    "cooldown 10x restart cost": {"cooldown_restart_cost_factor": 10},
+    "starving gang does not block": {"starving_gang_blocks_later_gangs": False},
+    "both": {"cooldown_restart_cost_factor": 10, "starving_gang_blocks_later_gangs": False},
+}
+
+
+def workloads(kind: str) -> list[Workload]:
+    if kind.startswith("pollux"):
+        out = []
+        for i in range(1, 9):
+            w = read_trace(
+                bundled_traces() / "pollux-workloads" / f"workload-{i}.csv", TraceOptions()
+            )
+            cost = None if kind == "pollux-profile" else 30.0
+            out.append(replace(w, jobs=with_restart_costs(w.jobs, cost)))
+        return out
+    start, end = (int(x) for x in kind.split(":")[1].split(","))
+    w = read_trace(bundled_trace("philly"), TraceOptions(philly_slice=(start, end)))
+    return [replace(w, jobs=with_restart_costs(w.jobs, 30.0))]
+
+
+def measure(ws: list[Workload], gpus: int, settings: Settings, policies: tuple[str, ...]) -> dict:
+    """Average JCT (h) and restarts per job per policy, averaged over the workloads."""
+    rows: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
+    for w in ws:
+        c = compare(w, gpus, settings, policies, 30.0)
+        for p in policies:
+            m = c.metrics[p]
+            rows[p].append((m.avg_jct / 3600, m.restarts_per_job))
+    return {
+        p: {
+            "avg_jct_h": statistics.fmean(r[0] for r in v),
+            "restarts_per_job": statistics.fmean(r[1] for r in v),
+        }
+        for p, v in rows.items()
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--candidate", action="append", default=[], help="name:key=value,...")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--only", default="", help="comma-separated scenario name prefixes")
+    args = ap.parse_args()
+    candidates = dict(CANDIDATES)
+    for spec in args.candidate:
+        name, _, kvs = spec.partition(":")
+        candidates[name] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
+    out: dict = {}
+    t = time.time()
+    for scenario, (kind, gpus) in SCENARIOS.items():
+        if args.only and not any(scenario.startswith(p) for p in args.only.split(",")):
+            continue
+        ws = workloads(kind)
+        base = measure(ws, gpus, Settings(), BASELINES)
+        out[scenario] = {"baselines": base, "planner": {}}
+        for name, overrides in candidates.items():
+            got = measure(ws, gpus, Settings(**overrides), ("planner",))["planner"]
+            out[scenario]["planner"][name] = got
+        print(f"\n{scenario} ({gpus} GPUs; {time.time() - t:.0f}s so far)")
+        for p, m in base.items():
+            print(f"  {p:30s} JCT {m['avg_jct_h']:.3f} h  restarts/job {m['restarts_per_job']:.2f}")
+        ve, vd, st = base["volcano-elastic"], base["volcano-default"], base["static"]
+        print(
+            f"  {'planner candidate':30s} JCT h   x default  x static  x elastic  "
+            "restarts  x elastic"
+        )
+        for name, m in out[scenario]["planner"].items():
+            j, r = m["avg_jct_h"], m["restarts_per_job"]
+            print(
+                f"  {name:30s} {j:.3f}   {j / vd['avg_jct_h']:.3f}      {j / st['avg_jct_h']:.3f}"
+                f"     {j / ve['avg_jct_h']:.3f}      {r:.2f}      "
+                f"{r / ve['restarts_per_job'] if ve['restarts_per_job'] else float('nan'):.2f}"
+            )
+        sys.stdout.flush()
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
