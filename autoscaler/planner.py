@@ -115,17 +115,23 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         queues=summaries,
         measurements=tuple(
             sorted(
-                (m for j in snapshot.jobs if (m := _measure(j, now)) is not None),
+                (
+                    m
+                    for j in snapshot.jobs
+                    if (m := _measure(j, now, policy.unplaced_timeout_seconds)) is not None
+                ),
                 key=lambda m: (m.ref.namespace, m.ref.name, m.ref.kind),
             )
         ),
     )
 
 
-def _measure(j: ElasticJob, now: datetime) -> Measurement | None:
+def _measure(j: ElasticJob, now: datetime, limit: float) -> Measurement | None:
     """A job we resized whose workers are now all active: the time it took is its
     restart cost (cycle-granular, so an upper bound), averaged with the one before.
-    Not for jobs whose owner set the cost, nor twice for one resize."""
+    Not for jobs whose owner set the cost, nor twice for one resize, nor when it took
+    longer than `limit` (unplaced_timeout_seconds): then the workers waited for GPUs,
+    which is queueing, not the job's restart."""
     resized = j.last_scale_time
     if (
         resized is None
@@ -136,7 +142,7 @@ def _measure(j: ElasticJob, now: datetime) -> Measurement | None:
     ):
         return None
     took = (now - resized).total_seconds()
-    if took <= 0:
+    if not 0 < took <= limit:
         return None
     if j.restart_cost_source == "measured" and j.restart_cost_seconds is not None:
         took = (took + j.restart_cost_seconds) / 2

@@ -24,10 +24,10 @@ class VictimOrder(StrEnum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannerPolicy:
     cooldown_seconds: float = 300
-    cooldown_restart_cost_factor: float = 0.0
+    cooldown_restart_cost_factor: float = 10.0
     reclaim_cooldown_seconds: float = 60
     max_gang_wait_seconds: float = 1800
-    starving_gang_blocks_later_gangs: bool = True
+    starving_gang_blocks_later_gangs: bool = False
     unplaced_timeout_seconds: float = 300
     growth_policy: GrowthPolicy = GrowthPolicy.FILL
     min_step_workers: int = 1

@@ -77,8 +77,11 @@ def main() -> None:
     ap.add_argument("--candidate", action="append", default=[], help="name:key=value,...")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", default="", help="comma-separated scenario name prefixes")
+    ap.add_argument(
+        "--no-standard", action="store_true", help="only the --candidate ones (and defaults)"
+    )
     args = ap.parse_args()
-    candidates = dict(CANDIDATES)
+    candidates = {"defaults": {}} if args.no_standard else dict(CANDIDATES)
     for spec in args.candidate:
         name, _, kvs = spec.partition(":")
         candidates[name] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)

@@ -162,7 +162,8 @@ async def test_steady_cycle_makes_no_list_and_empty_plan_no_write(api):
 async def test_cooldown_survives_a_daemon_restart(api):
     api.put(pytorchjob("j", queue="team-a", min_replicas=1, max_replicas=8, replicas=2, active=2))
     async with fake_prometheus(free_body(**{"team-a": 2})) as prom:
-        settings = settings_for(prom.url, cooldown_seconds=300)
+        # the flat cooldown: the measured restart (120 s, a cycle later) would lengthen it
+        settings = settings_for(prom.url, cooldown_seconds=300, cooldown_restart_cost_factor=0)
         async with Daemon(api, settings) as first:
             await first.controller.run_once(NOW)
         assert replicas(api, "j") == 4

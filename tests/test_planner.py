@@ -182,7 +182,8 @@ def test_released_gpus_count_for_gangs():
 
 def test_starving_gang_blocks_growth_and_later_gangs():
     gangs = [gang("starved", 20, created=ago(4000)), gang("small", 1, created=ago(10))]
-    p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], gangs), policy(), NOW)
+    blocking = policy(starving_gang_blocks_later_gangs=True)
+    p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], gangs), blocking, NOW)
     assert gang_reasons(p) == {"starved": Reason.GANG_UNCOVERABLE, "small": Reason.GANG_BLOCKED}
     assert targets(p)["a"] == (2, Reason.GANG_STARVING)
     assert p.queues["q"].reason == Reason.GANG_STARVING

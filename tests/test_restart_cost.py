@@ -98,7 +98,9 @@ def test_cooldown_grows_with_the_jobs_restart_cost():
 
 def test_factor_zero_keeps_the_flat_cooldown():
     slow = costed(ej("slow", replicas=2, last=ago(400)), 250.0)
-    p = plan(snap({"q": 30}, [slow]), policy(cooldown_seconds=300), NOW)
+    p = plan(
+        snap({"q": 30}, [slow]), policy(cooldown_seconds=300, cooldown_restart_cost_factor=0), NOW
+    )
     assert reasons(p)["slow"][1] is Reason.SCALE_UP_IDLE_GPUS
 
 
@@ -133,7 +135,8 @@ def test_a_resized_job_whose_workers_all_run_is_measured_once():
     done = costed(ej("c", replicas=4, last=resized), 80.0, "measured", resized)
     owned = costed(ej("d", replicas=4, last=resized), 40.0, "annotation")
     again = costed(ej("e", replicas=4, last=resized), 50.0, "measured", ago(3000))
-    p = plan(snap({"q": 0}, [running, starting, done, owned, again]), policy(), NOW)
+    waited = ej("f", replicas=4, last=ago(301))  # over unplaced_timeout: queueing, not restart
+    p = plan(snap({"q": 0}, [running, starting, done, owned, again, waited]), policy(), NOW)
     assert p.measurements == (
         Measurement(ObjectRef("ml", "a"), 100.0, resized, "1"),
         Measurement(ObjectRef("ml", "e"), 75.0, resized, "1"),  # averaged with the last
