@@ -49,3 +49,14 @@ class Shared:
     mutated, only replaced."""
 
     shape: Any
+
+
+def gpu_template(resource_names: Iterable[str]) -> Shared:
+    """A pod template, down to the GPUs its containers ask for."""
+    gpus = only(resource_names)
+    return Shared({"spec": {"containers": [{"resources": {"limits": gpus, "requests": gpus}}]}})
+
+
+def job_metadata(meta: Mapping[str, Any], annotations: Iterable[str]) -> dict[str, Any]:
+    """A job's metadata: the identity fields in `meta` and these annotations."""
+    return {**meta, "annotations": only(annotations)}

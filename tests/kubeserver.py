@@ -255,6 +255,17 @@ class EnvTest:
         )
         return result
 
+    def apply_queue(self, name: str, **spec: Any) -> dict[str, Any]:
+        """A Volcano Queue (cluster-scoped), weight 1 unless `spec` says otherwise."""
+        return self.apply(
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"weight": 1, **spec},
+            }
+        )
+
     def create_namespace(self, prefix: str = "t") -> str:
         name = f"{prefix}-{secrets.token_hex(4)}"
         self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

@@ -89,14 +89,7 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(
     envtest: EnvTest, real_ns: str, monkeypatch
 ) -> None:
     ns, queue = real_ns, f"{real_ns}-q"
-    envtest.apply(
-        {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "Queue",
-            "metadata": {"name": queue},
-            "spec": {"weight": 1},
-        }
-    )
+    envtest.apply_queue(queue)
     for name, replicas, notes in (
         ("a", 2, {}),
         ("paused", 1, {"elastic-autoscaler.io/paused": "true"}),

@@ -59,14 +59,7 @@ async def test_three_kinds_in_one_queue_grow_reclaim_and_cool_down(
     envtest: EnvTest, real_ns: str
 ) -> None:
     ns, queue = real_ns, f"{real_ns}-q"
-    envtest.apply(
-        {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "Queue",
-            "metadata": {"name": queue},
-            "spec": {"weight": 1},
-        }
-    )
+    envtest.apply_queue(queue)
     jobs = [
         pytorchjob("pt", ns, queue=queue, replicas=1, min_replicas=1, max_replicas=4),
         paddlejob("pd", ns, queue=queue, replicas=1, min_replicas=1, max_replicas=4),

@@ -232,6 +232,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             interval_seconds=3600,
             min_interval_seconds=0,
             cooldown_seconds=0,
+            cooldown_restart_cost_factor=0,  # no cooldown at all: the factor would set one
         )
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")

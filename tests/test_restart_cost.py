@@ -209,14 +209,7 @@ async def test_the_daemon_measures_on_a_real_server_and_a_restart_keeps_it(envte
     if not HAVE_PROMETHEUS:
         pytest.skip(SKIP_REASON)
     ns, queue = real_ns, f"{real_ns}-q"
-    envtest.apply(
-        {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "Queue",
-            "metadata": {"name": queue},
-            "spec": {"weight": 1},
-        }
-    )
+    envtest.apply_queue(queue)
     start = datetime.now(UTC).replace(microsecond=0)
     resized = start - timedelta(seconds=80)
     obj = pytorchjob("j", ns, queue=queue, replicas=3, annotations={LAST: rfc3339(resized)})

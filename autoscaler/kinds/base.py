@@ -78,3 +78,13 @@ class JobKind(Protocol):
 
     def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
         """A change that frees GPUs now (the job finished or went away)."""
+
+
+def our_annotations(settings: Settings) -> tuple[str, ...]:
+    """The annotations of ours every kind reads back."""
+    return (
+        settings.last_scale_annotation,
+        settings.paused_annotation,
+        settings.restart_cost_annotation,
+        settings.measured_restart_cost_annotation,
+    )

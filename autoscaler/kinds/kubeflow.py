@@ -25,8 +25,8 @@ from ..resources import (
     ResourceKind,
 )
 from ..settings import Settings
-from ..shapes import KEEP, Shared, conditions, only
-from .base import NotManaged, Workers, Write
+from ..shapes import KEEP, Shared, conditions, gpu_template, job_metadata, only
+from .base import NotManaged, Workers, Write, our_annotations
 
 DEFAULT_QUEUE = "default"
 
@@ -124,22 +124,10 @@ class KubeflowJob:
         return "Worker"
 
     def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
-        gpus = only(settings.gpu_resource_names)
         return {
             "apiVersion": KEEP,
             "kind": KEEP,
-            "metadata": {
-                **meta,
-                "annotations": only(
-                    (
-                        settings.last_scale_annotation,
-                        settings.paused_annotation,
-                        settings.restart_cost_annotation,
-                        settings.measured_restart_cost_annotation,
-                        VOLCANO_QUEUE_ANNOTATION,
-                    )
-                ),
-            },
+            "metadata": job_metadata(meta, (*our_annotations(settings), VOLCANO_QUEUE_ANNOTATION)),
             "spec": Shared(
                 {
                     "elasticPolicy": only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
@@ -153,15 +141,7 @@ class KubeflowJob:
                         {
                             "Worker": {
                                 "replicas": KEEP,
-                                "template": Shared(
-                                    {
-                                        "spec": {
-                                            "containers": [
-                                                {"resources": {"limits": gpus, "requests": gpus}}
-                                            ]
-                                        }
-                                    }
-                                ),
+                                "template": gpu_template(settings.gpu_resource_names),
                             }
                         }
                     ),

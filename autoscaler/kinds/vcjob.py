@@ -24,8 +24,8 @@ from ..fields import BadField, dig, gpus_per_worker, int_field
 from ..model import Reason
 from ..resources import JSON_PATCH, VCJOB
 from ..settings import Settings
-from ..shapes import KEEP, Shared, only
-from .base import NotManaged, Workers, Write
+from ..shapes import KEEP, Shared, gpu_template, job_metadata, only
+from .base import NotManaged, Workers, Write, our_annotations
 
 DEFAULT_QUEUE = "default"
 FINISHED_PHASES = frozenset({"Completed", "Completing", "Failed", "Terminated", "Terminating"})
@@ -134,22 +134,10 @@ class VolcanoJob:
         return f"task {at.partition(':')[2]}"
 
     def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
-        gpus = only(settings.gpu_resource_names)
         return {
             "apiVersion": KEEP,
             "kind": KEEP,
-            "metadata": {
-                **meta,
-                "annotations": only(
-                    (
-                        settings.last_scale_annotation,
-                        settings.paused_annotation,
-                        settings.restart_cost_annotation,
-                        settings.measured_restart_cost_annotation,
-                        _annotation(settings),
-                    )
-                ),
-            },
+            "metadata": job_metadata(meta, (*our_annotations(settings), _annotation(settings))),
             "spec": Shared(
                 {
                     "queue": KEEP,
@@ -160,15 +148,7 @@ class VolcanoJob:
                             "name": KEEP,
                             "replicas": KEEP,
                             "minAvailable": KEEP,
-                            "template": Shared(
-                                {
-                                    "spec": {
-                                        "containers": [
-                                            {"resources": {"limits": gpus, "requests": gpus}}
-                                        ]
-                                    }
-                                }
-                            ),
+                            "template": gpu_template(settings.gpu_resource_names),
                         }
                     ],
                 }
