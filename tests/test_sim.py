@@ -175,6 +175,46 @@ def test_the_planner_sees_each_jobs_restart_cost_and_priority() -> None:
     )
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_restart_costs_the_jobs_own_model_under_every_policy(policy: str) -> None:
+    """X (range 1..4, asks for 2) runs on 2 GPUs beside C until C ends at t=100; every
+    elastic policy then grows X: one restart, paid at X's model's cost (imagenet 250 s,
+    ncf 15 s) whichever policy made it. Static never resizes X: it pays nothing."""
+
+    c = replace(job("c", 0, 100, 2, 2, 2), application="imagenet")
+    jcts, restarts = {}, {}
+    for model in ("imagenet", "ncf"):
+        x = replace(job("x", 0, 10_000, 2, 1, 4), application=model)
+        _, jobs = run(policy, list(with_restart_costs([c, x], None)), penalty=30.0)
+        jcts[model], restarts[model] = jct(jobs["x"]), jobs["x"].restarts
+        assert jobs["c"].restarts == 0 and jct(jobs["c"]) == pytest.approx(100)
+    assert restarts["imagenet"] == restarts["ncf"] == (0 if policy == "static" else 1)
+    assert jcts["imagenet"] - jcts["ncf"] == pytest.approx(restarts["ncf"] * (250 - 15))
+
+
+@pytest.mark.parametrize("high", ["a", "b"])
+def test_the_planner_reclaims_from_the_lower_trace_priority(high: str) -> None:
+    """a and b grow to 3 workers each at t=0; a 1-GPU gang arrives at t=200 and the
+    planner takes a worker for it from the lower-priority job, whichever that is (one
+    restart), and gives it back when the gang's job ends at t=300 (another)."""
+
+    a = replace(job("a", 0, 10_000, 2, 1, 3), priority=10 if high == "a" else 0)
+    b = replace(job("b", 0, 10_000, 2, 1, 3), priority=10 if high == "b" else 0)
+    g = job("g", 200, 100, 1, 1, 1)
+    _, jobs = run("planner", [a, b, g], gpus=6)
+    low = "b" if high == "a" else "a"
+    assert jobs["g"].first_start == pytest.approx(200)
+    assert (jobs[low].restarts, jobs[high].restarts) == (2, 0)
+
+
+def test_volcano_elastic_preempts_whatever_the_priority() -> None:
+    """The ideal Volcano evicts a priority-1000 job's elastic pods for a priority-0 gang,
+    which stock Volcano's priority plugin would refuse."""
+
+    _, jobs = run("volcano-elastic", [replace(A, priority=1000), B])
+    assert jobs["b"].first_start == pytest.approx(10) and jobs["a"].restarts == 2
+
+
 def test_restart_penalty_is_a_parameter() -> None:
     _, jobs = run("volcano-elastic", [A, B], penalty=0)
     # no pause: 0..10 at 2x (20), 10..50 at 1.5x (60), then 20 left at 2x
@@ -281,6 +321,54 @@ def test_a_jobs_priority_may_come_from_the_trace(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("submit,duration,gpus,priority\n0,50,1,1000\n1,50,1,\n")
     assert [j.priority for j in read_trace(p, TraceOptions()).jobs] == [1000, 0]
+
+
+POLLUX_HEAD = "name,time,application,num_replicas,batch_size"
+PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster"
+
+
+@pytest.mark.parametrize(
+    "text,priorities",
+    [
+        ("submit,duration,gpus,Priority\n0,50,1,-5\n5,50,1, 7 \n", [-5, 7]),
+        (
+            f"{PHILLY_HEAD},priority\n2017-10-09 07:00:00,60,1,60,c,3\n"
+            "2017-10-09 06:00:00,60,1,60,c,\n",
+            [0, 3],
+        ),
+        (f"{PHILLY_HEAD}\n2017-10-09 07:00:00,60,1,60,c\n", [0]),
+        (f"{POLLUX_HEAD},priority\nncf-1,20,ncf,1,256,4\ncifar10-0,10,cifar10,1,128,\n", [0, 4]),
+        (f"{POLLUX_HEAD}\nncf-1,20,ncf,1,256\n", [0]),
+    ],
+)
+def test_priority_column_in_every_format(tmp_path: Path, text: str, priorities: list[int]) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    opts = TraceOptions(profiles_dir=TRACES / "pollux-app-profiles")
+    assert [j.priority for j in read_trace(p, opts).jobs] == priorities
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("submit,duration,gpus,priority\n0,50,1,1.5\n", "row 2, column priority: '1.5' is not"),
+        (
+            f"{PHILLY_HEAD},priority\n2017-10-09 07:00:00,60,1,60,c,1\n"
+            "2017-10-09 06:00:00,60,1,60,c,x\n",
+            "row 3, column priority: 'x' is not a whole number",
+        ),
+        (
+            f"{POLLUX_HEAD},priority\nncf-1,20,ncf,1,256,4\nncf-2,5,ncf,1,256,urgent\n",
+            "row 3 (job ncf-2), column priority: 'urgent' is not a whole number",
+        ),
+    ],
+)
+def test_bad_priority_names_the_row_and_column(tmp_path: Path, text: str, needle: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(SpecError) as err:
+        read_trace(p, TraceOptions(profiles_dir=TRACES / "pollux-app-profiles"))
+    assert f"trace {p} " in str(err.value) and needle in str(err.value)
 
 
 def test_csv_trace_accepts_aliases_one_sided_ranges_and_reports_ignored_columns(
@@ -429,6 +517,8 @@ def test_cli_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         (["--philly-slice", "5"], "START,END"),
         (["--restart-cost", "abc"], "--restart-cost wants seconds or 'profile', got 'abc'"),
         (["--restart-cost", "-1"], "--restart-cost must be a finite number of seconds >= 0"),
+        (["--restart-cost", "nan"], "--restart-cost must be a finite number of seconds >= 0"),
+        (["--restart-cost", "inf"], "--restart-cost must be a finite number of seconds >= 0"),
     ],
 )
 def test_cli_bad_input_exits_2(
@@ -437,6 +527,76 @@ def test_cli_bad_input_exits_2(
     assert main(["simulate", "--out", str(tmp_path), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("elastic-autoscaler: error:") and needle in err
+
+
+TINY = "name,submit,duration,gpus,application,priority\na,0,60,2,bert,5\nb,0,60,1,,\n"
+
+
+@pytest.mark.parametrize(
+    "argv,mode,costs,head",
+    [
+        ([], "flat", [30, 30], "restart cost 30s per restart (flat)"),
+        (["--restart-cost", "12"], "flat", [12, 12], "restart cost 12s per restart (flat)"),
+        (["--restart-penalty", "60"], "flat", [60, 60], "restart cost 60s per restart (flat)"),
+        (
+            ["--restart-cost", "profile"],
+            "profile",
+            [120, 30],
+            "restart cost per model (profile, Sia SOSP'23: ncf 15s, deepspeech2 25s, "
+            "cifar10 50s, yolov3 80s, bert 120s, imagenet 250s; 1 job(s) of no known model: "
+            "30s fallback)",
+        ),
+    ],
+)
+def test_cli_says_the_restart_cost_mode_in_table_and_json(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    mode: str,
+    costs: list[float],
+    head: str,
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(TINY)
+    out = tmp_path / "o"
+    argv = ["--trace", str(trace), "--gpus", "4", "--policies", "static,planner", *argv]
+    assert main(["simulate", "--no-plots", "--no-progress", "--out", str(out), *argv]) == 0
+    assert head in capsys.readouterr().out.splitlines()[0]
+    data = json.loads((out / "results.json").read_text())
+    assert data["restart_cost_mode"] == mode
+    for policy in ("static", "planner"):
+        rows = data["jobs"][policy]
+        assert [r["restart_cost_seconds"] for r in rows] == costs
+        assert [(r["priority"], r["application"]) for r in rows] == [(5, "bert"), (0, None)]
+
+
+def test_cli_bad_priority_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit,duration,gpus,priority\n0,60,1,0\n1,60,1,top\n")
+    assert main(["simulate", "--trace", str(trace), "--no-progress", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("elastic-autoscaler: error: trace ")
+    assert "row 3, column priority: 'top' is not a whole number" in err
+
+
+def test_help_and_legend_say_which_volcano_each_baseline_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse would wrap at "volcano-"
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "volcano-default: stock Volcano (enqueue, allocate, backfill; no preempt" in helptext
+    assert "volcano-elastic: an ideal, tuned Volcano (preempt action on AND a priority" in (
+        helptext
+    )
+    argv = ["--no-plots", "--no-progress", "--out", str(tmp_path), "--max-jobs", "4"]
+    assert main(["simulate", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "\nvolcano-default: stock Volcano (enqueue, allocate, backfill; no preempt" in out
+    assert "\nvolcano-elastic: an ideal, tuned Volcano (preempt action on AND" in out
+    assert main(["simulate", *argv, "--policies", "planner"]) == 0
+    assert "volcano" not in capsys.readouterr().out  # only the baselines that ran
 
 
 def test_cli_rejects_a_trace_naming_two_jobs_alike(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import Settings
-from .policies import POLICIES
+from .policies import DESCRIPTIONS, POLICIES
 from .report import plot, table, write_json
 from .runner import DEFAULT_RESTART_PENALTY, compare
 from .traces import FORMATS, TraceOptions, read_trace
@@ -48,11 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[",".join(POLICIES)],
         help=f"policies in table order, comma- or space-separated (default {','.join(POLICIES)}"
-        "). static: every job at its requested size; hpa: a per-job autoscaler; "
-        "volcano-default: stock Volcano (no preempt action: elastic pods are never "
-        "evicted); volcano-elastic: an ideal, tuned Volcano (preempt action on and a "
-        "priority plugin that does not filter victims: elastic pods evicted for any "
-        "waiting gang); planner: this daemon's planner",
+        "). " + "; ".join(f"{name}: {what}" for name, what in DESCRIPTIONS.items()),
     )
     p.add_argument(
         "--out",
@@ -221,7 +217,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         raise _usage(str(exc)) from None
     profile = args.restart_cost == "profile"
     flat = DEFAULT_RESTART_PENALTY if profile else float(args.restart_cost)
-    workload = replace(workload, jobs=with_restart_costs(workload.jobs, None if profile else flat))
+    workload = replace(
+        workload,
+        jobs=with_restart_costs(workload.jobs, None if profile else flat),
+        restart_costs="profile" if profile else "flat",
+    )
     bar = None
     tqdm = _optional("tqdm", "tqdm") if not args.no_progress and sys.stderr.isatty() else None
     if tqdm is not None:

@@ -15,7 +15,7 @@ Volcano's behaviour as modelled (see docs/simulator.md):
 - pods land the instant GPUs are free; removed workers free their GPUs at once.
 Every change of a running job's worker count restarts it: progress pauses for the job's
 restart cost (its model's, or the run's flat one), whatever policy made the change
-(several changes at one instant are one restart).
+(several changes at one instant are one restart). Job priority plays no part here.
 """
 
 from __future__ import annotations

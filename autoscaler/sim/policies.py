@@ -16,6 +16,10 @@ anything) resizes jobs while they run.
                    (`autoscaler.loop.Controller.run_once`, so the real planner) on a
                    ClusterSnapshot of the simulated state, every interval_seconds and
                    early (at most once per min_interval_seconds) on submit/finish.
+                   It sees each job's trace priority and restart cost.
+
+Job priority (a trace's priority column) reaches only the planner: the Volcano baselines
+admit FIFO with backfill and volcano-elastic preempts whatever the priorities (ideal).
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ from ..settings import Settings
 from .engine import Cluster, Controller, SimJob
 
 POLICIES = ("static", "hpa", "volcano-default", "volcano-elastic", "planner")
+# what each policy stands for: the --policies help and (the Volcano ones) the table legend
+DESCRIPTIONS = {
+    "static": "every job at its requested size",
+    "hpa": "a per-job HorizontalPodAutoscaler",
+    "volcano-default": "stock Volcano (enqueue, allocate, backfill; no preempt action: "
+    "elastic pods are never evicted)",
+    "volcano-elastic": "an ideal, tuned Volcano (preempt action on AND a priority plugin "
+    "that does not filter victims: elastic pods of any job evicted for any waiting gang; "
+    "stock Volcano refuses victims of equal or higher job priority)",
+    "planner": "this daemon's planner",
+}
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 as the planner's clock
 NAMESPACE = "sim"
 

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from .metrics import utilisation_series
+from .policies import DESCRIPTIONS
 from .runner import Comparison
+from .workload import PROFILE_FALLBACK_SECONDS, PROFILE_RESTART_SECONDS
 
 COLUMNS = (
     ("policy", "{}"),
@@ -63,11 +65,13 @@ def table(c: Comparison) -> str:
     legend = (
         "util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
         "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
-        "jobs of the same queue waited or could have grown; volcano-default is stock "
-        "Volcano (no preemption), volcano-elastic an ideal Volcano that evicts elastic "
-        "pods for any waiting gang"
+        "jobs of the same queue waited or could have grown"
     )
-    return "\n".join([head, *notes, *out, legend]) + "\n"
+    # which Volcano each baseline stands for, so nobody reads them as the same thing
+    baselines = [
+        f"{name}: {DESCRIPTIONS[name]}" for name in c.metrics if name.startswith("volcano-")
+    ]
+    return "\n".join([head, *notes, *out, legend, *baselines]) + "\n"
 
 
 def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -80,6 +84,7 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
         "cluster": {"gpus": c.gpus, "deserved": dict(sorted(c.deserved.items()))},
         "restart_penalty_seconds": c.restart_penalty,
         "restart_cost": _restart_costs(c),
+        "restart_cost_mode": c.workload.restart_costs or None,  # flat | profile
         "seed": c.seed,
         "planner_settings": settings or {},
         "policies": {name: m.to_json() for name, m in c.metrics.items()},
@@ -88,6 +93,8 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
                 {
                     "name": j.name,
                     "queue": j.queue,
+                    "application": j.spec.application or None,
+                    "priority": j.spec.priority,
                     "submit": j.spec.submit,
                     "first_start": j.first_start,
                     "finish": j.finish,
@@ -203,8 +210,18 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def _restart_costs(c: Comparison) -> str:
-    """`30s` when every job pays the same, else the range and that it is per model."""
+    """The mode and its numbers as the CLI set them; for a workload that does not say,
+    `30s` when every job pays the same, else the range and that it is per model."""
+    if c.workload.restart_costs == "profile":
+        models = ", ".join(f"{m} {s:g}s" for m, s in PROFILE_RESTART_SECONDS.items())
+        unknown = sum(1 for j in c.workload.jobs if j.application not in PROFILE_RESTART_SECONDS)
+        return (
+            f"per model (profile, Sia SOSP'23: {models}; {unknown} job(s) of no known "
+            f"model: {PROFILE_FALLBACK_SECONDS:g}s fallback)"
+        )
     costs = sorted({j.restart_cost for j in c.workload.jobs if j.restart_cost is not None})
+    if c.workload.restart_costs == "flat":
+        return f"{costs[0] if costs else c.restart_penalty:g}s per restart (flat)"
     if len(costs) <= 1:
         return f"{costs[0] if costs else c.restart_penalty:g}s"
     return f"per model {costs[0]:g}-{costs[-1]:g}s (Sia profile)"

@@ -14,8 +14,11 @@ aliases in brackets are accepted too):
                max_replicas]; either may be left out or empty, the --elastic-range rule
                then gives it
     speedup    linear | amdahl:P for this job (default: --speedup)
+    priority   the job's priority, a whole number (default 0)              optional
+    application   the model it trains, for --restart-cost profile [model]  optional
 
-Other columns are ignored, and the workload's notes say which.
+Other columns are ignored, and the workload's notes say which. The philly and Pollux
+readers take a `priority` column too; without one every job has priority 0.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ CSV_COLUMNS = {
     "max_workers": ("max_workers", "max", "max_replicas"),
     "speedup": ("speedup",),
     "priority": ("priority",),
+    "application": ("application", "model"),
 }
 _CSV_ALIAS = {alias: col for col, aliases in CSV_COLUMNS.items() for alias in aliases}
 
@@ -254,7 +258,8 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
                 gpw,
                 queue,
                 sp,
-                priority=priority,
+                cell("application"),
+                priority,
             )
         )
     jobs.sort(key=lambda j: (j.submit, j.name))
@@ -266,12 +271,12 @@ def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Work
     """Philly: `cluster` is the queue; jobs sorted by submit time, then sliced."""
 
     parsed = []
-    for r in rows:
+    for row, r in enumerate(rows, start=2):  # the file's line: the header is line 1
         queue = r["cluster"].strip() or "default"
         if opts.queues and queue not in opts.queues:
             continue
         ts = datetime.fromisoformat(r["timestamp"]).timestamp()
-        parsed.append((ts, r, queue))
+        parsed.append((ts, r, queue, _priority(r.get("priority"), source, row)))
     parsed.sort(key=lambda x: (x[0], x[1]["cluster"], float(x[1]["duration"])))
     if opts.philly_slice is not None:
         start, end = opts.philly_slice
@@ -282,7 +287,7 @@ def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Work
         return Workload((), source)
     t0 = parsed[0][0]
     jobs = []
-    for i, (ts, r, queue) in enumerate(parsed):
+    for i, (ts, r, queue, priority) in enumerate(parsed):
         gpus = int(float(r["num_gpus"]))
         duration = float(r["duration"])
         if gpus < 1 or duration <= 0:
@@ -290,7 +295,9 @@ def _philly(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Work
         top = max(opts.top_gpus, gpus)
         sp = _speedup(opts.speedup, gpus, top)
         lo, hi = _range(opts.elastic, gpus, sp, 1)
-        jobs.append(JobSpec(f"philly-{i}", ts - t0, duration, gpus, lo, hi, 1, queue, sp))
+        jobs.append(
+            JobSpec(f"philly-{i}", ts - t0, duration, gpus, lo, hi, 1, queue, sp, "", priority)
+        )
     return Workload(tuple(jobs), source)
 
 
@@ -300,16 +307,17 @@ def _pollux(
     """Pollux workloads: work = iterations to finish at the job's batch size x step time
     at its requested GPUs, from the application's profile (see profiles.py)."""
 
-    rows = _limit(sorted(rows, key=lambda r: (float(r["time"]), r["name"])), opts)
+    # (file line, row) in submit order: an error names the line
+    numbered = sorted(enumerate(rows, start=2), key=lambda x: (float(x[1]["time"]), x[1]["name"]))
     jobs = []
-    for r in rows:
+    for row, r in _limit(numbered, opts):
         app = r["application"]
         if app not in profiles:
             raise SpecError(f"trace {source}: no profile for application {app!r}")
         prof = profiles[app]
         gpus, bsz = int(r["num_replicas"]), int(r["batch_size"])
         queue = (r.get("queue") or "").strip() or "default"
-        priority = _priority(r.get("priority"), source, r["name"])
+        priority = _priority(r.get("priority"), source, row, r["name"])
         if opts.queues and queue not in opts.queues:
             continue
         top = max(opts.top_gpus, gpus)
@@ -334,13 +342,15 @@ def _pollux(
     return Workload(tuple(jobs), source, (f"work from {len(profiles)} application profiles",))
 
 
-def _priority(text: str | None, source: str, name: str) -> int:
-    """A job's priority from the trace's priority column; 0 without one."""
+def _priority(text: str | None, source: str, row: int, name: str = "") -> int:
+    """A job's priority from the trace's priority column; 0 without one or when empty."""
     if text is None or not text.strip():
         return 0
     try:
         return int(text.strip())
     except ValueError:
+        job = f" (job {name})" if name else ""
         raise SpecError(
-            f"trace {source}, job {name}, column priority: {text.strip()!r} is not a whole number"
+            f"trace {source} row {row}{job}, column priority: {text.strip()!r} is not a "
+            "whole number"
         ) from None

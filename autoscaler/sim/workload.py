@@ -123,6 +123,9 @@ class Workload:
     jobs: tuple[JobSpec, ...]
     source: str
     notes: tuple[str, ...] = ()
+    # how its jobs' restart costs were set, for the reader: "flat", "profile" (each job
+    # its model's, PROFILE_FALLBACK_SECONDS for the rest), "" not said
+    restart_costs: str = ""
 
     @property
     def queues(self) -> tuple[str, ...]:
