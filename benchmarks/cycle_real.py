@@ -175,6 +175,7 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
     from kubernetes_asyncio.client import ApiClient
 
     from autoscaler.actuator import KubeActuator
+    from autoscaler.daemon import job_kinds
     from autoscaler.logs import configure_logging
     from autoscaler.loop import Controller
     from autoscaler.metrics import Metrics
@@ -195,14 +196,22 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
         log_level="warning",
         kube_list_page_size=page_size,
         cooldown_seconds=0,
+        cooldown_restart_cost_factor=0,
         growth_payoff_factor=0,
     )
     configure_logging(settings)
     client: ApiClient = await make_api_client(settings)
-    kube = KubeSource(settings, client, transform=pruner(settings))
+    # every kind, as the daemon watches them (the Paddle and Volcano caches stay empty)
+    kinds = job_kinds(settings)
+    kube = KubeSource(
+        settings, client, transform=pruner(settings), job_kinds=[k.resource for k in kinds]
+    )
     prom = PrometheusSource(settings)
     controller = Controller(
-        settings, LiveSource(settings, kube, prom), KubeActuator(settings, client), Metrics()
+        settings,
+        LiveSource(settings, kube, prom),
+        KubeActuator(settings, client, kinds=kinds),
+        Metrics(),
     )
     t0 = time.perf_counter()
     await kube.start()
