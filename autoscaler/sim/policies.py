@@ -147,7 +147,7 @@ class PlannerController(_Elastic):
             if (outcome.applied is not None)
             else []
         )
-        if outcome.result != "ok" or refused:
+        if outcome.result is not loop.CycleStatus.OK or refused:
             # every input is well formed here: anything but a clean cycle is a bug
             why = outcome.message or "; ".join(
                 f"{r.decision.ref.name}: {r.message}" for r in refused
