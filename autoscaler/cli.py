@@ -29,7 +29,8 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elastic-autoscaler",
-        description="Global planner that resizes elastic PyTorchJobs into idle Volcano queue GPUs.",
+        description="Global planner that resizes elastic training jobs (PyTorchJob, PaddleJob, "
+        "Volcano Job) into idle Volcano queue GPUs.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)

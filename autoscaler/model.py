@@ -106,7 +106,7 @@ class ElasticJob:
     queue: str
     min_replicas: int
     max_replicas: int
-    replicas: int  # spec.pytorchReplicaSpecs.Worker.replicas: what we asked for
+    replicas: int  # the worker group's spec replicas (where, its kind says): what we asked for
     active: int  # status.replicaStatuses.Worker.active: what is running
     gpus_per_worker: int
     created: datetime
