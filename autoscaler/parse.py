@@ -18,7 +18,7 @@ from .fields import (
     parse_time,
     seconds_field,
 )
-from .kinds import KIND_NAMES, JobKind, NotManaged, kind_of
+from .kinds import KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     ClusterSnapshot,
@@ -473,13 +473,12 @@ def build_snapshot(
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
+    parsers = {
+        k.resource.kind: (lambda obj, k=k: parse_job(obj, settings, priorities, k)) for k in KINDS
+    }
     for obj in raw.jobs:
-        kind = kind_of(obj) or PYTORCHJOB_KIND
-
-        def job(obj: Mapping[str, Any], kind: JobKind = kind) -> ElasticJob | UnmanagedJob:
-            return parse_job(obj, settings, priorities, kind)
-
-        parsed = cache.get(kind.resource.kind, obj, job)
+        kind = (kind_of(obj) or PYTORCHJOB_KIND).resource.kind
+        parsed = cache.get(kind, obj, parsers[kind])
         key = (parsed.ref.namespace, parsed.ref.name, parsed.ref.kind)
         if key in seen:
             unmanaged.append(

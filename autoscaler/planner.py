@@ -315,7 +315,8 @@ class _QueuePlanner:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
 
     def decisions(self) -> list[Decision]:
-        # positional: this runs once per job per cycle
+        # positional, costs inline: this runs once per job per cycle
+        default_cost = self.policy.restart_cost_seconds
         return [
             Decision(
                 j.ref,
@@ -330,7 +331,7 @@ class _QueuePlanner:
                 j.resource_version,
                 () if j.has_min_available else _NO_MIN_AVAILABLE,
                 j.workers_at,
-                self._restart_cost(j),
+                default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
             )
             for w in self.work
