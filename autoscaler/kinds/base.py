@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..fields import BadField, gpus_per_worker, int_field
 from ..model import Reason
 from ..resources import ResourceKind
 from ..settings import Settings
@@ -88,3 +89,33 @@ def our_annotations(settings: Settings) -> tuple[str, ...]:
         settings.restart_cost_annotation,
         settings.measured_restart_cost_annotation,
     )
+
+
+def read_workers(
+    group: Mapping[str, Any],
+    where: str,
+    default_replicas: int,
+    active: Any,
+    active_field: str,
+    settings: Settings,
+    at: str = "",
+) -> Workers:
+    """A worker group (`group` at `where`: its replicas and pod template) and the count
+    of its running workers (`active`, read from `active_field`), each bad field named."""
+    try:
+        replicas = int_field(group.get("replicas", default_replicas), f"{where}.replicas")
+    except BadField as exc:
+        raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
+    try:
+        gpw = gpus_per_worker(
+            group.get("template"), settings.gpu_resource_names, f"{where}.template"
+        )
+    except BadField as exc:
+        raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None
+    try:
+        running = 0 if active is None else int_field(active, active_field)
+    except BadField as exc:
+        raise NotManaged(
+            Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
+        ) from None
+    return Workers(replicas, running, gpw, f"{where}.replicas", at)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..fields import BadField, dig, gpus_per_worker, int_field
+from ..fields import BadField, dig, int_field
 from ..model import Reason
 from ..resources import (
     FINISHED_CONDITIONS,
@@ -26,7 +26,7 @@ from ..resources import (
 )
 from ..settings import Settings
 from ..shapes import KEEP, Shared, conditions, gpu_template, job_metadata, only
-from .base import NotManaged, Workers, Write, our_annotations
+from .base import NotManaged, Workers, Write, our_annotations, read_workers
 
 DEFAULT_QUEUE = "default"
 
@@ -69,24 +69,10 @@ class KubeflowJob:
         worker = dig(obj, "spec", self.replica_specs, "Worker")
         if not isinstance(worker, Mapping):
             raise NotManaged(Reason.INVALID_SPEC, f"{where} is missing")
-        try:
-            replicas = int_field(worker.get("replicas", 1), f"{where}.replicas")
-        except BadField as exc:
-            raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
-        try:
-            gpw = gpus_per_worker(
-                worker.get("template"), settings.gpu_resource_names, f"{where}.template"
-            )
-        except BadField as exc:
-            raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None
-        raw = dig(obj, "status", "replicaStatuses", "Worker", "active")
-        try:
-            active = 0 if raw is None else int_field(raw, "status.replicaStatuses.Worker.active")
-        except BadField as exc:
-            raise NotManaged(
-                Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
-            ) from None
-        return Workers(replicas, active, gpw, f"{where}.replicas")
+        active = dig(obj, "status", "replicaStatuses", "Worker", "active")
+        return read_workers(
+            worker, where, 1, active, "status.replicaStatuses.Worker.active", settings
+        )
 
     def bounds(
         self, obj: Mapping[str, Any], workers: Workers, settings: Settings

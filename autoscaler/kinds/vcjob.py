@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..fields import BadField, dig, gpus_per_worker, int_field
+from ..fields import BadField, dig, int_field
 from ..model import Reason
 from ..resources import JSON_PATCH, VCJOB
 from ..settings import Settings
 from ..shapes import KEEP, Shared, gpu_template, job_metadata, only
-from .base import NotManaged, Workers, Write, our_annotations
+from .base import NotManaged, Workers, Write, our_annotations, read_workers
 
 DEFAULT_QUEUE = "default"
 FINISHED_PHASES = frozenset({"Completed", "Completing", "Failed", "Terminated", "Terminating"})
@@ -59,28 +59,9 @@ class VolcanoJob:
         task = tasks[index]
         name = task["name"]
         where = f"spec.tasks[{index}]"
-        try:
-            replicas = int_field(task.get("replicas", 0), f"{where}.replicas")
-        except BadField as exc:
-            raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
-        try:
-            gpw = gpus_per_worker(
-                task.get("template"), settings.gpu_resource_names, f"{where}.template"
-            )
-        except BadField as exc:
-            raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None
-        raw = dig(obj, "status", "taskStatusCount", name, "phase", "Running")
-        try:
-            active = (
-                0
-                if raw is None
-                else int_field(raw, f"status.taskStatusCount[{name}].phase.Running")
-            )
-        except BadField as exc:
-            raise NotManaged(
-                Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
-            ) from None
-        return Workers(replicas, active, gpw, f"{where}.replicas", f"{index}:{name}")
+        active = dig(obj, "status", "taskStatusCount", name, "phase", "Running")
+        field = f"status.taskStatusCount[{name}].phase.Running"
+        return read_workers(task, where, 0, active, field, settings, f"{index}:{name}")
 
     def bounds(
         self, obj: Mapping[str, Any], workers: Workers, settings: Settings
