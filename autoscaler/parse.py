@@ -232,10 +232,13 @@ def parse_job(
             "metadata.deletionTimestamp is set: the job is being deleted",
             **known,
         )
+    bad_range: NotManaged | None = None
     try:
         min_r, max_r = kind.bounds(obj, workers, settings)
     except NotManaged as exc:
-        return unmanaged(exc.reason, exc.message, **known)
+        if not exc.range_error:
+            return unmanaged(exc.reason, exc.message, **known)
+        bad_range = exc
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         return unmanaged(
@@ -246,6 +249,8 @@ def parse_job(
         return unmanaged(
             Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"', **known
         )
+    if bad_range is not None:
+        return unmanaged(bad_range.reason, bad_range.message, **known)
     known.update(min_replicas=min_r, max_replicas=max_r)
     if gpw == 0:
         names = ", ".join(settings.gpu_resource_names)

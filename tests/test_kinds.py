@@ -272,3 +272,18 @@ def test_a_podgroup_owned_by_the_job_is_its_own_gang(kind):
     assert p.decisions[0].reason is Reason.OWN_GANG_WAITING
     p = plan(snap({"q": 100}, [job], [other]), policy(), NOW)
     assert p.decisions[0].reason is not Reason.OWN_GANG_WAITING
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        paddlejob(min_replicas=5, max_replicas=2),
+        vcjob(min_available=3, replicas=3, running=3, max_replicas=2),
+    ],
+    ids=["paddle-min-above-max", "vc-max-below-min"],
+)
+def test_a_paused_job_with_a_bad_range_is_reported_paused(obj):
+    """The owner paused it, maybe to fix the range: paused comes first, as it always did
+    for PyTorchJobs (the soak's parse mode checks the same order)."""
+    obj["metadata"]["annotations"]["elastic-autoscaler.io/paused"] = "true"
+    assert parsed(obj).reason is Reason.PAUSED

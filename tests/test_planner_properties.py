@@ -213,9 +213,7 @@ def test_gangs_first(snapshot, pol):
         )
         decided = {g.ref: g.reason for g in result.gangs}
         # a trimmed job's cut workers are counted once, as trimmed, not again as reclaimable
-        trimmed_to = {
-            d.ref: d.target for d in result.decisions if d.reason is Reason.TRIM_UNPLACED
-        }
+        trimmed_to = {d.ref: d.target for d in result.decisions if d.reason is Reason.TRIM_UNPLACED}
         own = {g.owner.name for g in gangs if g.owner} | {g.ref.name for g in gangs}
         idle = math.floor(state.free_gpus + 1e-9) - inflight
         served = 0

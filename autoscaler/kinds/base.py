@@ -15,10 +15,15 @@ from ..settings import Settings
 class NotManaged(Exception):
     """The job is left alone, for `reason`; `message` names the field."""
 
-    def __init__(self, reason: Reason, message: str, **known: Any) -> None:
+    def __init__(
+        self, reason: Reason, message: str, *, range_error: bool = False, **known: Any
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        # a bad min/max (not a missing or foreign elastic policy): a paused job is
+        # reported as paused first, as the owner may be fixing it
+        self.range_error = range_error
         self.known = known  # what could be read: replicas, gpus_per_worker
 
 

@@ -90,7 +90,7 @@ class KubeflowJob:
         try:
             return _elastic_bounds(elastic, workers.replicas)
         except BadField as exc:
-            raise NotManaged(Reason.INVALID_POLICY, str(exc)) from None
+            raise NotManaged(Reason.INVALID_POLICY, str(exc), range_error=True) from None
 
     def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
         # without minAvailable, training-operator sets the gang to all replicas

@@ -81,7 +81,7 @@ class VolcanoJob:
             own = task.get("minAvailable")
             own_min = 0 if own is None else int_field(own, f"{where}.minAvailable")
         except BadField as exc:
-            raise NotManaged(Reason.INVALID_POLICY, str(exc)) from None
+            raise NotManaged(Reason.INVALID_POLICY, str(exc), range_error=True) from None
         min_r = max(1, gang_min - others, own_min)
         if max_r < min_r:
             raise NotManaged(
@@ -89,6 +89,7 @@ class VolcanoJob:
                 f"annotation {_annotation(settings)} says at most {max_r} worker(s), below "
                 f"the {min_r} that {where} needs (spec.minAvailable={gang_min}, "
                 f"{others} replica(s) in other tasks)",
+                range_error=True,
             )
         return min_r, max_r
 
