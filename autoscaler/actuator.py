@@ -21,7 +21,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .kinds import KINDS, JobKind, Write
+from .kinds import BY_NAME, KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
 from .model import Decision, Measurement, Plan
 from .parse import measured_value
@@ -31,7 +31,6 @@ from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
-_ALL_KINDS = {k.resource.kind: k for k in KINDS}
 
 BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
@@ -81,7 +80,7 @@ class Actuator(Protocol):
     ) -> ApplyResult: ...
 
 
-def refusal(decision: Decision, kinds: Mapping[str, JobKind] = _ALL_KINDS) -> str | None:
+def refusal(decision: Decision, kinds: Mapping[str, JobKind] = BY_NAME) -> str | None:
     """Why a decision must not be written, or None. Defence in depth: the planner already
     keeps these invariants, but a bug there must not reach the cluster."""
     if decision.ref.kind not in kinds:

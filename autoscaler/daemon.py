@@ -19,12 +19,13 @@ from prometheus_client import ProcessCollector
 
 from .actuator import Actuator, DryRunActuator, KubeActuator
 from .errors import RunFailure, UsageError
-from .kinds import KINDS, JobKind, NotManaged, named
+from .kinds import BY_NAME, KINDS, JobKind, NotManaged, named
 from .leader import AlwaysLeader, make_elector
 from .logs import configure_logging
 from .loop import Controller, Driver
 from .metrics import Metrics
 from .model import ClusterSnapshot, Plan
+from .parse import read_measured, read_time
 from .planner import plan as make_plan
 from .redact import redact
 from .resources import WAITING_PHASES
@@ -37,8 +38,6 @@ from .sources.prune import pruner
 
 log = structlog.get_logger("autoscaler.daemon")
 
-_KINDS = {k.resource.kind: k for k in KINDS}
-
 
 def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
     """A new waiting gang, or a job that finished or went away, frees or needs GPUs now."""
@@ -47,14 +46,14 @@ def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> boo
         status = obj.get("status") if isinstance(obj, Mapping) else None
         phase = status.get("phase") if isinstance(status, Mapping) else None
         return event_type == "ADDED" and phase in WAITING_PHASES
-    job_kind = _KINDS.get(kind)
+    job_kind = BY_NAME.get(kind)
     return job_kind is not None and job_kind.wants_early_cycle(event_type, obj)
 
 
 def restart_done(kind: str, obj: Mapping[str, Any], settings: Settings) -> bool:
     """A job we resized whose workers all run again, its restart not yet measured: a
     cycle now measures it to within min_interval_seconds, not a whole interval."""
-    job_kind = _KINDS.get(kind)
+    job_kind = BY_NAME.get(kind)
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     notes = meta.get("annotations") if isinstance(meta, Mapping) else None
     if job_kind is None or not isinstance(notes, Mapping):
@@ -62,8 +61,8 @@ def restart_done(kind: str, obj: Mapping[str, Any], settings: Settings) -> bool:
     last = notes.get(settings.last_scale_annotation)
     if not isinstance(last, str) or settings.restart_cost_annotation in notes:
         return False
-    measured = notes.get(settings.measured_restart_cost_annotation)
-    if isinstance(measured, str) and measured.endswith("@" + last):
+    measured = read_measured(notes.get(settings.measured_restart_cost_annotation))
+    if measured is not None and measured[1] == read_time(last):
         return False
     try:
         workers = job_kind.workers(obj, settings)

@@ -284,7 +284,7 @@ def parse_job(
             return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
         cost_source = "annotation"
     else:
-        measured = _measured(annotations.get(settings.measured_restart_cost_annotation))
+        measured = read_measured(annotations.get(settings.measured_restart_cost_annotation))
         if measured is not None:
             restart_cost, measured_for = measured
             cost_source = "measured"
@@ -318,7 +318,7 @@ def parse_job(
     )
 
 
-def _measured(value: Any) -> tuple[float, datetime] | None:
+def read_measured(value: Any) -> tuple[float, datetime] | None:
     """Our own `<seconds>@<resize time>`; anything else is ignored (and measured again)."""
     if not isinstance(value, str) or "@" not in value:
         return None
@@ -329,8 +329,16 @@ def _measured(value: Any) -> tuple[float, datetime] | None:
         return None
 
 
+def read_time(value: Any) -> datetime | None:
+    """An RFC 3339 time, or None where it is not one."""
+    try:
+        return parse_time(value, "time")
+    except BadField:
+        return None
+
+
 def measured_value(seconds: float, resized: datetime) -> str:
-    """The annotation value `_measured` reads back."""
+    """The annotation value `read_measured` reads back."""
     return f"{seconds:.0f}@{rfc3339(resized)}"
 
 

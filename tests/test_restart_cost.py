@@ -238,3 +238,21 @@ async def test_the_daemon_measures_on_a_real_server_and_a_restart_keeps_it(envte
         job = next(x for x in again.plan.decisions if x.ref.name == "j")
         assert (job.restart_cost_seconds, job.restart_cost_source) == (80.0, "measured")
         assert again.plan.measurements == ()
+
+
+@pytest.mark.parametrize(
+    ("notes", "active", "early"),
+    [
+        ({LAST: "2026-11-22T09:58:00Z"}, 2, True),  # resized, all workers run: measure now
+        ({LAST: "2026-11-22T09:58:00Z"}, 1, False),  # still starting
+        ({}, 2, False),  # never resized by us
+        ({LAST: "2026-11-22T09:58:00Z", MEASURED: "40@2026-11-22T09:58:00Z"}, 2, False),
+        ({LAST: "2026-11-22T09:58:00Z", MEASURED: "40@2026-11-22T08:00:00Z"}, 2, True),
+        ({LAST: "2026-11-22T09:58:00Z", COST: "60"}, 2, False),  # the owner said
+    ],
+)
+def test_a_resized_job_whose_workers_all_run_triggers_an_early_cycle(notes, active, early):
+    from autoscaler.daemon import restart_done
+
+    obj = pytorchjob(replicas=2, active=active, annotations=notes)
+    assert restart_done("PyTorchJob", obj, S) is early

@@ -19,15 +19,25 @@ from .vcjob import VCJOB_KIND
 
 KINDS: tuple[JobKind, ...] = (PYTORCHJOB_KIND, PADDLEJOB_KIND, VCJOB_KIND)
 KIND_NAMES = tuple(k.resource.kind for k in KINDS)
-_BY_KIND = {k.resource.kind: k for k in KINDS}
+BY_NAME = {k.resource.kind: k for k in KINDS}  # kind name (PyTorchJob, Job, ...) -> kind
 
-__all__ = ["KINDS", "KIND_NAMES", "JobKind", "NotManaged", "Workers", "Write", "kind_of", "named"]
+__all__ = [
+    "BY_NAME",
+    "KINDS",
+    "KIND_NAMES",
+    "JobKind",
+    "NotManaged",
+    "Workers",
+    "Write",
+    "kind_of",
+    "named",
+]
 
 
 def kind_of(obj: Mapping[str, Any]) -> JobKind | None:
     """The kind of a raw object by its kind and API group, or None."""
     kind = obj.get("kind")
-    found = _BY_KIND.get(kind) if isinstance(kind, str) else None
+    found = BY_NAME.get(kind) if isinstance(kind, str) else None
     if found is None:
         return None
     api_version = obj.get("apiVersion")
