@@ -109,6 +109,8 @@ async def _daemon(settings: Settings) -> int:
         on_change,
         transform=pruner(settings),
         job_kinds=[k.resource for k in kinds],
+        watch_nodes=True,
+        watch_pods=settings.node_fit,
     )
     prometheus = PrometheusSource(settings)
     actuator: Actuator = (
@@ -204,6 +206,8 @@ async def live_snapshot(
         client,
         transform=pruner(settings),
         job_kinds=[k.resource for k in job_kinds(settings)],
+        watch_nodes=True,
+        watch_pods=settings.node_fit,
     )
     prometheus = PrometheusSource(settings)
     try:

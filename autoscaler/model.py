@@ -39,6 +39,7 @@ class Reason(StrEnum):
     METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     QUEUE_CLOSED = "HoldQueueClosed"
     QUEUE_CAPACITY = "HoldQueueCapacity"
+    NO_NODE_FITS = "HoldNoNodeFits"
     CLOCK_SKEW = "HoldClockSkew"
 
     # jobs we do not manage, each with its own reason
@@ -170,6 +171,81 @@ class InvalidGroup:
     message: str
 
 
+class Plugin(StrEnum):
+    """Which Volcano plugin decides what a queue's pods may be bound to (docs/design.md
+    "Headroom"). GIVEN: the free GPUs are taken as given (a custom query, a snapshot file's
+    `free_gpus`, or the deprecated deserved - allocated)."""
+
+    PROPORTION = "proportion"
+    CAPACITY = "capacity"
+    GIVEN = "given"
+
+
+class Bound(StrEnum):
+    """What bounded a queue's headroom this cycle (the smallest of its limits)."""
+
+    SHARE = "share"  # proportion: the weighted share the queue would get if it asked for more
+    CAPABILITY = "capability"  # the Queue's spec.capability
+    REAL_CAPACITY = "real-capacity"  # capacity: capability less the other queues' guarantees
+    CLUSTER_IDLE = "cluster-idle"  # GPUs idle on schedulable nodes, after other queues' grants
+    NODE_FIT = "node-fit"  # idle GPUs exist, but no node has room for a whole worker
+    IN_FLIGHT = "in-flight"  # GPUs asked for and not running yet take the rest
+    GIVEN = "given"  # the free-GPU reading as given
+
+
+@dataclass(frozen=True, slots=True)
+class VolcanoQueue:
+    """One queue as Volcano's scheduler sees it, in GPUs (metrics are milli-units; the
+    source divides). From the metrics: allocated (bound pods), request (existing pods,
+    bound or not: a gang whose PodGroup is Pending adds nothing), inqueue (admitted gangs
+    not yet allocated), real_capacity (capacity plugin only). From the Queue object: weight,
+    capability (None: unlimited), guarantee."""
+
+    name: str
+    allocated: float = 0.0
+    request: float = 0.0
+    inqueue: float = 0.0
+    weight: float = 1.0
+    capability: float | None = None
+    guarantee: float = 0.0
+    real_capacity: float | None = None
+    deserved: float | None = None  # the scheduler's own figure, shown, not used
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """A node's GPUs: allocatable, and what bound, not finished pods request there."""
+
+    name: str
+    allocatable: int
+    used: int = 0
+    schedulable: bool = True  # Ready, not cordoned, no NoSchedule/NoExecute taint
+
+    @property
+    def idle(self) -> int:
+        return max(0, self.allocatable - self.used) if self.schedulable else 0
+
+
+@dataclass(frozen=True, slots=True)
+class VolcanoView:
+    """What the headroom of every queue is computed from (docs/design.md "Headroom").
+    `nodes` None: the nodes' idle GPUs are unknown (a snapshot file without nodes, or
+    node_fit off), so no cluster-idle or node-fit bound."""
+
+    plugin: Plugin
+    queues: Mapping[str, VolcanoQueue] = field(default_factory=dict)
+    nodes: tuple[NodeGpus, ...] | None = None
+    # the cluster's GPUs when the nodes' idle GPUs are not tracked (node_fit off)
+    cluster_gpus: int | None = None
+
+    @property
+    def total_gpus(self) -> int | None:
+        """Volcano's cluster total: allocatable GPUs of every schedulable node."""
+        if self.nodes is None:
+            return self.cluster_gpus
+        return sum(n.allocatable for n in self.nodes if n.schedulable)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueState:
     """What we know of one Volcano queue this cycle.
@@ -186,6 +262,12 @@ class QueueState:
     # when the API does not say. Growth never takes a queue's jobs above it, whatever
     # Prometheus reads.
     capacity_gpus: int | None = None
+    # set when the headroom is computed from Volcano's inputs (ClusterSnapshot.volcano);
+    # free_gpus is then ignored
+    volcano: VolcanoQueue | None = None
+    # GPUs of admitted (Inqueue) gangs already taken out of free_gpus (the capacity
+    # plugin's inqueue): such gangs are served from these first, not counted twice
+    admitted_gpus: float = 0.0
 
     @property
     def usable(self) -> bool:
@@ -204,6 +286,9 @@ class ClusterSnapshot:
     # a cycle-wide problem (e.g. Prometheus down): every queue holds with this reason
     problem: Reason | None = None
     message: str = ""
+    # Volcano's plugin, the queues' inputs and the nodes: headroom is computed from these;
+    # None: each queue's free_gpus is taken as given
+    volcano: VolcanoView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +345,12 @@ class QueueSummary:
     trimmed_gpus: int = 0
     reason: Reason | None = None
     message: str = ""
+    # what the scheduler would bind for this queue now, before gangs and growth: the
+    # smallest of `limits` (each in GPUs), and which one that was
+    headroom_gpus: float | None = None
+    bound: Bound | None = None
+    limits: Mapping[str, float] = field(default_factory=dict)
+    plugin: Plugin = Plugin.GIVEN
 
 
 @dataclass(frozen=True, slots=True)

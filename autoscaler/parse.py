@@ -24,11 +24,15 @@ from .model import (
     ClusterSnapshot,
     ElasticJob,
     InvalidGroup,
+    NodeGpus,
     ObjectRef,
     PendingGroup,
+    Plugin,
     QueueState,
     Reason,
     UnmanagedJob,
+    VolcanoQueue,
+    VolcanoView,
 )
 from .resources import WAITING_PHASES, rfc3339
 from .settings import Settings
@@ -46,6 +50,8 @@ class RawObjects:
     podgroups: tuple[Mapping[str, Any], ...] = ()
     queues: tuple[Mapping[str, Any], ...] = ()
     priorityclasses: tuple[Mapping[str, Any], ...] = ()
+    nodes: tuple[Mapping[str, Any], ...] = ()
+    pods: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_objects(cls, objects: Iterable[Any]) -> RawObjects:
@@ -57,6 +63,8 @@ class RawObjects:
             "PodGroup": [],
             "Queue": [],
             "PriorityClass": [],
+            "Node": [],
+            "Pod": [],
         }
         stack = list(objects)
         stack.reverse()
@@ -80,6 +88,8 @@ class RawObjects:
             podgroups=tuple(buckets["PodGroup"]),
             queues=tuple(buckets["Queue"]),
             priorityclasses=tuple(buckets["PriorityClass"]),
+            nodes=tuple(buckets["Node"]),
+            pods=tuple(buckets["Pod"]),
         )
 
 
@@ -174,6 +184,135 @@ def parse_queue_capacities(
                 capacities[name] = gpus
                 break
     return capacities
+
+
+def parse_queue_specs(
+    objects: Iterable[Mapping[str, Any]], settings: Settings
+) -> dict[str, tuple[float, float | None, float]]:
+    """(weight, capability GPUs or None, guarantee GPUs) of each Queue, as the scheduler
+    reads its spec: weight defaults to 1, an unreadable figure counts as unset."""
+    specs: dict[str, tuple[float, float | None, float]] = {}
+    for obj in objects:
+        name = dig(obj, "metadata", "name")
+        if not isinstance(name, str) or not name:
+            continue
+        weight = dig(obj, "spec", "weight")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+            weight = 1
+        capability = guarantee = None
+        try:
+            capability = gpu_sum(dig(obj, "spec", "capability"), settings, "spec.capability")
+        except BadField:
+            pass
+        try:
+            guarantee = gpu_sum(
+                dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
+            )
+        except BadField:
+            pass
+        specs[name] = (
+            float(weight),
+            None if capability is None else float(capability),
+            float(guarantee or 0),
+        )
+    return specs
+
+
+_TAINTS_THAT_REPEL = frozenset({"NoSchedule", "NoExecute"})
+_FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def parse_nodes(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], settings: Settings
+) -> tuple[NodeGpus, ...]:
+    """Each node's allocatable GPUs and what its bound, unfinished pods request (a pod's
+    request: the sum of its containers', or its largest init container's if more, as the
+    scheduler counts it). Schedulable: Ready, not cordoned, no NoSchedule/NoExecute taint;
+    a node tainted for GPU jobs only is left out (the safe side: fewer idle GPUs)."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node = dig(pod, "spec", "nodeName")
+        if not isinstance(node, str) or not node:
+            continue
+        if dig(pod, "status", "phase") in _FINISHED_POD_PHASES:
+            continue
+        gpus = pod_gpus(pod, settings)
+        if gpus:
+            used[node] = used.get(node, 0) + gpus
+    out = []
+    for obj in nodes:
+        name = dig(obj, "metadata", "name")
+        if not isinstance(name, str) or not name:
+            continue
+        try:
+            allocatable = gpu_sum(dig(obj, "status", "allocatable"), settings, "allocatable")
+        except BadField:
+            allocatable = None
+        ready = any(
+            isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in dig(obj, "status", "conditions") or ()
+        )
+        repelled = any(
+            isinstance(t, Mapping) and t.get("effect") in _TAINTS_THAT_REPEL
+            for t in dig(obj, "spec", "taints") or ()
+        )
+        schedulable = ready and not repelled and dig(obj, "spec", "unschedulable") is not True
+        out.append(NodeGpus(name, allocatable or 0, used.get(name, 0), schedulable))
+    return tuple(sorted(out, key=lambda n: n.name))
+
+
+def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
+    """GPUs a pod holds on its node: its containers' requests (a limit alone counts as
+    the request, as the API server defaults it), or its largest init container's."""
+
+    def of(container: Any) -> int:
+        if not isinstance(container, Mapping):
+            return 0
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            return 0
+        for part in ("requests", "limits"):
+            try:
+                gpus = gpu_sum(resources.get(part), settings, part)
+            except BadField:
+                gpus = None
+            if gpus is not None:
+                return gpus
+        return 0
+
+    main = sum(of(c) for c in dig(pod, "spec", "containers") or ())
+    init = max((of(c) for c in dig(pod, "spec", "initContainers") or ()), default=0)
+    return max(main, init)
+
+
+def volcano_view(
+    plugin: Plugin,
+    states: Mapping[str, QueueState],
+    queue_objects: Iterable[Mapping[str, Any]],
+    nodes: tuple[NodeGpus, ...] | None,
+    settings: Settings,
+) -> tuple[VolcanoView, dict[str, QueueState]]:
+    """The view headroom is computed from: each queue's metrics joined with its Queue
+    object's weight, capability and guarantee (the object is what the scheduler reads)."""
+    specs = parse_queue_specs(queue_objects, settings)
+    queues: dict[str, VolcanoQueue] = {}
+    out = dict(states)
+    for name, state in states.items():
+        vq = state.volcano
+        if vq is None:
+            continue
+        if name in specs:
+            weight, capability, guarantee = specs[name]
+            vq = replace(vq, weight=weight, capability=capability, guarantee=guarantee)
+            out[name] = replace(state, volcano=vq)
+        queues[name] = vq
+    # queues with a guarantee but no series still take their guarantee from the others
+    for name, (weight, capability, guarantee) in specs.items():
+        if name not in queues and guarantee > 0:
+            queues[name] = VolcanoQueue(
+                name, weight=weight, capability=capability, guarantee=guarantee
+            )
+    return VolcanoView(plugin, queues, nodes), out
 
 
 def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
@@ -468,6 +607,7 @@ def build_snapshot(
     problem: Reason | None = None,
     message: str = "",
     cache: ParseCache | None = None,
+    plugin: Plugin | None = None,
 ) -> ClusterSnapshot:
     """Parse everything once. `free` holds what the free-GPU source said per queue; a queue
     that jobs or gangs use but `free` lacks is unknown (held), never zero. A `cache`
@@ -535,6 +675,14 @@ def build_snapshot(
         if capacity != state.capacity_gpus:
             state = replace(state, capacity_gpus=capacity)
         queues[name] = state
+    view = None
+    if plugin is not None:
+        nodes = parse_nodes(raw.nodes, raw.pods, settings) if raw.nodes else None
+        view, queues = volcano_view(plugin, queues, raw.queues, nodes, settings)
+        if nodes is not None and not settings.node_fit:
+            view = replace(
+                view, nodes=None, cluster_gpus=sum(n.allocatable for n in nodes if n.schedulable)
+            )
     return ClusterSnapshot(
         queues=queues,
         jobs=tuple(jobs),
@@ -543,4 +691,5 @@ def build_snapshot(
         invalid_groups=tuple(invalid),
         problem=problem,
         message=message,
+        volcano=view,
     )

@@ -19,11 +19,13 @@ import heapq
 import math
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from .headroom import NodePool, PluginLimit, plugin_limit
 from .model import (
+    Bound,
     ClusterSnapshot,
     Decision,
     ElasticJob,
@@ -32,6 +34,7 @@ from .model import (
     ObjectRef,
     PendingGroup,
     Plan,
+    Plugin,
     QueueState,
     QueueSummary,
     Reason,
@@ -81,10 +84,20 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     names = sorted(
         set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue) | set(unmanaged_by_queue)
     )
+    cluster = (
+        _Cluster(snapshot, jobs_by_queue, pending_by_queue)
+        if snapshot.volcano is not None
+        else None
+    )
     for name in names:
         state = snapshot.queues.get(name) or QueueState(
             name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading"
         )
+        headroom = None
+        if cluster is not None and (
+            state.volcano is not None or cluster.view.plugin is Plugin.GIVEN
+        ):
+            state, headroom = cluster.queue_state(state)
         queue_plan = _QueuePlanner(
             state,
             jobs_by_queue.get(name, []),
@@ -93,8 +106,12 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
             snapshot,
             policy,
             now,
+            cluster.pool if cluster is not None else None,
         )
-        summaries[name] = queue_plan.run()
+        summary = queue_plan.run()
+        if headroom is not None:
+            summary = headroom.summary(summary, queue_plan.node_fit_limited)
+        summaries[name] = summary
         # queues in name order, each job list already in (namespace, name) order: merge in
         # the few unmanaged jobs instead of sorting everything
         unmanaged = sorted(
@@ -124,6 +141,118 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
             )
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Headroom:
+    """How one queue's headroom was found, for its QueueSummary."""
+
+    plugin: Plugin
+    gpus: float  # before in-flight: what the queue planner is given as free
+    inflight: int
+    limits: dict[str, float]
+    bound: Bound
+
+    def summary(self, s: QueueSummary, node_fit_limited: bool) -> QueueSummary:
+        bound = Bound.NODE_FIT if node_fit_limited else self.bound
+        return replace(
+            s,
+            headroom_gpus=max(0.0, self.gpus - self.inflight),
+            bound=bound,
+            limits=self.limits,
+            plugin=self.plugin,
+        )
+
+
+class _Cluster:
+    """What the queues of one cycle share: Volcano's view of every queue, and the GPUs idle
+    on schedulable nodes, taken by in-flight workers first, then queue by queue (name
+    order) as gangs and growth are granted."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        jobs_by_queue: dict[str, list[ElasticJob]],
+        pending_by_queue: dict[str, list[PendingGroup]],
+    ) -> None:
+        view = snapshot.volcano
+        assert view is not None
+        self.view = view
+        # What each queue would ask for beyond its request this cycle: room to max of its
+        # elastic jobs, and its waiting gangs (a Pending PodGroup adds nothing to request).
+        self.wanted: dict[str, float] = {}
+        for name, jobs in jobs_by_queue.items():
+            self.wanted[name] = float(
+                sum(max(0, j.max_replicas - j.replicas) * j.gpus_per_worker for j in jobs)
+            )
+        for name, groups in pending_by_queue.items():
+            self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
+        self.pool: NodePool | None = None
+        self.inflight: dict[str, int] = {}
+        if view.nodes is not None:
+            self.pool = NodePool(view.nodes)
+            # workers asked for and not running yet will take node room first, whoever
+            # asked; a worker already bound is on its node's used GPUs and counts twice
+            # for the seconds until it runs (the safe side)
+            for _, jobs in sorted(jobs_by_queue.items()):
+                for j in jobs:
+                    if j.inflight_workers:
+                        self.pool.place(j.gpus_per_worker, j.inflight_workers)
+            for u in snapshot.unmanaged:
+                if u.inflight_gpus:
+                    self.pool.take(u.inflight_gpus)
+        for name, jobs in jobs_by_queue.items():
+            self.inflight[name] = sum(j.inflight_workers * j.gpus_per_worker for j in jobs)
+        for u in snapshot.unmanaged:
+            self.inflight[u.queue] = self.inflight.get(u.queue, 0) + u.inflight_gpus
+
+    def queue_state(self, state: QueueState) -> tuple[QueueState, _Headroom | None]:
+        """The queue's state with `free_gpus` = its headroom before in-flight workers:
+        the smallest of its plugin's room and the cluster's idle GPUs (plus its own
+        in-flight ones, which the queue planner subtracts)."""
+        if state.problem is not None:
+            return state, None
+        if self.view.plugin is Plugin.GIVEN:
+            if state.free_gpus is None:
+                return state, None
+            limit: PluginLimit | None = PluginLimit(state.free_gpus, Bound.GIVEN, {})
+        else:
+            limit = plugin_limit(state.name, self.view, self.wanted)
+        if limit is None:
+            what = (
+                "no nodes to count the cluster's GPUs"
+                if self.view.plugin is Plugin.PROPORTION
+                else "no real capacity series and no nodes to compute it"
+            )
+            return (
+                replace(
+                    state,
+                    free_gpus=None,
+                    problem=Reason.METRICS_MISSING,
+                    message=f"queue {state.name}: headroom under the {self.view.plugin} "
+                    f"plugin cannot be computed: {what}",
+                ),
+                None,
+            )
+        inflight = self.inflight.get(state.name, 0)
+        limits = {str(limit.bound): limit.gpus, **{k: v for k, v in limit.figures.items()}}
+        free, bound = max(0.0, limit.gpus), limit.bound
+        if self.pool is not None:
+            idle = self.pool.idle + inflight
+            limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle)
+            if idle < free:
+                free, bound = float(idle), Bound.CLUSTER_IDLE
+        if inflight:
+            limits[str(Bound.IN_FLIGHT)] = float(inflight)
+            if inflight >= free > 0:
+                bound = Bound.IN_FLIGHT
+        headroom = _Headroom(self.view.plugin, free, inflight, limits, bound)
+        # capacity: admitted gangs' GPUs (inqueue) are already out of the room: the
+        # queue planner serves Inqueue gangs from them first
+        admitted = (
+            self.view.queues[state.name].inqueue if self.view.plugin is Plugin.CAPACITY else 0
+        )
+        return replace(state, free_gpus=free, admitted_gpus=admitted), headroom
 
 
 def _measure(j: ElasticJob, now: datetime, limit: float) -> Measurement | None:
@@ -283,11 +412,15 @@ class _QueuePlanner:
         snapshot: ClusterSnapshot,
         policy: PlannerPolicy,
         now: datetime,
+        nodes: NodePool | None = None,
     ) -> None:
         self.state = state
         self.policy = policy
         self.now = now
         self.snapshot = snapshot
+        self.nodes = nodes  # shared by every queue of the cycle
+        self.admitted = math.floor(state.admitted_gpus + _EPS)
+        self.node_fit_limited = False
         self.work = sorted(
             (
                 _Job(
@@ -392,7 +525,10 @@ class _QueuePlanner:
 
         inflight -= self._trim()
         idle = free - inflight  # may be negative: promised more than Prometheus shows free
+        before = idle
         idle, releasing, starving = self._serve_gangs(idle, releasing)
+        if self.nodes is not None and before > idle:
+            self.nodes.take(before - max(idle, 0))
         pool = max(0, idle - p.reserve_gpus_per_queue)
         capped = ""
         room = self._room_by_capacity()
@@ -502,15 +638,21 @@ class _QueuePlanner:
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
-            if g.gpus <= idle + releasing:
-                idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
+            need = g.gpus
+            if g.phase == "Inqueue" and self.admitted > 0:
+                # admitted by the scheduler: its GPUs are already out of `free`
+                credit = min(self.admitted, need)
+                self.admitted -= credit
+                need -= credit
+            if need <= idle + releasing:
+                idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
                 self._gang(
                     g,
                     Reason.GANG_FITS,
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
                 )
                 continue
-            shortfall = g.gpus - (idle + releasing)
+            shortfall = need - (idle + releasing)
             # Elastic workers are created last and destroyed first: by default any job's
             # extra workers may go (lowest priority first), whatever the gang's priority.
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
@@ -549,7 +691,7 @@ class _QueuePlanner:
                 )
                 pool.taken(w, workers)
             self.reclaimed += gained
-            idle, releasing, from_idle = self._consume(g.gpus, idle, releasing, from_idle)
+            idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
             self._gang(
                 g,
                 Reason.GANG_COVERED,
@@ -632,7 +774,7 @@ class _QueuePlanner:
             else:
                 growable.append(w)
         if p.growth_policy is GrowthPolicy.FAIR:
-            grants = self._fair(growable, pool)
+            grants = self._place_fair(self._fair(growable, pool))
         else:
             grants = self._fill(growable, pool)
         for w in growable:
@@ -714,11 +856,42 @@ class _QueuePlanner:
         for w in order:
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            if extra > 0 and self.nodes is not None:
+                fits = self.nodes.fits(j.gpus_per_worker, extra)
+                if fits < extra:
+                    self._no_node_fits(w, extra - fits)
+                    extra = fits
             if extra <= 0 or not self._step_ok(w, extra):
                 continue
+            if self.nodes is not None:
+                self.nodes.place(j.gpus_per_worker, extra)
             grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
+
+    def _no_node_fits(self, w: _Job, short: int) -> None:
+        assert self.nodes is not None
+        self.node_fit_limited = True
+        self._hold(
+            w,
+            Reason.NO_NODE_FITS,
+            f"{short} worker(s) of {w.job.gpus_per_worker} GPU(s) fit on no node "
+            f"({self.nodes.idle} GPU(s) idle, spread over nodes)",
+        )
+
+    def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
+        """Fair shares are computed in GPUs; each grant is then placed on nodes, in the
+        plan's stable order, and cut to what fits."""
+        if self.nodes is None:
+            return grants
+        placed: dict[_Job, int] = {}
+        for w in sorted(grants, key=_SKEY):
+            n = self.nodes.place(w.job.gpus_per_worker, grants[w])
+            if n < grants[w]:
+                self._no_node_fits(w, grants[w] - n)
+            if n:
+                placed[w] = n
+        return placed
 
     def _fair(self, growable: list[_Job], pool: int) -> dict[_Job, int]:
         """Max-min fair in workers: water-fill one worker at a time to the job with the

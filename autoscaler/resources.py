@@ -31,6 +31,10 @@ QUEUE = ResourceKind("Queue", "scheduling.volcano.sh", "v1beta1", "queues", name
 PRIORITY_CLASS = ResourceKind(
     "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False
 )
+NODE = ResourceKind("Node", "", "v1", "nodes", namespaced=False)
+POD = ResourceKind("Pod", "", "v1", "pods", namespaced=True)
+# bound pods that still hold their node's GPUs: finished pods do not
+BOUND_POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 # where Volcano reads the queue of an object that has no queue field
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"

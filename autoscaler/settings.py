@@ -30,6 +30,18 @@ ENV_PREFIX = "AUTOSCALER_"
 _GPU = '{resource="nvidia.com/gpu"}'
 DEFAULT_DESERVED_GPUS_SERIES = "volcano_queue_deserved_scalar_resources" + _GPU
 DEFAULT_ALLOCATED_GPUS_SERIES = "volcano_queue_allocated_scalar_resources" + _GPU
+DEFAULT_REQUEST_GPUS_SERIES = "volcano_queue_request_scalar_resources" + _GPU
+DEFAULT_INQUEUE_GPUS_SERIES = "volcano_queue_inqueue_scalar_resources" + _GPU
+DEFAULT_REAL_CAPACITY_GPUS_SERIES = "volcano_queue_real_capacity_scalar_resources" + _GPU
+
+
+class HeadroomPlugin(StrEnum):
+    """How a queue's headroom is computed: which Volcano plugin admits its pods."""
+
+    AUTO = "auto"
+    PROPORTION = "proportion"
+    CAPACITY = "capacity"
+    DESERVED = "deserved"  # deprecated: deserved - allocated (wrong under both plugins)
 
 
 class LogFormat(StrEnum):
@@ -157,18 +169,53 @@ class Settings(BaseSettings):
         "http://prometheus-operated.monitoring.svc:9090",
         description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics.",
     )
+    headroom_plugin: HeadroomPlugin = Field(
+        HeadroomPlugin.AUTO,
+        description="Which Volcano plugin decides what a queue's pods may be bound to, and "
+        "so how its headroom is computed: `proportion` (the share the queue would get if it "
+        "asked for more, water-filled by weight, minus allocated), `capacity` (real "
+        "capacity minus allocated minus inqueue); both bounded by the GPUs idle on "
+        "schedulable nodes and by whole workers per node. `auto`: capacity when the "
+        "scheduler exports real-capacity series, else proportion (logged when it is found "
+        "or changes). `deserved` (deprecated): deserved - allocated, which reads 0 under "
+        "both plugins whenever every pod runs.",
+    )
     deserved_gpus_series: str = Field(
         DEFAULT_DESERVED_GPUS_SERIES,
         min_length=1,
         description="Series selector of each queue's deserved GPUs (Volcano's scheduler "
-        "metric). Read raw, with its scrape time: free = deserved - allocated, computed and "
-        "checked by the daemon (negative, NaN/Inf or stale parts hold the queue).",
+        "metric): shown in the plan; used only by headroom_plugin=deserved.",
     )
     allocated_gpus_series: str = Field(
         DEFAULT_ALLOCATED_GPUS_SERIES,
         min_length=1,
-        description="Series selector of each queue's allocated GPUs; a queue without one "
-        "has nothing allocated.",
+        description="Series selector of each queue's allocated GPUs (bound pods). Read raw, "
+        "with its scrape time; negative, NaN/Inf, absurd or stale values hold the queue.",
+    )
+    request_gpus_series: str = Field(
+        DEFAULT_REQUEST_GPUS_SERIES,
+        min_length=1,
+        description="Series selector of each queue's requested GPUs (its existing pods, "
+        "bound or not): the proportion plugin caps every other queue's share at it.",
+    )
+    inqueue_gpus_series: str = Field(
+        DEFAULT_INQUEUE_GPUS_SERIES,
+        min_length=1,
+        description="Series selector of each queue's GPUs held for admitted (Inqueue) gangs "
+        "not yet allocated: the capacity plugin's headroom leaves them out.",
+    )
+    real_capacity_gpus_series: str = Field(
+        DEFAULT_REAL_CAPACITY_GPUS_SERIES,
+        min_length=1,
+        description="Series selector of each queue's real capacity (exported by the "
+        "capacity plugin only; its presence is how headroom_plugin=auto finds that plugin).",
+    )
+    node_fit: bool = Field(
+        True,
+        description="Bound growth by the GPUs idle on schedulable nodes and grant a worker "
+        "only where one node has room for it whole. Needs list/watch on nodes and pods "
+        "(cluster-wide: another namespace's pods use the same nodes). Off: the plugin's "
+        "room alone, and no node or pod watch.",
     )
     free_gpus_query: str | None = Field(
         None,

@@ -42,8 +42,8 @@ def test_pure_modules_import_no_io_library(module):
 # skipped quietly.
 FLOORS: dict[int, tuple[str, ...]] = {
     0: ("model", "policy", "resources", "errors", "redact"),  # vocabulary, no logic
-    1: ("planner", "settings", "fields", "shapes"),  # the pure planner; settings; field readers
-    2: ("kinds",),  # where each job kind keeps its fields, and how it is resized
+    1: ("headroom", "settings", "fields", "shapes"),  # what Volcano binds; settings; readers
+    2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs"),  # reading and telling
     4: ("sources", "actuator", "leader", "server", "snapshot_file"),  # the edges
     5: ("loop",),  # one cycle and its driver

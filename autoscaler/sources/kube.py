@@ -34,7 +34,16 @@ from kubernetes_asyncio.config import ConfigException
 
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..redact import remember_client
-from ..resources import PODGROUP, PRIORITY_CLASS, PYTORCHJOB, QUEUE, ResourceKind
+from ..resources import (
+    BOUND_POD_FIELD_SELECTOR,
+    NODE,
+    POD,
+    PODGROUP,
+    PRIORITY_CLASS,
+    PYTORCHJOB,
+    QUEUE,
+    ResourceKind,
+)
 
 __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 
@@ -86,6 +95,8 @@ class KubeObjects:
     synced: bool
     errors: tuple[str, ...]
     failing_seconds: float = 0.0
+    nodes: tuple[RawObject, ...] = ()
+    pods: tuple[RawObject, ...] = ()
 
 
 @dataclass
@@ -99,6 +110,69 @@ class _Counters:
     errors: int = 0
 
 
+class ObjectsApi:
+    """CustomObjectsApi's list calls for every API group, the core group ("": nodes, pods)
+    included, whose paths are /api/v1/... rather than /apis/GROUP/VERSION/...: one cache
+    loop reads both, and raw dicts (no model deserialisation) come back for both."""
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+        self._custom = CustomObjectsApi(api_client)
+
+    _QUERY = {
+        "allow_watch_bookmarks": "allowWatchBookmarks",
+        "_continue": "continue",
+        "field_selector": "fieldSelector",
+        "label_selector": "labelSelector",
+        "limit": "limit",
+        "resource_version": "resourceVersion",
+        "timeout_seconds": "timeoutSeconds",
+        "watch": "watch",
+    }
+
+    def list_cluster_custom_object(
+        self, group: str, version: str, plural: str, **kwargs: Any
+    ) -> Any:
+        if group:
+            return self._custom.list_cluster_custom_object(group, version, plural, **kwargs)
+        return self._core(f"/api/{version}/{plural}", kwargs)
+
+    def list_custom_object_for_all_namespaces(
+        self, group: str, version: str, plural: str, **kwargs: Any
+    ) -> Any:
+        if group:
+            return self._custom.list_custom_object_for_all_namespaces(
+                group, version, plural, **kwargs
+            )
+        return self._core(f"/api/{version}/{plural}", kwargs)
+
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, **kwargs: Any
+    ) -> Any:
+        if group:
+            return self._custom.list_namespaced_custom_object(
+                group, version, namespace, plural, **kwargs
+            )
+        return self._core(f"/api/{version}/namespaces/{namespace}/{plural}", kwargs)
+
+    def _core(self, path: str, kwargs: dict[str, Any]) -> Any:
+        query = [
+            (self._QUERY[k], v) for k, v in kwargs.items() if k in self._QUERY and v is not None
+        ]
+        return self.api_client.call_api(
+            path,
+            "GET",
+            {},
+            query,
+            {"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=kwargs.get("_preload_content", True),
+            _request_timeout=kwargs.get("_request_timeout"),
+        )
+
+
 class _Cache:
     """The objects of one resource in one namespace scope (None: all namespaces)."""
 
@@ -107,15 +181,17 @@ class _Cache:
         resource: ResourceKind,
         namespace: str | None,
         label_selector: str,
-        api: CustomObjectsApi,
+        api: ObjectsApi,
         settings: KubeSettings,
         notify: Callable[[str, str, RawObject], None],
         backoff: Callable[[int], float],
         page_size: int,
         transform: Callable[[RawObject], RawObject] | None = None,
         optional: bool = False,
+        field_selector: str = "",
     ) -> None:
         self.resource = resource
+        self.field_selector = field_selector
         # a job kind whose CRD may not be installed: a 404 means "none of these", checked
         # again every ABSENT_RECHECK_SECONDS, not an error
         self.optional = optional
@@ -244,6 +320,8 @@ class _Cache:
         kwargs: dict[str, Any] = {}
         if self.label_selector:
             kwargs["label_selector"] = self.label_selector
+        if self.field_selector:
+            kwargs["field_selector"] = self.field_selector
         if not r.namespaced:
             return self._api.list_cluster_custom_object, (r.group, r.version, r.plural), kwargs
         if self.namespace is None:
@@ -501,6 +579,8 @@ class KubeSource:
         page_size: int | None = None,  # None: settings.kube_list_page_size
         transform: Callable[[RawObject], RawObject] | None = None,
         job_kinds: Sequence[ResourceKind] = (PYTORCHJOB,),
+        watch_nodes: bool = False,
+        watch_pods: bool = False,
     ) -> None:
         """`job_kinds`: the job resources to cache (the daemon passes the managed kinds).
         `transform` is applied to every object before it is stored (after the size
@@ -511,7 +591,7 @@ class KubeSource:
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
-        api = CustomObjectsApi(api_client)
+        api = ObjectsApi(api_client)
         remember_client(api_client.configuration)
         # a LIST of big objects is parsed page by page: only one page is held raw at once
         pages = page_size or settings.kube_list_page_size
@@ -523,6 +603,7 @@ class KubeSource:
             namespace: str | None,
             selector: str = "",
             optional: bool = False,
+            field_selector: str = "",
         ) -> _Cache:
             return _Cache(
                 resource,
@@ -535,6 +616,7 @@ class KubeSource:
                 pages,
                 transform,
                 optional,
+                field_selector,
             )
 
         selector = settings.label_selector.strip()
@@ -546,7 +628,20 @@ class KubeSource:
         self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
         self._queues = [cache(QUEUE, None)]
         self._priorityclasses = [cache(PRIORITY_CLASS, None)]
-        self._caches = self._jobs + self._podgroups + self._queues + self._priorityclasses
+        # the cluster's GPUs (nodes) and, for node fit, what bound pods use of them: every
+        # namespace's pods, whatever `namespaces` says (they share the nodes)
+        self._nodes = [cache(NODE, None)] if watch_nodes else []
+        self._pods = (
+            [cache(POD, None, field_selector=BOUND_POD_FIELD_SELECTOR)] if watch_pods else []
+        )
+        self._caches = (
+            self._jobs
+            + self._podgroups
+            + self._queues
+            + self._priorityclasses
+            + self._nodes
+            + self._pods
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._memo = _Memo()
 
@@ -629,6 +724,8 @@ class KubeSource:
             podgroups=_merged(self._podgroups),
             queues=_merged(self._queues),
             priorityclasses=_merged(self._priorityclasses),
+            nodes=_merged(self._nodes),
+            pods=_merged(self._pods),
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,

@@ -7,11 +7,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from ..fields import BadField, dig
 from ..metrics import Metrics
-from ..model import ClusterSnapshot, QueueState, Reason
+from ..model import ClusterSnapshot, Plugin, QueueState, Reason
 from ..parse import ParseCache, RawObjects, build_snapshot, gpu_sum
 from ..settings import Settings
+
+log = structlog.get_logger("autoscaler.sources.live")
 
 
 class LiveSource:
@@ -27,6 +31,7 @@ class LiveSource:
             metrics,
         )
         self.parsed = ParseCache()
+        self.plugin: Plugin | None = None  # the plugin the headroom followed last cycle
         self._dropped = 0  # oversized objects the caches dropped, as last counted
 
     async def read(self, now: datetime) -> ClusterSnapshot:
@@ -36,7 +41,14 @@ class LiveSource:
                 self.metrics.source_errors.labels("prometheus", kind).inc()
         objects = self.kube.objects()  # the caches: no API call
         self._count_dropped()
-        raw = RawObjects(objects.jobs, objects.podgroups, objects.queues, objects.priorityclasses)
+        raw = RawObjects(
+            objects.jobs,
+            objects.podgroups,
+            objects.queues,
+            objects.priorityclasses,
+            objects.nodes,
+            objects.pods,
+        )
         problem, message = reading.problem, reading.message
         free = reading.queues
         if self.settings.cross_check_queue_status:
@@ -51,9 +63,32 @@ class LiveSource:
                 self.metrics.source_errors.labels(
                     "kubernetes", "not_synced" if not objects.synced else "stale"
                 ).inc()
+        self._note_plugin(reading.plugin)
         return build_snapshot(
-            raw, free, self.settings, problem=problem, message=message, cache=self.parsed
+            raw,
+            free,
+            self.settings,
+            problem=problem,
+            message=message,
+            cache=self.parsed,
+            plugin=reading.plugin,
         )
+
+    def _note_plugin(self, plugin: Plugin | None) -> None:
+        """Say which plugin the headroom follows when it is found, and when it changes
+        (a scheduler reconfigured from proportion to capacity, or the other way)."""
+        if plugin is None or plugin is self.plugin:
+            return
+        log.info(
+            "headroom.plugin",
+            plugin=str(plugin),
+            setting=str(self.settings.headroom_plugin),
+            previous=str(self.plugin) if self.plugin is not None else None,
+            note="auto: capacity when real-capacity series are exported, else proportion"
+            if self.settings.headroom_plugin == "auto"
+            else "as set",
+        )
+        self.plugin = plugin
 
     def _count_dropped(self) -> None:
         """Objects over max_object_bytes are dropped by the caches (and logged there); the

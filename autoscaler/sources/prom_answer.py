@@ -17,8 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from ..model import QueueState, Reason
-from ..settings import Settings
+from ..model import Plugin, QueueState, Reason, VolcanoQueue
+from ..settings import HeadroomPlugin, Settings
 
 _DETAIL_CHARS = 200
 
@@ -62,6 +62,9 @@ class FreeGpuReading:
     message: str = ""
     duration_seconds: float = 0.0
     errors: tuple[PromError, ...] = ()
+    # how the headroom of these queues is to be computed (settings.headroom_plugin, `auto`
+    # resolved from the answer); None: not known (the answer failed)
+    plugin: Plugin | None = None
 
     @property
     def ok(self) -> bool:
@@ -141,7 +144,10 @@ def parse_query_result(
         queues, part_errors = _parts_by_queue(by_queue, settings, now.timestamp())
         errors.extend(part_errors)
         return FreeGpuReading(
-            queues=queues, message=_unlabelled_note(unlabelled, label), errors=tuple(errors)
+            queues=queues,
+            message=_unlabelled_note(unlabelled, label),
+            errors=tuple(errors),
+            plugin=resolve_plugin(settings, by_queue),
         )
 
     queues = {}
@@ -159,8 +165,27 @@ def parse_query_result(
             )
 
     return FreeGpuReading(
-        queues=queues, message=_unlabelled_note(unlabelled, label), errors=tuple(errors)
+        queues=queues,
+        message=_unlabelled_note(unlabelled, label),
+        errors=tuple(errors),
+        plugin=Plugin.GIVEN,
     )
+
+
+def resolve_plugin(settings: Settings, by_queue: Mapping[str, list[_Series]] | None) -> Plugin:
+    """The plugin the headroom follows: the setting, or for `auto` what the answer shows
+    (the capacity plugin alone exports real-capacity series, even for idle queues)."""
+    chosen = settings.headroom_plugin
+    if settings.free_gpus_query or chosen is HeadroomPlugin.DESERVED:
+        return Plugin.GIVEN
+    if chosen is HeadroomPlugin.PROPORTION:
+        return Plugin.PROPORTION
+    if chosen is HeadroomPlugin.CAPACITY:
+        return Plugin.CAPACITY
+    for series in (by_queue or {}).values():
+        if any(m.get(PART_LABEL) == _REAL_CAPACITY for m, _, _ in series):
+            return Plugin.CAPACITY
+    return Plugin.PROPORTION
 
 
 def _unlabelled_note(unlabelled: list[dict[str, str]], label: str) -> str:
@@ -219,69 +244,101 @@ def _sample_problem(
 
 
 PART_LABEL = "elastic_autoscaler_part"
-_DESERVED, _ALLOCATED = "deserved", "allocated"
-_PARTS = (_DESERVED, _ALLOCATED)
+_DESERVED, _ALLOCATED, _REQUEST = "deserved", "allocated", "request"
+_INQUEUE, _REAL_CAPACITY = "inqueue", "real_capacity"
+_PARTS = (_DESERVED, _ALLOCATED, _REQUEST, _INQUEUE, _REAL_CAPACITY)
+# the parts whose scrape time is checked: what the headroom stands on
+_TIMED = (_DESERVED, _ALLOCATED, _REQUEST)
 MAX_PLAUSIBLE_GPUS = 1_000_000  # a part above this many GPUs is garbage, not a cluster
+
+
+def _part_series(settings: Settings) -> dict[str, str]:
+    return {
+        _DESERVED: settings.deserved_gpus_series,
+        _ALLOCATED: settings.allocated_gpus_series,
+        _REQUEST: settings.request_gpus_series,
+        _INQUEUE: settings.inqueue_gpus_series,
+        _REAL_CAPACITY: settings.real_capacity_gpus_series,
+    }
 
 
 def free_gpus_query(settings: Settings) -> str:
     """The one instant query sent each cycle.
 
-    With `free_gpus_query` unset: deserved and allocated per queue as they are (no
-    clamping, which would hide a negative or absurd part), and the scrape time of the
-    oldest series behind each, all in one answer told apart by a `PART_LABEL` label, so
-    the daemon checks every part and the age of what was scraped, not of the answer."""
+    With `free_gpus_query` unset: Volcano's per-queue parts as they are (deserved,
+    allocated, request, inqueue, real capacity; no clamping, which would hide a negative or
+    absurd part), and the scrape time of the oldest series behind the parts the headroom
+    stands on, all in one answer told apart by a `PART_LABEL` label, so the daemon checks
+    every part and the age of what was scraped, not of the answer."""
     if settings.free_gpus_query:
         return settings.free_gpus_query
     q = settings.queue_label
     parts = []
-    for part, series in (
-        (_DESERVED, settings.deserved_gpus_series),
-        (_ALLOCATED, settings.allocated_gpus_series),
-    ):
+    for part, series in _part_series(settings).items():
         parts.append(f'label_replace(sum by ({q}) ({series}), "{PART_LABEL}", "{part}", "", "")')
-        parts.append(
-            f"label_replace(min by ({q}) (timestamp({series})), "
-            f'"{PART_LABEL}", "{part}_time", "", "")'
-        )
+        if part in _TIMED:
+            parts.append(
+                f"label_replace(min by ({q}) (timestamp({series})), "
+                f'"{PART_LABEL}", "{part}_time", "", "")'
+            )
     return " or ".join(parts)
 
 
 def _parts_by_queue(
     by_queue: Mapping[str, list[_Series]], settings: Settings, now_ts: float
 ) -> tuple[dict[str, QueueState], list[PromError]]:
-    """Free GPUs per queue from its raw parts, each checked on its own."""
+    """Each queue's parts, each checked on its own. A queue with neither an allocated nor
+    a request series (nor, for headroom_plugin=deserved, a deserved one) is unknown."""
     queues: dict[str, QueueState] = {}
     errors: list[PromError] = []
     divisor = settings.metric_unit_divisor
+    legacy = settings.headroom_plugin is HeadroomPlugin.DESERVED
     for queue in sorted(by_queue):
         got: dict[str, list[_Series]] = {}
         for series in by_queue[queue]:
             got.setdefault(series[0].get(PART_LABEL, ""), []).append(series)
-        if _DESERVED not in got:
+        if legacy and _DESERVED not in got:
             continue  # no deserved series: the queue is unknown (HoldMetricsMissing)
+        if not legacy and _ALLOCATED not in got and _REQUEST not in got:
+            continue  # no jobs the scheduler knows of, or no series: unknown
         problem = None
-        values: dict[str, float] = {}
+        values: dict[str, float | None] = {}
         for part in _PARTS:
             if part not in got:
-                values[part] = 0.0  # a queue nothing ran in has no allocated series
+                values[part] = None
                 continue
             problem = _part_problem(part, got[part], settings, now_ts)
             if problem is not None:
                 break
-            values[part] = got[part][0][1] or 0.0
+            values[part] = (got[part][0][1] or 0.0) / divisor
         if problem is None:
             problem = _age_problem(got, settings, now_ts)
-        if problem is None:
-            deserved, allocated = values[_DESERVED], values[_ALLOCATED]
-            # over-use (allocated above deserved) is Volcano's to resolve: nothing is free
-            free = max(0.0, deserved - allocated) / divisor
-            queues[queue] = QueueState(name=queue, free_gpus=free)
+        if problem is not None:
+            reason, kind, what = problem
+            errors.append(kind)
+            queues[queue] = QueueState(
+                name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
+            )
             continue
-        reason, kind, what = problem
-        errors.append(kind)
+        allocated = values[_ALLOCATED] or 0.0
+        deserved = values[_DESERVED]
+        if legacy:
+            # over-use (allocated above deserved) is Volcano's to resolve: nothing is free
+            queues[queue] = QueueState(
+                name=queue, free_gpus=max(0.0, (deserved or 0.0) - allocated)
+            )
+            continue
         queues[queue] = QueueState(
-            name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
+            name=queue,
+            free_gpus=None,
+            volcano=VolcanoQueue(
+                name=queue,
+                allocated=allocated,
+                request=values[_REQUEST] or 0.0,
+                inqueue=values[_INQUEUE] or 0.0,
+                real_capacity=values[_REAL_CAPACITY],
+                deserved=deserved,
+            ),
         )
     return queues, errors
 
@@ -289,7 +346,7 @@ def _parts_by_queue(
 def _part_problem(
     part: str, series: list[_Series], settings: Settings, now_ts: float
 ) -> tuple[Reason, PromError, str] | None:
-    what = f"{part} GPUs ({_series_setting(part, settings)})"
+    what = f"{part} GPUs ({_part_series(settings)[part]})"
     problem = _sample_problem(series, settings, now_ts)
     if problem is not None:
         reason, kind, text = problem
@@ -309,7 +366,7 @@ def _age_problem(
     got: Mapping[str, list[_Series]], settings: Settings, now_ts: float
 ) -> tuple[Reason, PromError, str] | None:
     """The scrape time of the oldest series behind each part against `now`."""
-    for part in _PARTS:
+    for part in _TIMED:
         times = got.get(f"{part}_time")
         if not times:
             continue
@@ -325,7 +382,7 @@ def _age_problem(
             return (
                 Reason.METRICS_STALE,
                 PromError.STALE,
-                f"{part} GPUs ({_series_setting(part, settings)}) were last scraped "
+                f"{part} GPUs ({_part_series(settings)[part]}) were last scraped "
                 f"{age:.0f}s ago (max_metric_age_seconds="
                 f"{settings.max_metric_age_seconds:g}): the exporter or its scrape is "
                 "down, Prometheus still serves the last value",
@@ -338,10 +395,6 @@ def _age_problem(
                 f"(clock_skew_seconds={settings.clock_skew_seconds:g})",
             )
     return None
-
-
-def _series_setting(part: str, settings: Settings) -> str:
-    return settings.deserved_gpus_series if part == _DESERVED else settings.allocated_gpus_series
 
 
 class _NonVector(ValueError):

@@ -46,8 +46,32 @@ def _shapes(settings: Settings) -> dict[str, Any]:
             "apiVersion": KEEP,
             "kind": KEEP,
             "metadata": meta,
-            "spec": {"deserved": gpus, "capability": gpus},
+            "spec": {
+                "deserved": gpus,
+                "capability": gpus,
+                "guarantee": {"resource": gpus},
+                "weight": KEEP,
+            },
             "status": {"state": KEEP, "allocated": gpus},
+        },
+        "Node": {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {"name": KEEP, "resourceVersion": KEEP},
+            "spec": {"unschedulable": KEEP, "taints": [{"key": KEEP, "effect": KEEP}]},
+            "status": {"allocatable": gpus, "conditions": conditions(("Ready",))},
+        },
+        # every bound pod of the cluster: only its node, phase and GPUs are kept
+        "Pod": {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {"name": KEEP, "namespace": KEEP, "resourceVersion": KEEP},
+            "spec": {
+                "nodeName": KEEP,
+                "containers": [{"resources": {"limits": gpus, "requests": gpus}}],
+                "initContainers": [{"resources": {"limits": gpus, "requests": gpus}}],
+            },
+            "status": {"phase": KEEP},
         },
     }
 

@@ -1,0 +1,202 @@
+"""Headroom: how many more GPUs of a queue's pods the Volcano scheduler will bind now.
+
+Pure (no I/O, no clock). The planner calls it once per queue per cycle; the simulator's
+Volcano model calls the same functions, so `simulate` and the daemon agree on what the
+scheduler admits. docs/design.md "Headroom" says why each limit exists; in short, measured
+on the real scheduler:
+
+- proportion (Volcano's default chart): a task is bound while allocated + task <= deserved,
+  and deserved is the queue's share of the cluster water-filled over the queues by weight,
+  each capped at its real capability and at its own current `request`. A queue whose pods
+  all run has deserved == allocated however many GPUs sit idle, so Volcano's own deserved
+  says nothing about room to grow. What counts is the share the queue *would* get if it
+  asked for more: the same water-fill with its own request unbounded.
+- capacity: a task is bound while allocated + task <= real capacity (capability less the
+  other queues' guarantees); admitted gangs (inqueue) hold their part of it.
+- both: never more than the GPUs idle on schedulable nodes, and a worker of g GPUs only
+  where one node has g idle GPUs (`NodePool`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .model import Bound, NodeGpus, Plugin, VolcanoQueue, VolcanoView
+
+_EPS = 1e-6
+_MAX_ROUNDS = 64  # Volcano's loop ends when nothing changes; each round fills a queue or more
+
+
+@dataclass(frozen=True, slots=True)
+class PluginLimit:
+    """A queue's room under its plugin alone, before the cluster's idle GPUs and its own
+    in-flight workers: `gpus` (may be negative: over its share), which limit that was, and
+    every figure that went into it, for `plan` to show."""
+
+    gpus: float
+    bound: Bound
+    figures: Mapping[str, float]
+
+
+def real_capability(q: VolcanoQueue, total: float, total_guarantee: float) -> float:
+    """Volcano's realCapability: the cluster less every queue's guarantee but this one's,
+    capped at the queue's capability."""
+    real = total - total_guarantee + q.guarantee
+    return real if q.capability is None else min(real, q.capability)
+
+
+def water_fill(
+    total: float, queues: Iterable[tuple[str, float, float, float, float]]
+) -> dict[str, float]:
+    """Volcano proportion's deserved per queue, on one resource: rounds that hand out what
+    remains by weight to the queues not yet satisfied, each capped at its real capability
+    and its request, at least its guarantee. `queues`: (name, weight, request, real
+    capability, guarantee). Follows the plugin's OnSessionOpen loop."""
+    rows = list(queues)
+    deserved = {name: 0.0 for name, *_ in rows}
+    met: set[str] = set()
+    remaining = total
+    for _ in range(_MAX_ROUNDS):
+        weights = sum(w for name, w, *_ in rows if name not in met)
+        if weights <= 0:
+            break
+        before = remaining
+        grew = shrank = 0.0
+        for name, weight, request, real_cap, guarantee in rows:
+            if name in met:
+                continue
+            old = deserved[name]
+            d = min(old + remaining * weight / weights, real_cap, request)
+            if request <= d + _EPS or abs(d - old) <= _EPS:
+                met.add(name)
+            d = max(d, guarantee)
+            deserved[name] = d
+            if d > old:
+                grew += d - old
+            else:
+                shrank += old - d
+        remaining = remaining - grew + shrank
+        if remaining <= _EPS or abs(remaining - before) <= _EPS:
+            break
+    return deserved
+
+
+def plugin_limit(
+    name: str,
+    view: VolcanoView,
+    wanted: Mapping[str, float],
+) -> PluginLimit | None:
+    """Room for queue `name` under `view.plugin`; None when it cannot be known (no
+    cluster total for proportion, no real capacity for capacity).
+
+    `wanted`: GPUs each queue would ask for beyond its current request this cycle (its
+    elastic jobs' room to max and its waiting gangs). This daemon asks for every queue at
+    once, so the share of one is computed against what the others will ask for too, not
+    only what they ask for now: otherwise the first queue planned would take the share of
+    the next, and without Volcano's reclaim action nothing gives it back."""
+    q = view.queues.get(name)
+    if q is None:
+        return None
+    total = view.total_gpus
+    total_guarantee = sum(v.guarantee for v in view.queues.values())
+    if view.plugin is Plugin.CAPACITY:
+        real = q.real_capacity
+        if real is None:
+            if total is None:
+                return None
+            real = real_capability(q, total, total_guarantee)
+        room = real - q.allocated - q.inqueue
+        bound = (
+            Bound.CAPABILITY
+            if q.capability is not None and abs(real - q.capability) <= _EPS
+            else Bound.REAL_CAPACITY
+        )
+        figures = {
+            "real_capacity": real,
+            "allocated": q.allocated,
+            "inqueue": q.inqueue,
+        }
+        return PluginLimit(room, bound, figures)
+    if total is None:
+        return None
+    rows = []
+    for other in sorted(view.queues.values(), key=lambda v: v.name):
+        extra = wanted.get(other.name, 0.0)
+        if other.name != name and other.request + other.allocated + other.inqueue + extra <= 0:
+            continue  # no jobs: Volcano leaves it out of the water-fill
+        request = math.inf if other.name == name else other.request + extra
+        rows.append(
+            (
+                other.name,
+                max(other.weight, 0.0),
+                request,
+                real_capability(other, total, total_guarantee),
+                other.guarantee,
+            )
+        )
+    share = water_fill(total, rows)[name]
+    cap = real_capability(q, total, total_guarantee)
+    bound = Bound.CAPABILITY if share >= cap - _EPS and q.capability is not None else Bound.SHARE
+    figures = {
+        "share": share,
+        "allocated": q.allocated,
+        "cluster_gpus": float(total),
+    }
+    if q.capability is not None:
+        figures["capability"] = q.capability
+    return PluginLimit(share - q.allocated, bound, figures)
+
+
+class NodePool:
+    """GPUs idle per schedulable node, taken as this cycle grants them (every queue's
+    grants, in plan order), so a worker is granted only where one node can hold it whole.
+
+    Best fit (the fullest node that still fits), as Volcano's binpack plugin places pods:
+    it keeps whole nodes free for large workers."""
+
+    def __init__(self, nodes: Iterable[NodeGpus]) -> None:
+        self._idle = sorted((n.idle for n in nodes if n.idle > 0), reverse=True)
+
+    @property
+    def idle(self) -> int:
+        return sum(self._idle)
+
+    def fits(self, gpus_per_worker: int, limit: int | None = None) -> int:
+        """Workers of that size that fit, without taking them."""
+        if gpus_per_worker <= 0:
+            return 0
+        count = 0
+        for idle in self._idle:
+            count += idle // gpus_per_worker
+            if limit is not None and count >= limit:
+                return limit
+        return count
+
+    def place(self, gpus_per_worker: int, workers: int) -> int:
+        """Take up to `workers` workers of that size, best fit; how many were placed."""
+        placed = 0
+        while placed < workers:
+            best = -1
+            for i, idle in enumerate(self._idle):
+                if idle >= gpus_per_worker and (best < 0 or idle < self._idle[best]):
+                    best = i
+            if best < 0:
+                break
+            self._idle[best] -= gpus_per_worker
+            placed += 1
+        self._idle = sorted((i for i in self._idle if i > 0), reverse=True)
+        return placed
+
+    def take(self, gpus: int) -> None:
+        """GPUs a gang takes, pod sizes unknown: from the emptiest nodes first (the worst
+        case for later workers, so a grant never counts on room a gang may fill)."""
+        left = gpus
+        for i in range(len(self._idle)):
+            if left <= 0:
+                break
+            used = min(left, self._idle[i])
+            self._idle[i] -= used
+            left -= used
+        self._idle = sorted((i for i in self._idle if i > 0), reverse=True)
