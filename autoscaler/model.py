@@ -271,7 +271,7 @@ class QueueState:
 
     @property
     def usable(self) -> bool:
-        return self.free_gpus is not None and self.problem is None
+        return self.problem is None and (self.free_gpus is not None or self.volcano is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,10 +346,12 @@ class QueueSummary:
     reason: Reason | None = None
     message: str = ""
     # what the scheduler would bind for this queue now, before gangs and growth: the
-    # smallest of `limits` (each in GPUs), and which one that was
+    # smallest of `limits` (the room, in GPUs, each limit leaves), and which one that was;
+    # `inputs` are the figures they were computed from (share, allocated, inqueue...)
     headroom_gpus: float | None = None
     bound: Bound | None = None
     limits: Mapping[str, float] = field(default_factory=dict)
+    inputs: Mapping[str, float] = field(default_factory=dict)
     plugin: Plugin = Plugin.GIVEN
 
 

@@ -151,6 +151,7 @@ class _Headroom:
     gpus: float  # before in-flight: what the queue planner is given as free
     inflight: int
     limits: dict[str, float]
+    inputs: dict[str, float]
     bound: Bound
 
     def summary(self, s: QueueSummary, node_fit_limited: bool) -> QueueSummary:
@@ -160,6 +161,7 @@ class _Headroom:
             headroom_gpus=max(0.0, self.gpus - self.inflight),
             bound=bound,
             limits=self.limits,
+            inputs=self.inputs,
             plugin=self.plugin,
         )
 
@@ -235,18 +237,18 @@ class _Cluster:
                 None,
             )
         inflight = self.inflight.get(state.name, 0)
-        limits = {str(limit.bound): limit.gpus, **{k: v for k, v in limit.figures.items()}}
+        limits = {str(limit.bound): limit.gpus}
         free, bound = max(0.0, limit.gpus), limit.bound
         if self.pool is not None:
             idle = self.pool.idle + inflight
             limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle)
-            if idle < free:
+            if idle <= free:  # a tie names the physical limit
                 free, bound = float(idle), Bound.CLUSTER_IDLE
         if inflight:
             limits[str(Bound.IN_FLIGHT)] = float(inflight)
             if inflight >= free > 0:
                 bound = Bound.IN_FLIGHT
-        headroom = _Headroom(self.view.plugin, free, inflight, limits, bound)
+        headroom = _Headroom(self.view.plugin, free, inflight, limits, dict(limit.figures), bound)
         # capacity: admitted gangs' GPUs (inqueue) are already out of the room: the
         # queue planner serves Inqueue gangs from them first
         admitted = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .model import Plan
+from .model import Plan, Plugin, QueueSummary
 from .resources import rfc3339 as format_time
 
 
@@ -68,6 +68,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "trimmed_gpus": q.trimmed_gpus,
                 "reason": q.reason.value if q.reason else None,
                 "message": q.message,
+                # what the scheduler would bind now, and what bounded it
+                "headroom_gpus": q.headroom_gpus,
+                "bound": q.bound.value if q.bound else None,
+                "plugin": q.plugin.value,
+                "limits": dict(sorted(q.limits.items())),
+                "inputs": dict(sorted(q.inputs.items())),
             }
             for name, q in sorted(plan.queues.items())
         },
@@ -155,11 +161,23 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
     parts += [
         "",
         _table(
-            ["QUEUE", "FREE", "IN-FLIGHT", "PENDING", "GRANTED", "RECLAIMED", "STATUS"],
+            [
+                "QUEUE",
+                "FREE",
+                "HEADROOM",
+                "BOUND BY",
+                "IN-FLIGHT",
+                "PENDING",
+                "GRANTED",
+                "RECLAIMED",
+                "STATUS",
+            ],
             [
                 [
                     name,
                     _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
+                    _s(None if q.headroom_gpus is None else f"{q.headroom_gpus:g}"),
+                    _bound(q),
                     str(q.inflight_gpus),
                     str(q.pending_gpus),
                     str(q.granted_gpus),
@@ -179,7 +197,36 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
     for name, q in sorted(plan.queues.items()):
         if q.reason is not None:
             parts.append(f"  queue {name}: {q.reason.value}: {q.message}")
+    rooms = [(name, q) for name, q in sorted(plan.queues.items()) if q.bound is not None]
+    if rooms:
+        parts += ["", "Headroom (what the scheduler would bind now):"]
+        parts.extend(f"  {name}: {headroom_words(q)}" for name, q in rooms)
     return "\n".join(parts) + "\n"
+
+
+def _bound(q: QueueSummary) -> str:
+    if q.bound is None:
+        return "-"
+    return q.bound.value if q.plugin is Plugin.GIVEN else f"{q.bound.value} ({q.plugin.value})"
+
+
+_INPUT_WORDS = {
+    "share": "share if it asked for more",
+    "allocated": "allocated",
+    "cluster_gpus": "cluster GPUs",
+    "capability": "capability",
+    "real_capacity": "real capacity",
+    "inqueue": "held for admitted gangs",
+}
+
+
+def headroom_words(q: QueueSummary) -> str:
+    """One queue's headroom in words: each limit's room, then the result."""
+    inputs = ", ".join(f"{_INPUT_WORDS.get(k, k)} {v:g}" for k, v in q.inputs.items())
+    limits = ", ".join(f"{k} {v:g}" for k, v in q.limits.items())
+    head = f"{q.plugin.value}: " + (f"{inputs}; " if inputs else "")
+    result = "-" if q.headroom_gpus is None else f"{q.headroom_gpus:g}"
+    return f"{head}room by {limits} -> {result} GPU(s), bounded by {_bound(q)}"
 
 
 def _restart(seconds: float | None, source: str) -> str:

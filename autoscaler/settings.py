@@ -220,9 +220,10 @@ class Settings(BaseSettings):
     free_gpus_query: str | None = Field(
         None,
         min_length=1,
-        description="Instead of the two series: one instant PromQL returning free GPU "
-        "capacity by queue label (e.g. a recording rule). Its values get the same checks, "
-        "but its age is only the answer's, not the scrape's.",
+        description="Instead of the series: one instant PromQL returning free GPUs by "
+        "queue label (e.g. a recording rule), taken as the headroom as given (still bounded "
+        "by the nodes). Its values get the same checks, but its age is only the answer's, "
+        "not the scrape's.",
     )
     queue_label: str = Field("queue_name", min_length=1, description="Label naming the queue.")
     metric_unit_divisor: float = Field(
@@ -233,7 +234,7 @@ class Settings(BaseSettings):
     max_metric_age_seconds: float = Field(
         120,
         gt=0,
-        description="A queue whose deserved or allocated series was last scraped "
+        description="A queue whose allocated, request or deserved series was last scraped "
         "longer ago than this holds (HoldMetricsStale); keep it above 2-3 scrape intervals.",
     )
     prometheus_timeout_seconds: float = Field(10, gt=0, description="Deadline of one query.")

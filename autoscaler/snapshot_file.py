@@ -1,9 +1,15 @@
 """The snapshot file: what `plan --snapshot` and the tests read.
 
 now: "2026-11-22T10:00:00Z"          # optional; default: the current time
-free_gpus: {team-a: 6, team-b: 0}     # per queue, in GPUs; a missing queue is unknown
+free_gpus: {team-a: 6, team-b: 0}     # per queue, in GPUs, taken as the headroom as given;
+                                       # a missing queue is unknown
+volcano:                               # optional: compute the headroom as the daemon does
+  plugin: proportion                   #   or capacity
+  queues:                              #   Volcano's metrics per queue, in GPUs
+    team-c: {allocated: 2, request: 2, inqueue: 0, real_capacity: 16, deserved: 2}
 objects: [...]                         # objects as `kubectl get -o yaml` prints them
-                                       # (a list, or one `kind: List` object)
+                                       # (a list, or one `kind: List` object); Node and
+                                       # Pod objects give the cluster's idle GPUs per node
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 import yaml
 
 from .fields import BadField, parse_time
-from .model import ClusterSnapshot, QueueState, Reason
+from .model import ClusterSnapshot, Plugin, QueueState, Reason, VolcanoQueue
 from .parse import RawObjects, build_snapshot
 from .settings import Settings
 
@@ -35,9 +41,77 @@ class SnapshotFile:
     now: datetime | None
     free: Mapping[str, QueueState]
     raw: RawObjects
+    plugin: Plugin | None = None
 
     def snapshot(self, settings: Settings) -> ClusterSnapshot:
-        return build_snapshot(self.raw, self.free, settings)
+        # Node objects bound even given free GPUs by the nodes' idle GPUs
+        plugin = self.plugin or (Plugin.GIVEN if self.raw.nodes else None)
+        return build_snapshot(self.raw, self.free, settings, plugin=plugin)
+
+
+_VOLCANO_FIELDS = ("allocated", "request", "inqueue", "real_capacity", "deserved")
+
+
+def volcano_states(data: Any, where: str) -> tuple[Plugin, dict[str, QueueState]]:
+    """The `volcano` section: the plugin and each queue's metric values (GPUs). A bad
+    value holds its queue, naming the field; a bad section is an error."""
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"{where}: volcano must be a mapping with plugin and queues")
+    unknown = sorted(set(map(str, data)) - {"plugin", "queues"})
+    if unknown:
+        raise SnapshotError(f"{where}: unknown key(s) in volcano: {', '.join(unknown)}")
+    try:
+        plugin = Plugin(str(data.get("plugin", "proportion")))
+    except ValueError:
+        raise SnapshotError(
+            f"{where}: volcano.plugin must be proportion or capacity, got {data.get('plugin')!r}"
+        ) from None
+    if plugin is Plugin.GIVEN:
+        raise SnapshotError(f"{where}: volcano.plugin must be proportion or capacity")
+    queues = data.get("queues") or {}
+    if not isinstance(queues, Mapping):
+        raise SnapshotError(f"{where}: volcano.queues must be a mapping of queue: values")
+    states: dict[str, QueueState] = {}
+    for queue, values in queues.items():
+        name = str(queue)
+        field = f"volcano.queues[{name}]"
+        if not isinstance(values, Mapping):
+            states[name] = QueueState(
+                name, None, Reason.METRICS_INVALID, f"{field} is not a mapping: {values!r}"
+            )
+            continue
+        bad = sorted(set(map(str, values)) - set(_VOLCANO_FIELDS))
+        numbers: dict[str, float] = {}
+        problem = f"{field}: unknown field(s) {', '.join(bad)}" if bad else ""
+        for key in _VOLCANO_FIELDS:
+            value = values.get(key)
+            if value is None or problem:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                problem = f"{field}.{key} must be a finite number >= 0, got {value!r}"
+            else:
+                numbers[key] = float(value)
+        if problem:
+            states[name] = QueueState(name, None, Reason.METRICS_INVALID, problem)
+            continue
+        states[name] = QueueState(
+            name,
+            None,
+            volcano=VolcanoQueue(
+                name,
+                allocated=numbers.get("allocated", 0.0),
+                request=numbers.get("request", numbers.get("allocated", 0.0)),
+                inqueue=numbers.get("inqueue", 0.0),
+                real_capacity=numbers.get("real_capacity"),
+                deserved=numbers.get("deserved"),
+            ),
+        )
+    return plugin, states
 
 
 def free_gpu_states(values: Mapping[str, Any], where: str = "free_gpus") -> dict[str, QueueState]:
@@ -102,7 +176,7 @@ def _decode(text: str, path: Path) -> Any:
 def parse_snapshot_data(data: Any, where: str = "snapshot") -> SnapshotFile:
     if not isinstance(data, Mapping):
         raise SnapshotError(f"{where}: must be a mapping with free_gpus and objects")
-    unknown = sorted(set(map(str, data)) - {"now", "free_gpus", "objects"})
+    unknown = sorted(set(map(str, data)) - {"now", "free_gpus", "objects", "volcano"})
     if unknown:
         raise SnapshotError(f"{where}: unknown key(s): {', '.join(unknown)}")
     now = None
@@ -122,7 +196,17 @@ def parse_snapshot_data(data: Any, where: str = "snapshot") -> SnapshotFile:
         objects = [objects]
     if not isinstance(objects, list):
         raise SnapshotError(f"{where}: objects must be a list or a kind: List object")
-    return SnapshotFile(now, free_gpu_states(free), RawObjects.from_objects(objects))
+    states = free_gpu_states(free)
+    plugin = None
+    if data.get("volcano") is not None:
+        plugin, volcano = volcano_states(data["volcano"], where)
+        both = sorted(set(volcano) & set(states))
+        if both:
+            raise SnapshotError(
+                f"{where}: queue(s) {', '.join(both)} in both free_gpus and volcano.queues"
+            )
+        states.update(volcano)
+    return SnapshotFile(now, states, RawObjects.from_objects(objects), plugin)
 
 
 def _first_line(exc: Exception) -> str:

@@ -41,6 +41,8 @@ SKIP_REASON = (
 GPU = "nvidia.com/gpu"
 DESERVED = "volcano_queue_deserved_scalar_resources"
 ALLOCATED = "volcano_queue_allocated_scalar_resources"
+REQUEST = "volcano_queue_request_scalar_resources"
+REAL_CAPACITY = "volcano_queue_real_capacity_scalar_resources"
 
 
 def free_port() -> int:
@@ -249,10 +251,13 @@ def make_tls_files(directory: Path) -> TlsFiles:
 
 @dataclass
 class VolcanoExporter:
-    """Volcano scheduler's queue metrics (`/metrics`, text format 0.0.4), milli-units.
+    """Volcano scheduler's queue metrics (`/metrics`, text format 0.0.4), milli-units, as
+    the capacity plugin exports them: for faults the real scheduler cannot produce
+    (negative, NaN, absurd, lagging values), and for daemon tests that need a set headroom.
 
-    `set_queue("team-a", deserved=8000, allocated=3000)`; `allocated=None` drops that
-    series (a queue nothing ever ran in). `failing = True` answers 503, which makes
+    `set_queue("team-a", deserved=8000, allocated=3000)`: real capacity (and deserved)
+    8000, allocated and request 3000, so the headroom is 5 GPUs; `allocated=None` drops
+    the allocated series (a queue nothing ever ran in). `failing = True` answers 503, which makes
     Prometheus mark the target down and its series stale at the next scrape."""
 
     queues: dict[str, tuple[float, float | None]] = field(default_factory=dict)
@@ -292,6 +297,15 @@ class VolcanoExporter:
                 lines.append(
                     f'{ALLOCATED}{{queue_name="{name}",resource="{GPU}"}} {allocated}'
                     + self._stamp(name)
+                )
+        # The capacity plugin's view of the same figures: real capacity = what the test
+        # calls deserved, request = allocated, so the headroom is deserved - allocated.
+        for series, pick in ((REAL_CAPACITY, 0), (REQUEST, 1)):
+            lines += [f"# TYPE {series} gauge"]
+            for name, pair in sorted(self.queues.items()):
+                value = pair[pick] if pair[pick] is not None else 0
+                lines.append(
+                    f'{series}{{queue_name="{name}",resource="{GPU}"}} {value}' + self._stamp(name)
                 )
         # another resource on the same metric, which the query must ignore
         for name, (deserved, _) in sorted(self.queues.items()):

@@ -344,6 +344,8 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
         | {("batch.volcano.sh", "jobs", v) for v in read}
         | {("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in read}
         | {("scheduling.k8s.io", "priorityclasses", v) for v in read}
+        # headroom: nodes and bound pods, listed and watched, never one at a time
+        | {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
     )
     if target != "overlays/dry-run":  # a dry run writes nothing: RBAC says so too
         expected |= {

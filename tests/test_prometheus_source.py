@@ -29,7 +29,7 @@ from promserver import (
     vector_body,
 )
 
-from autoscaler.model import Reason
+from autoscaler.model import Plugin, Reason, VolcanoQueue
 from autoscaler.settings import Settings
 from autoscaler.sources.prom_answer import FreeGpuReading, parse_query_result
 from autoscaler.sources.prometheus import PrometheusSource
@@ -254,9 +254,46 @@ def parts(body: Any, **fields: Any) -> FreeGpuReading:
         (dict(deserved=8000, allocated=0, deserved_time=TS - 119), 8.0),
     ],
 )
-def test_parts_give_free_gpus(answer, free):
-    state = parts(parts_body("q", **answer)).queues["q"]
-    assert state.usable and state.free_gpus == free
+def test_deprecated_deserved_plugin_reads_deserved_minus_allocated(answer, free):
+    reading = parts(parts_body("q", **answer), headroom_plugin="deserved")
+    state = reading.queues["q"]
+    assert state.usable and state.free_gpus == free and state.volcano is None
+    assert reading.plugin is Plugin.GIVEN
+
+
+def test_parts_give_volcano_queue_figures_and_the_plugin():
+    from autoscaler.sources.prom_answer import PART_LABEL
+
+    def series(part: str, value: float) -> dict[str, Any]:
+        return {"metric": {"queue_name": "q", PART_LABEL: part}, "value": [TS, str(value)]}
+
+    result = [
+        series("allocated", 2000),
+        series("allocated_time", TS),
+        series("request", 3000),
+        series("request_time", TS),
+        series("inqueue", 1000),
+        series("deserved", 2000),
+        series("deserved_time", TS),
+    ]
+    body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    reading = parts(body)
+    assert reading.plugin is Plugin.PROPORTION  # no real-capacity series
+    assert reading.queues["q"].volcano == VolcanoQueue(
+        "q", allocated=2.0, request=3.0, inqueue=1.0, deserved=2.0
+    )
+    with_capacity = {
+        **body,
+        "data": {**body["data"], "result": [*result, series("real_capacity", 8000)]},
+    }
+    reading = parts(with_capacity)
+    assert reading.plugin is Plugin.CAPACITY
+    assert reading.queues["q"].volcano.real_capacity == 8.0  # type: ignore[union-attr]
+    # the setting wins over what the answer shows
+    assert parts(with_capacity, headroom_plugin="proportion").plugin is Plugin.PROPORTION
+    # a queue with neither allocated nor request series is unknown, not zero
+    only_deserved = {**body, "data": {**body["data"], "result": [series("deserved", 1000)]}}
+    assert parts(only_deserved).queues == {}
 
 
 @pytest.mark.parametrize(
@@ -285,14 +322,19 @@ def test_parts_give_free_gpus(answer, free):
             "last scraped 121s ago",
         ),
         (
-            dict(deserved=8000, deserved_time=TS - 500),
+            dict(deserved=8000, allocated=0, deserved_time=TS - 500),
             Reason.METRICS_STALE,
             "stale",
             "deserved GPUs",
         ),
-        (dict(deserved=8000, deserved_time=TS + 3600), Reason.CLOCK_SKEW, "clock_skew", "ahead"),
         (
-            dict(deserved=8000, deserved_time="NaN"),
+            dict(deserved=8000, allocated=0, deserved_time=TS + 3600),
+            Reason.CLOCK_SKEW,
+            "clock_skew",
+            "ahead",
+        ),
+        (
+            dict(deserved=8000, allocated=0, deserved_time="NaN"),
             Reason.METRICS_INVALID,
             "bad_value",
             "not a time",
@@ -306,8 +348,12 @@ def test_a_bad_part_holds_its_queue_with_its_reason(answer, reason, kind, says):
     assert says in state.message and reading.errors == (kind,)
 
 
-def test_a_queue_with_only_allocated_is_unknown_not_zero():
-    reading = parts(parts_body("q", allocated=1000))
+def test_a_queue_without_its_series_is_unknown_not_zero():
+    # the headroom stands on allocated and request: deserved alone says nothing
+    reading = parts(parts_body("q", deserved=1000))
+    assert "q" not in reading.queues and reading.problem is None
+    # the deprecated deserved - allocated needs deserved
+    reading = parts(parts_body("q", allocated=1000), headroom_plugin="deserved")
     assert "q" not in reading.queues and reading.problem is None
 
 
@@ -316,7 +362,10 @@ def test_the_default_query_reads_parts_raw_with_their_scrape_times():
 
     query = free_gpus_query(Settings())
     assert "clamp" not in query
-    assert query.count("timestamp(") == 2 and query.count("label_replace(") == 4
+    # deserved, allocated, request, inqueue, real capacity; the first three with their age
+    assert query.count("timestamp(") == 3 and query.count("label_replace(") == 8
+    for series in ("request", "inqueue", "real_capacity", "allocated", "deserved"):
+        assert f"volcano_queue_{series}_scalar_resources" in query
     assert free_gpus_query(Settings(free_gpus_query="my_rule")) == "my_rule"
 
 

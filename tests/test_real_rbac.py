@@ -104,7 +104,11 @@ FORBIDDEN = [
     ("list", "secrets", "", NS, "", ""),
     ("create", "pods", "", "team", "", ""),
     ("delete", "pods", "", "team", "", ""),
-    ("list", "nodes", "", "", "", ""),
+    ("get", "nodes", "", "", "n", ""),
+    ("patch", "nodes", "", "", "n", ""),
+    ("get", "pods", "", "team", "p", ""),
+    ("get", "pods", "", "team", "p", "log"),
+    ("create", "pods", "", "team", "p", "exec"),
     ("patch", "events", "", "team", "e", ""),
     ("delete", "events", "", "team", "e", ""),
     ("patch", "podgroups", VC, "team", "pg", ""),
@@ -127,6 +131,10 @@ NEEDED = [
     ("list", "podgroups", VC, "", "", ""),
     ("watch", "queues", VC, "", "", ""),
     ("list", "priorityclasses", "scheduling.k8s.io", "", "", ""),
+    ("list", "nodes", "", "", "", ""),
+    ("watch", "nodes", "", "", "", ""),
+    ("list", "pods", "", "", "", ""),
+    ("watch", "pods", "", "", "", ""),
 ]
 WRITES = [
     ("patch", "pytorchjobs", KF, "team", "j", ""),
