@@ -258,7 +258,7 @@ class QueueState:
     problem: Reason | None = None
     message: str = ""
     state: str = "Open"  # Volcano Queue.status.state; Open when the Queue object is unknown
-    # GPUs the Queue object lets its jobs hold (spec.capability, else spec.deserved); None
+    # GPUs the Queue object lets its jobs hold (spec.capability); None
     # when the API does not say. Growth never takes a queue's jobs above it, whatever
     # Prometheus reads.
     capacity_gpus: int | None = None

@@ -167,22 +167,21 @@ def parse_queue_states(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 def parse_queue_capacities(
     objects: Iterable[Mapping[str, Any]], settings: Settings
 ) -> dict[str, int]:
-    """GPUs each Queue lets its jobs hold, by the API's own account: `spec.capability`,
-    else `spec.deserved` (what our query lets it grow into), for `gpu_resource_names`.
-    A queue that sets neither, or sets them unreadably, has no bound here."""
+    """GPUs each Queue lets its jobs hold by the API's own account: `spec.capability`, for
+    `gpu_resource_names`. Not `spec.deserved`: under the capacity plugin a queue borrows
+    beyond it up to its capability, and the proportion plugin does not read it. A queue
+    that sets no capability, or sets it unreadably, has no bound here."""
     capacities: dict[str, int] = {}
     for obj in objects:
         name = dig(obj, "metadata", "name")
         if not isinstance(name, str) or not name:
             continue
-        for field in ("capability", "deserved"):
-            try:
-                gpus = gpu_sum(dig(obj, "spec", field), settings, f"spec.{field}")
-            except BadField:
-                gpus = None
-            if gpus is not None:
-                capacities[name] = gpus
-                break
+        try:
+            gpus = gpu_sum(dig(obj, "spec", "capability"), settings, "spec.capability")
+        except BadField:
+            gpus = None
+        if gpus is not None:
+            capacities[name] = gpus
     return capacities
 
 

@@ -129,6 +129,9 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         False,
         allow_unconditional_update=True,
     ),
+    ResourceType("", "v1", "nodes", "Node", False, False, True, allow_unconditional_update=True),
+    # the daemon lists bound pods with a field selector this fake does not apply
+    ResourceType("", "v1", "pods", "Pod", True, False, True, allow_unconditional_update=True),
     ResourceType(
         "",
         "v1",

@@ -32,6 +32,23 @@ def test_example_snapshot_table(capsys):
     assert "QUEUE" in out and "team-b" in out
 
 
+def test_volcano_example_snapshot_grows_both_departments_into_their_share(capsys):
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--snapshot",
+        str(ROOT / "config" / "example-snapshot-volcano.yaml"),
+        "--output",
+        "json",
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert {a["name"]: a["to"] for a in plan["actions"]} == {"bert": 8, "ranker": 8}
+    research = plan["queues"]["research"]
+    assert research["plugin"] == "proportion" and research["headroom_gpus"] == 6
+    assert research["inputs"]["share"] == 8 and research["limits"]["share"] == 6
+
+
 def test_example_snapshot_json_is_stable_and_documented_shape(capsys):
     code, out, _ = run(capsys, "plan", "--snapshot", str(EXAMPLE), "--output", "json")
     assert code == 0

@@ -7,6 +7,7 @@ a hypothesis property that no plan asks for more than the scheduler can bind."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -374,3 +375,124 @@ def test_growth_never_exceeds_what_the_scheduler_binds(cluster):
         inflight = sum(j.inflight_workers * j.gpus_per_worker for j in jobs if j.queue == name)
         assert limit is not None
         assert extra_gpus <= limit.gpus - inflight + 1e-6
+
+
+# ---- the inputs: snapshot files, nodes and pods ------------------------------------------
+
+
+def test_snapshot_volcano_section_bad_values_hold_the_queue_naming_the_field():
+    from autoscaler.snapshot_file import parse_snapshot_data
+
+    data = {
+        "volcano": {
+            "plugin": "capacity",
+            "queues": {
+                "ok": {"allocated": 2, "real_capacity": 8},
+                "neg": {"allocated": -1},
+                "nan": {"request": float("nan")},
+                "typo": {"alocated": 2},
+                "text": "lots",
+            },
+        }
+    }
+    snap = parse_snapshot_data(data)
+    assert snap.plugin is Plugin.CAPACITY
+    assert snap.free["ok"].volcano == VolcanoQueue("ok", allocated=2, request=2, real_capacity=8)
+    for name, says in {
+        "neg": "volcano.queues[neg].allocated",
+        "nan": "volcano.queues[nan].request",
+        "typo": "unknown field(s) alocated",
+        "text": "volcano.queues[text] is not a mapping",
+    }.items():
+        state = snap.free[name]
+        assert state.problem is Reason.METRICS_INVALID and says in state.message, state
+
+
+@pytest.mark.parametrize(
+    ("volcano", "says"),
+    [
+        ({"plugin": "drf"}, "volcano.plugin must be proportion or capacity"),
+        ({"plugin": "given"}, "volcano.plugin must be proportion or capacity"),
+        ({"queues": [1, 2]}, "volcano.queues must be a mapping"),
+        ({"plugins": "capacity"}, "unknown key(s) in volcano: plugins"),
+        ("proportion", "volcano must be a mapping"),
+    ],
+)
+def test_snapshot_volcano_section_unusable_is_an_error(volcano, says):
+    from autoscaler.snapshot_file import SnapshotError, parse_snapshot_data
+
+    with pytest.raises(SnapshotError, match=re.escape(says)):
+        parse_snapshot_data({"volcano": volcano})
+
+
+def test_snapshot_queue_in_both_free_gpus_and_volcano_is_an_error():
+    from autoscaler.snapshot_file import SnapshotError, parse_snapshot_data
+
+    with pytest.raises(SnapshotError, match=re.escape("q in both free_gpus and volcano.queues")):
+        parse_snapshot_data({"free_gpus": {"q": 1}, "volcano": {"queues": {"q": {}}}})
+
+
+def _node(name, gpus, *, ready="True", unschedulable=None, taints=()):
+    spec = {"taints": list(taints)}
+    if unschedulable is not None:
+        spec["unschedulable"] = unschedulable
+    return {
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus, "cpu": "64"},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def _pod(node, *, gpus=(1,), init=(), phase="Running", field="limits"):
+    def container(g):
+        return {"name": "c", "resources": {field: {"nvidia.com/gpu": str(g)}}}
+
+    return {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "nodeName": node,
+            "containers": [container(g) for g in gpus],
+            "initContainers": [container(g) for g in init],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_nodes_count_bound_unfinished_pods_and_only_schedulable_nodes():
+    from builders import settings as make_settings
+
+    from autoscaler.parse import parse_nodes
+
+    got = parse_nodes(
+        [
+            _node("a", "8"),
+            _node("b", "8", ready="False"),
+            _node("c", "8", unschedulable=True),
+            _node("d", "8", taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+            _node("e", "4", taints=[{"key": "x", "effect": "PreferNoSchedule"}]),
+            {
+                "kind": "Node",
+                "metadata": {"name": "f"},
+                "status": {"allocatable": {"nvidia.com/gpu": "lots"}},
+            },
+        ],
+        [
+            _pod("a", gpus=(1, 2)),
+            _pod("a", gpus=(1,), init=(4,)),  # the init container needs more: 4
+            _pod("a", phase="Succeeded"),  # finished: holds nothing
+            _pod("a", field="requests"),
+            _pod("", gpus=(8,)),  # not bound
+            _pod("e", gpus=(2,), phase="Pending"),  # bound, not running yet: holds its GPUs
+        ],
+        make_settings(),
+    )
+    by_name = {n.name: n for n in got}
+    assert by_name["a"] == NodeGpus("a", 8, 8, True)
+    assert [by_name[n].schedulable for n in "bcd"] == [False, False, False]
+    assert by_name["e"] == NodeGpus("e", 4, 2, True)
+    assert by_name["f"].allocatable == 0  # unreadable: no GPUs counted, never a crash

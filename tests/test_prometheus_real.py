@@ -27,7 +27,8 @@ from promserver import (
     wait_until,
 )
 
-from autoscaler.model import Reason
+from autoscaler.headroom import plugin_limit
+from autoscaler.model import Plugin, Reason, VolcanoView
 from autoscaler.settings import Settings
 from autoscaler.sources.prom_answer import FreeGpuReading
 from autoscaler.sources.prometheus import PrometheusSource
@@ -106,8 +107,16 @@ async def fetch_until(
 
 
 def free(reading: FreeGpuReading, queue: str) -> float | None:
+    """The queue's room under its plugin, from what Prometheus answered: the exporter
+    speaks the capacity plugin (real capacity - allocated - inqueue)."""
     state = reading.queues.get(queue)
-    return None if state is None else state.free_gpus
+    if state is None or reading.plugin is Plugin.GIVEN:
+        return None if state is None else state.free_gpus  # a custom query: as given
+    if state.volcano is None:
+        return None
+    view = VolcanoView(reading.plugin or Plugin.PROPORTION, {queue: state.volcano})
+    limit = plugin_limit(queue, view, {})
+    return None if limit is None else max(0.0, limit.gpus)
 
 
 async def test_default_query_gives_free_gpus_per_queue(stack: Stack):
