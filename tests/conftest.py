@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests: the fake API server, and the real one (envtest)."""
+"""Fixtures shared by the tests: the fake API server, the real one (envtest), and the real
+Volcano scheduler beside a real one (`volcano`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import pytest_asyncio
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest, assets_problem, envtest_server
+from promserver import HAVE_PROMETHEUS, SKIP_REASON, running_prometheus
+from volcanokit import PLUGINS, RealVolcano, kit_problem, volcano_kit
 
 
 @pytest.fixture(autouse=True)
@@ -66,3 +70,24 @@ async def real_client(envtest: EnvTest) -> AsyncIterator[ApiClient]:
     """The real kubernetes_asyncio client, pointed at the real API server as admin."""
     async with ApiClient(envtest.configuration()) as api_client:
         yield api_client
+
+
+# ---- the real Volcano scheduler (the kit in $VOLCANO_KIT) ------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PLUGINS)
+async def volcano(request: pytest.FixtureRequest) -> AsyncIterator[RealVolcano]:
+    """A fresh API server with the real Volcano scheduler (`proportion`, then `capacity`
+    plugin), controller-manager and kwok GPU nodes beside it, and a real Prometheus scraping
+    both Volcano components every second; shared by a module's tests, one plugin at a time.
+
+    Skips where the kit, the API server binaries or Prometheus are missing. Everything is
+    stopped when the module is done, whatever the tests did."""
+    problem = kit_problem()
+    if problem:
+        pytest.skip(f"real Volcano: {problem}")
+    if not HAVE_PROMETHEUS:
+        pytest.skip(SKIP_REASON)
+    with volcano_kit(request.param) as kit:
+        async with running_prometheus(kit.targets) as prometheus:
+            yield RealVolcano(kit, prometheus)

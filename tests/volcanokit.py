@@ -1,0 +1,558 @@
+"""The real Volcano scheduler beside the real API server, for end-to-end tests.
+
+`VOLCANO_KIT` names the kit's folder: `start.sh`/`stop.sh` and `bin/` with the upstream
+`vc-scheduler`, `vc-controller-manager` and `kwok` (built from Volcano's and kwok's own
+sources). `volcano_kit(plugin)` starts a fresh API server (`EnvTest`) and, beside it, the
+kit: Volcano's CRDs, N nodes with `nvidia.com/gpu` allocatable that kwok keeps Ready and
+whose bound pods it runs, the scheduler with the `proportion` or the `capacity` plugin
+(Volcano's chart config otherwise), and the controller-manager, which turns a Volcano Job
+into a PodGroup and pods. It stops exactly the processes it started, by PID.
+
+What the kit is not: there is no garbage collector, so deleting a Volcano Job leaves its
+pods and its PodGroup, and a PodGroup left behind keeps counting in its queue's `inqueue`
+(`clean_namespace` deletes all three, in the order that does not leave one Inqueue).
+
+The helpers below are synchronous (the test's own requests, against a real server): they
+create Volcano Jobs and Queues, read pods, PodGroups and the scheduler's verdicts, and poll
+with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubeserver import ASSETS_ENV, ApiError, EnvTest, assets_problem
+from promserver import PrometheusProcess
+
+KIT_ENV = "VOLCANO_KIT"
+PLUGINS = ("proportion", "capacity")
+BINARIES = ("vc-scheduler", "vc-controller-manager", "kwok")
+GPU = "nvidia.com/gpu"
+MAX_REPLICAS = "elastic-autoscaler.io/max-replicas"
+VCJOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
+PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
+PODS = "/api/v1/namespaces/{ns}/pods"
+START_SECONDS = 120.0
+
+
+def kit_problem() -> str | None:
+    """Why the real Volcano kit cannot run here (a skip reason), or None."""
+    problem = assets_problem()
+    if problem:
+        return f"the kit needs the real API server: {problem}"
+    folder = os.environ.get(KIT_ENV)
+    if not folder:
+        return f"{KIT_ENV} is not set (point it at the Volcano kit: start.sh, stop.sh, bin/)"
+    root = Path(folder)
+    for script in ("start.sh", "stop.sh"):
+        if not os.access(root / script, os.X_OK):
+            return f"{KIT_ENV}={folder} has no executable {script}"
+    for binary in BINARIES:
+        if not os.access(root / "bin" / binary, os.X_OK):
+            return f"{KIT_ENV}={folder} has no executable bin/{binary}"
+    if shutil.which("kubectl") is None:
+        return "the kit's start.sh needs kubectl on PATH"
+    return None
+
+
+@dataclass
+class VolcanoKit:
+    """The kit's processes against `api`, state (volcano.env, logs) in `state`."""
+
+    folder: Path
+    api: EnvTest
+    state: Path
+    plugin: str
+    nodes: int = 4
+    gpus_per_node: int = 8
+    env: dict[str, str] = field(default_factory=dict)
+    scheduler_restarts: int = 0
+    _scheduler_argv: list[str] = field(default_factory=list)
+    _scheduler_stopped: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def scheduler_metrics(self) -> str:
+        return self.env["VC_SCHEDULER_METRICS"]
+
+    @property
+    def controller_metrics(self) -> str:
+        return self.env["VC_CONTROLLER_METRICS"]
+
+    @property
+    def targets(self) -> list[str]:
+        """host:port of the scheduler's and the controller's metrics, for Prometheus."""
+        return [_host_port(self.scheduler_metrics), _host_port(self.controller_metrics)]
+
+    def start(self) -> None:
+        kubeconfig = self.api.kubeconfig(name="volcano")
+        answer = subprocess.run(
+            [
+                str(self.folder / "start.sh"),
+                str(kubeconfig),
+                str(self.state),
+                "--plugin",
+                self.plugin,
+                "--nodes",
+                str(self.nodes),
+                "--gpus",
+                str(self.gpus_per_node),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=START_SECONDS,
+            check=False,
+        )
+        self._read_env()  # even on failure: whatever it started is stopped by stop()
+        if answer.returncode != 0:
+            raise RuntimeError(
+                f"the Volcano kit did not start ({answer.returncode}): {answer.stderr[-2000:]}"
+                f"\nscheduler log:\n{self.log_tail('vc-scheduler')}"
+            )
+
+    def stop(self) -> None:
+        if (self.state / "volcano.env").exists():
+            subprocess.run([str(self.folder / "stop.sh"), str(self.state)], timeout=60, check=False)
+
+    def restart_scheduler(self, *, kill: bool = False) -> float:
+        """Stop the scheduler and start it again at once; the seconds it was away."""
+        self.stop_scheduler(kill=kill)
+        return self.start_scheduler()
+
+    def stop_scheduler(self, *, kill: bool = False) -> None:
+        """Stop the scheduler alone (SIGTERM, or SIGKILL for a crash); the controller and
+        kwok keep running. `start_scheduler` starts the same command line again."""
+        pid = int(self.env["VC_SCHEDULER_PID"])
+        self._scheduler_argv = [
+            a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        ]
+        self._scheduler_stopped = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+    def start_scheduler(self) -> float:
+        """Start the stopped scheduler with its old command line (same config and ports);
+        wait until it serves metrics. The seconds it was away."""
+        assert self._scheduler_argv, "stop_scheduler first"
+        with (self.state / "vc-scheduler.log").open("ab") as log:
+            process = subprocess.Popen(
+                self._scheduler_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.scheduler_restarts += 1
+        # stop.sh stops what volcano.env names: the new PID from now on
+        self.env["VC_SCHEDULER_PID"] = str(process.pid)
+        self._write_env()
+        deadline = time.monotonic() + 60
+        while not _serves(self.scheduler_metrics):
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"vc-scheduler exited on restart:\n{self.log_tail('vc-scheduler')}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError("vc-scheduler does not serve metrics after its restart")
+            time.sleep(0.05)
+        return time.monotonic() - self._scheduler_stopped
+
+    def log_tail(self, component: str, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            text = (self.state / f"{component}.log").read_text(errors="replace")
+            return "\n".join(text.splitlines()[-lines:])
+        return ""
+
+    def _read_env(self) -> None:
+        with contextlib.suppress(OSError):
+            for line in (self.state / "volcano.env").read_text().splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    self.env[key.strip()] = value.strip()
+
+    def _write_env(self) -> None:
+        text = "".join(f"{k}={v}\n" for k, v in self.env.items())
+        (self.state / "volcano.env").write_text(text)
+
+
+def _host_port(url: str) -> str:
+    return url.split("://", 1)[1].split("/", 1)[0]
+
+
+def _alive(pid: int) -> bool:
+    # the kit's processes are not our children: gone, or a zombie of init, is dead
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _serves(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def volcano_kit(plugin: str, *, nodes: int = 4, gpus_per_node: int = 8) -> Iterator[VolcanoKit]:
+    """A fresh API server and the kit beside it; both stopped (and the folder removed)
+    on exit, whatever happened inside."""
+    problem = kit_problem()
+    if problem:
+        raise RuntimeError(problem)
+    root = Path(tempfile.mkdtemp(prefix=f"volcano-{plugin}-"))
+    try:
+        with EnvTest(Path(os.environ[ASSETS_ENV]), root / "api") as api:
+            kit = VolcanoKit(
+                Path(os.environ[KIT_ENV]),
+                api,
+                root / "vc",
+                plugin,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+            )
+            try:
+                kit.start()
+                yield kit
+            finally:
+                kit.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- objects -------------------------------------------------------------------------------
+
+
+def vcjob_body(
+    name: str,
+    namespace: str,
+    *,
+    queue: str,
+    replicas: int,
+    min_available: int,
+    max_replicas: int | None = None,
+    gpus: int = 1,
+    task_min: int | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    """A Volcano Job of one task `worker`, `gpus` GPUs per pod. With `max_replicas` it
+    carries our annotation (elastic, min = the gang minimum); without, nobody resizes it."""
+    template = {
+        "spec": {
+            "restartPolicy": "OnFailure",
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "example.com/train:1",
+                    "resources": {
+                        "requests": {GPU: str(gpus), "cpu": "1"},
+                        "limits": {GPU: str(gpus), "cpu": "1"},
+                    },
+                }
+            ],
+        }
+    }
+    task: dict[str, Any] = {"name": "worker", "replicas": replicas, "template": template}
+    if task_min is not None:
+        task["minAvailable"] = task_min
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": queue,
+        "minAvailable": min_available,
+        "tasks": [task],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if max_replicas is not None:
+        meta["annotations"] = {MAX_REPLICAS: str(max_replicas)}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+def create_vcjob(api: EnvTest, name: str, namespace: str, **kw: Any) -> dict[str, Any]:
+    return api.create(vcjob_body(name, namespace, **kw))
+
+
+def get_vcjob(api: EnvTest, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = api.request("GET", VCJOBS.format(ns=namespace) + f"/{name}")
+    return result
+
+
+def workers(api: EnvTest, namespace: str, name: str) -> int:
+    """The `worker` task's replicas (what the daemon resizes)."""
+    tasks = get_vcjob(api, namespace, name)["spec"]["tasks"]
+    return int(next(t for t in tasks if t["name"] == "worker")["replicas"])
+
+
+def set_workers(api: EnvTest, namespace: str, name: str, replicas: int) -> None:
+    api.request(
+        "PATCH",
+        VCJOBS.format(ns=namespace) + f"/{name}",
+        [{"op": "replace", "path": "/spec/tasks/0/replicas", "value": replicas}],
+        content_type="application/json-patch+json",
+    )
+
+
+def apply_queue(
+    api: EnvTest,
+    name: str,
+    *,
+    weight: int = 1,
+    capability_gpus: int | None = None,
+    guarantee_gpus: int | None = None,
+) -> dict[str, Any]:
+    """Create or update a Queue: weight, `spec.capability` and `spec.guarantee` in GPUs."""
+    spec: dict[str, Any] = {"weight": weight}
+    if capability_gpus is not None:
+        spec["capability"] = {GPU: str(capability_gpus)}
+    if guarantee_gpus is not None:
+        spec["guarantee"] = {"resource": {GPU: str(guarantee_gpus)}}
+    return api.apply_queue(name, **spec)
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    node: str | None
+    phase: str
+    scheduled: str  # PodScheduled: "True", "Unschedulable", "Schedulable", "" (no condition)
+    message: str
+
+    @property
+    def running(self) -> bool:
+        return self.node is not None and self.phase == "Running"
+
+    @property
+    def unschedulable(self) -> bool:
+        return self.phase == "Pending" and self.scheduled == "Unschedulable"
+
+
+def job_pods(api: EnvTest, namespace: str, job: str | None = None) -> list[PodView]:
+    """The pods of Volcano Job `job` (all pods of the namespace without it), not deleting."""
+    query = f"?labelSelector=volcano.sh/job-name%3D{job}" if job else ""
+    items = api.request("GET", PODS.format(ns=namespace) + query)["items"]
+    views = []
+    for pod in items:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        scheduled = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        verdict = "True" if scheduled.get("status") == "True" else scheduled.get("reason", "")
+        views.append(
+            PodView(
+                pod["metadata"]["name"],
+                pod["spec"].get("nodeName"),
+                status.get("phase", ""),
+                verdict,
+                scheduled.get("message", ""),
+            )
+        )
+    return sorted(views, key=lambda v: v.name)
+
+
+def unschedulable_pods(api: EnvTest, namespace: str, job: str | None = None) -> list[PodView]:
+    """Pods Pending with PodScheduled=False, reason Unschedulable (the scheduler's no)."""
+    return [p for p in job_pods(api, namespace, job) if p.unschedulable]
+
+
+def running_count(api: EnvTest, namespace: str, job: str) -> int:
+    return sum(p.running for p in job_pods(api, namespace, job))
+
+
+def podgroup_phases(api: EnvTest, namespace: str) -> dict[str, str]:
+    """Each PodGroup's phase, keyed by the Volcano Job that owns it (else its own name)."""
+    phases = {}
+    for pg in api.request("GET", PODGROUPS.format(ns=namespace))["items"]:
+        owners = pg["metadata"].get("ownerReferences") or []
+        key = owners[0]["name"] if owners else pg["metadata"]["name"]
+        phases[key] = (pg.get("status") or {}).get("phase", "")
+    return phases
+
+
+def bound_gpus(api: EnvTest) -> int:
+    """GPUs requested by the pods bound to a node and not finished, cluster-wide."""
+    total = 0
+    for pod in api.request("GET", "/api/v1/pods")["items"]:
+        if not pod["spec"].get("nodeName"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for c in pod["spec"]["containers"]:
+            total += int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
+    return total
+
+
+def describe(api: EnvTest, namespace: str) -> str:
+    """What the scheduler did in `namespace`: jobs, PodGroup phases and pod states."""
+    lines = []
+    for job in api.request("GET", VCJOBS.format(ns=namespace))["items"]:
+        name = job["metadata"]["name"]
+        tasks = {t["name"]: t["replicas"] for t in job["spec"]["tasks"]}
+        phase = (job.get("status") or {}).get("state", {}).get("phase")
+        lines.append(f"job {name}: replicas {tasks}, phase {phase}")
+    lines.append(f"podgroups: {podgroup_phases(api, namespace)}")
+    counts: dict[tuple[str, str], int] = {}
+    for p in job_pods(api, namespace):
+        key = (p.phase, p.scheduled)
+        counts[key] = counts.get(key, 0) + 1
+    lines.append(f"pods (phase, PodScheduled): {counts}")
+    lines.extend(f"  {p.name}: {p.message}" for p in unschedulable_pods(api, namespace)[:3])
+    return "\n".join(lines)
+
+
+async def wait_running(
+    api: EnvTest, namespace: str, job: str, count: int, *, deadline_seconds: float
+) -> float:
+    """Until exactly `count` pods of `job` exist, each bound and Running; the seconds it
+    took. Fails with what the scheduler did instead."""
+    started = time.monotonic()
+    while True:
+        pods = job_pods(api, namespace, job)
+        if len(pods) == count and all(p.running for p in pods):
+            return time.monotonic() - started
+        if time.monotonic() - started > deadline_seconds:
+            raise AssertionError(
+                f"{namespace}/{job}: not {count} pods bound and Running within "
+                f"{deadline_seconds:g}s\n{describe(api, namespace)}"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def wait_podgroup_phase(
+    api: EnvTest, namespace: str, job: str, phase: str, *, deadline_seconds: float
+) -> None:
+    """Until the PodGroup of `job` is in `phase` (it turns Running a moment after its
+    pods are bound, not with them)."""
+    started = time.monotonic()
+    while podgroup_phases(api, namespace).get(job) != phase:
+        if time.monotonic() - started > deadline_seconds:
+            raise AssertionError(
+                f"{namespace}/{job}: PodGroup not {phase} within {deadline_seconds:g}s\n"
+                f"{describe(api, namespace)}"
+            )
+        await asyncio.sleep(0.1)
+
+
+def clean_namespace(api: EnvTest, namespace: str, *, deadline_seconds: float = 30) -> None:
+    """Delete every Volcano Job, then its PodGroups and pods (no garbage collector here):
+    jobs first, or the controller recreates pods; PodGroups before the last look, or an
+    orphan one stays Inqueue and keeps counting in its queue's `inqueue`."""
+    deadline = time.monotonic() + deadline_seconds
+    with contextlib.suppress(ApiError):
+        api.request("DELETE", VCJOBS.format(ns=namespace))
+    while api.request("GET", VCJOBS.format(ns=namespace))["items"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Volcano Jobs in {namespace} not deleted")
+        time.sleep(0.1)
+    for path in (PODGROUPS, PODS):
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", path.format(ns=namespace) + "?gracePeriodSeconds=0")
+    while (
+        api.request("GET", PODS.format(ns=namespace))["items"]
+        or api.request("GET", PODGROUPS.format(ns=namespace))["items"]
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods or PodGroups in {namespace} not deleted")
+        time.sleep(0.1)
+
+
+def delete_queue(api: EnvTest, name: str) -> None:
+    api.delete(
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}}
+    )
+
+
+def scheduler_series(kit: VolcanoKit, queue: str, which: str = "scheduler") -> dict[str, float]:
+    """The kit's own /metrics for one queue, read directly (not through Prometheus): GPU
+    series by short name (allocated, deserved, inqueue, request, capacity, real_capacity,
+    in milli-GPUs), plus the queue's unit-less gauges (weight, share, overused) and, from
+    the controller, PodGroup counts (pod_group_pending_count, ...)."""
+    url = kit.scheduler_metrics if which == "scheduler" else kit.controller_metrics
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("volcano_queue_") or f'queue_name="{queue}"' not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        metric = name.split("{", 1)[0].removeprefix("volcano_queue_")
+        if "_scalar_resources" in metric:
+            if f'resource="{GPU}"' not in name:
+                continue
+            metric = metric.removesuffix("_scalar_resources")
+        elif metric.endswith(("_milli_cpu", "_memory_bytes")):
+            continue
+        found[metric] = float(value)
+    return found
+
+
+@dataclass
+class RealVolcano:
+    """What the `volcano` fixture gives a test: the kit (API server inside) and a real
+    Prometheus scraping the scheduler's and the controller's metrics every second."""
+
+    kit: VolcanoKit
+    prometheus: PrometheusProcess
+
+    @property
+    def api(self) -> EnvTest:
+        return self.kit.api
+
+    @property
+    def plugin(self) -> str:
+        return self.kit.plugin
+
+    async def scraped_gpus(self, queue: str, part: str) -> float | None:
+        """`volcano_queue_<part>_scalar_resources` of `queue` in GPUs, as Prometheus has
+        it now (None: no series)."""
+        body = await self.prometheus.query(
+            f'volcano_queue_{part}_scalar_resources{{queue_name="{queue}",resource="{GPU}"}}'
+        )
+        result = body["data"]["result"]
+        return float(result[0]["value"][1]) / 1000 if result else None
+
+    async def wait_scraped(
+        self, queue: str, *, deadline_seconds: float = 20, **parts: float
+    ) -> None:
+        """Until Prometheus shows each `part=GPUs` for `queue` (e.g. allocated=2)."""
+        started = time.monotonic()
+        while True:
+            seen = {part: await self.scraped_gpus(queue, part) for part in parts}
+            if seen == parts:
+                return
+            if time.monotonic() - started > deadline_seconds:
+                raise AssertionError(
+                    f"Prometheus never showed {parts} for queue {queue}: last {seen}"
+                )
+            await asyncio.sleep(0.2)
