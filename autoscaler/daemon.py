@@ -222,6 +222,9 @@ async def live_snapshot(
 
 def live_plan(settings: Settings, now: datetime | None = None) -> Plan:
     now = now or datetime.now(UTC)
+    # the sources' log lines (which plugin the headroom follows, a kind not installed)
+    # go to stderr: stdout is the plan, and `-o json` must stay parseable
+    configure_logging(settings)
     try:
         snapshot = asyncio.run(live_snapshot(settings, now))
     except KubeconfigError as exc:

@@ -249,11 +249,15 @@ class _Cluster:
             if inflight >= free > 0:
                 bound = Bound.IN_FLIGHT
         headroom = _Headroom(self.view.plugin, free, inflight, limits, dict(limit.figures), bound)
-        # capacity: admitted gangs' GPUs (inqueue) are already out of the room: the
-        # queue planner serves Inqueue gangs from them first
-        admitted = (
-            self.view.queues[state.name].inqueue if self.view.plugin is Plugin.CAPACITY else 0
-        )
+        # capacity: admitted gangs' GPUs (inqueue) are already out of the room, so the
+        # queue planner serves Inqueue gangs from them first; but only the part that is
+        # really there: Volcano admits a gang counting other jobs' elastic workers as
+        # reclaimable, so inqueue may exceed real capacity - allocated (room < 0), and
+        # that deficit must still be reclaimed
+        admitted = 0.0
+        if self.view.plugin is Plugin.CAPACITY:
+            inqueue = self.view.queues[state.name].inqueue
+            admitted = max(0.0, inqueue + min(0.0, limit.gpus))
         return replace(state, free_gpus=free, admitted_gpus=admitted), headroom
 
 
@@ -422,6 +426,7 @@ class _QueuePlanner:
         self.snapshot = snapshot
         self.nodes = nodes  # shared by every queue of the cycle
         self.admitted = math.floor(state.admitted_gpus + _EPS)
+        self.credited = 0  # gang GPUs served from `admitted`: not bound yet, need nodes
         self.node_fit_limited = False
         self.work = sorted(
             (
@@ -529,8 +534,10 @@ class _QueuePlanner:
         idle = free - inflight  # may be negative: promised more than Prometheus shows free
         before = idle
         idle, releasing, starving = self._serve_gangs(idle, releasing)
-        if self.nodes is not None and before > idle:
-            self.nodes.take(before - max(idle, 0))
+        if self.nodes is not None:
+            # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
+            # admitted gangs were credited, will be
+            self.nodes.take(max(0, before - max(idle, 0)) + self.credited)
         pool = max(0, idle - p.reserve_gpus_per_queue)
         capped = ""
         room = self._room_by_capacity()
@@ -645,6 +652,7 @@ class _QueuePlanner:
                 # admitted by the scheduler: its GPUs are already out of `free`
                 credit = min(self.admitted, need)
                 self.admitted -= credit
+                self.credited += credit
                 need -= credit
             if need <= idle + releasing:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)

@@ -283,6 +283,21 @@ def test_capacity_admitted_gang_is_not_counted_twice():
     assert targets(p)["a"] == (6, Reason.SCALE_UP_IDLE_GPUS)
 
 
+def test_capacity_gang_admitted_against_elastic_workers_still_gets_them_reclaimed():
+    # measured on the real scheduler: a gang of 8 is enqueued (Inqueue) into a queue whose
+    # elastic job holds 28 of 32, because Volcano counts elastic workers as reclaimable;
+    # inqueue (8) then exceeds real capacity - allocated (4): 4 must still be reclaimed
+    view = VolcanoView(
+        Plugin.CAPACITY,
+        {"q": VolcanoQueue("q", allocated=28, request=36, inqueue=8, real_capacity=32)},
+        kit_nodes(used=(8, 8, 8, 4)),
+    )
+    g = replace(gang("g", 8), phase="Inqueue")
+    p = plan(vsnap(view, [ej("elastic", min=4, max=28, replicas=28)], [g]), policy(), NOW)
+    assert targets(p)["elastic"] == (24, Reason.RECLAIM_FOR_PENDING)
+    assert p.gangs[0].reason is Reason.GANG_COVERED
+
+
 def test_pending_gang_reclaims_when_the_share_is_used():
     view = VolcanoView(
         Plugin.PROPORTION,
