@@ -15,8 +15,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from kubernetes_asyncio.config import kube_config as kube_config_module
 
+from autoscaler.resources import JOB_RESOURCES
 from autoscaler.settings import Settings
-from autoscaler.sources.kube import KubeObjects, KubeSource, OnChange, make_api_client
+from autoscaler.sources.kube import (
+    POOL_SPARE,
+    KubeObjects,
+    KubeSource,
+    OnChange,
+    make_api_client,
+)
 
 
 def podgroup(name: str, namespace: str = "ns1", phase: str = "Pending") -> dict[str, Any]:
@@ -434,7 +441,14 @@ async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path
     api = await make_api_client(settings)
     async with api:
         assert api.configuration.host == kube.url
-        assert api.configuration.connection_pool_maxsize >= 122 + 16
+        # every watch KubeSource holds open, and room beside them (the old formula sized
+        # the pool for 2 watches per namespace: 138 connections for 245 watches)
+        source = KubeSource(
+            settings, api, job_kinds=JOB_RESOURCES, watch_nodes=True, watch_pods=True
+        )
+        watches = len(source._caches)
+        assert watches == 60 * 4 + 4
+        assert api.configuration.connection_pool_maxsize >= watches + POOL_SPARE
         res = await CustomObjectsApi(api).list_cluster_custom_object(
             "scheduling.volcano.sh", "v1beta1", "queues"
         )

@@ -36,6 +36,7 @@ from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..redact import remember_client
 from ..resources import (
     BOUND_POD_FIELD_SELECTOR,
+    JOB_RESOURCES,
     NODE,
     POD,
     PODGROUP,
@@ -595,8 +596,7 @@ class KubeSource:
         remember_client(api_client.configuration)
         # a LIST of big objects is parsed page by page: only one page is held raw at once
         pages = page_size or settings.kube_list_page_size
-        chosen = [ns.strip() for ns in settings.namespaces if ns and ns.strip()]
-        namespaces: list[str | None] = list(dict.fromkeys(chosen)) or [None]
+        namespaces = namespace_scopes(settings.namespaces)
 
         def cache(
             resource: ResourceKind,
@@ -863,7 +863,31 @@ async def make_api_client(settings: Any) -> ApiClient:
                     f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no "
                     f"usable default kubeconfig ({default}); set kubeconfig"
                 ) from default
-    # Every cache holds one connection for its watch; lists must still find one free.
-    watches = 2 * max(1, len(getattr(settings, "namespaces", []) or [])) + 2
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, watches + 16)
+    # Every cache holds one connection for its watch; lists, patches, Events and Lease
+    # renewals must still find one free.
+    kinds = len(getattr(settings, "job_kinds", []) or []) or len(JOB_RESOURCES)
+    watches = watch_count(
+        getattr(settings, "namespaces", []) or [],
+        kinds,
+        pods=bool(getattr(settings, "node_fit", True)),
+    )
+    configuration.connection_pool_maxsize = max(
+        configuration.connection_pool_maxsize, watches + POOL_SPARE
+    )
     return ApiClient(configuration)
+
+
+POOL_SPARE = 16  # connections beside the watches: lists, patches, Events, the Lease
+
+
+def namespace_scopes(namespaces: Sequence[str]) -> list[str | None]:
+    """The namespace scopes of the namespaced caches: each chosen namespace once, or
+    one all-namespaces scope."""
+    chosen = [ns.strip() for ns in namespaces if ns and ns.strip()]
+    return list(dict.fromkeys(chosen)) or [None]
+
+
+def watch_count(namespaces: Sequence[str], job_kinds: int, *, pods: bool) -> int:
+    """The watches KubeSource holds open: per namespace scope one per job kind and one
+    for PodGroups; one each for Queues, PriorityClasses and Nodes; one for bound Pods."""
+    return len(namespace_scopes(namespaces)) * (job_kinds + 1) + 3 + (1 if pods else 0)
