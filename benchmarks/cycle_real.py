@@ -6,6 +6,10 @@ Objects as a cluster holds them, created through the API as users and operators 
 last-applied annotation, ~8 KB each with the server's managedFields) with their status
 written through /status; a PodGroup per job (owner reference, Running); 200 Pending
 PodGroups. The free-GPU reading comes from a fake Prometheus (one value per queue).
+With `--pods`, also the nodes (8 GPUs each, enough for every worker) and one bound pod
+per worker and Master (a realistic pod body: env, volumes, probes, managedFields), and
+each page size is measured with node_fit on (Node and bound-Pod watches) and off (Nodes
+only): what the headroom's per-node bound costs at that scale.
 
 The daemon side runs in a child process per page size, so its peak RSS is its own. For
 each: initial sync (LIST of every cache), the first cycle (resizes, with their Events,
@@ -36,7 +40,57 @@ NAMESPACES = 37
 FREE_PER_QUEUE = 48  # GPUs: ~500 resizes over the 100 queues on the first cycle at 10k jobs
 
 
-async def _load(url: str, token: str, ca: str, n: int) -> dict:
+def _pod(ns: str, name: str, node: str, gpus: int, queue: str) -> dict:
+    """A pod as the operator creates it, bound to its node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {
+                "training.kubeflow.org/job-name": name.rsplit("-", 2)[0],
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            },
+            "annotations": {"scheduling.k8s.io/group-name": name.rsplit("-", 2)[0]},
+        },
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "volcano",
+            "restartPolicy": "OnFailure",
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "registry.example.com/ml/train:2026.11",
+                    "command": ["torchrun", "--nnodes=1:8", "train.py", "--epochs=90"],
+                    "env": [
+                        {"name": f"ENV_{i}", "value": f"value-{i}-" + "x" * 24} for i in range(12)
+                    ]
+                    + [{"name": "QUEUE", "value": queue}],
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": str(gpus), "cpu": "8", "memory": "64Gi"},
+                        "requests": {"nvidia.com/gpu": str(gpus), "cpu": "8", "memory": "64Gi"},
+                    },
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": "/data"},
+                        {"name": "shm", "mountPath": "/dev/shm"},
+                    ],
+                    "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}},
+                }
+            ],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            ],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    }
+
+
+async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> dict:
     import aiohttp
     from cycle import _jobs
 
@@ -85,6 +139,7 @@ async def _load(url: str, token: str, ca: str, n: int) -> dict:
         )
         jobs = _jobs(n)
         sizes = []
+        placed: list[tuple[str, str, int, str]] = []  # ns, pod name, GPUs, queue
 
         async def job(obj: dict) -> None:
             meta = obj["metadata"]
@@ -112,6 +167,12 @@ async def _load(url: str, token: str, ca: str, n: int) -> dict:
                 "application/merge-patch+json",
             )
             sizes.append(len(json.dumps(done)))
+            per = worker["template"]["spec"]["containers"][0]["resources"]["limits"][
+                "nvidia.com/gpu"
+            ]
+            queue = obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"]
+            placed.append((ns, f"{name}-master-0", 0, queue))
+            placed.extend((ns, f"{name}-worker-{i}", per, queue) for i in range(worker["replicas"]))
             gpus = (
                 worker["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
                 * worker["replicas"]
@@ -165,13 +226,61 @@ async def _load(url: str, token: str, ca: str, n: int) -> dict:
                 for i in range(PENDING)
             )
         )
+        extra: dict = {}
+        if pods:
+            # nodes of 8 GPUs, pods packed onto them in order (a worker never straddles)
+            nodes: list[int] = []
+            where = []
+            for _, _, gpus, _ in placed:
+                if not nodes or nodes[-1] + gpus > 8:
+                    nodes.append(0)
+                nodes[-1] += gpus
+                where.append(f"gpu-node-{len(nodes) - 1:05d}")
+            alloc = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"}
+            for i in range(len(nodes)):
+                name = f"gpu-node-{i:05d}"
+                await call(
+                    "POST",
+                    "/api/v1/nodes",
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+                )
+                await call(
+                    "PATCH",
+                    f"/api/v1/nodes/{name}/status",
+                    {
+                        "status": {
+                            "capacity": alloc,
+                            "allocatable": alloc,
+                            "conditions": [{"type": "Ready", "status": "True"}],
+                        }
+                    },
+                    "application/merge-patch+json",
+                )
+            pod_sizes = []
+
+            async def pod(row: tuple[str, str, int, str], node: str) -> None:
+                ns, name, gpus, queue = row
+                made = await call(
+                    "POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, name, node, gpus, queue)
+                )
+                pod_sizes.append(len(json.dumps(made)))
+
+            await asyncio.gather(*(pod(row, node) for row, node in zip(placed, where, strict=True)))
+            extra = {
+                "nodes": len(nodes),
+                "pods": len(placed),
+                "pod_bytes_median": int(statistics.median(pod_sizes)),
+            }
         return {
             "load_s": round(time.perf_counter() - t0, 1),
             "job_bytes_median": int(statistics.median(sizes)),
+            **extra,
         }
 
 
-async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) -> dict:
+async def _measure(
+    kubeconfig: str, prom_url: str, page_size: int, steady: int, node_fit: bool = False
+) -> dict:
     from kubernetes_asyncio.client import ApiClient
 
     from autoscaler.actuator import KubeActuator
@@ -198,13 +307,19 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
         cooldown_seconds=0,
         cooldown_restart_cost_factor=0,
         growth_payoff_factor=0,
+        node_fit=node_fit,
     )
     configure_logging(settings)
     client: ApiClient = await make_api_client(settings)
     # every kind, as the daemon watches them (the Paddle and Volcano caches stay empty)
     kinds = job_kinds(settings)
     kube = KubeSource(
-        settings, client, transform=pruner(settings), job_kinds=[k.resource for k in kinds]
+        settings,
+        client,
+        transform=pruner(settings),
+        job_kinds=[k.resource for k in kinds],
+        watch_nodes=True,
+        watch_pods=settings.node_fit,
     )
     prom = PrometheusSource(settings)
     controller = Controller(
@@ -232,6 +347,7 @@ async def _measure(kubeconfig: str, prom_url: str, page_size: int, steady: int) 
     await client.close()
     return {
         "page_size": page_size,
+        "node_fit": node_fit,
         "sync_s": round(sync_s, 2),
         "sync_lists": before["lists"],
         "first_cycle_s": round(first.duration_seconds, 3),
@@ -262,26 +378,28 @@ async def _main(args: argparse.Namespace) -> None:
         *(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now) for q in range(QUEUES))
     )
     with envtest_server("envtest-bench-") as server:
-        loaded = await _load(server.url, server.token, str(server.ca_file), args.jobs)
+        loaded = await _load(server.url, server.token, str(server.ca_file), args.jobs, args.pods)
         print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
         kubeconfig = server.kubeconfig()
         async with fake_prometheus(body) as prom:
             for page in args.page_size:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    __file__,
-                    "--measure",
-                    str(kubeconfig),
-                    prom.url,
-                    str(page),
-                    str(args.steady),
-                    stdout=asyncio.subprocess.PIPE,
-                    env=os.environ,
-                )
-                out, _ = await proc.communicate()
-                print(out.decode().strip().splitlines()[-1], flush=True)
-                # the first cycle resized jobs: put them back, so each run starts alike
-                await _reset(server)
+                for node_fit in (False, True) if args.pods else (False,):
+                    proc = await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        __file__,
+                        "--measure",
+                        str(kubeconfig),
+                        prom.url,
+                        str(page),
+                        str(args.steady),
+                        "--node-fit" if node_fit else "--no-node-fit",
+                        stdout=asyncio.subprocess.PIPE,
+                        env=os.environ,
+                    )
+                    out, _ = await proc.communicate()
+                    print(out.decode().strip().splitlines()[-1], flush=True)
+                    # the first cycle resized jobs: put them back, so each run starts alike
+                    await _reset(server)
 
 
 async def _reset(server) -> None:
@@ -307,11 +425,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--page-size", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--steady", type=int, default=10)
+    parser.add_argument("--pods", action="store_true", help="also nodes and a bound pod per worker")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--node-fit", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         kubeconfig, prom_url, page, steady = args.measure
-        print(json.dumps(asyncio.run(_measure(kubeconfig, prom_url, int(page), int(steady)))))
+        result = _measure(kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit))
+        print(json.dumps(asyncio.run(result)))
         return 0
     asyncio.run(_main(args))
     return 0
