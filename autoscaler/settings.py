@@ -262,7 +262,10 @@ class Settings(BaseSettings):
     cross_check_queue_status: bool = Field(
         False,
         description="Hold a queue whose Prometheus answer disagrees with "
-        "Queue.status.allocated from the API by more than one GPU.",
+        "Queue.status.allocated from the API by more than one GPU (the allocated metric "
+        "against it; a free-GPU reading taken as given against spec.deserved minus it). "
+        "Off by default: status.allocated is written by Volcano's controller and lags "
+        "the scheduler by a sync.",
     )
 
     # ---- Kubernetes -----------------------------------------------------------------

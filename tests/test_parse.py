@@ -442,6 +442,25 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
     assert "spec.deserved 8 - status.allocated 4" in out["off"].message
 
 
+def test_cross_check_compares_the_allocated_metric_with_queue_status():
+    from autoscaler.model import QueueState, VolcanoQueue
+    from autoscaler.sources.live import cross_check_free
+
+    def state(name, allocated):
+        return QueueState(name, None, volcano=VolcanoQueue(name, allocated=allocated))
+
+    def q(name, allocated):
+        obj = queue_obj(name)
+        obj["status"]["allocated"] = {"nvidia.com/gpu": allocated}
+        return obj
+
+    free = {"agree": state("agree", 4), "near": state("near", 5), "off": state("off", 12)}
+    out = cross_check_free(free, [q("agree", "4"), q("near", "4"), q("off", "4")], P)
+    assert out["agree"] is free["agree"] and out["near"] is free["near"]
+    assert out["off"].problem is Reason.METRICS_INVALID
+    assert "Prometheus says 12 GPUs allocated" in out["off"].message
+
+
 @pytest.mark.parametrize(
     "obj",
     [b[1] for b in BAD]

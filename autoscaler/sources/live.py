@@ -106,15 +106,34 @@ class LiveSource:
 def cross_check_free(
     free: Mapping[str, QueueState], queues: Iterable[Mapping[str, Any]], settings: Settings
 ) -> dict[str, QueueState]:
-    """Hold a queue whose free-GPU reading disagrees by more than one GPU with what the API
-    says: `Queue.spec.deserved` minus `Queue.status.allocated`, for queues that set both.
-    Catches a query that no longer matches the scheduler (renamed metrics, wrong units)."""
+    """Hold a queue whose reading disagrees by more than one GPU with what the API says.
+    Catches a query that no longer matches the scheduler (renamed metrics, wrong units).
+    With Volcano's figures: the allocated GPUs of the metrics against the controller's
+    `Queue.status.allocated` (plain units). A free-GPU reading taken as given: against
+    `spec.deserved` minus `status.allocated`, for queues that set both."""
 
     out = dict(free)
     for obj in queues:
         name = dig(obj, "metadata", "name")
         state = out.get(name) if isinstance(name, str) else None
-        if state is None or state.free_gpus is None:
+        if state is None:
+            continue
+        if state.volcano is not None:
+            try:
+                allocated = gpu_sum(dig(obj, "status", "allocated"), settings, "status.allocated")
+            except BadField:
+                continue
+            if allocated is not None and abs(allocated - state.volcano.allocated) > 1:
+                out[name] = QueueState(
+                    name,
+                    None,
+                    Reason.METRICS_INVALID,
+                    f"queue {name}: Prometheus says {state.volcano.allocated:g} GPUs "
+                    f"allocated, the Queue object's status.allocated says {allocated}",
+                    state.state,
+                )
+            continue
+        if state.free_gpus is None:
             continue
         try:
             deserved = gpu_sum(dig(obj, "spec", "deserved"), settings, "spec.deserved")
