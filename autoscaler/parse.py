@@ -305,9 +305,12 @@ def volcano_view(
             vq = replace(vq, weight=weight, capability=capability, guarantee=guarantee)
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
-    # queues with a guarantee but no series still take their guarantee from the others
+    # A Queue without series is an idle one (under proportion the scheduler exports
+    # nothing for a queue that never had a job): it still takes part in the water-fill
+    # with what its waiting gangs will ask for, and its guarantee still counts. Its own
+    # jobs, if any, hold: that queue's state stays unknown.
     for name, (weight, capability, guarantee) in specs.items():
-        if name not in queues and guarantee > 0:
+        if name not in queues:
             queues[name] = VolcanoQueue(
                 name, weight=weight, capability=capability, guarantee=guarantee
             )

@@ -511,3 +511,32 @@ def test_nodes_count_bound_unfinished_pods_and_only_schedulable_nodes():
     assert [by_name[n].schedulable for n in "bcd"] == [False, False, False]
     assert by_name["e"] == NodeGpus("e", 4, 2, True)
     assert by_name["f"].allocatable == 0  # unreadable: no GPUs counted, never a crash
+
+
+def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
+    # under proportion a queue that never ran a job has no series; its Pending gang of 16
+    # will ask for half the cluster, so the busy queue may not grow into it
+    from builders import settings as make_settings
+
+    from autoscaler.parse import RawObjects, build_snapshot
+
+    raw = RawObjects(
+        queues=tuple(
+            {"kind": "Queue", "metadata": {"name": n}, "spec": {"weight": 1}}
+            for n in ("busy", "idle")
+        ),
+        nodes=tuple(_node(f"n{i}", "8") for i in range(4)),
+        pods=tuple(_pod(f"n{i % 4}") for i in range(2)),
+    )
+    states = {
+        "busy": QueueState("busy", None, volcano=VolcanoQueue("busy", allocated=2, request=2))
+    }
+    snap = build_snapshot(raw, states, make_settings(), plugin=Plugin.PROPORTION)
+    assert snap.volcano is not None and snap.volcano.queues["idle"] == VolcanoQueue("idle")
+    snap = replace(
+        snap,
+        jobs=(ej("grower", queue="busy", max=32),),
+        pending=(gang("first", 16, queue="idle"),),
+    )
+    p = plan(snap, policy(), NOW)
+    assert targets(p)["grower"] == (16, Reason.SCALE_UP_IDLE_GPUS)  # 14 more, not 30
