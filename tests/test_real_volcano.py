@@ -139,7 +139,13 @@ class Scene:
             check=False,
         )
         assert answer.returncode == 0, answer.stderr[-2000:]
-        result: dict[str, Any] = json.loads(answer.stdout)
+        try:
+            result: dict[str, Any] = json.loads(answer.stdout)
+        except ValueError:
+            raise AssertionError(
+                f"`plan -o json` printed more than the plan's JSON on stdout:\n"
+                f"{answer.stdout[:600]}"
+            ) from None
         return result
 
 
