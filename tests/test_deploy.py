@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -43,6 +44,10 @@ IMAGE = "ghcr.io/example/elastic-autoscaler"
 CONFIG_PATH = "/etc/elastic-autoscaler/config.yaml"
 UID = 65532
 TARGETS = ("base", "overlays/dry-run", "overlays/ha")
+# the prometheus-operator objects are an optional component, added to a target by a
+# kustomization of the user's (here: one written to a temporary folder)
+MONITORING = "components/monitoring"
+WITH_MONITORING = tuple(f"{t}+monitoring" for t in TARGETS)
 # oldest Kubernetes we support, and the newest schemas kubernetes-validate bundles
 K8S_VERSIONS = ("1.30", kubernetes_validate.utils.latest_version())
 CRD_KINDS = {
@@ -84,11 +89,30 @@ def _need(name: str, why: str) -> str:
 
 
 @functools.cache
+def _monitored(target: str) -> Path:
+    """A user's kustomization: `target` plus the monitoring component."""
+    folder = Path(tempfile.mkdtemp(prefix="kustomize-monitoring-"))
+    (folder / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / target, folder)],
+                "components": [os.path.relpath(DEPLOY / MONITORING, folder)],
+            }
+        )
+    )
+    return folder
+
+
+@functools.cache
 def _render_cached(target: str) -> tuple[dict[str, Any], ...]:
     kubectl = _tool("kubectl")
     assert kubectl is not None
+    base, plus, _ = target.partition("+monitoring")
+    folder = _monitored(base) if plus else DEPLOY / target
     proc = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY / target)],
+        [kubectl, "kustomize", str(folder)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -192,9 +216,23 @@ def test_every_overlay_is_checked() -> None:
         for p in DEPLOY.glob("overlays/*/kustomization.yaml")
     }
     assert overlays == {t for t in TARGETS if t.startswith("overlays/")}
+    components = {
+        p.parent.relative_to(DEPLOY).as_posix()
+        for p in DEPLOY.glob("components/*/kustomization.yaml")
+    }
+    assert components == {MONITORING}
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_needs_no_crd(target: str) -> None:
+    """base and overlays apply to a bare cluster (tests/test_chart.py applies dry-run to a
+    real API server without prometheus-operator); CRD kinds come with the component."""
+    kinds = {(o["apiVersion"], o["kind"]) for o in render(target)}
+    assert not kinds & CRD_KINDS
+    assert CRD_KINDS <= {(o["apiVersion"], o["kind"]) for o in render(f"{target}+monitoring")}
+
+
+@pytest.mark.parametrize("target", TARGETS + WITH_MONITORING)
 def test_renders_into_one_namespace(target: str) -> None:
     objs = render(target)
     keys = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs]
@@ -212,10 +250,10 @@ def test_renders_into_one_namespace(target: str) -> None:
         "ConfigMap",
         "Deployment",
         "Service",
-        "ServiceMonitor",
-        "PrometheusRule",
     } <= kinds
-    if target != "overlays/dry-run":  # the Lease Role; a dry run takes no Lease
+    if target.endswith("+monitoring"):
+        assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    if not target.startswith("overlays/dry-run"):  # the Lease Role; a dry run takes no Lease
         assert {"Role", "RoleBinding"} <= kinds
 
 
@@ -287,7 +325,7 @@ CRD_CHECKS = {"ServiceMonitor": _check_service_monitor, "PrometheusRule": _check
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TARGETS + WITH_MONITORING)
 def test_objects_validate_strictly(target: str, version: str) -> None:
     """Built-in kinds against the bundled OpenAPI schemas (strict: no unknown fields);
     the two prometheus-operator kinds, which have no bundled schema, by our own checks.
@@ -315,6 +353,10 @@ def test_objects_validate_strictly(target: str, version: str) -> None:
 
 # ---- RBAC: least privilege ------------------------------------------------------------------
 
+# deploy/base/rbac.yaml's read ClusterRoles (namespaced and cluster-scoped objects): a dry
+# run keeps them, so they may only read
+READ_ONLY_ROLES = {"elastic-autoscaler", "elastic-autoscaler-cluster"}
+
 
 def _grants(role: dict[str, Any], *, named: bool = False) -> set[tuple[Any, ...]]:
     """(group, resource, verb), plus the rule's resourceNames when `named`."""
@@ -336,8 +378,6 @@ def _grants(role: dict[str, Any], *, named: bool = False) -> set[tuple[Any, ...]
 @pytest.mark.parametrize("target", TARGETS)
 def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
     objs = render(target)
-    role = one(objs, "ClusterRole")
-    assert "aggregationRule" not in role
     read = {"get", "list", "watch"}
     expected = (
         {("kubeflow.org", r, v) for r in ("pytorchjobs", "paddlejobs") for v in read}
@@ -354,15 +394,25 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
             ("batch.volcano.sh", "jobs", "patch"),
             ("", "events", "create"),
         }
-    assert _grants(role) == expected
-    binding = one(objs, "ClusterRoleBinding")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": role["metadata"]["name"],
-    }
+    roles = [o for o in objs if o["kind"] == "ClusterRole"]
+    assert set().union(*(_grants(r) for r in roles)) == expected
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    for role in roles:
+        name = role["metadata"]["name"]
+        assert "aggregationRule" not in role
+        if name in READ_ONLY_ROLES:  # a write there would reach a dry run
+            assert {verb for _, _, verb in _grants(role)} <= read, name
+        # each ClusterRole bound once, cluster-wide, to our ServiceAccount
+        binding = one(objs, "ClusterRoleBinding", name)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": name,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}
+        ]
+    assert len([o for o in objs if o["kind"] == "ClusterRoleBinding"]) == len(roles)
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "overlays/dry-run"])
@@ -385,13 +435,17 @@ def test_leases_only_in_our_namespace(target: str) -> None:
     }
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
-    # the daemon's one ClusterRole must not also carry leases
-    assert not {g for g in _grants(one(objs, "ClusterRole")) if g[1] == "leases"}
+    # the daemon's ClusterRoles must not also carry leases
+    for role in (o for o in objs if o["kind"] == "ClusterRole"):
+        assert not {g for g in _grants(role) if g[1] == "leases"}
 
 
-def test_the_dry_run_overlay_takes_no_lease() -> None:
-    kinds = {o["kind"] for o in render("overlays/dry-run")}
+def test_the_dry_run_overlay_takes_no_lease_and_has_no_write_role() -> None:
+    objs = render("overlays/dry-run")
+    kinds = {o["kind"] for o in objs}
     assert "Role" not in kinds and "RoleBinding" not in kinds
+    names = {o["metadata"]["name"] for o in objs if o["kind"].startswith("ClusterRole")}
+    assert names == READ_ONLY_ROLES
 
 
 # ---- the Deployment ------------------------------------------------------------------------
@@ -575,7 +629,7 @@ def test_rendered_config_is_the_file() -> None:
 # ---- Service, ServiceMonitor, HA --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", WITH_MONITORING)
 def test_metrics_are_scraped_from_the_pods(target: str) -> None:
     objs = render(target)
     pod_labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
@@ -626,7 +680,7 @@ REQUIRED_ALERTS = {
 
 
 def _rules() -> list[dict[str, Any]]:
-    rule = one(render("base"), "PrometheusRule")
+    rule = one(render("base+monitoring"), "PrometheusRule")
     return [r for g in rule["spec"]["groups"] for r in g["rules"]]
 
 
@@ -642,7 +696,7 @@ def test_alerts_use_exported_metrics() -> None:
 
 
 def _rules_file(tmp_path: Path, *, annotations: bool = True) -> Path:
-    spec = json.loads(json.dumps(one(render("base"), "PrometheusRule")["spec"]))
+    spec = json.loads(json.dumps(one(render("base+monitoring"), "PrometheusRule")["spec"]))
     if not annotations:
         for group in spec["groups"]:
             for r in group["rules"]:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _apply_rbac(envtest: EnvTest, target: str) -> None:
+def _rbac_objects(target: str) -> list[dict[str, Any]]:
     rendered = subprocess.run(
         ["kubectl", "kustomize", str(REPO / "deploy" / target)],
         capture_output=True,
@@ -36,17 +36,17 @@ def _apply_rbac(envtest: EnvTest, target: str) -> None:
         check=True,
         timeout=60,
     ).stdout
-    objs = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] in RBAC_KINDS]
-    kinds = {o["kind"] for o in objs}
-    for kind in ("Role", "RoleBinding"):  # an overlay that drops one must not inherit it
-        if kind not in kinds:
-            envtest.delete(
-                {
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": kind,
-                    "metadata": {"name": "elastic-autoscaler-leader-election", "namespace": NS},
-                }
-            )
+    return [o for o in yaml.safe_load_all(rendered) if o and o["kind"] in RBAC_KINDS]
+
+
+def _apply_rbac(envtest: EnvTest, target: str) -> None:
+    objs = _rbac_objects(target)
+    # an overlay that drops an object of the base (dry-run: the write ClusterRole, the
+    # Lease Role and their bindings) must not inherit it from an earlier apply
+    keep = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    for obj in _rbac_objects("base"):
+        if (obj["kind"], obj["metadata"]["name"]) not in keep:
+            envtest.delete(obj)
     for obj in objs:
         envtest.apply(obj)
 
