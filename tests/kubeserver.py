@@ -427,6 +427,7 @@ _PLURALS = {
     "Event": ("events", True),
     "Node": ("nodes", False),
     "Service": ("services", True),
+    "Deployment": ("deployments", True),
     "Role": ("roles", True),
     "RoleBinding": ("rolebindings", True),
     "ClusterRole": ("clusterroles", False),

@@ -88,10 +88,13 @@ def _need(name: str, why: str) -> str:
     return path
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="test-deploy-")  # removed when the session ends
+
+
 @functools.cache
 def _monitored(target: str) -> Path:
     """A user's kustomization: `target` plus the monitoring component."""
-    folder = Path(tempfile.mkdtemp(prefix="kustomize-monitoring-"))
+    folder = Path(tempfile.mkdtemp(prefix="monitoring-", dir=_SCRATCH.name))
     (folder / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
