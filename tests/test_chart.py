@@ -270,6 +270,18 @@ def test_bad_values_are_refused_with_a_message(values: dict[str, Any], message: 
 # ---- lint and template, object by object ----------------------------------------------------
 
 
+def test_packaged_chart_carries_the_linked_files() -> None:
+    """files/ links into deploy/ (RBAC, alerts, dashboard): `helm package` must put their
+    content into the archive, which then renders exactly like the folder."""
+    out = Path(_SCRATCH.name) / "package"
+    helm("package", str(CHART), "-d", str(out))
+    (archive,) = out.glob("elastic-autoscaler-*.tgz")
+    values = _values_file(COMBOS["live-monitoring"][0])
+    apis = [a for api in MONITORING_APIS for a in ("--api-versions", api)]
+    packaged = helm("template", RELEASE, str(archive), "-n", NAMESPACE, "-f", values, *apis)
+    assert tuple(d for d in yaml.safe_load_all(packaged.stdout) if d) == combo("live-monitoring")[1]
+
+
 @pytest.mark.parametrize("name", [n for n, (_, apis) in COMBOS.items() if not apis])
 def test_helm_lint_strict(name: str) -> None:
     values, _ = COMBOS[name]
