@@ -732,7 +732,7 @@ async def test_helm_install_dry_run_then_upgrade_to_live_runs_the_daemon(
         }
         try:
             # 1. install: dry-run, the default
-            helm(
+            installed = helm(
                 "install",
                 release,
                 str(CHART),
@@ -744,6 +744,9 @@ async def test_helm_install_dry_run_then_upgrade_to_live_runs_the_daemon(
                 "-f",
                 _values_file(values),
             )
+            # NOTES.txt: how to read the plan, and how and when to go live
+            for hint in (f"logs deploy/{full}", "elastic-autoscaler plan", "--set mode=live"):
+                assert hint in installed.stdout, (hint, installed.stdout)
             assert not _exists(
                 envtest, f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{full}-write"
             )
