@@ -578,6 +578,25 @@ def test_monitoring_agrees_with_the_component() -> None:
     )
 
 
+def test_alert_hints_name_the_release() -> None:
+    values = _values_file({"prometheusRule": {"enabled": True}})
+    out = helm(
+        "template",
+        "ea",
+        str(CHART),
+        "-n",
+        "mon",
+        "-f",
+        values,
+        "--api-versions",
+        MONITORING_APIS[1],
+    )
+    rule = one(tuple(d for d in yaml.safe_load_all(out.stdout) if d), "PrometheusRule")
+    hints = json.dumps(rule["spec"])
+    assert "kubectl -n mon logs deploy/ea-elastic-autoscaler" in hints
+    assert "-n elastic-autoscaler" not in hints and "deploy/elastic-autoscaler" not in hints
+
+
 # ---- a real API server without prometheus-operator ------------------------------------------
 
 
