@@ -64,6 +64,7 @@ CHART = DEPLOY / "chart" / "elastic-autoscaler"
 # release and namespace named as kustomize names things: the objects' names then agree
 RELEASE = NAMESPACE = "elastic-autoscaler"
 READ = {"get", "list", "watch"}
+KF = "kubeflow.org"
 MONITORING_APIS = (
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
@@ -730,8 +731,6 @@ async def test_helm_install_dry_run_then_upgrade_to_live_runs_the_daemon(
     job["metadata"] = {"name": "j", "namespace": real_ns, "labels": {"managed-by-test": release}}
     envtest.create(job)
     envtest.patch_status(job, {"replicaStatuses": {"Worker": {"active": 1}}})
-    KF = "kubeflow.org"
-
     async with fake_prometheus(live_body(**{queue: 3})) as prom:
         values = {
             "settings": {
