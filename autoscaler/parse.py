@@ -576,6 +576,31 @@ class ParseCache:
         self._priorities: Priorities | None = None
         self._entries: dict[tuple[str, str, str], Any] = {}
         self._next: dict[tuple[str, str, str], Any] = {}
+        # the nodes' GPUs from the last cycle, with the objects they were read from
+        self._nodes: tuple[tuple[Any, ...], tuple[Any, ...], tuple[NodeGpus, ...]] | None = None
+
+    def nodes(
+        self,
+        nodes: tuple[Mapping[str, Any], ...],
+        pods: tuple[Mapping[str, Any], ...],
+        settings: Settings,
+    ) -> tuple[NodeGpus, ...]:
+        """parse_nodes, again only when a node or a bound pod changed: the caches replace
+        an object on every change and keep it otherwise, so the same objects (by
+        identity) give the same answer; tens of thousands of pods are not re-read each
+        cycle."""
+        memo = self._nodes
+        if (
+            memo is not None
+            and len(memo[0]) == len(nodes)
+            and len(memo[1]) == len(pods)
+            and all(a is b for a, b in zip(memo[0], nodes, strict=True))
+            and all(a is b for a, b in zip(memo[1], pods, strict=True))
+        ):
+            return memo[2]
+        parsed = parse_nodes(nodes, pods, settings)
+        self._nodes = (nodes, pods, parsed)
+        return parsed
 
     def start(self, priorities: Priorities) -> None:
         if priorities != self._priorities:
@@ -679,7 +704,9 @@ def build_snapshot(
         queues[name] = state
     view = None
     if plugin is not None:
-        nodes = parse_nodes(raw.nodes, raw.pods, settings) if raw.nodes else None
+        nodes = None
+        if raw.nodes:
+            nodes = cache.nodes(raw.nodes, raw.pods, settings)
         view, queues = volcano_view(plugin, queues, raw.queues, nodes, settings)
         if nodes is not None and not settings.node_fit:
             view = replace(

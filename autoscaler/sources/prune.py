@@ -59,17 +59,21 @@ def _shapes(settings: Settings) -> dict[str, Any]:
             "kind": KEEP,
             "metadata": {"name": KEEP, "resourceVersion": KEEP},
             "spec": {"unschedulable": KEEP, "taints": [{"key": KEEP, "effect": KEEP}]},
-            "status": {"allocatable": gpus, "conditions": conditions(("Ready",))},
+            "status": {
+                "allocatable": Shared(gpus),
+                "conditions": Shared(conditions(("Ready",))),
+            },
         },
         # every bound pod of the cluster: only its node, phase and GPUs are kept
         "Pod": {
             "apiVersion": KEEP,
             "kind": KEEP,
             "metadata": {"name": KEEP, "namespace": KEEP, "resourceVersion": KEEP},
+            # pods of one job ask alike: their pruned containers are stored once
             "spec": {
                 "nodeName": KEEP,
-                "containers": [{"resources": {"limits": gpus, "requests": gpus}}],
-                "initContainers": [{"resources": {"limits": gpus, "requests": gpus}}],
+                "containers": Shared([{"resources": {"limits": gpus, "requests": gpus}}]),
+                "initContainers": Shared([{"resources": {"limits": gpus, "requests": gpus}}]),
             },
             "status": {"phase": KEEP},
         },
