@@ -10,6 +10,18 @@ import structlog
 from .settings import LogFormat, Settings
 
 
+class _Stderr:
+    """Writes to `sys.stderr` as it is at each write, not to the stream of the moment
+    logging was configured: a caller that swaps stderr (a test's capture, a CLI run in
+    process) must not leave the logger writing into a closed stream."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(settings: Settings) -> None:
     level = getattr(logging, settings.log_level.upper())
     as_json = settings.log_format is LogFormat.JSON or (
@@ -30,12 +42,12 @@ def configure_logging(settings: Settings) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # libraries that log through the standard library end up in the same stream
     logging.basicConfig(
         level=max(level, logging.WARNING),
-        stream=sys.stderr,
+        stream=_Stderr(),
         format="%(levelname)s %(name)s %(message)s",
     )

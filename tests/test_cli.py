@@ -301,3 +301,28 @@ def test_a_bad_value_in_the_config_file_names_the_file_and_key(tmp_path, capsys)
     code, _, err = run(capsys, "plan", "--snapshot", str(EXAMPLE), "--config", str(config))
     assert code == 2 and f"({config}, key min_step_workers)" in err
     assert "AUTOSCALER_MIN_STEP_WORKERS" not in err  # never set: not the culprit
+
+
+def test_logging_follows_stderr_as_it_is_when_writing(capsys):
+    """configure_logging in one place (live plan, in process) must not bind the logger to
+    that moment's stderr: a later swap (another test's capture) would leave it writing
+    into a closed stream."""
+    import io
+
+    import structlog
+
+    from autoscaler.logs import configure_logging
+    from autoscaler.settings import Settings
+
+    configure_logging(Settings(log_format="json"))
+    first, second = io.StringIO(), io.StringIO()
+    saved = sys.stderr
+    try:
+        sys.stderr = first
+        structlog.get_logger("t").warning("one")
+        first.close()
+        sys.stderr = second
+        structlog.get_logger("t").warning("two")
+    finally:
+        sys.stderr = saved
+    assert '"event": "two"' in second.getvalue()
