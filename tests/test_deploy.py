@@ -390,6 +390,7 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
         # headroom: nodes and bound pods, listed and watched, never one at a time
         | {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
     )
+    expected |= {("autoscaling", "horizontalpodautoscalers", v) for v in ("list", "watch")}
     if target != "overlays/dry-run":  # a dry run writes nothing: RBAC says so too
         expected |= {
             ("kubeflow.org", "pytorchjobs", "patch"),
