@@ -323,3 +323,42 @@ async def test_a_job_an_hpa_scales_on_a_real_api_server_is_left_alone_until_it_g
         grown = await d.controller.run_once(NOW)
         assert [(a.ref.name, a.target) for a in grown.plan.actions] == [("job", 4)]
     assert envtest.get(job)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+
+
+# ---- Volcano's job controller: the Pending line ------------------------------------------
+
+
+def _observed(pending: int, min_available: int, replicas: int = 6) -> dict[str, Any]:
+    """A Volcano Job as the real controller left it (tests/test_real_volcano_jobs.py):
+    4 workers running, `pending` Pending, spec.minAvailable `min_available`."""
+    obj = vcjob(replicas=replicas, running=4, min_available=min_available, max_replicas=8)
+    obj["status"]["pending"] = pending
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("pending", "min_available", "blocked"),
+    [
+        (0, 2, False),
+        (2, 2, False),  # 2 Pending <= 6 - 2: the controller keeps it Running
+        (2, 4, False),  # the line itself: 2 <= 6 - 4
+        (2, 5, True),  # 2 > 6 - 5: observed flipping to phase Pending
+    ],
+)
+def test_volcano_job_controller_pending_line_holds_growth(
+    pending: int, min_available: int, blocked: bool
+) -> None:
+    """Volcano's job controller turns a Job whose Pending pods outnumber replicas -
+    minAvailable to phase Pending. A grow step adds as many replicas as Pending pods, so
+    it never crosses the line itself; a Job over it already is not grown."""
+    job = _parse(_observed(pending, min_available))
+    assert isinstance(job, ElasticJob), job
+    assert bool(job.grow_blocked) is blocked
+    job = replace(job, active=job.replicas)  # only the line holds it, not in-flight workers
+    p = plan(snap({"team-a": 8}, [job]), policy(), NOW)
+    (d,) = p.decisions
+    if blocked:
+        assert (d.reason, d.target) == (Reason.IN_FLIGHT, 6)
+        assert "replicas - minAvailable" in d.message
+    else:
+        assert (d.reason, d.target) == (Reason.SCALE_UP_IDLE_GPUS, 8)

@@ -2,7 +2,11 @@
 
 A vcjob is elastic when its gang minimum `spec.minAvailable` is below the sum of
 `spec.tasks[*].replicas`: Volcano starts it with minAvailable pods and places the rest
-when there is room. It has no max field, so the user names one: the annotation
+when there is room. Volcano's admission webhook sets a task's minAvailable to its replicas
+when the Job is created without one (and spec.minAvailable to their sum), and refuses
+replicas below it: the range is read from what the webhook left on the object
+(tests/test_real_volcano_jobs.py runs the real webhook and controller). It has no max
+field, so the user names one: the annotation
 `<prefix>/max-replicas` on the Job. With one task its value is a number (`"8"`); with
 several tasks it names the one elastic task (`"worker=8"`). Only that task is resized,
 and a vcjob without the annotation is never resized.
