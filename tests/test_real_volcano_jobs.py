@@ -1,13 +1,11 @@
 """Volcano Jobs resized as Volcano's real controller and admission webhook take them.
 
-The real kit (`$VOLCANO_KIT`: vc-scheduler, vc-controller-manager, vc-webhook-manager and
-kwok GPU nodes, started with its own start.sh / webhook-start.sh beside a fresh API
-server) turns the Job into a PodGroup and pods, defaults and validates it on create and
-on every patch we send. The daemon is wired as `run` wires it; only the free-GPU number
-comes from a canned Prometheus answer (what it says is not what these tests are about).
-
-The fixture below is minimal on purpose: tests/volcanokit.py (another branch) starts the
-kit without the webhook; once it can start the webhook too, this file should use it.
+The real kit (`$VOLCANO_KIT`, started by tests/volcanokit.py beside a fresh API server:
+vc-scheduler, vc-controller-manager and kwok GPU nodes) plus its admission webhook
+(the kit's webhook-start.sh) turn the Job into a PodGroup and pods, default and validate
+it on create and on every patch we send. The daemon is wired as `run` wires it; only the
+free-GPU number comes from a canned Prometheus answer (what it says is not what these
+tests are about; tests/test_real_volcano.py is).
 """
 
 from __future__ import annotations
@@ -16,57 +14,41 @@ import asyncio
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubeserver import ASSETS_ENV, ApiError, EnvTest, assets_problem
+from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
+from volcanokit import KIT_ENV, VolcanoKit, kit_problem, volcano_kit
 
 from autoscaler.model import ElasticJob, Reason
 from autoscaler.parse import Priorities, parse_job
 from autoscaler.settings import Settings
 
-KIT_ENV = "VOLCANO_KIT"
-SCRIPTS = ("start.sh", "stop.sh", "webhook-start.sh", "webhook-stop.sh")
-BINARIES = ("vc-scheduler", "vc-controller-manager", "vc-webhook-manager", "kwok")
 GPU = "nvidia.com/gpu"
 MAX = "elastic-autoscaler.io/max-replicas"
-NODES, GPUS_PER_NODE = 4, 4
+WEBHOOK = ("webhook-start.sh", "webhook-stop.sh", "bin/vc-webhook-manager")
 
 
 def _kit_problem() -> str | None:
-    problem = assets_problem()
+    problem = kit_problem()
     if problem:
-        return f"the kit needs the real API server: {problem}"
-    folder = os.environ.get(KIT_ENV)
-    if not folder:
-        return f"{KIT_ENV} is not set (point it at the Volcano kit: start.sh, bin/, ...)"
-    for name in SCRIPTS:
-        if not os.access(Path(folder) / name, os.X_OK):
-            return f"{KIT_ENV}={folder} has no executable {name}"
-    for name in BINARIES:
-        if not os.access(Path(folder) / "bin" / name, os.X_OK):
-            return f"{KIT_ENV}={folder} has no executable bin/{name}"
-    for tool in ("kubectl", "openssl"):
-        if shutil.which(tool) is None:
-            return f"the kit's scripts need {tool} on PATH"
+        return problem
+    folder = Path(os.environ[KIT_ENV])
+    for name in WEBHOOK:
+        if not os.access(folder / name, os.X_OK):
+            return f"{KIT_ENV}={folder} has no executable {name} (the admission webhook)"
+    if shutil.which("openssl") is None:
+        return "the kit's webhook-start.sh needs openssl on PATH"
     return None
 
 
 pytestmark = pytest.mark.skipif(_kit_problem() is not None, reason=str(_kit_problem()))
-
-
-@dataclass
-class Kit:
-    api: EnvTest
-    state: Path
 
 
 def _run(script: Path, *args: str, timeout: float = 180) -> None:
@@ -78,32 +60,18 @@ def _run(script: Path, *args: str, timeout: float = 180) -> None:
 
 
 @pytest.fixture(scope="module")
-def kit() -> Iterator[Kit]:
-    """A fresh API server, the kit's scheduler, controller-manager and kwok nodes, and its
-    admission webhook; each stopped by the kit's own stop scripts (by recorded PID)."""
+def kit() -> Iterator[VolcanoKit]:
+    """The kit (proportion, 4 nodes of 4 GPUs) and its admission webhook, which the kit's
+    own webhook-stop.sh unregisters and stops (by recorded PID) before the kit stops."""
     folder = Path(os.environ[KIT_ENV])
-    root = Path(tempfile.mkdtemp(prefix="volcano-jobs-"))
-    state = root / "vc"
-    try:
-        with EnvTest(Path(os.environ[ASSETS_ENV]), root / "api") as api:
-            kubeconfig = str(api.kubeconfig(name="volcano"))
-            try:
-                _run(
-                    folder / "start.sh",
-                    kubeconfig,
-                    str(state),
-                    "--nodes",
-                    str(NODES),
-                    "--gpus",
-                    str(GPUS_PER_NODE),
-                )
-                _run(folder / "webhook-start.sh", kubeconfig, str(state))
-                yield Kit(api, state)
-            finally:
-                _run(folder / "webhook-stop.sh", str(state), timeout=60)
-                _run(folder / "stop.sh", str(state), timeout=60)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with volcano_kit("proportion", nodes=4, gpus_per_node=4) as kit:
+        try:
+            _run(
+                folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state)
+            )
+            yield kit
+        finally:
+            _run(folder / "webhook-stop.sh", str(kit.state), timeout=60)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -206,7 +174,7 @@ def _settings(prom_url: str, ns: str) -> Settings:
 
 @pytest.mark.timeout(240)
 async def test_a_volcano_job_created_without_min_available_grows_and_shrinks_as_the_webhook_allows(
-    kit: Kit,
+    kit: VolcanoKit,
 ) -> None:
     api = kit.api
     ns = api.create_namespace("vc")
@@ -279,7 +247,7 @@ async def test_a_volcano_job_created_without_min_available_grows_and_shrinks_as_
 
 @pytest.mark.timeout(180)
 async def test_pending_pods_within_replicas_minus_min_available_keep_the_job_running(
-    kit: Kit,
+    kit: VolcanoKit,
 ) -> None:
     """The controller turns a Job to phase Pending only when its Pending pods exceed
     replicas - minAvailable. Growth (ours, capped at the queue's capability, or anyone's
