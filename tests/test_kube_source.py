@@ -452,7 +452,7 @@ async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path
             settings, api, job_kinds=JOB_RESOURCES, watch_nodes=True, watch_pods=True
         )
         watches = len(source._caches)
-        assert watches == 60 * 4 + 4
+        assert watches == 60 * 5 + 4  # per namespace: 3 job kinds, PodGroups, HPAs
         assert api.configuration.connection_pool_maxsize >= watches + POOL_SPARE
         res = await CustomObjectsApi(api).list_cluster_custom_object(
             "scheduling.volcano.sh", "v1beta1", "queues"
