@@ -31,6 +31,7 @@ class Reason(StrEnum):
     IN_FLIGHT = "HoldInFlight"
     RELEASING = "HoldReleasing"
     OWN_GANG_WAITING = "HoldOwnGangWaiting"
+    NO_MIN_AVAILABLE = "HoldNoMinAvailable"
     GANG_STARVING = "HoldGangStarving"
     NOT_WORTH_RESTART = "HoldNotWorthRestart"
     METRICS_MISSING = "HoldMetricsMissing"
@@ -115,13 +116,24 @@ class ElasticJob:
     last_scale_time: datetime | None = None  # from our annotation; None: never resized by us
     started: datetime | None = None  # when the job first ran (Running condition), if known
     resource_version: str = ""
-    has_min_available: bool = True  # growing leaves the gang at its minimum
+    # why growing this job would raise its gang (its operator sizes the gang from the
+    # replicas: training-operator without runPolicy.schedulingPolicy.minAvailable), with
+    # what to set; "" when growing leaves the gang at its minimum
+    gang_grows: str = ""
+    # why growing this job now would stall it (a Volcano Job with more Pending pods than
+    # replicas - minAvailable stays in phase Pending); "" when it may grow
+    grow_blocked: str = ""
     workers_at: str = ""  # where its kind finds the worker group (see kinds.base.Workers.at)
     # what one restart costs this job: from its annotation ("annotation"), else measured by
     # us after our last resize ("measured"); None: the policy's default
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+
+    @property
+    def has_min_available(self) -> bool:
+        """Growing leaves the gang at its minimum."""
+        return not self.gang_grows
 
     @property
     def inflight_workers(self) -> int:

@@ -18,7 +18,7 @@ from .fields import (
     parse_time,
     seconds_field,
 )
-from .kinds import KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
+from .kinds import BY_NAME, KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     ClusterSnapshot,
@@ -38,6 +38,7 @@ from .resources import WAITING_PHASES, rfc3339
 from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+HPA_KIND = "HorizontalPodAutoscaler"
 DEFAULT_QUEUE = "default"
 MAX_NAME_LENGTH = 253
 
@@ -52,6 +53,7 @@ class RawObjects:
     priorityclasses: tuple[Mapping[str, Any], ...] = ()
     nodes: tuple[Mapping[str, Any], ...] = ()
     pods: tuple[Mapping[str, Any], ...] = ()
+    hpas: tuple[Mapping[str, Any], ...] = ()  # autoscaling/v2 HorizontalPodAutoscalers
 
     @classmethod
     def from_objects(cls, objects: Iterable[Any]) -> RawObjects:
@@ -65,6 +67,7 @@ class RawObjects:
             "PriorityClass": [],
             "Node": [],
             "Pod": [],
+            HPA_KIND: [],
         }
         stack = list(objects)
         stack.reverse()
@@ -90,6 +93,7 @@ class RawObjects:
             priorityclasses=tuple(buckets["PriorityClass"]),
             nodes=tuple(buckets["Node"]),
             pods=tuple(buckets["Pod"]),
+            hpas=tuple(buckets[HPA_KIND]),
         )
 
 
@@ -451,7 +455,8 @@ def parse_job(
         last_scale_time=last_scale,
         started=started,
         resource_version=rv if isinstance(rv, str) else "",
-        has_min_available=kind.gang_is_min(obj),
+        gang_grows=kind.gang_grows(obj),
+        grow_blocked=kind.grow_blocked(obj),
         workers_at=workers.at,
         restart_cost_seconds=restart_cost,
         restart_cost_source=cost_source,
@@ -563,6 +568,66 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
     return None
 
 
+# ---- HorizontalPodAutoscalers ----------------------------------------------------------
+
+
+def hpa_targets(objects: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
+    """(namespace, kind, name) of each job an HPA scales -> the HPAs' names. Any HPA, not
+    only training-operator's: it outlives elasticPolicy.metrics (pytorch/hpa.go
+    ReconcileHPA returns early once metrics is gone, deleting nothing), and users make
+    their own. A target naming another API group (a batch/v1 Job) is not ours; one
+    without apiVersion (training-operator's desiredHPA sets only kind and name) might be,
+    so it counts: leaving a job alone by mistake costs less than fighting an HPA."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for obj in objects:
+        namespace = dig(obj, "metadata", "namespace")
+        name = dig(obj, "metadata", "name")
+        target = dig(obj, "spec", "scaleTargetRef")
+        if not (isinstance(namespace, str) and isinstance(name, str)):
+            continue
+        if not isinstance(target, Mapping):
+            continue
+        kind, target_name = target.get("kind"), target.get("name")
+        if not (isinstance(kind, str) and isinstance(target_name, str)):
+            continue
+        job_kind = BY_NAME.get(kind)
+        api_version = target.get("apiVersion")
+        if job_kind is None:
+            continue
+        if isinstance(api_version, str) and api_version:
+            if api_version.split("/")[0] != job_kind.resource.group:
+                continue
+        found.setdefault((namespace, kind, target_name), []).append(name)
+    return {key: sorted(names) for key, names in found.items()}
+
+
+def _hpa_skip(
+    job: ElasticJob | UnmanagedJob, targets: Mapping[tuple[str, str, str], list[str]]
+) -> ElasticJob | UnmanagedJob:
+    """A job we would resize that an HPA also scales is left alone: the two would fight
+    (each resize we make, the HPA undoes, each restarting the job)."""
+    if not isinstance(job, ElasticJob) or not targets:
+        return job
+    hpas = targets.get((job.ref.namespace, job.ref.kind, job.ref.name))
+    if not hpas:
+        return job
+    names = ", ".join(f"{job.ref.namespace}/{n}" for n in hpas)
+    return UnmanagedJob(
+        job.ref,
+        job.queue,
+        Reason.OPERATOR_HPA,
+        f"{job.ref}: HorizontalPodAutoscaler {names} scales this job; the two would fight "
+        "over its replicas, so it is left to the HPA: delete the HPA to let the autoscaler "
+        "manage it (training-operator does not delete the one it made for "
+        "elasticPolicy.metrics when metrics is removed)",
+        replicas=job.replicas,
+        min_replicas=job.min_replicas,
+        max_replicas=job.max_replicas,
+        gpus_per_worker=job.gpus_per_worker,
+        inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+    )
+
+
 # ---- the snapshot ---------------------------------------------------------------------
 
 
@@ -656,9 +721,12 @@ def build_snapshot(
     parsers = {
         k.resource.kind: (lambda obj, k=k: parse_job(obj, settings, priorities, k)) for k in KINDS
     }
+    targets = hpa_targets(raw.hpas)
     for obj in raw.jobs:
         kind = (kind_of(obj) or PYTORCHJOB_KIND).resource.kind
-        parsed = cache.get(kind, obj, parsers[kind])
+        # the HPA check stays out of the cache: an HPA comes and goes without the job's
+        # resourceVersion changing
+        parsed = _hpa_skip(cache.get(kind, obj, parsers[kind]), targets)
         key = (parsed.ref.namespace, parsed.ref.name, parsed.ref.kind)
         if key in seen:
             unmanaged.append(
@@ -671,7 +739,10 @@ def build_snapshot(
             )
             continue
         seen.add(key)
-        (jobs if isinstance(parsed, ElasticJob) else unmanaged).append(parsed)
+        if isinstance(parsed, ElasticJob):
+            jobs.append(parsed)
+        else:
+            unmanaged.append(parsed)
 
     pending: list[PendingGroup] = []
     invalid: list[InvalidGroup] = []

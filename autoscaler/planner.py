@@ -304,7 +304,8 @@ def _decision_order(d: Decision) -> tuple[str, str, str]:
 
 _NO_MIN_AVAILABLE = (
     "no runPolicy.schedulingPolicy.minAvailable: training-operator sets the "
-    "gang size to all replicas, so growing raises it",
+    "gang size to all replicas, so growing raises it (grown only with "
+    "grow_without_min_available)",
 )
 
 
@@ -758,6 +759,11 @@ class _QueuePlanner:
             j, since = w.job, w.since
             if j.replicas >= j.max_replicas:
                 self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
+            elif j.gang_grows and not p.grow_without_min_available:
+                # only shrunk: shrinking lowers the gang, which never blocks it
+                self._hold(w, Reason.NO_MIN_AVAILABLE, j.gang_grows)
+            elif j.grow_blocked:
+                self._hold(w, Reason.IN_FLIGHT, j.grow_blocked)
             elif j.replicas > j.active:
                 self._hold(
                     w,

@@ -37,6 +37,7 @@ class PlannerPolicy:
     reclaim_from_higher_priority: bool = True
     victim_order: VictimOrder = VictimOrder.MOST_WORKERS
     clock_skew_seconds: float = 120
+    grow_without_min_available: bool = False
 
     def cooldown_for(self, restart_cost: float) -> float:
         """Seconds after our resize before a job is grown again: at least

@@ -35,6 +35,13 @@ NODE = ResourceKind("Node", "", "v1", "nodes", namespaced=False)
 POD = ResourceKind("Pod", "", "v1", "pods", namespaced=True)
 # bound pods that still hold their node's GPUs: finished pods do not
 BOUND_POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+HPA = ResourceKind(
+    "HorizontalPodAutoscaler",
+    "autoscaling",
+    "v2",
+    "horizontalpodautoscalers",
+    namespaced=True,
+)
 
 # where Volcano reads the queue of an object that has no queue field
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"

@@ -150,6 +150,17 @@ class Settings(BaseSettings):
         description="A last-scale-time annotation this far in the future is "
         "reported and the job held, rather than trusted.",
     )
+    grow_without_min_available: bool = Field(
+        False,
+        description="Grow training-operator jobs (PyTorchJob, PaddleJob) that do not set "
+        "runPolicy.schedulingPolicy.minAvailable. Off: they are only shrunk "
+        "(HoldNoMinAvailable), because training-operator then sizes their PodGroup's "
+        "minMember to all replicas: growing raises the gang, and a gang the queue cannot "
+        "admit at once turns the PodGroup Pending, while which training-operator creates "
+        "and deletes no pods (the job stalls). Only for clusters whose scheduler does not "
+        "enforce PodGroups (training-operator without gang scheduling); there it costs "
+        "nothing, with Volcano it risks the stall.",
+    )
     gpu_resource_names: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu"],
         min_length=1,
@@ -419,6 +430,12 @@ class Settings(BaseSettings):
     @property
     def paused_annotation(self) -> str:
         return f"{self.annotation_prefix}/paused"
+
+    @property
+    def paddle_elastic_annotation(self) -> str:
+        """Set by the user on a PaddleJob ("true"): it runs Paddle's elastic launcher,
+        so resizing it is safe (README, PaddleJob)."""
+        return f"{self.annotation_prefix}/paddle-elastic"
 
 
 class _YamlSource(PydanticBaseSettingsSource):

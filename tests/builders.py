@@ -168,10 +168,15 @@ def pytorchjob(
     return obj
 
 
-def paddlejob(name: str = "paddle", namespace: str = "ml", **kw: Any) -> dict[str, Any]:
-    """A PaddleJob (kubeflow.org/v1): a PyTorchJob's shape with paddleReplicaSpecs."""
+def paddlejob(
+    name: str = "paddle", namespace: str = "ml", *, elastic_launcher: bool = True, **kw: Any
+) -> dict[str, Any]:
+    """A PaddleJob (kubeflow.org/v1): a PyTorchJob's shape with paddleReplicaSpecs;
+    `elastic_launcher` adds our opt-in annotation (it runs Paddle's elastic launcher)."""
     obj = pytorchjob(name, namespace, **kw)
     obj["kind"] = "PaddleJob"
+    if elastic_launcher:
+        obj["metadata"]["annotations"].setdefault("elastic-autoscaler.io/paddle-elastic", "true")
     obj["spec"]["elasticPolicy"].pop("rdzvBackend", None)
     obj["spec"]["paddleReplicaSpecs"] = obj["spec"].pop("pytorchReplicaSpecs")
     obj["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = (
@@ -335,3 +340,39 @@ def edit(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 DELETE = object()
+
+
+def hpa(
+    name: str = "hpa",
+    namespace: str = "ml",
+    *,
+    target: str = "job",
+    kind: str = "PyTorchJob",
+    api_version: str | None = "kubeflow.org/v1",
+    min_replicas: int = 1,
+    max_replicas: int = 4,
+) -> dict[str, Any]:
+    """An autoscaling/v2 HorizontalPodAutoscaler scaling a job (api_version None: as
+    training-operator's desiredHPA writes its target, kind and name only)."""
+    ref: dict[str, Any] = {"kind": kind, "name": target}
+    if api_version is not None:
+        ref["apiVersion"] = api_version
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-hpa-{name}"},
+        "spec": {
+            "scaleTargetRef": ref,
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 80},
+                    },
+                }
+            ],
+        },
+    }

@@ -154,6 +154,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         allow_unconditional_update=True,
     ),
     ResourceType(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        False,
+        status_subresource=True,
+        allow_unconditional_update=True,
+    ),
+    ResourceType(
         "coordination.k8s.io",
         "v1",
         "leases",

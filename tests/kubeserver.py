@@ -433,6 +433,7 @@ _PLURALS = {
     "ClusterRole": ("clusterroles", False),
     "ClusterRoleBinding": ("clusterrolebindings", False),
     "Lease": ("leases", True),
+    "HorizontalPodAutoscaler": ("horizontalpodautoscalers", True),
     "PriorityClass": ("priorityclasses", False),
     "CustomResourceDefinition": ("customresourcedefinitions", False),
     "PyTorchJob": ("pytorchjobs", True),

@@ -59,7 +59,15 @@ def test_example_snapshot_json_is_stable_and_documented_shape(capsys):
     assert moves[("nlp", "bert-pretrain")] == (8, 4, "ReclaimForPending")
     assert moves[("vision", "resnet-small")] == (2, 4, "ScaleUpIdleGpus")
     assert all(a["from"] != a["to"] for a in doc["actions"])
-    assert len(doc["jobs"]) == 11
+    assert len(doc["jobs"]) == 14
+    # left alone the way their operators need, each with its own reason
+    why = {(j["namespace"], j["name"]): (j["reason"], j["message"]) for j in doc["jobs"]}
+    assert why[("speech", "hubert-nogang")][0] == "HoldNoMinAvailable"
+    assert "minAvailable is not set" in why[("speech", "hubert-nogang")][1]
+    assert why[("nlp", "ocr-fixed")][0] == "NotElastic"
+    assert "PADDLE_NNODES" in why[("nlp", "ocr-fixed")][1]
+    assert why[("speech", "fastspeech")][0] == "SkipOperatorHpa"
+    assert "HorizontalPodAutoscaler speech/fastspeech" in why[("speech", "fastspeech")][1]
     # the three kinds side by side: a PaddleJob and a Volcano Job grow in team-d
     assert moves[("nlp", "ernie-finetune")] == (2, 3, "ScaleUpIdleGpus")
     assert moves[("vision", "yolo-train")] == (1, 4, "ScaleUpIdleGpus")
@@ -290,9 +298,9 @@ def test_run_says_once_that_it_waits_for_the_api(tmp_path):
     waiting = [e for e in lines if e["event"] == "waiting for the Kubernetes API"]
     assert [e["url"] for e in waiting] == ["https://127.0.0.1:1"]
     warnings = [e for e in lines if e.get("level") == "warning"]
-    # one warning per cache for the whole outage, not one per retry: eight caches (three
-    # job kinds, PodGroups, Queues, PriorityClasses, Nodes, bound Pods)
-    assert len(warnings) <= 8, [w["event"] for w in warnings]
+    # one warning per cache for the whole outage, not one per retry: nine caches (three
+    # job kinds, PodGroups, Queues, PriorityClasses, Nodes, bound Pods, HPAs)
+    assert len(warnings) <= 9, [w["event"] for w in warnings]
 
 
 def test_a_bad_value_in_the_config_file_names_the_file_and_key(tmp_path, capsys):

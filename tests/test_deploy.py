@@ -390,6 +390,7 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
         # headroom: nodes and bound pods, listed and watched, never one at a time
         | {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
     )
+    expected |= {("autoscaling", "horizontalpodautoscalers", v) for v in ("list", "watch")}
     if target != "overlays/dry-run":  # a dry run writes nothing: RBAC says so too
         expected |= {
             ("kubeflow.org", "pytorchjobs", "patch"),
@@ -416,6 +417,20 @@ def test_cluster_role_grants_exactly_what_the_daemon_uses(target: str) -> None:
             {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}
         ]
     assert len([o for o in objs if o["kind"] == "ClusterRoleBinding"]) == len(roles)
+
+
+def test_the_namespaced_role_of_the_docs_copies_the_base_rules() -> None:
+    """docs/deploy.md "Narrowing grants": the Role per namespace must grant exactly the
+    rules of the two namespaced ClusterRoles, so a new grant (HPAs) is not forgotten."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    section = text[text.index("### Narrowing grants") :]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)[:2]
+    role = next(d for d in yaml.safe_load_all(blocks[1]) if d and d["kind"] == "Role")
+    base = render("base")
+    copied = _grants(one(base, "ClusterRole", "elastic-autoscaler")) | _grants(
+        one(base, "ClusterRole", "elastic-autoscaler-write")
+    )
+    assert _grants(role) == copied
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "overlays/dry-run"])

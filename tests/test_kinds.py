@@ -105,10 +105,16 @@ BAD = [
         "spec.elasticPolicy is not set",
     ),
     (
-        "paddle-hpa",
-        edit(paddlejob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
-        Reason.OPERATOR_HPA,
-        "spec.elasticPolicy.metrics",
+        "paddle-no-elastic-launcher",
+        paddlejob(elastic_launcher=False),
+        Reason.NOT_ELASTIC,
+        "PADDLE_NNODES",
+    ),
+    (
+        "paddle-launcher-annotation-not-a-bool",
+        paddlejob(annotations={"elastic-autoscaler.io/paddle-elastic": "yes"}),
+        Reason.INVALID_ANNOTATION,
+        "metadata.annotations[elastic-autoscaler.io/paddle-elastic]",
     ),
     (
         "paddle-min-above-max",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import hpa
 from fakekube import FakeKubeApi, eventually, job
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -106,6 +107,7 @@ def seed(kube: FakeKubeApi) -> None:
 
 async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
+    kube.put(hpa("a-hpa", "ns1", target="a"))
     async with running(client) as source:
         objects = source.objects()
         assert objects.synced and objects.errors == ()
@@ -113,6 +115,7 @@ async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClie
         assert names(objects.podgroups) == ["ns1/pg-a"]
         assert names(objects.queues) == ["team-x"]
         assert names(objects.priorityclasses) == ["high"]
+        assert names(objects.hpas) == ["ns1/a-hpa"]
         # Built-in list items lack kind/apiVersion on the wire; the cache fills them in.
         pc = objects.priorityclasses[0]
         assert (pc["apiVersion"], pc["kind"], pc["value"]) == (
@@ -120,10 +123,11 @@ async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClie
             "PriorityClass",
             1000,
         )
-        assert source.stats()["lists"] == 4
+        assert source.stats()["lists"] == 5  # 4 kinds + HPAs
         # Without namespaces configured, namespaced kinds use the all-namespaces paths.
         lists = [r.path for r in kube.requests if r.verb == "list"]
         assert sorted(lists) == [
+            "/apis/autoscaling/v2/horizontalpodautoscalers",
             "/apis/kubeflow.org/v1/pytorchjobs",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             "/apis/scheduling.volcano.sh/v1beta1/podgroups",
@@ -136,7 +140,7 @@ async def test_watch_events_update_the_cache_without_listing(
 ) -> None:
     seed(kube)
     async with running(client) as source:
-        await eventually(lambda: kube.watchers() == 4, message="4 watches open")
+        await eventually(lambda: kube.watchers() == 5, message="5 watches open")
         kube.put(job("c", "ns3"))
         kube.patch(
             "pytorchjobs",
@@ -160,7 +164,7 @@ async def test_watch_events_update_the_cache_without_listing(
             )
 
         await eventually(converged, message="cache converged")
-        assert kube.count(verb="list") == 4
+        assert kube.count(verb="list") == 5
         stats = source.stats()
         assert stats["events"] >= 6 and stats["relists_410"] == 0
         patched_rv = int(kube.get("pytorchjobs", "ns1", "a")["metadata"]["resourceVersion"])
@@ -170,7 +174,7 @@ async def test_watch_events_update_the_cache_without_listing(
 async def test_steady_state_reads_make_no_api_calls(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
     async with running(client) as source:
-        await eventually(lambda: kube.watchers() == 4, message="4 watches open")
+        await eventually(lambda: kube.watchers() == 5, message="5 watches open")
         kube.reset_requests()
         first = source.objects()
         for _ in range(200):
@@ -191,7 +195,7 @@ async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
         changes.append((kind, event_type, obj["metadata"]["name"]))
 
     async with running(client, record) as source:
-        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
         changes.clear()
         # All in one step, so no watch can see these: the only way to learn is a relist.
         kube.close_watches("pytorchjobs")
@@ -312,7 +316,7 @@ async def test_namespaces_and_label_selector(kube: FakeKubeApi, client: ApiClien
         pg_lists = [r for r in kube.requests if r.verb == "list" and r.plural == "podgroups"]
         assert {r.query.get("labelSelector") for r in pg_lists} == {None}
 
-        await eventually(lambda: kube.watchers() == 6, message="6 watches open")
+        await eventually(lambda: kube.watchers() == 8, message="8 watches open")
         kube.patch("pytorchjobs", "ns1", "a", {"metadata": {"labels": {"team": "web"}}})
         kube.patch("pytorchjobs", "ns1", "d", {"metadata": {"labels": {"team": "ml"}}})
         kube.put(job("e", "ns3", team="ml"))
@@ -347,7 +351,7 @@ async def test_on_change_reports_events_and_survives_errors(
             ("PyTorchJob", "ADDED", "b"),
             ("Queue", "ADDED", "team-x"),
         ]
-        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
         seen.clear()
         kube.put(podgroup("boom"))
         kube.patch("podgroups", "ns1", "pg-a", {"status": {"phase": "Running"}})
@@ -363,6 +367,7 @@ async def test_on_change_reports_events_and_survives_errors(
             "PodGroup": 0,
             "Queue": 0,
             "PriorityClass": 0,
+            "HorizontalPodAutoscaler": 0,
         }
 
 
@@ -421,7 +426,7 @@ async def test_paginated_list(kube: FakeKubeApi, client: ApiClient) -> None:
 async def test_bookmarks_advance_the_resource_version(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
     async with running(client) as source:
-        await eventually(lambda: kube.watchers() == 4, message="watches open")
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
         assert all(
             r.query.get("allowWatchBookmarks") == "True" for r in kube.requests if r.is_watch
         )
@@ -447,7 +452,7 @@ async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path
             settings, api, job_kinds=JOB_RESOURCES, watch_nodes=True, watch_pods=True
         )
         watches = len(source._caches)
-        assert watches == 60 * 4 + 4
+        assert watches == 60 * 5 + 4  # per namespace: 3 job kinds, PodGroups, HPAs
         assert api.configuration.connection_pool_maxsize >= watches + POOL_SPARE
         res = await CustomObjectsApi(api).list_cluster_custom_object(
             "scheduling.volcano.sh", "v1beta1", "queues"
@@ -477,7 +482,7 @@ async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiCl
     source = KubeSource(Settings(namespaces=["ns1"]), client)
     objects = await source.list_once()
     assert names(objects.jobs) == ["ns1/a"] and objects.synced
-    assert kube.count(verb="list") == 4 and kube.count(watch=True) == 0
+    assert kube.count(verb="list") == 5 and kube.count(watch=True) == 0
     kube.fail_next("GET", r"/queues$", 403)
     with pytest.raises(ApiException) as denied:
         await KubeSource(Settings(), client).list_once()
@@ -502,6 +507,7 @@ async def test_blank_namespaces_and_selector_whitespace_are_ignored(
     async with running(client, namespaces=["", "ns1", "ns1"], label_selector=" team=ml ") as s:
         assert names(s.objects().jobs) == ["ns1/a"]
         assert sorted(s.stats()["by_cache"]) == [
+            "HorizontalPodAutoscaler(ns1)",
             "PodGroup(ns1)",
             "PriorityClass",
             "PyTorchJob(ns1)",

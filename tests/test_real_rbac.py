@@ -122,6 +122,11 @@ FORBIDDEN = [
     ("list", "leases", "coordination.k8s.io", NS, "", ""),
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io", "", "", ""),
     ("impersonate", "serviceaccounts", "", NS, "", ""),
+    # HPAs are only listed and watched: a job one scales is left to it, never the HPA
+    ("get", "horizontalpodautoscalers", "autoscaling", "team", "h", ""),
+    ("patch", "horizontalpodautoscalers", "autoscaling", "team", "h", ""),
+    ("delete", "horizontalpodautoscalers", "autoscaling", "team", "h", ""),
+    ("create", "horizontalpodautoscalers", "autoscaling", "team", "", ""),
 ]
 NEEDED = [
     ("list", "pytorchjobs", KF, "", "", ""),
@@ -135,6 +140,8 @@ NEEDED = [
     ("watch", "nodes", "", "", "", ""),
     ("list", "pods", "", "", "", ""),
     ("watch", "pods", "", "", "", ""),
+    ("list", "horizontalpodautoscalers", "autoscaling", "", "", ""),
+    ("watch", "horizontalpodautoscalers", "autoscaling", "", "", ""),
 ]
 WRITES = [
     ("patch", "pytorchjobs", KF, "team", "j", ""),

@@ -68,9 +68,13 @@ class JobKind(Protocol):
     ) -> tuple[int, int]:
         """min and max workers; raises NotManaged (NOT_ELASTIC, INVALID_POLICY, ...)."""
 
-    def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
-        """Whether the job's gang stays at its minimum when it grows (else growing it
-        raises the gang size: noted on the decision)."""
+    def gang_grows(self, obj: Mapping[str, Any]) -> str:
+        """Why growing the job would raise its gang (its operator sizes the gang from
+        the replicas), naming what to set; "" when the gang stays at its minimum. The
+        planner then only shrinks it (HoldNoMinAvailable)."""
+
+    def grow_blocked(self, obj: Mapping[str, Any]) -> str:
+        """Why growing the job now would stall it in its operator; "" when it may grow."""
 
     def write(self, at: str, target: int, annotations: Mapping[str, str], rv: str) -> Write:
         """The patch that sets the worker count to `target` and our annotations, pinned

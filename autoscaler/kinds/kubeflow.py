@@ -82,19 +82,42 @@ class KubeflowJob:
             raise NotManaged(Reason.NOT_ELASTIC, "spec.elasticPolicy is not set")
         if not isinstance(elastic, Mapping):
             raise NotManaged(Reason.INVALID_POLICY, "spec.elasticPolicy must be a mapping")
-        if elastic.get("metrics"):
-            raise NotManaged(
-                Reason.OPERATOR_HPA,
-                "spec.elasticPolicy.metrics is set: training-operator scales it with its own HPA",
-            )
+        self._check_elastic(obj, elastic, settings)
         try:
             return _elastic_bounds(elastic, workers.replicas)
         except BadField as exc:
             raise NotManaged(Reason.INVALID_POLICY, str(exc), range_error=True) from None
 
-    def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
-        # without minAvailable, training-operator sets the gang to all replicas
-        return dig(obj, "spec", "runPolicy", "schedulingPolicy", "minAvailable") is not None
+    def _check_elastic(
+        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], settings: Settings
+    ) -> None:
+        """What besides elasticPolicy the kind needs before it may be resized."""
+        # pytorch/hpa.go ReconcileHPA: elasticPolicy.metrics makes an HPA of the same name
+        if elastic.get("metrics"):
+            raise NotManaged(
+                Reason.OPERATOR_HPA,
+                "spec.elasticPolicy.metrics is set: training-operator scales it with its own "
+                "HorizontalPodAutoscaler; remove metrics (and that HPA) to let the autoscaler "
+                "manage it",
+            )
+
+    def gang_grows(self, obj: Mapping[str, Any]) -> str:
+        # common/job.go ReconcileJobs: minMember = the sum of all replicas unless
+        # schedulingPolicy.minAvailable is set, written over the PodGroup on every sync
+        # (SyncPodGroup); while the PodGroup is Pending no pod is created or deleted
+        # (control/podgroup_control.go DelayPodCreationDueToPodGroup)
+        if dig(obj, "spec", "runPolicy", "schedulingPolicy", "minAvailable") is not None:
+            return ""
+        return (
+            "spec.runPolicy.schedulingPolicy.minAvailable is not set: training-operator "
+            "then makes the PodGroup's minMember all of the job's replicas, so growing "
+            "raises the gang, and while a grown gang waits for room its PodGroup is "
+            "Pending and training-operator creates and deletes no pods (the job stalls); "
+            "only shrunk until you set minAvailable (usually minReplicas plus the master)"
+        )
+
+    def grow_blocked(self, obj: Mapping[str, Any]) -> str:
+        return ""  # a PodGroup that waits is its own gang (HoldOwnGangWaiting)
 
     def write(self, at: str, target: int, annotations: Mapping[str, str], rv: str) -> Write:
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
@@ -113,7 +136,14 @@ class KubeflowJob:
         return {
             "apiVersion": KEEP,
             "kind": KEEP,
-            "metadata": job_metadata(meta, (*our_annotations(settings), VOLCANO_QUEUE_ANNOTATION)),
+            "metadata": job_metadata(
+                meta,
+                (
+                    *our_annotations(settings),
+                    VOLCANO_QUEUE_ANNOTATION,
+                    settings.paddle_elastic_annotation,
+                ),
+            ),
             "spec": Shared(
                 {
                     "elasticPolicy": only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
@@ -177,5 +207,47 @@ def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int
     return min_r, max_r
 
 
+class PaddleJob(KubeflowJob):
+    """training-operator v1 runs a PaddleJob with no elasticity of its own: its controller
+    never reads spec.elasticPolicy, and each pod gets PADDLE_NNODES = the job's total
+    replicas at the moment the pod is created (paddlepaddle/envvar.go setPodEnv). A resize
+    starts workers that disagree with the running ones about the world size, unless the
+    job runs Paddle's elastic launcher (membership in etcd, PADDLE_NNODES=min:max set in
+    its own command line over the operator's). So a PaddleJob is resized only when it says
+    so: the annotation <prefix>/paddle-elastic: "true"."""
+
+    def __repr__(self) -> str:
+        return "PaddleJob()"
+
+    def _check_elastic(
+        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], settings: Settings
+    ) -> None:
+        # no ReconcileHPA for PaddleJob: elasticPolicy.metrics makes no HPA; a user's HPA
+        # is found by the HPA cache like any other
+        key = settings.paddle_elastic_annotation
+        annotations = dig(obj, "metadata", "annotations")
+        value = annotations.get(key) if isinstance(annotations, Mapping) else None
+        if value is None:
+            raise NotManaged(
+                Reason.NOT_ELASTIC,
+                "training-operator v1 does not resize a PaddleJob elastically: it never reads "
+                "spec.elasticPolicy and gives each pod PADDLE_NNODES = the total replicas when "
+                "the pod is created, so added workers disagree with the running ones about the "
+                f'world size; annotate the job {key}: "true" once it runs Paddle\'s elastic '
+                "launcher (PADDLE_MASTER=etcd://... PADDLE_NNODES=MIN:MAX python -m "
+                "paddle.distributed.launch ...)",
+            )
+        if not isinstance(value, str) or value.strip().lower() not in ("true", "false"):
+            raise NotManaged(
+                Reason.INVALID_ANNOTATION,
+                f'metadata.annotations[{key}] must be "true" or "false", got {value!r}',
+            )
+        if value.strip().lower() == "false":
+            raise NotManaged(
+                Reason.NOT_ELASTIC,
+                f'annotation {key} is "false": the job does not run Paddle\'s elastic launcher',
+            )
+
+
 PYTORCHJOB_KIND = KubeflowJob(PYTORCHJOB, "pytorchReplicaSpecs")
-PADDLEJOB_KIND = KubeflowJob(PADDLEJOB, "paddleReplicaSpecs")
+PADDLEJOB_KIND = PaddleJob(PADDLEJOB, "paddleReplicaSpecs")

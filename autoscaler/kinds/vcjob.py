@@ -2,7 +2,11 @@
 
 A vcjob is elastic when its gang minimum `spec.minAvailable` is below the sum of
 `spec.tasks[*].replicas`: Volcano starts it with minAvailable pods and places the rest
-when there is room. It has no max field, so the user names one: the annotation
+when there is room. Volcano's admission webhook sets a task's minAvailable to its replicas
+when the Job is created without one (and spec.minAvailable to their sum), and refuses
+replicas below it: the range is read from what the webhook left on the object
+(tests/test_real_volcano_jobs.py runs the real webhook and controller). It has no max
+field, so the user names one: the annotation
 `<prefix>/max-replicas` on the Job. With one task its value is a number (`"8"`); with
 several tasks it names the one elastic task (`"worker=8"`). Only that task is resized,
 and a vcjob without the annotation is never resized.
@@ -93,8 +97,35 @@ class VolcanoJob:
             )
         return min_r, max_r
 
-    def gang_is_min(self, obj: Mapping[str, Any]) -> bool:
-        return True  # the gang is spec.minAvailable, which a resize leaves alone
+    def gang_grows(self, obj: Mapping[str, Any]) -> str:
+        # The gang is spec.minAvailable (PodGroup minMember), which a resize leaves alone.
+        # A task without minAvailable gets minTaskMember = its replicas from the
+        # controller, but Volcano's webhook sets every task's minAvailable at create, and
+        # without the webhook the scheduler still places a Running job's extra pods one
+        # by one (observed on the real scheduler): growth does not stall it.
+        return ""
+
+    def grow_blocked(self, obj: Mapping[str, Any]) -> str:
+        # Volcano's job controller flips a Job to phase Pending when its Pending pods
+        # exceed (replicas - minAvailable). A grow step adds as many replicas as Pending
+        # pods, so it keeps that difference: it flips a job only if the job is over the
+        # line already, i.e. fewer of its pods run than its gang needs. Those are held.
+        try:
+            pending = int_field(dig(obj, "status", "pending") or 0, "status.pending")
+            gang = int_field(dig(obj, "spec", "minAvailable") or 0, "spec.minAvailable")
+            total = sum(
+                int_field(t.get("replicas", 0), f"spec.tasks[{i}].replicas")
+                for i, t in enumerate(_tasks(obj))
+            )
+        except (BadField, NotManaged):
+            return ""  # bounds() reports what is malformed
+        if pending > total - gang:
+            return (
+                f"{pending} pod(s) of the job are Pending, more than replicas - minAvailable "
+                f"= {total} - {gang}: Volcano keeps the job in phase Pending until they run, "
+                "and growing would add more"
+            )
+        return ""
 
     def write(self, at: str, target: int, annotations: Mapping[str, str], rv: str) -> Write:
         index, _, task = at.partition(":")
@@ -137,6 +168,7 @@ class VolcanoJob:
             ),
             "status": {
                 "state": only(("phase",)),
+                "pending": KEEP,
                 "taskStatusCount": KEEP,
                 "runningDuration": KEEP,
             },

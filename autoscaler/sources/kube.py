@@ -36,6 +36,7 @@ from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..redact import remember_client
 from ..resources import (
     BOUND_POD_FIELD_SELECTOR,
+    HPA,
     JOB_RESOURCES,
     NODE,
     POD,
@@ -98,6 +99,7 @@ class KubeObjects:
     failing_seconds: float = 0.0
     nodes: tuple[RawObject, ...] = ()
     pods: tuple[RawObject, ...] = ()
+    hpas: tuple[RawObject, ...] = ()  # HorizontalPodAutoscalers: a job one targets is theirs
 
 
 @dataclass
@@ -561,7 +563,8 @@ class _Memo:
 
 
 class KubeSource:
-    """Informer-like caches of the managed job kinds, PodGroups, Queues and PriorityClasses.
+    """Informer-like caches of the managed job kinds, PodGroups, Queues, PriorityClasses
+    and HorizontalPodAutoscalers.
 
     `settings.namespaces` empty: one all-namespaces cache per namespaced resource, else
     one per namespace. `settings.label_selector` applies to jobs only. Call `start()`
@@ -634,6 +637,9 @@ class KubeSource:
         self._pods = (
             [cache(POD, None, field_selector=BOUND_POD_FIELD_SELECTOR)] if watch_pods else []
         )
+        # any HPA scaling a job takes it out of our hands (parse.hpa_targets); per namespace
+        # like the jobs, and optional like them: a server without autoscaling/v2 has none
+        self._hpas = [cache(HPA, ns, optional=True) for ns in namespaces]
         self._caches = (
             self._jobs
             + self._podgroups
@@ -641,6 +647,7 @@ class KubeSource:
             + self._priorityclasses
             + self._nodes
             + self._pods
+            + self._hpas
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._memo = _Memo()
@@ -729,6 +736,7 @@ class KubeSource:
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,
+            hpas=_merged(self._hpas),
         )
         self._memo = _Memo(versions, snapshot)
         return snapshot
@@ -888,6 +896,7 @@ def namespace_scopes(namespaces: Sequence[str]) -> list[str | None]:
 
 
 def watch_count(namespaces: Sequence[str], job_kinds: int, *, pods: bool) -> int:
-    """The watches KubeSource holds open: per namespace scope one per job kind and one
-    for PodGroups; one each for Queues, PriorityClasses and Nodes; one for bound Pods."""
-    return len(namespace_scopes(namespaces)) * (job_kinds + 1) + 3 + (1 if pods else 0)
+    """The watches KubeSource holds open: per namespace scope one per job kind, one for
+    PodGroups and one for HPAs; one each for Queues, PriorityClasses and Nodes; one for
+    bound Pods."""
+    return len(namespace_scopes(namespaces)) * (job_kinds + 2) + 3 + (1 if pods else 0)

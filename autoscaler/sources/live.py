@@ -48,6 +48,7 @@ class LiveSource:
             objects.priorityclasses,
             objects.nodes,
             objects.pods,
+            objects.hpas,
         )
         problem, message = reading.problem, reading.message
         free = reading.queues

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kinds import KINDS
+from ..resources import HPA
 from ..settings import Settings
 from ..shapes import KEEP, Shared, conditions, only
 
@@ -41,6 +42,13 @@ def _shapes(settings: Settings) -> dict[str, Any]:
                 "priorityClassName": KEEP,
             },
             "status": {"phase": KEEP, "conditions": conditions(("Unschedulable",))},
+        },
+        # what parse.hpa_targets reads: whom it scales, nothing of how
+        HPA.kind: {
+            "apiVersion": KEEP,
+            "kind": KEEP,
+            "metadata": {"name": KEEP, "namespace": KEEP, "uid": KEEP, "resourceVersion": KEEP},
+            "spec": {"scaleTargetRef": only(("apiVersion", "kind", "name"))},
         },
         "Queue": {
             "apiVersion": KEEP,
