@@ -761,19 +761,29 @@ def test_version_flag(capsys) -> None:
 # ---- the Volcano model shares the daemon's headroom function -----------------------------
 
 
-def _running(name: str, queue: str, active: int, replicas: int, index: int) -> SimJob:
-    """An admitted job of 1-GPU workers, range 1..16 (call before `_cluster`)."""
-    j = SimJob(job(name, 0, 1e6, replicas, 1, 16, queue), 1, 16, replicas, 1, index)
-    j.admitted, j.active = active > 0, active
-    return j
+def _gang(name: str, queue: str, workers: int, index: int, hi: int = 16) -> SimJob:
+    """A job of 1-GPU workers whose gang and spec are `workers`, range 1..hi."""
+    return SimJob(job(name, 0, 1e6, workers, 1, hi, queue), 1, hi, workers, workers, index)
 
 
-def _cluster(plugin: Plugin, deserved: dict[str, int], jobs: list[SimJob]) -> Cluster:
-    cluster = Cluster(dict(deserved), jobs, 30.0, plugin=plugin)
-    for j in jobs:
-        active = j.active
+def _cluster(
+    plugin: Plugin,
+    deserved: dict[str, int],
+    running: list[SimJob],
+    waiting: tuple[SimJob, ...] = (),
+    spec: dict[str, int] | None = None,
+) -> Cluster:
+    """`running` admitted by the scheduler at their gangs, then their spec set to
+    `spec` (the pods above it pending: no pass runs), then `waiting` submitted."""
+    cluster = Cluster(dict(deserved), [*running, *waiting], 30.0, plugin=plugin)
+    for j in running:
         cluster.submit(j)
-        cluster.allocated[j.queue] += active * j.gpw
+    cluster.schedule()
+    assert all(j.admitted for j in running)
+    for name, replicas in (spec or {}).items():
+        cluster.resize(next(j for j in running if j.name == name), replicas)
+    for j in waiting:
+        cluster.submit(j)
     return cluster
 
 
@@ -787,9 +797,13 @@ def test_simulated_free_gpus_are_the_daemons_headroom_for_the_same_figures(
     # a runs at its capability (8) or, under proportion, borrowed to 10, with 2 pods
     # pending; b holds 2; c has a gang waiting (its PodGroup Pending: no pods, no request)
     held = 8 if plugin is Plugin.CAPACITY else 10
-    jobs = [_running("a1", "a", held, held + 2, 0), _running("b1", "b", 2, 2, 1)]
-    jobs.append(_running("c1", "c", 0, 4, 2))
-    cluster = _cluster(plugin, {"a": 8, "b": 4, "c": 4}, jobs)
+    cluster = _cluster(
+        plugin,
+        {"a": 8, "b": 4, "c": 4},
+        [_gang("a1", "a", held, 0), _gang("b1", "b", 2, 1)],
+        (_gang("c1", "c", 4, 2),),
+        {"a1": held + 2},
+    )
     if plugin is Plugin.CAPACITY:
         figures = {
             "a": VolcanoQueue("a", 8, 10, capability=8, real_capacity=8),
@@ -816,6 +830,7 @@ def test_simulated_free_gpus_are_the_daemons_headroom_for_the_same_figures(
         assert limit is not None
         assert cluster.free(q) == max(0, min(math.floor(limit.gpus + 1e-6), idle))
         assert cluster.free(q) == expected[q], q
+    assert cluster.free_all() == expected
 
 
 @pytest.mark.parametrize("plugin", list(Plugin)[:2])
@@ -826,11 +841,12 @@ def test_the_planner_computes_the_headroom_the_simulated_scheduler_admits_by(
     plan's headroom per queue is the simulated scheduler's room: equal when no job can
     grow (the planner also counts what the others will ask for), less its own workers
     in flight."""
-    held = {"a": 6, "b": 2} if plugin is Plugin.CAPACITY else {"a": 10, "b": 2}
-    a = _running("a1", "a", held["a"], held["a"], 0)
-    b = _running("b1", "b", held["b"], held["b"], 1)
-    a.max_workers, b.max_workers = held["a"], held["b"]  # at max: nothing more wanted
-    cluster = _cluster(plugin, {"a": 8, "b": 8}, [a, b])
+    held = 6 if plugin is Plugin.CAPACITY else 10
+    deserved = {"a": 8, "b": 8}
+    # at max: nothing more wanted
+    cluster = _cluster(
+        plugin, deserved, [_gang("a1", "a", held, 0, held), _gang("b1", "b", 2, 1, 2)]
+    )
     snap = snapshot_of(cluster)
     assert snap.volcano == cluster.view()
     for q, state in snap.queues.items():
@@ -840,10 +856,10 @@ def test_the_planner_computes_the_headroom_the_simulated_scheduler_admits_by(
     for q, summary in out.queues.items():
         assert summary.headroom_gpus == cluster.free(q) == want[q], q
     # a's spec 2 above what runs: the planner leaves them the room they will take
-    cluster.allocated["a"] -= 2
-    a.active -= 2
+    a = _gang("a1", "a", held - 2, 0, held)
+    cluster = _cluster(plugin, deserved, [a, _gang("b1", "b", 2, 1, 2)], (), {"a1": held})
     out = planner.plan(snapshot_of(cluster), Settings().planner_policy(), sim_time(0))
-    assert out.queues["a"].headroom_gpus == cluster.free("a") - 2
+    assert out.queues["a"].headroom_gpus == cluster.free("a") - 2 > 0
 
 
 class _Checked(PlannerController):
@@ -857,6 +873,10 @@ class _Checked(PlannerController):
 
     def cycle(self, now: float, cluster: Cluster) -> None:
         live = {j.name: j for j in cluster.live()}
+        for q, vq in cluster.view().queues.items():  # kept as jobs change: check it
+            jobs = cluster.live(q)
+            assert vq.request == sum(j.replicas * j.gpw for j in jobs if j.admitted)
+            assert vq.allocated == sum(j.active * j.gpw for j in jobs)
         for name, replicas in self.asked.items():
             j = live.get(name)
             if j is not None and j.replicas == replicas:

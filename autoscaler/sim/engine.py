@@ -157,6 +157,10 @@ class Cluster:
         # a scheduling pass (Volcano's session): each queue's ceiling on allocated GPUs,
         # fixed when the pass opens, as Volcano computes deserved at session open
         self._ceiling: dict[str, float] = {}
+        # kept as jobs change, not summed per look: the view is read on every pass
+        self._request = {q: 0 for q in self.deserved}  # GPUs of admitted jobs' pods
+        self._held = 0  # GPUs allocated cluster-wide
+        self._free_all: tuple[tuple[tuple[int, ...], ...], dict[str, int]] | None = None
 
     # ---- state queries -----------------------------------------------------------------
 
@@ -167,10 +171,7 @@ class Cluster:
         operator has created no pods). inqueue: 0, a gang is bound the moment it is
         admitted."""
         allocated = self.allocated[queue]
-        request = 0
-        for j in self._by_queue[queue]:
-            if j.admitted:
-                request += max(j.replicas, j.active) * j.gpw
+        request = self._request[queue]
         share = float(self.deserved[queue])
         if self.plugin is Plugin.CAPACITY:
             return VolcanoQueue(
@@ -180,9 +181,7 @@ class Cluster:
                 capability=share,
                 real_capacity=share,
             )
-        return VolcanoQueue(
-            queue, allocated=float(allocated), request=float(request), weight=share
-        )
+        return VolcanoQueue(queue, allocated=float(allocated), request=float(request), weight=share)
 
     def view(self) -> VolcanoView:
         """What the daemon would read: the plugin, every queue's figures and the cluster.
@@ -192,18 +191,28 @@ class Cluster:
         queues = {q: self.volcano_queue(q) for q in sorted(self.deserved)}
         nodes = None
         if self.plugin is Plugin.PROPORTION:
-            nodes = (NodeGpus("sim", self.capacity, sum(self.allocated.values())),)
+            nodes = (NodeGpus("sim", self.capacity, self._held),)
         return VolcanoView(self.plugin, queues, nodes, cluster_gpus=self.capacity)
 
     def idle(self) -> int:
         """GPUs no pod holds, cluster-wide."""
-        return self.capacity - sum(self.allocated.values())
+        return self.capacity - self._held
 
     def free(self, queue: str) -> int:
         """GPUs of this queue's pods the scheduler would bind now: its room under the
         plugin (`headroom.plugin_limit`, as the daemon computes it) in whole GPUs,
         bounded by the cluster's idle GPUs."""
         return self._free(queue, self._ceiling_of(queue, self.view()))
+
+    def free_all(self) -> dict[str, int]:
+        """`free` of every queue, from one view (the same until a pod or spec changes:
+        an HPA reads it every 15 s)."""
+        key = (tuple(self.allocated.values()), tuple(self._request.values()))
+        if self._free_all is None or self._free_all[0] != key:
+            view = self.view()
+            free = {q: self._free(q, self._ceiling_of(q, view)) for q in self.deserved}
+            self._free_all = (key, free)
+        return dict(self._free_all[1])
 
     def _ceiling_of(self, queue: str, view: VolcanoView) -> float:
         """Allocated GPUs the plugin lets the queue reach: its room plus what it holds.
@@ -244,6 +253,8 @@ class Cluster:
         if replicas == job.replicas:
             return
         self._dirty.add(job.queue)
+        if job.admitted:  # its pods exist: the queue's request follows the spec
+            self._request[job.queue] += (replicas - job.replicas) * job.gpw
         job.replicas = replicas
         job.last_scale_time = self.now
         if job.active > replicas:
@@ -253,6 +264,7 @@ class Cluster:
         if workers == job.active:
             return
         self.allocated[job.queue] += (workers - job.active) * job.gpw
+        self._held += (workers - job.active) * job.gpw
         job.active = workers
         now = self.now
         if job.first_start is None:
@@ -296,12 +308,14 @@ class Cluster:
             job.done = True
             job.finish = self.now
             self._live.remove(job)
+            self._request[job.queue] -= job.replicas * job.gpw
             self._by_queue[job.queue].remove(job)
             self._dirty.add(job.queue)
         return done
 
     def _set_active_no_restart(self, job: SimJob, workers: int) -> None:
         self.allocated[job.queue] += (workers - job.active) * job.gpw
+        self._held += (workers - job.active) * job.gpw
         job.active = workers
 
     def next_finish(self) -> float:
@@ -346,14 +360,16 @@ class Cluster:
         spare = 0  # GPUs preemption could still free in this queue
         if self.preempt:
             spare = sum((j.active - j.min_workers) * j.gpw for j in jobs if j.admitted)
+        free = self._free(queue, ceiling)
         for job in waiting:
             need = job.gang * job.gpw
-            free = self._free(queue, ceiling)
             if need > free and 0 < need - free <= spare:
                 spare -= self._preempt_for(queue, jobs, need - free)
                 free = self._free(queue, ceiling)
             if need <= free:
+                free -= need  # out of both the queue's room and the cluster's idle GPUs
                 job.admitted = True
+                self._request[queue] += job.replicas * job.gpw
                 job.last_update = self.now
                 job.paused_until = self.now
                 self._set_active(job, job.gang)

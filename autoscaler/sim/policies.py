@@ -273,9 +273,7 @@ def snapshot_of(
                     owner=job.ref,
                 )
             )
-    return ClusterSnapshot(
-        queues=queues, jobs=tuple(jobs), pending=tuple(pending), volcano=view
-    )
+    return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending), volcano=view)
 
 
 class HpaController(_Elastic):
@@ -315,7 +313,8 @@ class HpaController(_Elastic):
             if not j.admitted:
                 waiting_gpus[j.queue] += j.gang * j.gpw
         # every HPA reads the same metric sample this period, then acts
-        reading = {q: cluster.free(q) - waiting_gpus[q] for q in cluster.deserved}
+        free = cluster.free_all()
+        reading = {q: free[q] - waiting_gpus[q] for q in cluster.deserved}
         for j in list(cluster.live()):
             if not j.admitted or j.active == 0:
                 continue
