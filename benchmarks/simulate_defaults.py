@@ -5,6 +5,7 @@ multi-GPU). A default changes only with the row that justifies it (docs/benchmar
 
     PYTHONPATH=. python benchmarks/simulate_defaults.py \\
         [--candidate 'name:key=value,key=value' ...] [--json out.json]
+        [--volcano-plugin capacity|proportion] [--no-queue-capability]
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from simulate_pollux import hide_queue_capability
+
+from autoscaler.model import Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_trace, bundled_traces
 from autoscaler.sim.runner import compare
@@ -55,11 +59,17 @@ def workloads(kind: str) -> list[Workload]:
     return [replace(w, jobs=with_restart_costs(w.jobs, 30.0))]
 
 
-def measure(ws: list[Workload], gpus: int, settings: Settings, policies: tuple[str, ...]) -> dict:
+def measure(
+    ws: list[Workload],
+    gpus: int,
+    settings: Settings,
+    policies: tuple[str, ...],
+    plugin: Plugin = Plugin.CAPACITY,
+) -> dict:
     """Average JCT (h) and restarts per job per policy, averaged over the workloads."""
     rows: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
     for w in ws:
-        c = compare(w, gpus, settings, policies, 30.0)
+        c = compare(w, gpus, settings, policies, 30.0, plugin=plugin)
         for p in policies:
             m = c.metrics[p]
             rows[p].append((m.avg_jct / 3600, m.restarts_per_job))
@@ -80,7 +90,16 @@ def main() -> None:
     ap.add_argument(
         "--no-standard", action="store_true", help="only the --candidate ones (and defaults)"
     )
+    ap.add_argument("--volcano-plugin", choices=["capacity", "proportion"], default="capacity")
+    ap.add_argument(
+        "--no-queue-capability",
+        action="store_true",
+        help="do not show the planner the Queue's capability (the numbers before it was)",
+    )
     args = ap.parse_args()
+    plugin = Plugin(args.volcano_plugin)
+    if args.no_queue_capability:
+        hide_queue_capability()
     candidates = {"defaults": {}} if args.no_standard else dict(CANDIDATES)
     for spec in args.candidate:
         name, _, kvs = spec.partition(":")
@@ -91,10 +110,10 @@ def main() -> None:
         if args.only and not any(scenario.startswith(p) for p in args.only.split(",")):
             continue
         ws = workloads(kind)
-        base = measure(ws, gpus, Settings(), BASELINES)
+        base = measure(ws, gpus, Settings(), BASELINES, plugin)
         out[scenario] = {"baselines": base, "planner": {}}
         for name, overrides in candidates.items():
-            got = measure(ws, gpus, Settings(**overrides), ("planner",))["planner"]
+            got = measure(ws, gpus, Settings(**overrides), ("planner",), plugin)["planner"]
             out[scenario]["planner"][name] = got
         print(f"\n{scenario} ({gpus} GPUs; {time.time() - t:.0f}s so far)")
         for p, m in base.items():

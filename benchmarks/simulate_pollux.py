@@ -2,7 +2,7 @@
 metrics, plus planner ablations. Used for docs/benchmarks.md.
 
     python benchmarks/simulate_pollux.py [TRACES_DIR] [--set key=value ...]
-        [--ablate] [--json out.json]
+        [--volcano-plugin capacity|proportion] [--no-queue-capability] [--json out.json]
 """
 
 from __future__ import annotations
@@ -12,15 +12,34 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import autoscaler.sim.policies
+from autoscaler.model import ClusterSnapshot, Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
+from autoscaler.sim.engine import Cluster
 from autoscaler.sim.policies import POLICIES
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, read_trace
 from autoscaler.sim.workload import ElasticRule
+
+
+def hide_queue_capability() -> None:
+    """The planner is not shown the Queue's capability (`QueueState.capacity_gpus`), as
+    before the simulator handed it Volcano's view: reproduces the numbers recorded before
+    (the capacity rule of the planner, `_room_by_capacity`, then never applies)."""
+    shown = autoscaler.sim.policies.snapshot_of
+
+    def hidden(cluster: Cluster, cache: Any = None) -> ClusterSnapshot:
+        s = shown(cluster, cache)
+        queues = {q: replace(v, capacity_gpus=None) for q, v in s.queues.items()}
+        return replace(s, queues=queues)
+
+    autoscaler.sim.policies.snapshot_of = hidden  # type: ignore[assignment]
+
 
 KEYS = ("utilisation", "bound", "avg_jct", "p95_jct", "p95_queueing", "restarts_per_job")
 
@@ -32,11 +51,12 @@ def run_all(
     gpus: int,
     penalty: float,
     opts: TraceOptions,
+    plugin: Plugin = Plugin.CAPACITY,
 ) -> dict[str, dict[str, float]]:
     per: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     for i in range(1, 9):
         w = read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", opts)
-        c = compare(w, gpus, settings, policies, penalty)
+        c = compare(w, gpus, settings, policies, penalty, plugin=plugin)
         for p in policies:
             m = c.metrics[p]
             per[p].append({k: getattr(m, k) for k in KEYS})
@@ -91,13 +111,27 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--elastic-range", default="0.5,2")
     ap.add_argument("--speedup", default="auto")
+    ap.add_argument("--volcano-plugin", choices=["capacity", "proportion"], default="capacity")
+    ap.add_argument(
+        "--no-queue-capability",
+        action="store_true",
+        help="do not show the planner the Queue's capability (the numbers before it was)",
+    )
     args = ap.parse_args()
+    if args.no_queue_capability:
+        hide_queue_capability()
     overrides = dict(kv.split("=", 1) for kv in args.set)
     settings = Settings(**overrides)
     t = time.time()
     opts = TraceOptions(elastic=ElasticRule.parse(args.elastic_range), speedup=args.speedup)
     avg = run_all(
-        args.traces, settings, tuple(args.policies.split(",")), args.gpus, args.penalty, opts
+        args.traces,
+        settings,
+        tuple(args.policies.split(",")),
+        args.gpus,
+        args.penalty,
+        opts,
+        Plugin(args.volcano_plugin),
     )
     print(show(avg))
     print(per_workload(avg))

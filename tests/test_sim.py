@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler import planner
 from autoscaler.cli import main
-from autoscaler.model import Reason
+from autoscaler.headroom import plugin_limit
+from autoscaler.model import NodeGpus, Plugin, Reason, VolcanoQueue, VolcanoView
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
-from autoscaler.sim.engine import simulate, split_capacity
+from autoscaler.sim.engine import Cluster, SimJob, simulate, split_capacity
 from autoscaler.sim.metrics import compute, percentile
-from autoscaler.sim.policies import POLICIES, make_controller, preempts
+from autoscaler.sim.policies import (
+    POLICIES,
+    PlannerController,
+    make_controller,
+    preempts,
+    sim_time,
+    snapshot_of,
+)
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, detect_format, read_trace
 from autoscaler.sim.workload import (
@@ -747,3 +756,194 @@ def test_version_flag(capsys) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith("elastic-autoscaler ")
+
+
+# ---- the Volcano model shares the daemon's headroom function -----------------------------
+
+
+def _gang(name: str, queue: str, workers: int, index: int, hi: int = 16) -> SimJob:
+    """A job of 1-GPU workers whose gang and spec are `workers`, range 1..hi."""
+    return SimJob(job(name, 0, 1e6, workers, 1, hi, queue), 1, hi, workers, workers, index)
+
+
+def _cluster(
+    plugin: Plugin,
+    deserved: dict[str, int],
+    running: list[SimJob],
+    waiting: tuple[SimJob, ...] = (),
+    spec: dict[str, int] | None = None,
+) -> Cluster:
+    """`running` admitted by the scheduler at their gangs, then their spec set to
+    `spec` (the pods above it pending: no pass runs), then `waiting` submitted."""
+    cluster = Cluster(dict(deserved), [*running, *waiting], 30.0, plugin=plugin)
+    for j in running:
+        cluster.submit(j)
+    cluster.schedule()
+    assert all(j.admitted for j in running)
+    for name, replicas in (spec or {}).items():
+        cluster.resize(next(j for j in running if j.name == name), replicas)
+    for j in waiting:
+        cluster.submit(j)
+    return cluster
+
+
+@pytest.mark.parametrize("plugin", list(Plugin)[:2])
+def test_simulated_free_gpus_are_the_daemons_headroom_for_the_same_figures(
+    plugin: Plugin,
+) -> None:
+    """The scheduler's room for a queue is `headroom.plugin_limit` on the figures the
+    daemon reads (allocated, request, weight, capability, the cluster's GPUs), in whole
+    GPUs and within the GPUs idle in the cluster."""
+    # a runs at its capability (8) or, under proportion, borrowed to 10, with 2 pods
+    # pending; b holds 2; c has a gang waiting (its PodGroup Pending: no pods, no request)
+    held = 8 if plugin is Plugin.CAPACITY else 10
+    cluster = _cluster(
+        plugin,
+        {"a": 8, "b": 4, "c": 4},
+        [_gang("a1", "a", held, 0), _gang("b1", "b", 2, 1)],
+        (_gang("c1", "c", 4, 2),),
+        {"a1": held + 2},
+    )
+    if plugin is Plugin.CAPACITY:
+        figures = {
+            "a": VolcanoQueue("a", 8, 10, capability=8, real_capacity=8),
+            "b": VolcanoQueue("b", 2, 2, capability=4, real_capacity=4),
+            "c": VolcanoQueue("c", 0, 0, capability=4, real_capacity=4),
+        }
+        nodes = None
+        expected = {"a": 0, "b": 2, "c": 4}
+    else:
+        figures = {
+            "a": VolcanoQueue("a", 10, 12, weight=8),
+            "b": VolcanoQueue("b", 2, 2, weight=4),
+            "c": VolcanoQueue("c", 0, 0, weight=4),
+        }
+        nodes = (NodeGpus("sim", 16, 12),)
+        # a: b capped at its request 2, c asks nothing: share 14, room 4 = the 4 idle;
+        # b: share 16 x 4/12 = 5.33, room 3; c: share 4, room 4
+        expected = {"a": 4, "b": 3, "c": 4}
+    view = VolcanoView(plugin, figures, nodes, cluster_gpus=16)
+    assert cluster.view() == view
+    idle = 16 - held - 2
+    for q in figures:
+        limit = plugin_limit(q, view, {})
+        assert limit is not None
+        assert cluster.free(q) == max(0, min(math.floor(limit.gpus + 1e-6), idle))
+        assert cluster.free(q) == expected[q], q
+    assert cluster.free_all() == expected
+
+
+@pytest.mark.parametrize("plugin", list(Plugin)[:2])
+def test_the_planner_computes_the_headroom_the_simulated_scheduler_admits_by(
+    plugin: Plugin,
+) -> None:
+    """snapshot_of hands the planner Volcano's view (not a free-GPU figure), so the
+    plan's headroom per queue is the simulated scheduler's room: equal when no job can
+    grow (the planner also counts what the others will ask for), less its own workers
+    in flight."""
+    held = 6 if plugin is Plugin.CAPACITY else 10
+    deserved = {"a": 8, "b": 8}
+    # at max: nothing more wanted
+    cluster = _cluster(
+        plugin, deserved, [_gang("a1", "a", held, 0, held), _gang("b1", "b", 2, 1, 2)]
+    )
+    snap = snapshot_of(cluster)
+    assert snap.volcano == cluster.view()
+    for q, state in snap.queues.items():
+        assert state.free_gpus is None and state.volcano == cluster.view().queues[q]
+    out = planner.plan(snap, Settings().planner_policy(), sim_time(0))
+    want = {"a": 2, "b": 6} if plugin is Plugin.CAPACITY else {"a": 4, "b": 4}
+    for q, summary in out.queues.items():
+        assert summary.headroom_gpus == cluster.free(q) == want[q], q
+    # a's spec 2 above what runs: the planner leaves them the room they will take
+    a = _gang("a1", "a", held - 2, 0, held)
+    cluster = _cluster(plugin, deserved, [a, _gang("b1", "b", 2, 1, 2)], (), {"a1": held})
+    out = planner.plan(snapshot_of(cluster), Settings().planner_policy(), sim_time(0))
+    assert out.queues["a"].headroom_gpus == cluster.free("a") - 2 > 0
+
+
+class _Checked(PlannerController):
+    """The planner policy, checking at each cycle that every worker the previous cycle
+    asked for was bound by the simulated scheduler (within one cycle)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.asked: dict[str, int] = {}
+        self.grown = 0
+
+    def cycle(self, now: float, cluster: Cluster) -> None:
+        live = {j.name: j for j in cluster.live()}
+        for q, vq in cluster.view().queues.items():  # kept as jobs change: check it
+            jobs = cluster.live(q)
+            assert vq.request == sum(j.replicas * j.gpw for j in jobs if j.admitted)
+            assert vq.allocated == sum(j.active * j.gpw for j in jobs)
+        for name, replicas in self.asked.items():
+            j = live.get(name)
+            if j is not None and j.replicas == replicas:
+                assert j.active == replicas, f"t={now}: {name} {j.active}/{replicas} bound"
+        before = {j.name: j.replicas for j in cluster.live()}
+        super().cycle(now, cluster)
+        self.asked = {
+            j.name: j.replicas for j in cluster.live() if j.admitted and j.replicas > before[j.name]
+        }
+        self.grown += len(self.asked)
+
+
+@pytest.mark.parametrize("plugin", list(Plugin)[:2])
+def test_every_worker_the_planner_asks_for_is_bound_within_a_cycle(plugin: Plugin) -> None:
+    """a1 grows into the whole cluster while b is quiet; b1 comes and goes; b2 then
+    arrives with b below its share but the cluster nearly full (a borrowed, and nothing
+    reclaims across queues): the planner grants b2 only what the scheduler binds."""
+    specs = [
+        JobSpec("a1", 0, 20_000, 2, 2, 14, 1, "a", linear(2, 64)),
+        JobSpec("b1", 0, 300, 1, 1, 8, 1, "b", linear(1, 64)),
+        JobSpec("b2", 2_000, 3_000, 1, 1, 8, 1, "b", linear(1, 64)),
+    ]
+    controller = _Checked(Settings())
+    result = simulate(specs, {"a": 8, "b": 8}, controller, 30.0, plugin=plugin)
+    assert controller.grown >= 3
+    jobs = {j.name: j for j in result.jobs}
+    assert jobs["b2"].first_start == 2_000
+    if plugin is Plugin.CAPACITY:  # a hard partition: a1 at 8 from t=0 on
+        assert jobs["a1"].finish == pytest.approx(20_000 / 4)
+    else:  # 8 from t=0; 14 once b is empty, at the first cycle past the 300 s cooldown
+        assert jobs["a1"].finish == pytest.approx(397.5 + 30 + (20_000 - 4 * 397.5) / 7)
+
+
+def test_proportion_lets_a_queue_use_anothers_idle_gpus_and_never_reclaims() -> None:
+    specs = [
+        JobSpec("a1", 0, 1_600, 4, 2, 16, 1, "a", linear(4, 64)),
+        JobSpec("b1", 10, 100, 4, 4, 4, 1, "b", linear(4, 64)),
+    ]
+    out = {}
+    for plugin in (Plugin.CAPACITY, Plugin.PROPORTION):
+        r = simulate(
+            specs,
+            {"a": 8, "b": 8},
+            make_controller("volcano-default", Settings()),
+            30.0,
+            plugin=plugin,
+        )
+        out[plugin] = {j.name: j for j in r.jobs}
+    cap, prop = out[Plugin.CAPACITY], out[Plugin.PROPORTION]
+    assert cap["a1"].finish == pytest.approx(800) and cap["b1"].first_start == 10
+    # a1 takes all 16 GPUs (b asks nothing at t=0); b1 waits for a1: no reclaim action
+    assert prop["a1"].finish == pytest.approx(400) and prop["b1"].first_start == pytest.approx(400)
+
+
+def test_cli_models_either_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,submit,duration,gpus,queue,min_workers,max_workers\n"
+        "a1,0,1600,4,a,2,16\nb1,10,100,4,b,4,4\n"
+    )
+    common = ["simulate", "--trace", str(trace), "--gpus", "16", "--no-plots", "--no-progress"]
+    for plugin in ("capacity", "proportion"):
+        out = tmp_path / plugin
+        assert main([*common, "--out", str(out), "--volcano-plugin", plugin]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert f"Volcano {plugin} plugin" in head
+        assert json.loads((out / "results.json").read_text())["cluster"]["volcano_plugin"] == plugin
+    with pytest.raises(SystemExit) as exc:  # argparse: the choices, exit 2
+        main([*common, "--out", str(tmp_path / "x"), "--volcano-plugin", "given"])
+    assert exc.value.code == 2

@@ -10,7 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..model import Plugin
 from ..settings import Settings
+from .engine import PLUGINS
 from .policies import DESCRIPTIONS, POLICIES
 from .report import plot, table, write_json
 from .runner import DEFAULT_RESTART_PENALTY, compare
@@ -99,6 +101,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="Pollux application profiles directory (default: "
         "pollux-app-profiles next to the trace)",
+    )
+    p.add_argument(
+        "--volcano-plugin",
+        choices=[str(x) for x in PLUGINS],
+        default=str(Plugin.CAPACITY),
+        help="the Volcano queue plugin modelled; the simulated scheduler and the planner "
+        "compute a queue's room with the daemon's headroom function. capacity (default): "
+        "each queue's GPUs are its capability, no queue uses another's idle GPUs; "
+        "proportion: they are its weight, and a queue may use idle GPUs of others up to "
+        "its water-filled share (no reclaim action, as in Volcano's default chart)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -254,6 +266,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             flat,
             args.seed,
             progress if bar is not None else None,
+            Plugin(args.volcano_plugin),
         )
     except ValueError as exc:  # a cluster too small for the trace
         raise _usage(str(exc)) from None

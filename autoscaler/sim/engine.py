@@ -1,10 +1,18 @@
-"""The simulated cluster: queues with deserved GPUs, jobs, and a Volcano-like scheduler,
-driven by an event loop in simulated seconds.
+"""The simulated cluster: queues, jobs, and a Volcano-like scheduler, driven by an event
+loop in simulated seconds.
 
 Volcano's behaviour as modelled (see docs/simulator.md):
-- a job is admitted when its gang (min workers) fits in its queue's free GPUs
-  (deserved - allocated); waiting gangs are tried FIFO per queue and a smaller gang
-  behind one that does not fit may go first (backfill);
+- a queue's room is what the daemon's headroom function (`autoscaler.headroom`) says the
+  real scheduler binds under the queue plugin in use, from the same figures (allocated,
+  request, inqueue, weight, capability, the cluster's GPUs), bounded by the GPUs idle in
+  the cluster. `capacity` (the default): each queue's share is its capability (a hard
+  partition: real capacity - allocated - inqueue); `proportion`: each queue's share is
+  its weight, and a queue may use another's idle GPUs up to its water-filled share
+  (no reclaim action: what it borrowed is given back only as its pods finish or are
+  resized away). Room is computed once per scheduling pass (Volcano's session);
+- a job is admitted when its gang (min workers) fits in its queue's room; waiting gangs
+  are tried FIFO per queue and a smaller gang behind one that does not fit may go first
+  (backfill);
 - gangs are served before extra pods of running jobs (the gang plugin orders not-ready
   jobs first); extra pods then go one at a time to the running job with the fewest
   allocated GPUs (drf job order), ties by submit time;
@@ -26,9 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..headroom import plugin_limit
+from ..model import NodeGpus, Plugin, VolcanoQueue, VolcanoView
 from .workload import JobSpec
 
 EPS = 1e-9
+_ROOM_EPS = 1e-6  # water-filled shares are fractional: 2.9999999 GPUs of room is 3
+PLUGINS = (Plugin.CAPACITY, Plugin.PROPORTION)  # the Volcano queue plugins modelled
 
 
 @dataclass(slots=True)
@@ -116,12 +128,15 @@ class Sample:
 
 @dataclass
 class Cluster:
-    """Queues, jobs and the scheduler. `deserved` maps queue -> GPUs."""
+    """Queues, jobs and the scheduler. `deserved` maps queue -> GPUs: under the capacity
+    plugin the queue's capability (and real capacity: no queue has a guarantee), under
+    proportion its weight (so with every queue busy the shares are the same split)."""
 
     deserved: dict[str, int]
     jobs: list[SimJob]
     restart_penalty: float
     preempt: bool = False
+    plugin: Plugin = Plugin.CAPACITY
     now: float = 0.0
     allocated: dict[str, int] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
@@ -130,6 +145,8 @@ class Cluster:
     cycles: int = 0  # controller cycles run
 
     def __post_init__(self) -> None:
+        if self.plugin not in PLUGINS:
+            raise ValueError(f"no Volcano model for the {self.plugin} plugin")
         self.allocated = {q: 0 for q in self.deserved}
         self.queue_gpu_seconds = {q: 0.0 for q in self.deserved}
         self._by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
@@ -137,11 +154,77 @@ class Cluster:
         # queues whose jobs or free GPUs changed since the scheduler last looked: the
         # scheduler is a function of a queue's state, so a clean queue needs no pass
         self._dirty: set[str] = set()
+        # a scheduling pass (Volcano's session): each queue's ceiling on allocated GPUs,
+        # fixed when the pass opens, as Volcano computes deserved at session open
+        self._ceiling: dict[str, float] = {}
+        # kept as jobs change, not summed per look: the view is read on every pass
+        self._request = {q: 0 for q in self.deserved}  # GPUs of admitted jobs' pods
+        self._held = 0  # GPUs allocated cluster-wide
+        self._free_all: tuple[tuple[tuple[int, ...], ...], dict[str, int]] | None = None
 
     # ---- state queries -----------------------------------------------------------------
 
+    def volcano_queue(self, queue: str) -> VolcanoQueue:
+        """The queue as Volcano's metrics and Queue object would show it (GPUs).
+        request: every pod that exists, bound or not: an admitted job has a pod per spec
+        replica; a job waiting for its gang has none (its PodGroup is Pending, so the
+        operator has created no pods). inqueue: 0, a gang is bound the moment it is
+        admitted."""
+        allocated = self.allocated[queue]
+        request = self._request[queue]
+        share = float(self.deserved[queue])
+        if self.plugin is Plugin.CAPACITY:
+            return VolcanoQueue(
+                queue,
+                allocated=float(allocated),
+                request=float(request),
+                capability=share,
+                real_capacity=share,
+            )
+        return VolcanoQueue(queue, allocated=float(allocated), request=float(request), weight=share)
+
+    def view(self) -> VolcanoView:
+        """What the daemon would read: the plugin, every queue's figures and the cluster.
+        Under capacity no nodes (the queues partition the cluster: its idle GPUs never
+        bind); under proportion one node holding the cluster's GPUs, so the cluster's
+        idle GPUs bound growth (queues borrow from each other) and no fragmentation."""
+        queues = {q: self.volcano_queue(q) for q in sorted(self.deserved)}
+        nodes = None
+        if self.plugin is Plugin.PROPORTION:
+            nodes = (NodeGpus("sim", self.capacity, self._held),)
+        return VolcanoView(self.plugin, queues, nodes, cluster_gpus=self.capacity)
+
+    def idle(self) -> int:
+        """GPUs no pod holds, cluster-wide."""
+        return self.capacity - self._held
+
     def free(self, queue: str) -> int:
-        return self.deserved[queue] - self.allocated[queue]
+        """GPUs of this queue's pods the scheduler would bind now: its room under the
+        plugin (`headroom.plugin_limit`, as the daemon computes it) in whole GPUs,
+        bounded by the cluster's idle GPUs."""
+        return self._free(queue, self._ceiling_of(queue, self.view()))
+
+    def free_all(self) -> dict[str, int]:
+        """`free` of every queue, from one view (the same until a pod or spec changes:
+        an HPA reads it every 15 s)."""
+        key = (tuple(self.allocated.values()), tuple(self._request.values()))
+        if self._free_all is None or self._free_all[0] != key:
+            view = self.view()
+            free = {q: self._free(q, self._ceiling_of(q, view)) for q in self.deserved}
+            self._free_all = (key, free)
+        return dict(self._free_all[1])
+
+    def _ceiling_of(self, queue: str, view: VolcanoView) -> float:
+        """Allocated GPUs the plugin lets the queue reach: its room plus what it holds.
+        `wanted` empty: the scheduler sees only the pods that exist."""
+        limit = plugin_limit(queue, view, {})
+        if limit is None:  # every figure is known here
+            raise AssertionError(f"queue {queue}: no headroom under {self.plugin}")
+        return limit.gpus + view.queues[queue].allocated
+
+    def _free(self, queue: str, ceiling: float) -> int:
+        room = math.floor(ceiling - self.allocated[queue] + _ROOM_EPS)
+        return max(0, min(room, self.idle()))
 
     def live(self, queue: str | None = None) -> list[SimJob]:
         if queue is None:
@@ -170,6 +253,8 @@ class Cluster:
         if replicas == job.replicas:
             return
         self._dirty.add(job.queue)
+        if job.admitted:  # its pods exist: the queue's request follows the spec
+            self._request[job.queue] += (replicas - job.replicas) * job.gpw
         job.replicas = replicas
         job.last_scale_time = self.now
         if job.active > replicas:
@@ -179,6 +264,7 @@ class Cluster:
         if workers == job.active:
             return
         self.allocated[job.queue] += (workers - job.active) * job.gpw
+        self._held += (workers - job.active) * job.gpw
         job.active = workers
         now = self.now
         if job.first_start is None:
@@ -222,12 +308,14 @@ class Cluster:
             job.done = True
             job.finish = self.now
             self._live.remove(job)
+            self._request[job.queue] -= job.replicas * job.gpw
             self._by_queue[job.queue].remove(job)
             self._dirty.add(job.queue)
         return done
 
     def _set_active_no_restart(self, job: SimJob, workers: int) -> None:
         self.allocated[job.queue] += (workers - job.active) * job.gpw
+        self._held += (workers - job.active) * job.gpw
         job.active = workers
 
     def next_finish(self) -> float:
@@ -240,33 +328,62 @@ class Cluster:
     # ---- the scheduler -------------------------------------------------------------------
 
     def schedule(self) -> None:
-        for queue in sorted(self._dirty):
-            jobs = self._by_queue[queue]
-            if jobs:
-                self._schedule_queue(queue, jobs)
+        """One scheduling pass over the queues that changed (under proportion every
+        queue with jobs: one queue's request moves the others' shares). Each queue's
+        room is fixed when the pass opens; waiting gangs of every queue are served
+        before extra pods of any, queues in the order of what they hold per share."""
+        if not self._dirty:
+            return
+        if self.plugin is Plugin.PROPORTION:
+            queues = [q for q in self.deserved if self._by_queue[q]]
+        else:
+            queues = [q for q in self._dirty if self._by_queue[q]]
         self._dirty.clear()
+        if not queues:
+            return
+        view = self.view()
+        self._ceiling = {q: self._ceiling_of(q, view) for q in queues}
+        order = sorted(queues, key=lambda q: (self.allocated[q] / self.deserved[q], q))
+        try:
+            for queue in order:
+                self._admit_gangs(queue, self._by_queue[queue])
+            for queue in order:
+                self._place_pods(queue, self._by_queue[queue])
+        finally:
+            self._ceiling = {}
 
-    def _schedule_queue(self, queue: str, jobs: list[SimJob]) -> None:
+    def _admit_gangs(self, queue: str, jobs: list[SimJob]) -> None:
         waiting = sorted((j for j in jobs if not j.admitted), key=lambda j: j.index)
+        if not waiting:
+            return
+        ceiling = self._ceiling[queue]
         spare = 0  # GPUs preemption could still free in this queue
-        if self.preempt and waiting:
+        if self.preempt:
             spare = sum((j.active - j.min_workers) * j.gpw for j in jobs if j.admitted)
+        free = self._free(queue, ceiling)
         for job in waiting:
             need = job.gang * job.gpw
-            if need > self.free(queue) and 0 < need - self.free(queue) <= spare:
-                spare -= self._preempt_for(queue, jobs, need - self.free(queue))
-            if need <= self.free(queue):
+            if need > free and 0 < need - free <= spare:
+                spare -= self._preempt_for(queue, jobs, need - free)
+                free = self._free(queue, ceiling)
+            if need <= free:
+                free -= need  # out of both the queue's room and the cluster's idle GPUs
                 job.admitted = True
+                self._request[queue] += job.replicas * job.gpw
                 job.last_update = self.now
                 job.paused_until = self.now
                 self._set_active(job, job.gang)
-        # extra pods, one at a time to the job holding the fewest GPUs (drf)
+
+    def _place_pods(self, queue: str, jobs: list[SimJob]) -> None:
+        """Extra pods, one at a time to the job holding the fewest GPUs (drf)."""
         heap = [
             (j.active * j.gpw, j.index, j) for j in jobs if j.admitted and j.active < j.replicas
         ]
+        if not heap:
+            return
         heapq.heapify(heap)
         placed: dict[int, int] = {}
-        free = self.free(queue)
+        free = self._free(queue, self._ceiling[queue])
         while heap:
             held, idx, job = heapq.heappop(heap)
             if job.gpw > free:
@@ -309,12 +426,23 @@ class Cluster:
         demand = 0
         for queue, cap in self.deserved.items():
             want = sum(j.max_workers * j.gpw for j in self._by_queue[queue])
-            demand += min(cap, want)
+            # proportion: a queue may hold more than its weighted share (borrowing)
+            demand += want if self.plugin is Plugin.PROPORTION else min(cap, want)
+        demand = min(demand, self.capacity)
         alloc = sum(self.allocated.values())
         if self.samples and self.samples[-1].time == self.now:
             self.samples[-1] = Sample(self.now, alloc, demand)
         else:
             self.samples.append(Sample(self.now, alloc, demand))
+
+
+def queue_limit(plugin: Plugin, deserved: dict[str, int], queue: str) -> int:
+    """The most GPUs a queue's pods can ever hold: its capability under capacity (a
+    partition), the whole cluster under proportion (no capability: a queue may hold
+    every idle GPU while the others ask for nothing)."""
+    if plugin is Plugin.PROPORTION:
+        return sum(deserved.values())
+    return deserved[queue]
 
 
 def split_capacity(gpus: int, jobs: Sequence[JobSpec]) -> dict[str, int]:
@@ -363,6 +491,7 @@ class RunResult:
     end: float
     cycles: int
     preemptions: int
+    plugin: Plugin = Plugin.CAPACITY
 
 
 def simulate(
@@ -373,8 +502,11 @@ def simulate(
     preempt: bool = False,
     progress: Callable[[float, int], None] | None = None,
     horizon: float = math.inf,
+    plugin: Plugin = Plugin.CAPACITY,
 ) -> RunResult:
-    """Replay `specs` on the cluster under `controller`. Pure: same input, same result."""
+    """Replay `specs` on the cluster under `controller`. Pure: same input, same result.
+    `deserved`: each queue's GPUs (capability under `plugin` capacity, weight under
+    proportion). A job's max is cut to what its queue can ever hold (`queue_limit`)."""
 
     jobs = []
     names: set[str] = set()
@@ -386,16 +518,17 @@ def simulate(
             raise ValueError(f"job {spec.name}: queue {spec.queue!r} has no capacity")
         job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested, spec.min_workers, i)
         controller.setup(job)
-        cap = deserved[spec.queue] // spec.gpus_per_worker
+        most = queue_limit(plugin, deserved, spec.queue)
+        cap = most // spec.gpus_per_worker
         if job.gang > cap:
             raise ValueError(
                 f"job {spec.name}: its gang of {job.gang} worker(s) can never "
-                f"fit queue {spec.queue} ({deserved[spec.queue]} GPUs)"
+                f"fit queue {spec.queue} ({most} GPUs)"
             )
         job.max_workers = min(job.max_workers, cap)
         job.replicas = min(job.replicas, job.max_workers)
         jobs.append(job)
-    cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt)
+    cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt, plugin)
     if jobs:
         cluster.now = jobs[0].spec.submit
     try:
@@ -411,6 +544,7 @@ def simulate(
         cluster.now,
         cluster.cycles,
         cluster.preemptions,
+        plugin,
     )
 
 

@@ -205,13 +205,26 @@ class _SimActuator:
 def snapshot_of(
     cluster: Cluster, cache: dict[str, tuple[tuple[object, ...], ElasticJob]] | None = None
 ) -> ClusterSnapshot:
-    """What the daemon's sources would read: free GPUs per queue as the Volcano PromQL
-    (deserved - allocated), every live job as an ElasticJob, every job still waiting for
+    """What the daemon's sources would read: Volcano's view (the plugin, each queue's
+    allocated, request, inqueue, weight, capability; the cluster's GPUs) from which the
+    planner computes each queue's headroom with the same function the simulated
+    scheduler admits by, every live job as an ElasticJob, every job still waiting for
     its gang also as a PendingGroup owned by it. `cache` (name -> (state, ElasticJob))
     reuses a job's model object while its state is unchanged, as the daemon's parse cache
     does by resourceVersion: most jobs do not change between cycles."""
 
-    queues = {q: QueueState(q, float(cluster.free(q))) for q in cluster.deserved}
+    view = cluster.view()
+    # as the daemon's sources build it: no free-GPU reading (the headroom replaces it);
+    # capacity_gpus from the Queue object's capability, where it has one
+    queues = {
+        q: QueueState(
+            q,
+            None,
+            volcano=vq,
+            capacity_gpus=None if vq.capability is None else int(vq.capability),
+        )
+        for q, vq in view.queues.items()
+    }
     cache = {} if cache is None else cache
     jobs = []
     pending = []
@@ -260,7 +273,7 @@ def snapshot_of(
                     owner=job.ref,
                 )
             )
-    return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending))
+    return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending), volcano=view)
 
 
 class HpaController(_Elastic):
@@ -300,7 +313,8 @@ class HpaController(_Elastic):
             if not j.admitted:
                 waiting_gpus[j.queue] += j.gang * j.gpw
         # every HPA reads the same metric sample this period, then acts
-        reading = {q: cluster.free(q) - waiting_gpus[q] for q in cluster.deserved}
+        free = cluster.free_all()
+        reading = {q: free[q] - waiting_gpus[q] for q in cluster.deserved}
         for j in list(cluster.live()):
             if not j.admitted or j.active == 0:
                 continue

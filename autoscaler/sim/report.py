@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..model import Plugin
 from .metrics import utilisation_series
 from .policies import DESCRIPTIONS
 from .runner import Comparison
@@ -59,7 +60,7 @@ def table(c: Comparison) -> str:
     jobs = len(c.workload.jobs)
     head = (
         f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
-        f"queue(s), restart cost {_restart_costs(c)}, seed {c.seed}"
+        f"queue(s), Volcano {_plugin(c)}, restart cost {_restart_costs(c)}, seed {c.seed}"
     )
     notes = [f"note: {n}" for n in c.workload.notes]
     legend = (
@@ -74,6 +75,13 @@ def table(c: Comparison) -> str:
     return "\n".join([head, *notes, *out, legend, *baselines]) + "\n"
 
 
+def _plugin(c: Comparison) -> str:
+    """The queue plugin modelled, and what the queues' GPUs are under it."""
+    if c.plugin is Plugin.PROPORTION:
+        return "proportion plugin (queue weights; idle GPUs shared)"
+    return "capacity plugin (queue capabilities; no sharing)"
+
+
 def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "workload": {
@@ -81,7 +89,11 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
             "jobs": len(c.workload.jobs),
             "notes": list(c.workload.notes),
         },
-        "cluster": {"gpus": c.gpus, "deserved": dict(sorted(c.deserved.items()))},
+        "cluster": {
+            "gpus": c.gpus,
+            "deserved": dict(sorted(c.deserved.items())),
+            "volcano_plugin": str(c.plugin),
+        },
         "restart_penalty_seconds": c.restart_penalty,
         "restart_cost": _restart_costs(c),
         "restart_cost_mode": c.workload.restart_costs or None,  # flat | profile

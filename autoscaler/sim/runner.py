@@ -6,8 +6,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ..model import Plugin
 from ..settings import Settings
-from .engine import RunResult, simulate, split_capacity
+from .engine import RunResult, queue_limit, simulate, split_capacity
 from .metrics import Metrics, compute
 from .policies import POLICIES, make_controller, preempts
 from .workload import JobSpec, Workload
@@ -24,6 +25,7 @@ class Comparison:
     seed: int
     runs: dict[str, RunResult]
     metrics: dict[str, Metrics]
+    plugin: Plugin = Plugin.CAPACITY  # the Volcano queue plugin modelled
 
 
 def compare(
@@ -34,9 +36,10 @@ def compare(
     restart_penalty: float = DEFAULT_RESTART_PENALTY,
     seed: int = 0,
     progress: Callable[[str, int], None] | None = None,
+    plugin: Plugin = Plugin.CAPACITY,
 ) -> Comparison:
     deserved = split_capacity(gpus, workload.jobs)
-    specs, capped = fit_to_queues(workload.jobs, deserved)
+    specs, capped = fit_to_queues(workload.jobs, deserved, plugin)
     if capped:
         shown = ", ".join(capped[:10]) + (
             f" and {len(capped) - 10} more" if len(capped) > 10 else ""
@@ -46,8 +49,8 @@ def compare(
             jobs=specs,
             notes=(
                 *workload.notes,
-                f"{len(capped)} job(s) asked for more GPUs than their queue "
-                f"deserves: their sizes are capped at the queue (their work is unchanged): "
+                f"{len(capped)} job(s) asked for more GPUs than their queue can ever "
+                f"hold: their sizes are capped at the queue (their work is unchanged): "
                 f"{shown}",
             ),
         )
@@ -64,23 +67,25 @@ def compare(
             preempt=preempts(name),
             progress=cb,
             horizon=math.inf,
+            plugin=plugin,
         )
         runs[name] = run
         metrics[name] = compute(run)
-    return Comparison(workload, gpus, deserved, restart_penalty, seed, runs, metrics)
+    return Comparison(workload, gpus, deserved, restart_penalty, seed, runs, metrics, plugin)
 
 
 def fit_to_queues(
-    jobs: Sequence[JobSpec], deserved: dict[str, int]
+    jobs: Sequence[JobSpec], deserved: dict[str, int], plugin: Plugin = Plugin.CAPACITY
 ) -> tuple[tuple[JobSpec, ...], list[str]]:
-    """Jobs whose requested or elastic sizes exceed their queue's deserved GPUs, cut to
-    it (a Volcano queue never admits such a gang). Work keeps its meaning: seconds at the
+    """Jobs whose requested or elastic sizes exceed what their queue can ever hold
+    (`queue_limit`: its GPUs under capacity, the cluster under proportion), cut to it (a
+    Volcano queue never admits such a gang). Work keeps its meaning: seconds at the
     originally requested size, so a capped job runs at speedup(cap) of it."""
 
     out: list[JobSpec] = []
     capped: list[str] = []
     for j in jobs:
-        cap = deserved[j.queue] // j.gpus_per_worker
+        cap = queue_limit(plugin, deserved, j.queue) // j.gpus_per_worker
         if j.max_workers <= cap:
             out.append(j)
             continue
