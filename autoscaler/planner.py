@@ -191,21 +191,32 @@ class _Cluster:
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.pool: NodePool | None = None
         self.inflight: dict[str, int] = {}
+        # a job whose own PodGroup waits counts once, as that gang (rule 2): its workers
+        # are not in flight here, the queue planner takes the gang's GPUs
+        own = _own_waiting([g for groups in pending_by_queue.values() for g in groups])
+        jobs = [
+            j
+            for _, queue_jobs in sorted(jobs_by_queue.items())
+            for j in queue_jobs
+            if j.inflight_workers and not _waits_for_own_gang(j.ref, own)
+        ]
+        unmanaged = [
+            u for u in snapshot.unmanaged if u.inflight_gpus and not _waits_for_own_gang(u.ref, own)
+        ]
         if view.nodes is not None:
             self.pool = NodePool(view.nodes)
             # workers asked for and not running yet will take node room first, whoever
             # asked; a worker already bound is on its node's used GPUs and counts twice
             # for the seconds until it runs (the safe side)
-            for _, jobs in sorted(jobs_by_queue.items()):
-                for j in jobs:
-                    if j.inflight_workers:
-                        self.pool.place(j.gpus_per_worker, j.inflight_workers)
-            for u in snapshot.unmanaged:
-                if u.inflight_gpus:
-                    self.pool.take(u.inflight_gpus)
-        for name, jobs in jobs_by_queue.items():
-            self.inflight[name] = sum(j.inflight_workers * j.gpus_per_worker for j in jobs)
-        for u in snapshot.unmanaged:
+            for j in jobs:
+                self.pool.place(j.gpus_per_worker, j.inflight_workers)
+            for u in unmanaged:
+                self.pool.take(u.inflight_gpus)
+        for j in jobs:
+            self.inflight[j.queue] = (
+                self.inflight.get(j.queue, 0) + j.inflight_workers * j.gpus_per_worker
+            )
+        for u in unmanaged:
             self.inflight[u.queue] = self.inflight.get(u.queue, 0) + u.inflight_gpus
 
     def queue_state(self, state: QueueState) -> tuple[QueueState, _Headroom | None]:
@@ -393,6 +404,21 @@ class _VictimPool:
         covered = min(reclaimable * j.gpus_per_worker, shortfall)
         lost = self._restart_cost(j) * j.active * j.gpus_per_worker
         return (j.priority, lost / covered, -reclaimable, w.skey)
+
+
+def _own_waiting(pending: list[PendingGroup]) -> set[tuple[str, str, str]]:
+    """(namespace, name, kind) of jobs whose own PodGroup is among the waiting gangs: by
+    owner reference, else by name with kind "" (training-operator names the PodGroup
+    after the job)."""
+
+    found: set[tuple[str, str, str]] = set()
+    for g in pending:
+        o = g.owner
+        if o is None:
+            found.add((g.ref.namespace, g.ref.name, ""))
+        else:
+            found.add((o.namespace, o.name, o.kind))
+    return found
 
 
 def _waits_for_own_gang(ref: ObjectRef, own_waiting: set[tuple[str, str, str]]) -> bool:
@@ -599,18 +625,7 @@ class _QueuePlanner:
         return cap - held
 
     def _own_waiting(self) -> set[tuple[str, str, str]]:
-        """(namespace, name, kind) of jobs whose own PodGroup is among the waiting gangs: by
-        owner reference, else by name with kind "" (training-operator names the PodGroup
-        after the job)."""
-
-        found: set[tuple[str, str, str]] = set()
-        for g in self.pending:
-            o = g.owner
-            if o is None:
-                found.add((g.ref.namespace, g.ref.name, ""))
-            else:
-                found.add((o.namespace, o.name, o.kind))
-        return found
+        return _own_waiting(self.pending)
 
     # ---- rule 5: trim workers that never landed -----------------------------------------
 

@@ -20,6 +20,7 @@ from autoscaler.model import (
     Bound,
     ClusterSnapshot,
     NodeGpus,
+    ObjectRef,
     Plugin,
     QueueState,
     Reason,
@@ -563,3 +564,15 @@ def test_pruned_nodes_and_pods_give_what_whole_ones_give():
     assert cache.nodes(node_objs, pod_objs, s) is first
     changed = (*pod_objs[:2], _pod("b", gpus=(4,)))
     assert cache.nodes(node_objs, changed, s) != first
+
+
+def test_a_job_waiting_for_its_own_gang_counts_once_as_that_gang():
+    # rule 2: job w's 4 unplaced workers are its PodGroup's gang, not also in flight
+    view = VolcanoView(
+        Plugin.PROPORTION, {"q": VolcanoQueue("q", allocated=4, request=8)}, nodes((16, 4))
+    )
+    waiting = ej("w", replicas=4, active=0, max=4, min=4, gpw=1)
+    own = replace(gang("w-pg", 4), owner=ObjectRef("ml", "w", "PyTorchJob"))
+    p = plan(vsnap(view, [ej("a", replicas=4, max=16), waiting], [own]), policy(), NOW)
+    assert targets(p)["a"] == (12, Reason.SCALE_UP_IDLE_GPUS)  # 12 idle - the gang's 4
+    assert p.queues["q"].headroom_gpus == 12
