@@ -1,17 +1,28 @@
 """Apply a Plan to the cluster: patch each changed job's worker replicas (as its kind says), then
 record an Event on it. Dry-run is a different actuator, not a flag in this one.
 
-Errors are typed by what the caller does next (conflict: retry next cycle with fresh
-data; gone: nothing to do; throttled/error: back off this job, keep going with others).
+Errors are typed by what the caller does next:
+- conflict (409): the job changed; the next cycle plans on fresh data;
+- gone (404): nothing to do;
+- denied (403, 422, other 4xx): the cluster refused this resize (an admission policy or
+  webhook, validation, RBAC). A fact, not a failure: it is remembered (`refusals()`),
+  the next plan holds the job (HoldRefused) and gives its share to the rest of its
+  queue, and one Warning Event on the job says why;
+- throttled (429, or 503 with Retry-After): the write is sent again after Retry-After,
+  in plan order, while the window of writes in flight shrinks (`pacing.py`); what does
+  not fit in this cycle's write budget is carried to an early next cycle;
+- error (5xx, timeout, unreachable): the server's failure when no other write landed
+  around it (every write pauses, 1 s doubling, and the first write that lands ends it),
+  else the job's own (that job backs off, 10 s doubling to 5 min).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, TextIO
@@ -23,7 +34,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kinds import BY_NAME, KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
-from .model import Decision, Measurement, Plan
+from .model import Decision, Measurement, Plan, Reason, Refusal
+from .pacing import Attempt, Item, Pacer, Verdict, drain
 from .parse import measured_value
 from .redact import remember_client
 from .resources import MERGE_PATCH, rfc3339
@@ -34,6 +46,12 @@ log = structlog.get_logger(__name__)
 
 BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
+# A failure within this long of another write landing is the job's own, not the server's
+# (writes in flight together land and fail within milliseconds of each other).
+SERVER_UP_RECENT_SECONDS = 2.0
+EVENTS_CARRIED_MAX = 1000  # Events waiting for a throttled server; beyond, the oldest go
+EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried this often
+WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
 EVENT_MESSAGE_MAX = 1024  # what kubectl shows comfortably; the API keeps it short too
 NAME_MAX = 253
 
@@ -42,12 +60,17 @@ class Outcome(StrEnum):
     APPLIED = "applied"
     CONFLICT = "conflict"  # 409: the job changed under us; next cycle retries with fresh data
     GONE = "gone"  # 404: the job was deleted
-    THROTTLED = "throttled"  # 429: backed off
+    DENIED = "denied"  # 403/422/4xx: the cluster refused it; the job holds (HoldRefused)
+    THROTTLED = "throttled"  # 429/503 past this cycle's write budget: carried to the next
+    DEFERRED = "deferred"  # not sent: the server failed or throttled; carried to the next
     ERROR = "error"  # 5xx, timeout, connection or other failure: backed off
-    BACKOFF = "backoff"  # still backing off from an earlier failure: no request made
+    BACKOFF = "backoff"  # this job still backs off from its own failures: no request made
     NOT_LEADER = "not_leader"  # leadership lost (or never held): no request made
     DRY_RUN = "dry_run"
     REFUSED = "refused"  # the decision breaks an invariant; a planner bug, never written
+
+
+_CARRIED = frozenset({Outcome.THROTTLED, Outcome.DEFERRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +83,12 @@ class ActionResult:
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     results: tuple[ActionResult, ...] = ()
+    # seconds until writes left over (resizes or Events) may go: the loop runs an early
+    # cycle then; None: nothing left over
+    retry_in: float | None = None
+    throttles: int = 0  # 429/503 answers to this apply's writes (each retried or carried)
+    window: float | None = None  # writes allowed in flight at the end (the AIMD window)
+    events_waiting: int = 0  # Events carried to the next cycle
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -68,10 +97,18 @@ class ApplyResult:
         return dict(Counter(r.outcome for r in self.results))
 
     @property
+    def carried(self) -> bool:
+        """Resizes were left for the next cycle (throttled or paused by the server)."""
+        return any(r.outcome in _CARRIED for r in self.results)
+
+    @property
     def ok(self) -> bool:
-        """Nothing failed in a way that needs attention (conflicts and gone jobs are normal)."""
-        bad = {Outcome.THROTTLED, Outcome.ERROR, Outcome.REFUSED}
-        return not any(r.outcome in bad for r in self.results)
+        """Nothing failed in a way that needs attention. Conflicts, gone jobs and refusals
+        are answers, not failures; writes carried over by a throttling server are fine as
+        long as others landed (the drain makes progress)."""
+        if any(r.outcome in (Outcome.ERROR, Outcome.REFUSED) for r in self.results):
+            return False
+        return not self.carried or self.count(Outcome.APPLIED) > 0
 
 
 class Actuator(Protocol):
@@ -113,7 +150,7 @@ def _log_result(result: ActionResult) -> None:
         fields["message"] = result.message
     if result.outcome is Outcome.REFUSED:
         log.error("scale", **fields)
-    elif result.outcome in (Outcome.THROTTLED, Outcome.ERROR):
+    elif result.outcome in (Outcome.DENIED, Outcome.ERROR):
         log.warning("scale", **fields)
     else:
         log.info("scale", **fields)
@@ -123,10 +160,12 @@ def _log_result(result: ActionResult) -> None:
 class _Backoff:
     failures: int
     until: datetime
+    at: float  # pacer clock time of the last failure
 
 
 @dataclass(frozen=True, slots=True)
 class _Failure:
+    kind: ApiFailure
     outcome: Outcome
     message: str
     retry_after: float | None = None
@@ -136,19 +175,48 @@ _OUTCOMES = {
     ApiFailure.CONFLICT: Outcome.CONFLICT,
     ApiFailure.NOT_FOUND: Outcome.GONE,
     ApiFailure.THROTTLED: Outcome.THROTTLED,
+    ApiFailure.REJECTED: Outcome.DENIED,
 }
 
 
 def _classify(exc: Exception, now: datetime) -> _Failure:
     kind = classify(exc)
     outcome = _OUTCOMES.get(kind, Outcome.ERROR)
-    wait = retry_after(exc, now) if outcome is Outcome.THROTTLED else None
-    return _Failure(outcome, error_text(exc), wait)
+    status = exc.status if isinstance(exc, ApiException) else None
+    if kind is ApiFailure.DENIED and status == 403:
+        # Forbidden: RBAC or an admission policy or webhook said no to this write. (401 is
+        # our credentials: the server's problem to us, an error.)
+        outcome = Outcome.DENIED
+    wait = retry_after(exc, now)
+    if status == 503 and wait is not None:
+        outcome = Outcome.THROTTLED  # an overloaded server saying when to come back
+    return _Failure(kind, outcome, error_text(exc), wait if outcome is Outcome.THROTTLED else None)
+
+
+@dataclass(eq=False)
+class _Event:
+    """An Event waiting to be created (a throttled server may hold it a cycle or more)."""
+
+    namespace: str
+    body: dict[str, Any]
+    attempts: int = 0
+    ref: str = ""
+
+
+@dataclass
+class _Run:
+    """One apply's working state."""
+
+    now: datetime
+    may_write: Callable[[], bool]
+    results: dict[int, ActionResult] = field(default_factory=dict)
+    leading: bool = True
+    new_events: list[_Event] = field(default_factory=list)
 
 
 class KubeActuator:
-    """Writes the plan's actions to the API server in plan order, a bounded number at a
-    time (`max_parallel_writes`)."""
+    """Writes the plan's actions to the API server in plan order, as many at a time as the
+    server's answers allow (at most `max_parallel_writes`), then an Event per resize."""
 
     def __init__(
         self,
@@ -156,6 +224,7 @@ class KubeActuator:
         api_client: client.ApiClient,
         component: str = "elastic-autoscaler",
         kinds: tuple[JobKind, ...] = KINDS,
+        pacer: Pacer | None = None,
     ) -> None:
         self._settings = settings
         self._kinds = {k.resource.kind: k for k in kinds}
@@ -167,11 +236,31 @@ class KubeActuator:
         self._component = component
         self._instance = settings.identity or socket.gethostname()
         self._backoff: dict[tuple[str, str], _Backoff] = {}
+        # the server's state outlives a cycle: the window and any pause carry over
+        self.pacer = pacer or Pacer(settings.max_parallel_writes)
+        self._refusals: dict[tuple[str, str, str], Refusal] = {}
+        self._events: deque[_Event] = deque()
+        self.events_dropped = 0  # carried Events dropped (queue full or failing): ever
+        self._landed_at: float | None = None  # pacer clock of the last write that landed
+        self._down_since: float | None = None  # pacer clock of the server's first failure
+        # jobs whose failures paused every write: (pacer clock of the failure, cycle time)
+        self._suspects: dict[tuple[str, str], tuple[float, datetime]] = {}
+        # a throttled write carried over is not sent before its Retry-After (pacer clock)
+        self._not_before: dict[tuple[str, str], float] = {}
 
     def backoff_until(self, namespace: str, name: str) -> datetime | None:
-        """When the job may be written again after failures; None: not backing off."""
+        """When the job may be written again after its own failures; None: not backing off."""
         entry = self._backoff.get((namespace, name))
         return entry.until if entry else None
+
+    def refusals(self, now: datetime) -> tuple[Refusal, ...]:
+        """Resizes the cluster refused within refusal_retry_seconds: the next snapshot
+        carries them, so the plan holds those jobs (until they change) and grows the rest
+        of their queue instead. Older ones are forgotten: the job is tried once more."""
+        horizon = now - timedelta(seconds=self._settings.refusal_retry_seconds)
+        for key in [k for k, r in self._refusals.items() if r.at <= horizon]:
+            del self._refusals[key]
+        return tuple(self._refusals[k] for k in sorted(self._refusals))
 
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
@@ -180,64 +269,124 @@ class KubeActuator:
             now = now.replace(tzinfo=UTC)
         self._forget_old_backoffs(now)
         measured = {m.ref: m for m in plan.measurements}
-        if not plan.actions:
+        if not plan.actions and not self._events:
             await self._record(measured.values(), now, may_write)
-            return ApplyResult()
-        # Writes go out in plan order, up to max_parallel_writes at a time: a first cycle
-        # with hundreds of resizes must fit in one interval (serial, ~20 ms each, it did
-        # not). Leadership is checked before each write; once the server throttles us
-        # (429), the writes not yet sent wait for a later cycle instead of piling on.
-        gate = asyncio.Semaphore(self._settings.max_parallel_writes)
-        leading = True
-        throttled = ""
+            return ApplyResult(window=self.pacer.window)
+        run = _Run(now, may_write)
+        throttles = self.pacer.throttles
+        # Resizes first, in plan order (a job whose failure paused writes goes last, so the
+        # write that probes a recovering server is not the one most likely to fail
+        # again), then Events carried over, then this cycle's.
+        items: list[Item] = []
+        actions = plan.actions
+        suspects = len(actions)
+        for i, decision in enumerate(actions):
+            early = self._precheck(decision, now)
+            if early is not None:
+                run.results[i] = early
+                continue
+            key = (decision.ref.namespace, decision.ref.name)
+            order = i + suspects if key in self._suspects else i
+            m = measured.pop(decision.ref, None)
+            item = Item(order, self._patch_sender(run, i, decision, m), payload=i)
+            item.ready = self._not_before.pop(key, 0.0)
+            items.append(item)
+        carried, self._events = list(self._events), deque()
+        base = 2 * len(actions)
+        items += [
+            Item(base + k, self._event_sender(run, ev), payload=ev) for k, ev in enumerate(carried)
+        ]
+        next_order = [base + len(carried)]
 
-        async def one(decision: Decision) -> ActionResult:
-            nonlocal leading, throttled
-            async with gate:
-                if leading and not may_write():
-                    leading = False  # once lost, stay stopped for the rest of this plan
-                if throttled and leading and refusal(decision) is None:
-                    result = ActionResult(
-                        decision,
-                        Outcome.BACKOFF,
-                        f"not sent: the API server throttled this cycle ({throttled})",
-                    )
-                else:
-                    result = await self._apply_one(
-                        decision, now, may_write, leading, measured.pop(decision.ref, None)
-                    )
-                if result.outcome is Outcome.THROTTLED and not throttled:
-                    throttled = result.message
-                _log_result(result)
-                return result
+        def on_answer(item: Item, attempt: Attempt) -> list[Item]:
+            # the Events of writes that just landed (or were refused) go out behind the resizes
+            added = []
+            for ev in run.new_events:
+                added.append(Item(next_order[0], self._event_sender(run, ev), payload=ev))
+                next_order[0] += 1
+            run.new_events.clear()
+            return added
 
-        results = await asyncio.gather(*(one(d) for d in plan.actions))
-        if not throttled:
+        clock = self.pacer.clock
+        until = clock() + WRITE_BUDGET_FRACTION * self._settings.cycle_deadline_seconds
+        drained = await drain(self.pacer, items, until, on_answer)
+
+        retry_at: float | None = None
+        for item in drained.left:
+            retry_at = item.ready if retry_at is None else min(retry_at, item.ready)
+            if isinstance(item.payload, _Event):
+                self._carry(item.payload)
+                continue
+            assert isinstance(item.payload, int)
+            i = item.payload
+            ref = actions[i].ref
+            if item.ready > clock():
+                self._not_before[(ref.namespace, ref.name)] = item.ready
+            why = (
+                "the API server is failing"
+                if self.pacer.down
+                else "the API server throttled our writes"
+            )
+            run.results[i] = ActionResult(
+                actions[i],
+                Outcome.THROTTLED if item.throttled else Outcome.DEFERRED,
+                f"not written this cycle: {why}; carried to the next cycle",
+            )
+        for ev in run.new_events:  # refused or landed as the drain stopped
+            self._carry(ev)
+        retry_in: float | None = None
+        if drained.left or self._events or self.pacer.down:
+            ready_in = 0.0 if retry_at is None else max(0.0, retry_at - clock())
+            retry_in = max(self.pacer.retry_in(), ready_in)
+        results = tuple(run.results[i] for i in sorted(run.results))
+        for r in results:
+            _log_result(r)
+        if not drained.left and not self.pacer.down:
             # what was measured of jobs not resized now (a resize carries its own)
-            await self._record(measured.values(), now, lambda: leading and may_write())
-        return ApplyResult(tuple(results))
+            await self._record(measured.values(), now, lambda: run.leading and may_write())
+        return ApplyResult(
+            results,
+            retry_in=retry_in,
+            throttles=self.pacer.throttles - throttles,
+            window=self.pacer.window,
+            events_waiting=len(self._events),
+        )
 
-    async def _apply_one(
-        self,
-        decision: Decision,
-        now: datetime,
-        may_write: Callable[[], bool],
-        leading: bool,
-        measurement: Measurement | None = None,
-    ) -> ActionResult:
+    def _precheck(self, decision: Decision, now: datetime) -> ActionResult | None:
+        """An answer without a request: a planner bug, or a job backing off."""
         why = refusal(decision, self._kinds)
         if why is not None:
             return ActionResult(decision, Outcome.REFUSED, why)
-        if not leading:
-            return ActionResult(decision, Outcome.NOT_LEADER, "not the leader: not written")
-        key = (decision.ref.namespace, decision.ref.name)
-        backoff = self._backoff.get(key)
+        backoff = self._backoff.get((decision.ref.namespace, decision.ref.name))
         if backoff is not None and now < backoff.until:
             return ActionResult(
                 decision,
                 Outcome.BACKOFF,
                 f"backing off after {backoff.failures} failure(s) until {rfc3339(backoff.until)}",
             )
+        return None
+
+    def _patch_sender(
+        self, run: _Run, i: int, decision: Decision, measurement: Measurement | None
+    ) -> Callable[[], Any]:
+        async def send() -> Attempt:
+            if run.leading and not run.may_write():
+                run.leading = False  # once lost, stay stopped for the rest of this plan
+            if not run.leading:
+                run.results[i] = ActionResult(
+                    decision, Outcome.NOT_LEADER, "not the leader: not written"
+                )
+                return Attempt(Verdict.DONE)
+            return await self._send_patch(run, i, decision, measurement)
+
+        return send
+
+    async def _send_patch(
+        self, run: _Run, i: int, decision: Decision, measurement: Measurement | None
+    ) -> Attempt:
+        now, clock = run.now, self.pacer.clock
+        key = (decision.ref.namespace, decision.ref.name)
+        sent = clock()
         try:
             response = await self._patch(decision, now, measurement)
         except asyncio.CancelledError:
@@ -248,35 +397,143 @@ class KubeActuator:
                 exc, (ApiException, TimeoutError, aiohttp.ClientError)
             ):
                 log.error("scale-unexpected", namespace=key[0], name=key[1], exc_info=True)
-            message = failure.message
-            if failure.outcome in (Outcome.THROTTLED, Outcome.ERROR):
-                until = self._fail(key, now, failure.retry_after)
-                message = f"{message}; backing off until {rfc3339(until)}"
-            elif failure.outcome is Outcome.GONE:
-                self._backoff.pop(key, None)
-            return ActionResult(decision, failure.outcome, message)
+            return self._failed(run, i, decision, failure, sent)
 
+        self._landed(sent, clock())
         self._backoff.pop(key, None)
+        self._refusals.pop((*key, decision.ref.kind), None)
         message = ""
-        if not may_write():
+        if not run.may_write():
             message = "event skipped: leadership lost"
         else:
             rv = ""
             if isinstance(response, dict):
                 rv = str((response.get("metadata") or {}).get("resourceVersion") or "")
-            message = await self._event(decision, now, rv)
-        return ActionResult(decision, Outcome.APPLIED, message)
+            run.new_events.append(
+                _Event(key[0], self.event_body(decision, now, rv), ref=f"{key[0]}/{key[1]}")
+            )
+        run.results[i] = ActionResult(decision, Outcome.APPLIED, message)
+        return Attempt(Verdict.DONE, landed=True)
 
-    def _fail(self, key: tuple[str, str], now: datetime, retry_after: float | None) -> datetime:
+    def _failed(
+        self, run: _Run, i: int, decision: Decision, failure: _Failure, sent: float
+    ) -> Attempt:
+        now, clock = run.now, self.pacer.clock
+        key = (decision.ref.namespace, decision.ref.name)
+        outcome, message = failure.outcome, failure.message
+        if outcome is Outcome.THROTTLED:
+            # provisional: replaced when the retry is answered, or by THROTTLED if carried
+            run.results[i] = ActionResult(decision, outcome, message)
+            return Attempt(Verdict.THROTTLED, failure.retry_after)
+        if outcome is Outcome.DENIED:
+            self._refuse(run, decision, message)
+            run.results[i] = ActionResult(
+                decision, outcome, f"{message}; the job holds until it changes"
+            )
+            return Attempt(Verdict.DONE)
+        if outcome is not Outcome.ERROR:  # conflict, gone: the next plan reads afresh
+            if outcome is Outcome.GONE:
+                self._backoff.pop(key, None)
+            run.results[i] = ActionResult(decision, outcome, message)
+            return Attempt(Verdict.DONE)
+        if self._landed_at is not None and self._landed_at >= sent - SERVER_UP_RECENT_SECONDS:
+            # the server wrote others meanwhile: this job's own failure (a webhook, say)
+            until = self._fail(key, now, clock())
+            run.results[i] = ActionResult(
+                decision, outcome, f"{message}; backing off until {rfc3339(until)}"
+            )
+            return Attempt(Verdict.DONE)
+        # nothing lands: the server's failure. Every write pauses; no per-job back-off
+        # (it would outlive the outage); the first write to land again ends the pause.
+        failed = clock()
+        if self._down_since is None:
+            self._down_since = failed
+        self._suspects[key] = (failed, now)
+        run.results[i] = ActionResult(
+            decision, outcome, f"{message}; writes paused (the server may be failing)"
+        )
+        return Attempt(Verdict.UNAVAILABLE)
+
+    def _landed(self, sent: float, at: float) -> None:
+        """A write sent at `sent` landed at `at` (pacer clock)."""
+        if self._down_since is not None:
+            # The server writes again. Back-offs earned since the last write that landed
+            # before its failure were the outage's, not the jobs': gone. A job that
+            # failed while this write was being answered failed on its own: it backs off.
+            horizon = self._landed_at if self._landed_at is not None else float("-inf")
+            for key in [k for k, b in self._backoff.items() if b.at > horizon]:
+                del self._backoff[key]
+            for key, (failed, when) in self._suspects.items():
+                if failed >= sent:
+                    self._fail(key, when, failed)
+            self._suspects.clear()
+            self._down_since = None
+        self._landed_at = at
+
+    def _refuse(self, run: _Run, decision: Decision, message: str) -> None:
+        """Remember the refusal (the planner holds the job) and say so on the job, once."""
+        ref = decision.ref
+        self._refusals[(ref.namespace, ref.name, ref.kind)] = Refusal(
+            ref, decision.resource_version, message, run.now
+        )
+        if not run.may_write():
+            return
+        kind = self._kinds[ref.kind]
+        group = kind.workers_name(decision.workers_at)
+        window = self._settings.refusal_retry_seconds
+        body = self.event_body(decision, run.now, decision.resource_version)
+        body.update(
+            reason=Reason.WRITE_REFUSED.value,
+            type="Warning",
+            message=(
+                f"{group} replicas {decision.current} -> {decision.target} "
+                f"({decision.reason.value}) refused by the API server: {message}. Not asked "
+                f"again until the job changes or for {window:.0f}s; its share of the queue "
+                "goes to other jobs"
+            )[:EVENT_MESSAGE_MAX],
+        )
+        run.new_events.append(_Event(ref.namespace, body, ref=f"{ref.namespace}/{ref.name}"))
+
+    def _event_sender(self, run: _Run, ev: _Event) -> Callable[[], Any]:
+        async def send() -> Attempt:
+            if not run.may_write():
+                return Attempt(Verdict.DONE)  # a follower records nothing
+            ev.attempts += 1
+            try:
+                await self._core.create_namespaced_event(
+                    ev.namespace,
+                    ev.body,
+                    _request_timeout=self._settings.kube_request_timeout_seconds,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failure = _classify(exc, run.now)
+                if failure.outcome is Outcome.THROTTLED:
+                    return Attempt(Verdict.THROTTLED, failure.retry_after)
+                if failure.outcome is Outcome.ERROR and ev.attempts < EVENT_ATTEMPTS_MAX:
+                    self._carry(ev)  # the server's trouble: try again next cycle
+                else:
+                    self.events_dropped += 1
+                log.warning("event-failed", job=ev.ref, error=failure.message)
+                return Attempt(Verdict.DONE)
+            return Attempt(Verdict.DONE, landed=True)
+
+        return send
+
+    def _carry(self, ev: _Event) -> None:
+        if len(self._events) >= EVENTS_CARRIED_MAX:
+            dropped = self._events.popleft()
+            self.events_dropped += 1
+            log.warning("event-dropped", job=dropped.ref, reason="too many Events waiting")
+        self._events.append(ev)
+
+    def _fail(self, key: tuple[str, str], now: datetime, at: float) -> datetime:
         previous = self._backoff.get(key)
         failures = (previous.failures if previous else 0) + 1
-        if retry_after is not None:
-            # the server said when; still never hammer it, never wait past our maximum
-            delay = min(max(retry_after, 1.0), BACKOFF_MAX_SECONDS)
-        else:
-            delay = min(BACKOFF_INITIAL_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
+        delay = min(BACKOFF_INITIAL_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
         until = now + timedelta(seconds=delay)
-        self._backoff[key] = _Backoff(failures, until)
+        self._backoff[key] = _Backoff(failures, until, at)
         return until
 
     def _forget_old_backoffs(self, now: datetime) -> None:
@@ -404,27 +661,6 @@ class KubeActuator:
             "lastTimestamp": stamp,
             "count": 1,
         }
-
-    async def _event(self, decision: Decision, now: datetime, resource_version: str) -> str:
-        """Record the change on the job. A failure here never fails the action."""
-        try:
-            await self._core.create_namespaced_event(
-                decision.ref.namespace,
-                self.event_body(decision, now, resource_version),
-                _request_timeout=self._settings.kube_request_timeout_seconds,
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            failure = _classify(exc, now)
-            log.warning(
-                "event-failed",
-                namespace=decision.ref.namespace,
-                name=decision.ref.name,
-                error=failure.message,
-            )
-            return f"event not recorded: {failure.message}"
-        return ""
 
 
 class DryRunActuator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -22,11 +23,13 @@ import structlog
 
 from .actuator import Actuator, ApplyResult, Outcome
 from .metrics import Metrics
-from .model import ClusterSnapshot, Plan, Reason
+from .model import ClusterSnapshot, Plan, Reason, Refusal
 from .planner import plan as make_plan
 from .settings import Settings
 
 log = structlog.get_logger("autoscaler.loop")
+
+RETRY_MIN_SECONDS = 0.5  # the soonest a cycle follows one that left writes over
 
 
 def _enabled(logger: Any, level: int) -> bool:
@@ -46,9 +49,12 @@ class CycleStatus(StrEnum):
     """How a cycle ended: the `result` label of elastic_autoscaler_cycles_total, the log
     line and readiness all use it."""
 
-    OK = "ok"  # planned and every write that was tried landed (or was a normal 409/404)
+    OK = "ok"  # planned and every write that was tried was answered (landed, 409, 404,
+    # or refused by the cluster: a fact the next plan holds on, not a failure)
     HOLD = "hold"  # the whole snapshot held (sources unusable): nothing planned
-    WRITE_FAILED = "write_failed"  # planned, but writes failed (5xx, 429, refused)
+    THROTTLED = "throttled"  # writes landed while the server throttled; the rest carried
+    WRITE_FAILED = "write_failed"  # planned, but writes failed (5xx, timeouts, or
+    # throttled without any landing)
     ERROR = "error"  # the cycle raised: a bug, logged with its stack
     TIMEOUT = "timeout"  # the cycle ran past cycle_deadline_seconds
     FOLLOWER = "follower"  # not the leader: caches kept warm, nothing planned
@@ -56,7 +62,7 @@ class CycleStatus(StrEnum):
     @property
     def good(self) -> bool:
         """Counts as a successful cycle for /readyz and last_success."""
-        return self in (CycleStatus.OK, CycleStatus.HOLD)
+        return self in (CycleStatus.OK, CycleStatus.HOLD, CycleStatus.THROTTLED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,11 @@ class Controller:
         self.log = log if logger is None else logger
         self.health = Health(started=clock())
         self._last_logged: dict[Any, tuple[Reason, int | None]] = {}
+        # what the cluster refused, as the actuator remembers it (none for a dry run):
+        # an input of the next plan, so a refused job stops holding its queue's share
+        self.refusals: Callable[[datetime], tuple[Refusal, ...]] = getattr(
+            actuator, "refusals", lambda now: ()
+        )
 
     async def run_once(self, now: datetime) -> CycleResult:
         """Read, plan, apply, record. Never raises except CancelledError."""
@@ -112,6 +123,9 @@ class Controller:
         try:
             async with asyncio.timeout(self.settings.cycle_deadline_seconds):
                 snapshot = await self.source.read(now)
+                refused = self.refusals(now)
+                if refused:
+                    snapshot = dataclasses.replace(snapshot, refusals=refused)
                 plan = make_plan(snapshot, self.policy, now)
                 self._log_decisions(plan)
                 self.metrics.record_plan(plan)
@@ -121,6 +135,8 @@ class Controller:
                 result = CycleStatus.HOLD
             elif not applied.ok:
                 result = CycleStatus.WRITE_FAILED
+            elif applied.carried:
+                result = CycleStatus.THROTTLED
             else:
                 result = CycleStatus.OK
             outcome = CycleResult(result, self.clock() - start, plan, applied, snapshot.message)
@@ -206,6 +222,10 @@ class Controller:
         self._last_logged = seen
 
     def _record_applied(self, applied: ApplyResult) -> None:
+        self.metrics.write_throttles.inc(applied.throttles)
+        if applied.window is not None:
+            self.metrics.write_window.set(applied.window)
+        self.metrics.events_waiting.set(applied.events_waiting)
         for r in applied.results:
             self.metrics.writes.labels(r.outcome.value).inc()
             if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
@@ -258,15 +278,21 @@ class Driver:
             started = clock()
             self._wake.clear()
             now = self.wall()
+            retry_in: float | None = None
             if self.is_leader():
-                await self.controller.run_once(now)
+                outcome = await self.controller.run_once(now)
+                if outcome.applied is not None:
+                    retry_in = outcome.applied.retry_in
             else:
                 self.controller.follower_cycle(now)
             self.cycles += 1
+            wait = next_start(started, clock(), s, triggered=False)
+            if retry_in is not None:
+                # writes left over (a throttling or failing server): the next cycle comes
+                # as soon as the server lets them go, not an interval later
+                wait = min(wait, max(retry_in, RETRY_MIN_SECONDS))
             # wait for the interval or a trigger, then hold a trigger back to min_interval
-            triggered = await self._wait(
-                next_start(started, clock(), s, triggered=False), self._wake
-            )
+            triggered = await self._wait(wait, self._wake)
             if triggered and not self._stopping.is_set():
                 await self._wait(next_start(started, clock(), s, triggered=True), self._stopping)
 

@@ -29,7 +29,8 @@ class Metrics:
         )
         self.cycles = Counter(
             f"{PREFIX}_cycles",
-            "Planning cycles by result (ok, hold, error, timeout).",
+            "Planning cycles by result (ok, hold, throttled, write_failed, error, timeout, "
+            "follower).",
             ["result"],
             registry=r,
         )
@@ -41,9 +42,35 @@ class Metrics:
         )
         self.writes = Counter(
             f"{PREFIX}_writes",
-            "Write calls to the API server by result "
-            "(applied, conflict, gone, throttled, error, backoff, not_leader, dry_run).",
+            "Resizes by result: applied, conflict, gone, denied (refused by the cluster: "
+            "admission, validation, RBAC), throttled and deferred (carried to the next "
+            "cycle), error (5xx, timeout, unreachable), backoff, not_leader, dry_run, "
+            "refused (a planner bug caught before writing).",
             ["result"],
+            registry=r,
+        )
+        self.write_throttles = Counter(
+            f"{PREFIX}_write_throttles",
+            "429 (or 503 with Retry-After) answers to our writes; each write is sent again "
+            "after its Retry-After.",
+            registry=r,
+        )
+        self.write_window = Gauge(
+            f"{PREFIX}_write_window",
+            "Writes allowed in flight at once: halves on throttling, grows back as writes "
+            "land, at most max_parallel_writes.",
+            registry=r,
+        )
+        self.events_waiting = Gauge(
+            f"{PREFIX}_events_waiting",
+            "Kubernetes Events carried to the next cycle (the server throttled or failed).",
+            registry=r,
+        )
+        self.kind_installed = Gauge(
+            f"{PREFIX}_job_kind_installed",
+            "1 when the API server serves the job kind (its CRD is installed), 0 when not; "
+            "a kind not installed is checked again every few seconds.",
+            ["kind"],
             registry=r,
         )
         # Per-plan gauges (one series per job, queue and reason) come from the last plan

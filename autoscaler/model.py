@@ -39,9 +39,11 @@ class Reason(StrEnum):
     METRICS_STALE = "HoldMetricsStale"
     METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     QUEUE_CLOSED = "HoldQueueClosed"
+    QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
     QUEUE_CAPACITY = "HoldQueueCapacity"
     NO_NODE_FITS = "HoldNoNodeFits"
     CLOCK_SKEW = "HoldClockSkew"
+    WRITE_REFUSED = "HoldRefused"  # the cluster refused its last resize (admission, 4xx)
 
     # jobs we do not manage, each with its own reason
     INVALID_POLICY = "InvalidPolicy"
@@ -287,6 +289,24 @@ class QueueState:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """The cluster refused a resize of this job (an admission policy or webhook, validation,
+    RBAC): a fact about the job, not a failure to retry. The job holds while it is still
+    at `resource_version` (the version the refused write was pinned to); the daemon
+    forgets a refusal after a retry window, so a policy that changes is noticed."""
+
+    ref: ObjectRef
+    resource_version: str
+    message: str  # what the API server said, e.g. which policy denied it and why
+    at: datetime
+
+    def applies_to(self, job: ElasticJob) -> bool:
+        r, j = self.ref, job.ref
+        same = (r.namespace, r.name, r.kind) == (j.namespace, j.name, j.kind)
+        return same and (not self.resource_version or self.resource_version == job.resource_version)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """Everything one planning cycle knows, read once at the edge."""
 
@@ -301,6 +321,8 @@ class ClusterSnapshot:
     # Volcano's plugin, the queues' inputs and the nodes: headroom is computed from these;
     # None: each queue's free_gpus is taken as given
     volcano: VolcanoView | None = None
+    # resizes the cluster refused, as the actuator remembers them: those jobs hold
+    refusals: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

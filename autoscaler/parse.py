@@ -700,11 +700,18 @@ def build_snapshot(
     message: str = "",
     cache: ParseCache | None = None,
     plugin: Plugin | None = None,
+    queues_listed: bool = False,
 ) -> ClusterSnapshot:
     """Parse everything once. `free` holds what the free-GPU source said per queue; a queue
     that jobs or gangs use but `free` lacks is unknown (held), never zero. A `cache`
     (the daemon keeps one; settings must not change between cycles) reuses what was
-    parsed for objects whose resourceVersion did not change."""
+    parsed for objects whose resourceVersion did not change.
+
+    `queues_listed`: `raw.queues` is every Queue of the cluster (a synced watch cache),
+    so a queue named by a job or gang but absent there was deleted (or never made) and
+    holds (HoldQueueMissing), whatever Prometheus still serves for it. Not set for a
+    snapshot file (it may list no Queue at all), and no Queue at all means no Volcano
+    queues to check against: Volcano itself always keeps its `default` queue."""
 
     priorities = Priorities.parse(raw.priorityclasses)
     queue_states = parse_queue_states(raw.queues)
@@ -769,6 +776,13 @@ def build_snapshot(
         qstate = queue_states.get(name)
         if qstate is not None and qstate != state.state:
             state = replace(state, state=qstate)
+        if qstate is None and queues_listed and queue_states:
+            state = replace(
+                state,
+                problem=Reason.QUEUE_MISSING,
+                message=f"queue {name}: no Queue object of that name (deleted, or never "
+                "created); Volcano schedules nothing of it, whatever its metrics say",
+            )
         capacity = capacities.get(name)
         if capacity != state.capacity_gpus:
             state = replace(state, capacity_gpus=capacity)

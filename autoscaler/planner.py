@@ -5,7 +5,8 @@ plan, in the same order. Every job and every waiting gang gets a decision with a
 The rules are docs/design.md "Planner rules"; the numbers below refer to them.
 
 Per queue, in order:
-  hold    missing/bad data or a closed queue: nothing in the queue changes (rule 9)
+  hold    missing/bad data, a closed or missing queue: nothing in the queue changes (rule 9);
+          a job whose last resize the cluster refused holds alone (its share goes on)
   trim    workers still unplaced long after our resize are given back (rule 5)
   gangs   waiting PodGroups one at a time by priority then age; each fits in what is free
           (plus GPUs being released) or gets elastic workers reclaimed, only if that makes
@@ -527,6 +528,7 @@ class _QueuePlanner:
             )
 
         own_waiting = self._own_waiting()
+        refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in self.snapshot.refusals}
         inflight = releasing = 0
         for w in self.work:
             j = w.job
@@ -550,6 +552,16 @@ class _QueuePlanner:
                     Reason.CLOCK_SKEW,
                     f"last-scale-time {j.last_scale_time} is in the future; fix the "
                     "annotation or the clock",
+                )
+            elif refusals and (r := refusals.get(w.skey)) is not None and r.applies_to(j):
+                # The cluster said no to this job's last resize: asking again each cycle
+                # would keep its share from the rest of the queue (locked: neither grown
+                # nor a victim, since a shrink would be refused alike).
+                self._settle(
+                    w,
+                    j.replicas,
+                    Reason.WRITE_REFUSED,
+                    f"its resize was refused at {r.at:%Y-%m-%dT%H:%M:%SZ}: {r.message}",
                 )
         inflight += sum(
             u.inflight_gpus for u in self.unmanaged if not _waits_for_own_gang(u.ref, own_waiting)
@@ -748,6 +760,7 @@ class _QueuePlanner:
             if w.target > w.job.min_replicas
             and (w.since is None or w.since >= cool)
             and w.reason is not Reason.CLOCK_SKEW
+            and w.reason is not Reason.WRITE_REFUSED
             and w.reason is not Reason.OWN_GANG_WAITING
         ]
 

@@ -304,8 +304,19 @@ class Settings(BaseSettings):
         8,
         ge=1,
         le=64,
-        description="Job patches (with their Events) in flight at once; a "
-        "429 from the API server stops the rest of that cycle's writes.",
+        description="The most job patches and Events in flight at once. The number "
+        "really in flight adapts to the API server: it halves on a 429 (or 503 with "
+        "Retry-After) and grows back as writes land; a throttled write is sent again "
+        "after its Retry-After, and what does not fit in the cycle goes in an early next "
+        "cycle.",
+    )
+    refusal_retry_seconds: float = Field(
+        600,
+        gt=0,
+        description="A job whose resize the cluster refused (an admission policy or "
+        "webhook, validation, RBAC: 403/422) holds (HoldRefused) and its share goes to the "
+        "rest of its queue, until the job changes or this long has passed; then it is "
+        "asked once more.",
     )
     kube_list_page_size: int = Field(
         100,

@@ -18,6 +18,7 @@ from autoscaler.actuator import (
     refusal,
 )
 from autoscaler.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.pacing import Pacer
 from autoscaler.resources import rfc3339
 from autoscaler.settings import Settings
 
@@ -215,27 +216,37 @@ async def test_deleted_job_is_gone(kube: FakeKubeApi, actuator: KubeActuator) ->
     assert actuator.backoff_until(NS, "a") is None
 
 
-async def test_throttled_job_backs_off_honouring_retry_after(
-    kube: FakeKubeApi, actuator: KubeActuator
+async def test_a_throttled_write_past_the_budget_is_carried_and_waits_its_retry_after(
+    kube: FakeKubeApi, api_client: ApiClient
 ) -> None:
+    """Retry-After 100 s does not fit this cycle's write budget (half its deadline): the
+    write is carried, the loop is told when to come back, and no cycle before that sends
+    it again (the pacer's clock is injected: no waiting here)."""
+    t = [1000.0]
+    actuator = KubeActuator(settings(), api_client, pacer=Pacer(8, clock=lambda: t[0]))
     stored = kube.put(job("a"))
-    kube.fail_next("PATCH", r"/pytorchjobs/a$", 429, retry_after=30)
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 429, retry_after=100)
 
     first = await actuator.apply(plan(decide(stored, 4)), NOW)
     assert outcomes(first) == [Outcome.THROTTLED]
-    assert not first.ok
-    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=30)
+    assert not first.ok  # throttled with nothing landed: no progress
+    assert first.retry_in == 100 and first.throttles == 1
+    assert first.window == 4  # halved
+    assert actuator.backoff_until(NS, "a") is None  # the server's state, not the job's
 
     kube.reset_requests()
-    within = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=29))
-    assert outcomes(within) == [Outcome.BACKOFF]
+    t[0] += 50
+    within = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=50))
+    assert outcomes(within) == [Outcome.DEFERRED]
+    assert within.retry_in == 50
     assert kube.requests == []
     assert replicas(kube, "a") == 2
 
-    after = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=30))
+    t[0] += 50
+    after = await actuator.apply(plan(decide(stored, 4)), NOW + timedelta(seconds=100))
     assert outcomes(after) == [Outcome.APPLIED]
+    assert after.retry_in is None
     assert replicas(kube, "a") == 4
-    assert actuator.backoff_until(NS, "a") is None  # success clears the backoff
 
 
 async def test_server_error_backs_off_one_job_while_others_proceed(
@@ -248,6 +259,7 @@ async def test_server_error_backs_off_one_job_while_others_proceed(
     assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
     assert "500" in result.results[0].message
     assert (replicas(kube, "a"), replicas(kube, "b")) == (2, 3)
+    # b landed while a failed: the server works, a's failure is its own
     assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=10)
 
     # within the backoff: no request for a
@@ -257,7 +269,7 @@ async def test_server_error_backs_off_one_job_while_others_proceed(
     assert outcomes(held) == [Outcome.BACKOFF]
     assert kube.requests == []
 
-    # the second consecutive failure doubles the wait
+    # the second consecutive failure (b landed just before) doubles the wait
     t2 = NOW + timedelta(seconds=10)
     second = await actuator.apply(plan(decide(a, 4)), t2)
     assert outcomes(second) == [Outcome.ERROR]
@@ -270,18 +282,54 @@ async def test_server_error_backs_off_one_job_while_others_proceed(
 
 
 async def test_backoff_is_capped(kube: FakeKubeApi, actuator: KubeActuator) -> None:
-    stored = kube.put(job("a"))
-    kube.fail_next("PATCH", r"/pytorchjobs/a$", 503, times=10)
+    """A job whose writes fail while another's land (its own trouble, e.g. a webhook)."""
+    stored, other = kube.put(job("a")), kube.put(job("b"))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 500, times=10)
     now = NOW
     waits = []
-    for _ in range(7):
-        result = await actuator.apply(plan(decide(stored, 4)), now)
-        assert outcomes(result) == [Outcome.ERROR]
+    for step in range(7):
+        b = decide(other, 3 + step % 2, rv="")  # lands every time
+        result = await actuator.apply(plan(decide(stored, 4), b), now)
+        assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
         until = actuator.backoff_until(NS, "a")
         assert until is not None
         waits.append((until - now).total_seconds())
         now = until
     assert waits == [10, 20, 40, 80, 160, 300, 300]
+
+
+async def test_a_failing_server_pauses_every_write_and_no_job_backs_off(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
+    """Every write fails and none lands: the server's failure. All writes pause (1 s
+    doubling, capped), one probe goes when a pause ends, and when the server writes again
+    no job is left backing off from the outage."""
+    t = [1000.0]
+    actuator = KubeActuator(settings(), api_client, pacer=Pacer(8, clock=lambda: t[0]))
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    kube.fail_next("PATCH", r"/pytorchjobs/", 503, times=7)
+    first = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(first) == [Outcome.ERROR, Outcome.ERROR]  # both were in flight
+    assert first.retry_in == 1
+    t[0] += 1
+    pauses = []
+    for _ in range(5):
+        kube.reset_requests()
+        result = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+        assert sorted(outcomes(result)) == sorted([Outcome.ERROR, Outcome.DEFERRED])
+        assert kube.count(verb="patch") == 1  # one probe at a time, nothing piled on
+        assert result.retry_in is not None
+        pauses.append(result.retry_in)
+        assert actuator.backoff_until(NS, "a") is None
+        assert actuator.backoff_until(NS, "b") is None
+        # paused: the next cycle before it ends sends nothing
+        early = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+        assert outcomes(early) == [Outcome.DEFERRED] * 2 and kube.count(verb="patch") == 1
+        t[0] += result.retry_in
+    assert pauses == [2, 4, 8, 16, 30]
+    back = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(back) == [Outcome.APPLIED, Outcome.APPLIED]
+    assert (replicas(kube, "a"), replicas(kube, "b")) == (4, 3)
 
 
 async def test_timeout_is_an_error_and_the_plan_goes_on(
@@ -390,9 +438,13 @@ async def test_event_failure_does_not_fail_the_action(
     kube.fail_next("POST", r"/events$", 500)
     result = await actuator.apply(plan(decide(a, 4)), NOW)
     assert outcomes(result) == [Outcome.APPLIED]
-    assert "event not recorded" in result.results[0].message
     assert replicas(kube, "a") == 4
     assert actuator.backoff_until(NS, "a") is None
+    assert result.events_waiting == 1  # the server failed it: carried, not lost
+    assert kube.objects("events", NS) == []
+    later = await actuator.apply(plan(), NOW)  # no resize: the Event still goes
+    assert later.events_waiting == 0
+    assert [e["reason"] for e in kube.objects("events", NS)] == ["ScaleUpIdleGpus"]
 
 
 async def test_cancellation_propagates(kube: FakeKubeApi, actuator: KubeActuator) -> None:
@@ -445,13 +497,18 @@ async def test_writes_go_out_in_parallel_up_to_the_bound(
     assert kube.max_delayed == 4  # serial would be 1, unbounded 12
 
 
-async def test_a_429_stops_the_rest_of_the_cycles_writes(
+async def test_a_429_halves_the_window_and_the_write_goes_again_in_order(
     kube: FakeKubeApi, api_client: ApiClient
 ) -> None:
+    """A 429 does not stop the drain: the throttled write goes again after Retry-After
+    (1 s here, kube-apiserver's own), the others go on meanwhile, all land this cycle."""
     stored = [kube.put(job(f"j{i}")) for i in range(6)]
-    kube.fail_next("PATCH", r"/pytorchjobs/j0$", 429, retry_after=5)
-    actuator = KubeActuator(settings(max_parallel_writes=1), api_client)
+    kube.fail_next("PATCH", r"/pytorchjobs/j0$", 429, retry_after=1)
+    actuator = KubeActuator(settings(max_parallel_writes=4), api_client)
     result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
-    assert outcomes(result) == [Outcome.THROTTLED] + [Outcome.BACKOFF] * 5
-    assert "throttled this cycle" in result.results[1].message
-    assert kube.count(method="PATCH", plural="pytorchjobs") == 1  # nothing piled on
+    assert outcomes(result) == [Outcome.APPLIED] * 6
+    assert result.ok and result.retry_in is None and result.throttles == 1
+    assert result.window is not None and 2 <= result.window < 4
+    patched = [r.name for r in kube.requests if r.verb == "patch"]
+    assert patched.count("j0") == 2 and patched[-1] == "j0"  # after its Retry-After
+    assert [replicas(kube, f"j{i}") for i in range(6)] == [4] * 6

@@ -512,37 +512,48 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
 @pytest.mark.parametrize(
     ("status", "retry_after", "outcome", "blocked_until"),
     [
-        (429, 30, Outcome.THROTTLED, 30),  # the server's Retry-After
-        (500, 1, Outcome.ERROR, 10),  # our own backoff: 10 s after the first failure
-        (503, 1, Outcome.ERROR, 10),
+        (429, 30, Outcome.THROTTLED, 30),  # the server's Retry-After, past the write budget
+        (500, 1, Outcome.ERROR, 1),  # nothing landed: the server's failure, a 1 s pause
+        (503, 1, Outcome.ERROR, 1),  # (the fake sends Retry-After with 429 only)
     ],
     ids=["429", "500", "503"],
 )
-async def test_api_throttled_or_failing_backs_off_then_applies(
+async def test_api_throttled_or_failing_waits_then_applies(
     api, status, retry_after, outcome, blocked_until
 ):
     one_job(api)
     async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
+        clock = [1000.0]
+        d.controller.actuator.pacer.clock = lambda: clock[0]  # the pacer's time, injected
         api.fail_next("PATCH", r"/pytorchjobs/j$", status, retry_after=retry_after)
         with capture_logs() as logs:
             first = await d.controller.run_once(NOW)
         assert [r.outcome for r in first.applied.results] == [outcome]
+        assert first.result == "write_failed"  # nothing landed
+        assert first.applied.retry_in == blocked_until  # the driver's early cycle
         assert replicas(api, "j") == 2
         assert patches(api) == 1
-        warn = [e for e in logs if e.get("event") == "scale"]
-        assert warn[0]["log_level"] == "warning" and f"HTTP {status}" in warn[0]["message"]
-        assert "backing off until" in warn[0]["message"]
-        # within the backoff: the plan still wants it, but no request is made
-        held = await d.controller.run_once(NOW + timedelta(seconds=blocked_until - 1))
-        assert [r.outcome for r in held.applied.results] == [Outcome.BACKOFF]
+        if outcome is Outcome.ERROR:
+            warn = [e for e in logs if e.get("event") == "scale"]
+            assert warn[0]["log_level"] == "warning" and f"HTTP {status}" in warn[0]["message"]
+        # before the server's time (and further than this cycle's write budget, 10 s,
+        # would wait for it): the plan still wants it, but no request is made
+        early = blocked_until / 2
+        clock[0] += early
+        held = await d.controller.run_once(NOW + timedelta(seconds=early))
+        assert [r.outcome for r in held.applied.results] == [Outcome.DEFERRED]
         assert patches(api) == 1
-        done = await d.controller.run_once(NOW + timedelta(seconds=blocked_until + 1))
+        clock[0] += blocked_until - early
+        done = await d.controller.run_once(NOW + timedelta(seconds=blocked_until))
         assert [r.outcome for r in done.applied.results] == [Outcome.APPLIED]
+        assert done.result == "ok"
         assert replicas(api, "j") == 4 and patches(api) == 2
         text = metrics_text(d)
         assert counter(text, "elastic_autoscaler_writes_total", result=outcome.value) == 1
-        assert counter(text, "elastic_autoscaler_writes_total", result="backoff") == 1
+        assert counter(text, "elastic_autoscaler_writes_total", result="deferred") == 1
         assert counter(text, "elastic_autoscaler_writes_total", result="applied") == 1
+        throttles = counter(text, "elastic_autoscaler_write_throttles_total")
+        assert throttles == (1 if status == 429 else 0)
         assert_bounds(api)
 
 
@@ -556,12 +567,15 @@ async def test_api_request_timeout_on_patch_backs_off_and_never_doubles(api):
         settings = settings_for(prom.url, kube_request_timeout_seconds=0.3)
         async with Daemon(api, settings) as d:
             api.fail_next("PATCH", r"/pytorchjobs/j$", 0, delay=1.0)
+            clock = [1000.0]
+            d.controller.actuator.pacer.clock = lambda: clock[0]  # the pacer's time
             first = await d.controller.run_once(NOW)
             assert [(r.outcome, r.message.split(";")[0]) for r in first.applied.results] == [
                 (Outcome.ERROR, "request timed out")
             ]
             assert first.result == "write_failed"  # counted and seen, never called ok
             for seconds in (5, 11, 60):
+                clock[0] = 1000.0 + seconds
                 await d.controller.run_once(NOW + timedelta(seconds=seconds))
             assert replicas(api, "j") == 4
             assert_bounds(api)
@@ -1111,8 +1125,9 @@ async def test_kube_token_echoed_by_the_server_is_not_logged():
                 api.close_watches("pytorchjobs")
                 result = await d.controller.run_once(NOW)
                 await eventually(lambda: any(e.get("event") == "kube.cache_error" for e in logs))
-            assert [r.outcome for r in result.applied.results] == [Outcome.ERROR]
+            assert [r.outcome for r in result.applied.results] == [Outcome.DENIED]
             assert "HTTP 403" in result.applied.results[0].message
             leaked = [e for e in logs if token in repr(e)]
             assert leaked == []
             assert token not in metrics_text(d)
+            assert token not in repr(api.objects("events", "ml"))  # the refusal's Event

@@ -44,7 +44,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     0: ("model", "policy", "resources", "errors", "redact"),  # vocabulary, no logic
     1: ("headroom", "settings", "fields", "shapes"),  # what Volcano binds; settings; readers
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
-    3: ("parse", "render", "kubeapi", "metrics", "logs"),  # reading and telling
+    3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
     4: ("sources", "actuator", "leader", "server", "snapshot_file"),  # the edges
     5: ("loop",),  # one cycle and its driver
     6: ("daemon", "sim"),  # assembly: the daemon, the simulator

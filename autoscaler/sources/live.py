@@ -73,6 +73,8 @@ class LiveSource:
             message=message,
             cache=self.parsed,
             plugin=reading.plugin,
+            # a synced Queue cache knows every Queue: a name it lacks is missing, not unknown
+            queues_listed=objects.synced,
         )
 
     def _note_plugin(self, plugin: Plugin | None) -> None:

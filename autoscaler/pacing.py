@@ -1,0 +1,223 @@
+"""How fast our writes go out: an AIMD window over the API server's answers, and a drain
+that sends queued writes in order under it.
+
+The API server tells a client it is sending too much with 429 (its max-inflight limit
+or API Priority and Fairness) or 503 with a Retry-After. A fixed number of writes in
+flight either wastes the server's seats or piles on 429s; stopping at the first 429
+starved a throttled drain (65 of 300 resizes in 100 s under one mutating seat). So,
+like TCP congestion control:
+
+- the window (writes in flight) grows by one per window's worth of answered writes
+  (additive increase, slowed by GROWTH_DAMPING) up to `max_parallel_writes`;
+- a throttle halves it, once per window (multiplicative decrease): the writes already
+  in flight when it shrank were sent under the old window and say nothing new;
+- a throttled write is sent again after its Retry-After, in order with the rest; only
+  a throttle at a window of one (nothing left to shrink) pauses every write;
+- a failure that is the server's (5xx, timeout, unreachable) pauses every write, from
+  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again.
+
+Pure asyncio and a clock: no Kubernetes here. The actuator says what an answer means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+GROWTH_DAMPING = 4.0  # answered windows per +1: a one-seat server sees a 429 per ~5 writes
+DEFAULT_RETRY_AFTER_SECONDS = 1.0  # a 429 without Retry-After (kube-apiserver sends 1)
+SERVER_PAUSE_MAX_SECONDS = 30.0
+
+
+class Verdict(Enum):
+    DONE = "done"  # answered (landed, or a final answer such as 404/409/422): not resent
+    THROTTLED = "throttled"  # 429/503: send again after retry_after
+    UNAVAILABLE = "unavailable"  # the server failed: stop sending until it is back
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    verdict: Verdict
+    retry_after: float | None = None  # THROTTLED: what the server asked
+    landed: bool = False  # DONE and written (2xx)
+
+
+@dataclass(eq=False)
+class Item:
+    """One write waiting to go out; `order` is its place (plan order first)."""
+
+    order: int
+    send: Callable[[], Awaitable[Attempt]]
+    ready: float = 0.0  # clock time before which it is not sent (a Retry-After)
+    throttled: int = 0  # times the server throttled it
+    payload: object = None  # for the caller: what this item is
+    _seq: int = field(default_factory=itertools.count().__next__)
+
+
+class Pacer:
+    """The window and the pauses, kept across cycles (the server's state outlives one)."""
+
+    def __init__(self, ceiling: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ceiling = max(1, ceiling)
+        self.window = float(self.ceiling)
+        self.clock = clock
+        self.paused_until = 0.0  # no write is sent before this (clock time)
+        self.down = False  # the pause is the server's failure, not a throttle
+        self._epoch = 0  # bumped at every decrease: a write's ticket is the epoch it saw
+        self._failures = 0  # server failures since the last write that landed
+        self.throttles = 0  # 429/503 answers, ever (metrics read the difference)
+
+    @property
+    def slots(self) -> int:
+        return max(1, int(self.window))
+
+    def ticket(self) -> int:
+        return self._epoch
+
+    def answered(self, landed: bool) -> None:
+        """The server answered a write (landed or a final refusal): it is up and not
+        throttling us, so the window may grow."""
+        self.window = min(float(self.ceiling), self.window + 1.0 / (self.window * GROWTH_DAMPING))
+        if landed:
+            self._failures = 0
+            if self.down:
+                self.down, self.paused_until = False, 0.0
+
+    def throttled(self, ticket: int, retry_after: float | None) -> float:
+        """A 429/503; returns when that write may go again (clock time)."""
+        self.throttles += 1
+        wait = max(retry_after if retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS, 0.0)
+        now = self.clock()
+        if ticket == self._epoch:  # first news of this window: shrink once
+            if self.window <= 1.0:
+                # nothing left to shrink: the server wants less than one write at a time
+                self.paused_until = max(self.paused_until, now + wait)
+            self.window = max(1.0, self.window / 2)
+            self._epoch += 1
+        return now + wait
+
+    def unavailable(self, ticket: int) -> float:
+        """The server failed a write sent with `ticket`; returns the pause in seconds
+        (writes that were in flight together fail together: one doubling per window)."""
+        if ticket != self._epoch:
+            return self.retry_in()
+        self._failures += 1
+        pause = min(2.0 ** (self._failures - 1), SERVER_PAUSE_MAX_SECONDS)
+        self.window = 1.0  # probe with one write when the pause ends
+        self._epoch += 1
+        self.down = True
+        self.paused_until = max(self.paused_until, self.clock() + pause)
+        return pause
+
+    def retry_in(self) -> float:
+        """Seconds until writes may go again (0: now)."""
+        return max(0.0, self.paused_until - self.clock())
+
+
+@dataclass
+class Drained:
+    done: list[tuple[Item, Attempt]]  # in the order they were answered
+    left: list[Item]  # not sent (or throttled and not sent again) in time, in order
+
+
+async def drain(
+    pacer: Pacer,
+    items: list[Item],
+    until: float,
+    on_answer: Callable[[Item, Attempt], list[Item]] = lambda item, attempt: [],
+) -> Drained:
+    """Send `items` lowest `order` first under the pacer's window until every one is
+    answered, the server is down (the rest are left), or `until` (clock time) would be
+    passed waiting (the rest are left, for the next cycle). Writes in flight are always
+    awaited, never cancelled. `on_answer` runs as each answer arrives (before the next
+    write is chosen) and returns items to add (e.g. the Event of a write that landed)."""
+
+    clock = pacer.clock
+    ready: list[tuple[int, int, Item]] = []
+    waiting: list[tuple[float, int, int, Item]] = []
+    for item in items:
+        _queue(item, ready, waiting, clock())
+    inflight: dict[asyncio.Task[Attempt], tuple[Item, int]] = {}
+    done: list[tuple[Item, Attempt]] = []
+
+    async def run(item: Item, ticket: int) -> Attempt:
+        attempt = await item.send()
+        # the pacer hears each answer the moment it arrives, in the order they arrive
+        if attempt.verdict is Verdict.THROTTLED:
+            item.throttled += 1
+            item.ready = pacer.throttled(ticket, attempt.retry_after)
+        elif attempt.verdict is Verdict.UNAVAILABLE:
+            pacer.unavailable(ticket)
+        else:
+            pacer.answered(attempt.landed)
+        return attempt
+
+    def answer(task: asyncio.Task[Attempt]) -> None:
+        item, _ = inflight.pop(task)
+        attempt = task.result()
+        if attempt.verdict is Verdict.THROTTLED:
+            _queue(item, ready, waiting, clock())
+        else:
+            done.append((item, attempt))
+        for added in on_answer(item, attempt):
+            _queue(added, ready, waiting, clock())
+
+    try:
+        while ready or waiting or inflight:
+            now = clock()
+            while waiting and waiting[0][0] <= now:
+                item = heapq.heappop(waiting)[-1]
+                heapq.heappush(ready, (item.order, item._seq, item))
+            # time is up, or the server failed: nothing more is sent (what is in flight
+            # is still answered, and a landing there lifts the server's pause)
+            stopping = now >= until or (pacer.down and pacer.paused_until > now)
+            if stopping and not inflight:
+                break
+            if not stopping:
+                while ready and len(inflight) < pacer.slots and pacer.paused_until <= now:
+                    _, _, item = heapq.heappop(ready)
+                    ticket = pacer.ticket()
+                    inflight[asyncio.ensure_future(run(item, ticket))] = (item, ticket)
+            wake = min(
+                waiting[0][0] if waiting else float("inf"),
+                pacer.paused_until if ready and pacer.paused_until > now else float("inf"),
+            )
+            if not inflight:
+                if wake == float("inf") or wake > until:
+                    break
+                await asyncio.sleep(wake - now)
+                continue
+            timeout = None if stopping or wake == float("inf") else max(0.0, wake - now)
+            finished, _ = await asyncio.wait(
+                inflight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in finished:
+                answer(task)
+    finally:
+        # never abandon a write in flight: its answer decides what the job is now
+        while inflight:
+            finished, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                answer(task)
+    left = sorted(
+        [entry[-1] for entry in ready] + [entry[-1] for entry in waiting],
+        key=lambda i: (i.order, i._seq),
+    )
+    return Drained(done, left)
+
+
+def _queue(
+    item: Item,
+    ready: list[tuple[int, int, Item]],
+    waiting: list[tuple[float, int, int, Item]],
+    now: float,
+) -> None:
+    if item.ready <= now:
+        heapq.heappush(ready, (item.order, item._seq, item))
+    else:
+        heapq.heappush(waiting, (item.ready, item.order, item._seq, item))
