@@ -75,6 +75,9 @@ class EnvTest:
     crds: Path = CRDS
     api_port: int = 0
     token: str = field(default_factory=lambda: secrets.token_hex(16))
+    # more kube-apiserver flags, e.g. ["--max-mutating-requests-inflight=1"]; a flag given
+    # here wins over the same flag below (the server takes the last one)
+    extra_args: list[str] = field(default_factory=list)
     _etcd: subprocess.Popen[bytes] | None = None
     _api: subprocess.Popen[bytes] | None = None
     _ssl: ssl.SSLContext | None = None
@@ -129,6 +132,7 @@ class EnvTest:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
+                *self.extra_args,
             ],
             env=env,
             log_name=f"kube-apiserver.{self.starts}.log",
@@ -387,6 +391,32 @@ class EnvTest:
         )
         (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
 
+    def service_account_token(self, namespace: str, name: str, cluster_role: str) -> str:
+        """A ServiceAccount bound to `cluster_role` and a token for it: a client that is
+        not in system:masters (which the server's max-inflight limit never throttles)."""
+        with contextlib.suppress(ApiError):
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace},
+                }
+            )
+        self.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{namespace}-{name}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": cluster_role,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            }
+        )
+        return self.mint_token(namespace, name)
+
 
 def _established(crd: dict[str, Any]) -> bool:
     return any(
@@ -436,6 +466,8 @@ _PLURALS = {
     "HorizontalPodAutoscaler": ("horizontalpodautoscalers", True),
     "PriorityClass": ("priorityclasses", False),
     "CustomResourceDefinition": ("customresourcedefinitions", False),
+    "ValidatingAdmissionPolicy": ("validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("validatingadmissionpolicybindings", False),
     "PyTorchJob": ("pytorchjobs", True),
     "PaddleJob": ("paddlejobs", True),
     "MPIJob": ("mpijobs", True),
@@ -460,14 +492,18 @@ def object_path(obj: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def envtest_server(prefix: str = "envtest-") -> Any:
+def envtest_server(
+    prefix: str = "envtest-", extra_args: list[str] | None = None, crds: Path = CRDS
+) -> Any:
     """An EnvTest in a temporary folder, stopped and removed on exit."""
     problem = assets_problem()
     if problem:
         raise RuntimeError(problem)
     root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        with EnvTest(Path(os.environ[ASSETS_ENV]), root) as server:
+        with EnvTest(
+            Path(os.environ[ASSETS_ENV]), root, crds=crds, extra_args=list(extra_args or [])
+        ) as server:
             yield server
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -52,7 +52,10 @@ __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 log = structlog.get_logger("autoscaler.sources.kube")
 
 CONNECT_RETRY_MAX_SECONDS = 1.0
-ABSENT_RECHECK_SECONDS = 300.0
+# A job kind whose CRD is not installed is asked for again this often: a CRD installed
+# (or re-created) later is managed from the next cycle on (min_interval_seconds is 15 s by
+# default). A LIST answered 404 costs the server next to nothing.
+ABSENT_RECHECK_SECONDS = 5.0
 
 RawObject = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -765,6 +768,9 @@ class KubeSource:
                 "last_error": c.last_error,
                 "objects": len(c.items),
                 "resource_version": c.resource_version,
+                "kind": c.resource.kind,
+                "optional": c.optional,
+                "absent": c.absent,
             }
         return {**vars(totals), "errors": errors, "by_cache": by_cache}
 

@@ -95,15 +95,25 @@ class LiveSource:
 
     def _count_dropped(self) -> None:
         """Objects over max_object_bytes are dropped by the caches (and logged there); the
-        planner cannot see them, so they are also counted where alerts look."""
+        planner cannot see them, so they are also counted where alerts look. Job kinds
+        whose CRD is not installed are shown the same way."""
 
-        stats = getattr(self.kube, "stats", None)
-        dropped = stats().get("dropped_oversized", 0) if stats is not None else 0
+        stats_of = getattr(self.kube, "stats", None)
+        stats = stats_of() if stats_of is not None else {}
+        dropped = stats.get("dropped_oversized", 0)
         if self.metrics is not None and dropped > self._dropped:
             self.metrics.source_errors.labels("kubernetes", "oversized").inc(
                 dropped - self._dropped
             )
         self._dropped = dropped
+        if self.metrics is not None:
+            installed: dict[str, bool] = {}
+            for cache in (stats.get("by_cache") or {}).values():
+                if cache.get("optional"):
+                    kind = str(cache.get("kind"))
+                    installed[kind] = installed.get(kind, True) and not cache.get("absent")
+            for kind, yes in installed.items():
+                self.metrics.kind_installed.labels(kind).set(1 if yes else 0)
 
 
 def cross_check_free(
