@@ -291,7 +291,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Job kinds to manage: PyTorchJob, PaddleJob (both kubeflow.org) and "
         "Job (batch.volcano.sh, a Volcano Job). Empty: every one of them whose CRD is "
-        "installed (a missing CRD is one info line at start).",
+        "installed (a missing CRD is one info line, and is checked again every 5 s).",
     )
     label_selector: str = Field("", description="Label selector for the jobs we manage.")
     kube_request_timeout_seconds: float = Field(

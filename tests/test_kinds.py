@@ -131,6 +131,19 @@ BAD = [
     ("vc-no-annotation", vcjob(max_replicas=None), Reason.NOT_ELASTIC, MAX),
     ("vc-annotation-text", vcjob(max_replicas="lots"), Reason.INVALID_ANNOTATION, "'lots'"),
     ("vc-annotation-zero", vcjob(max_replicas=0), Reason.INVALID_ANNOTATION, MAX),
+    # numbers out of range are said to be out of range, not "not a number"
+    (
+        "vc-annotation-negative",
+        vcjob(max_replicas=-4),
+        Reason.INVALID_ANNOTATION,
+        "must be between 1 and 100000, got -4",
+    ),
+    (
+        "vc-annotation-huge",
+        vcjob(max_replicas=99999999999),
+        Reason.INVALID_ANNOTATION,
+        "must be between 1 and 100000, got 99999999999",
+    ),
     (
         "vc-number-with-two-tasks",
         vcjob(other_tasks=[PS], annotations={MAX: "4"}),

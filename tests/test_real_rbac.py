@@ -127,6 +127,13 @@ FORBIDDEN = [
     ("patch", "horizontalpodautoscalers", "autoscaling", "team", "h", ""),
     ("delete", "horizontalpodautoscalers", "autoscaling", "team", "h", ""),
     ("create", "horizontalpodautoscalers", "autoscaling", "team", "", ""),
+    # the caches list and watch; nothing GETs one object of these kinds
+    ("get", "pytorchjobs", KF, "team", "j", ""),
+    ("get", "paddlejobs", KF, "team", "j", ""),
+    ("get", "jobs", VB, "team", "j", ""),
+    ("get", "podgroups", VC, "team", "pg", ""),
+    ("get", "queues", VC, "", "q", ""),
+    ("get", "priorityclasses", "scheduling.k8s.io", "", "high", ""),
 ]
 NEEDED = [
     ("list", "pytorchjobs", KF, "", "", ""),
@@ -180,6 +187,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
     with contextlib.suppress(ApiError):
         envtest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)  # a job whose Queue is missing holds
     envtest.create(_job(real_ns, queue))
     envtest.patch_status(_job(real_ns, queue), {"replicaStatuses": {"Worker": {"active": 1}}})
 

@@ -224,12 +224,12 @@ class VolcanoJob:
             index, number = 0, text
         try:
             max_r = int_field(int(number.strip()), where, minimum=1)
+        except BadField as exc:  # a number, out of range (BadField is a ValueError: first)
+            raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
         except ValueError:
             raise NotManaged(
                 Reason.INVALID_ANNOTATION, f"{where}={value!r}: {number.strip()!r} is not a number"
             ) from None
-        except BadField as exc:
-            raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
         return index, max_r
 
 
