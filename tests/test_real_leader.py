@@ -56,6 +56,7 @@ async def test_one_writer_failover_after_kill_and_release_on_sigterm(
     envtest: EnvTest, real_ns: str, tmp_path: Path
 ) -> None:
     queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)  # a job whose Queue is missing holds
     for name in ("a", "b"):
         envtest.create(_job(real_ns, queue, name))
         envtest.patch_status(
