@@ -1,80 +1,149 @@
-"""`elastic-autoscaler run | plan | simulate`.
+"""`elastic-autoscaler run | plan | status | explain | simulate`, also a kubectl plugin
+(`kubectl elastic ...`: the `kubectl-elastic` executable is this same program).
 
-Exit codes: 0 success, 1 runtime failure, 2 unusable input (settings, snapshot, trace).
+kubectl's conventions on every command that talks to a cluster: `--kubeconfig`,
+`--context`, `-n/--namespace`, `-o` where there is output; `KUBECONFIG` as kubectl reads it.
+
+Exit codes: 0 success, 1 runtime failure, 2 unusable input (settings, snapshot, trace,
+kubeconfig, a query Prometheus refuses). Every error is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import RunFailure, UsageError
 from .fields import BadField, parse_time
+from .metrics import package_version
 from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
 
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("elastic-autoscaler")
-    except PackageNotFoundError:  # run from a clone without installing
-        return "(not installed)"
+PROG = "elastic-autoscaler"
+KUBECTL_PROG = "kubectl elastic"
+OUTPUTS = ("table", "wide", "json", "yaml")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _with_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="YAML settings file (env vars win)")
+
+
+def _with_cluster(p: argparse.ArgumentParser, namespace_help: str) -> None:
+    """kubectl's flags, for the commands that talk to a cluster."""
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+    )
+    p.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    p.add_argument("-n", "--namespace", help=namespace_help)
+
+
+def _with_output(p: argparse.ArgumentParser, choices: Sequence[str] = OUTPUTS) -> None:
+    p.add_argument("-o", "--output", choices=choices, default=choices[0], help="output format")
+
+
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elastic-autoscaler",
+        prog=prog,
         description="Global planner that resizes elastic training jobs (PyTorchJob, PaddleJob, "
         "Volcano Job) into idle Volcano queue GPUs.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def with_config(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", type=Path, help="YAML settings file (env vars win)")
-
     run = sub.add_parser("run", help="run the daemon against the cluster")
-    with_config(run)
+    _with_config(run)
+    _with_cluster(run, "manage only this namespace's jobs (the namespaces setting: several)")
     run.add_argument("--dry-run", action="store_true", help="plan and log, never write")
 
     plan = sub.add_parser(
         "plan", help="print the plan for a snapshot file or the live cluster; writes nothing"
     )
-    with_config(plan)
+    _with_config(plan)
+    _with_cluster(plan, "plan only this namespace's jobs (live)")
     plan.add_argument(
         "--snapshot", type=Path, help="snapshot file (YAML or JSON); without it: one live cycle"
     )
-    plan.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    _with_output(plan)
     plan.add_argument(
         "--now",
         help="RFC 3339 time to plan at (default: the snapshot's `now`, else the current time)",
     )
     plan.add_argument("--verbose", "-v", action="store_true", help="explain every job")
 
+    status = sub.add_parser(
+        "status",
+        help="what the daemon decided last cycle: queues, headroom and what bounded it, "
+        "GPUs, jobs in flight, held or refused (reads its status object)",
+    )
+    _with_config(status)
+    _with_cluster(status, "show only this namespace's jobs (queues are cluster-wide)")
+    _with_output(status)
+    _with_source(status)
+
+    explain = sub.add_parser(
+        "explain", help="why one job has (or will get) its size: every input, in words"
+    )
+    _with_config(explain)
+    _with_cluster(explain, "the job's namespace (default: the kubeconfig context's)")
+    explain.add_argument("job", metavar="NAMESPACE/NAME", help="the job (or NAME with -n)")
+    _with_output(explain, ("text", "json", "yaml"))
+    _with_source(explain)
+
     sim = sub.add_parser(
         "simulate", help="replay a GPU-cluster trace under several policies and compare them"
     )
-    with_config(sim)
+    _with_config(sim)
     from .sim.cli import add_arguments
 
     add_arguments(sim)
     return parser
 
 
+def _with_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="plan now from the cluster and Prometheus instead of reading the status object",
+    )
+    p.add_argument(
+        "--autoscaler-namespace",
+        help="namespace of the daemon and its status object (default: lease_namespace)",
+    )
+
+
 def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
+    """Settings from --config and the environment; kubectl's flags win over both."""
+    if getattr(args, "kubeconfig", None) is not None:
+        overrides["kubeconfig"] = args.kubeconfig
+    if getattr(args, "context", None):
+        overrides["kube_context"] = args.context
+    if getattr(args, "autoscaler_namespace", None):
+        overrides["lease_namespace"] = args.autoscaler_namespace
     return load_settings(getattr(args, "config", None), **overrides)
+
+
+def _write(data: Any, output: str) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=100))
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan
-    from .render import plan_to_json, plan_to_table
+    from .render import plan_to_dict, plan_to_table
 
-    settings = _settings(args)
+    namespaced = {"namespaces": [args.namespace]} if args.namespace else {}
+    settings = _settings(args, **namespaced)
     now = None
     if args.now:
         try:
@@ -86,22 +155,101 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         result = live_plan(settings, now)
     else:
+        if args.namespace:
+            raise UsageError("-n/--namespace applies to the live cluster, not to --snapshot")
         snap = load_snapshot_file(args.snapshot)
+        from .parse import ignored_words
+
+        ignored = ignored_words(snap.raw.ignored)
+        if ignored:
+            print(f"{PROG}: warning: {args.snapshot}: {ignored}", file=sys.stderr)
         now = now or snap.now or datetime.now(UTC)
         result = plan(snap.snapshot(settings), settings.planner_policy(), now)
-    out = (
-        plan_to_json(result)
-        if args.output == "json"
-        else plan_to_table(result, verbose=args.verbose)
+    if args.output in ("json", "yaml"):
+        _write(plan_to_dict(result), args.output)
+    else:
+        verbose = args.verbose or args.output == "wide"
+        sys.stdout.write(plan_to_table(result, verbose=verbose))
+    return 0
+
+
+def _status_doc(args: argparse.Namespace, settings: Settings) -> Any:
+    from .daemon import live_status, read_status
+
+    return live_status(settings) if args.live else read_status(settings)
+
+
+def _stale(doc: Any, settings: Settings) -> str:
+    """A warning when the status is older than the daemon would let it get."""
+    heartbeat = doc.heartbeat_seconds or settings.status_heartbeat_seconds
+    limit = 2 * heartbeat + 2 * settings.interval_seconds
+    age = (datetime.now(UTC) - doc.time).total_seconds()
+    if doc.mode == "plan" or age <= limit:
+        return ""
+    return (
+        f"{PROG}: warning: the status is {age:.0f}s old (written at most every "
+        f"{heartbeat:g}s): is the daemon running and leading?"
     )
-    sys.stdout.write(out)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .status_view import status_dict, status_table
+
+    settings = _settings(args)  # -n filters what is shown: queues span namespaces
+    doc = _status_doc(args, settings)
+    stale = _stale(doc, settings)
+    if stale:
+        print(stale, file=sys.stderr)
+    if args.output in ("json", "yaml"):
+        _write(status_dict(doc, args.namespace), args.output)
+    else:
+        sys.stdout.write(status_table(doc, args.namespace, wide=args.output == "wide"))
+    return 0
+
+
+def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
+    ref: str = args.job
+    if ref.count("/") == 1:
+        namespace, name = ref.split("/")
+        if args.namespace and args.namespace != namespace:
+            raise UsageError(f"{ref} names namespace {namespace}, -n says {args.namespace}")
+    elif "/" in ref:
+        raise UsageError(f"{ref!r} is not NAMESPACE/NAME")
+    else:
+        from .sources.kube import context_namespace
+
+        namespace, name = args.namespace or context_namespace(settings), ref
+    if not namespace or not name:
+        raise UsageError(f"{ref!r} is not NAMESPACE/NAME")
+    return namespace, name
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .status_view import explain_dict, explain_text, not_listed
+
+    settings = _settings(args)
+    namespace, name = _job_ref(args, settings)
+    doc = _status_doc(args, settings)
+    stale = _stale(doc, settings)
+    if stale:
+        print(stale, file=sys.stderr)
+    found = doc.job(namespace, name)
+    if not found:
+        raise RunFailure(not_listed(doc, namespace, name))
+    for job in found:  # the same name in two kinds: both
+        if args.output == "text":
+            sys.stdout.write(explain_text(doc, job))
+        else:
+            _write(explain_dict(doc, job), args.output)
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .daemon import run_daemon
 
-    overrides = {"dry_run": True} if args.dry_run else {}
+    overrides: dict[str, object] = {"dry_run": True} if args.dry_run else {}
+    if args.namespace:
+        overrides["namespaces"] = [args.namespace]
     settings = _settings(args, **overrides)
     return run_daemon(settings)
 
@@ -114,19 +262,34 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return run_simulate(args, _settings(args))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = {"plan": _cmd_plan, "run": _cmd_run, "simulate": _cmd_simulate}[args.command]
+COMMANDS = {
+    "plan": _cmd_plan,
+    "run": _cmd_run,
+    "status": _cmd_status,
+    "explain": _cmd_explain,
+    "simulate": _cmd_simulate,
+}
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = _parser(prog).parse_args(argv)
+    command = COMMANDS[args.command]
     try:
         return command(args)
     except (SettingsError, SnapshotError, UsageError) as exc:
-        print(f"elastic-autoscaler: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except RunFailure as exc:
-        print(f"elastic-autoscaler: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_main() -> int:
+    """`kubectl elastic ...`: kubectl runs the `kubectl-elastic` executable on PATH with
+    the rest of the command line; the same commands, named as the user typed them."""
+    return main(sys.argv[1:], prog=KUBECTL_PROG)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -106,3 +106,22 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "request timed out"
     return redact(f"{type(exc).__name__}: {exc}".rstrip(": "))[:TEXT_MAX]
+
+
+_HINTS = {
+    401: "the API server did not accept the credentials (an expired token or "
+    "certificate in the kubeconfig?)",
+    403: "RBAC does not allow this request for this user",
+}
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a person: which request (when the caller noted it, see
+    sources/kube.py), what the server said, and for 401/403 what to check. Never the
+    HTTP headers that str(ApiException) carries."""
+    notes = [n for n in getattr(exc, "__notes__", ()) if isinstance(n, str)]
+    text = error_text(exc)
+    if notes:
+        text = f"{notes[-1]}: {text}"
+    hint = _HINTS.get(exc.status or 0) if isinstance(exc, ApiException) else None
+    return f"{text} ({hint})" if hint else text

@@ -22,10 +22,11 @@ from typing import Any, Protocol
 import structlog
 
 from .actuator import Actuator, ApplyResult, Outcome
-from .metrics import Metrics
+from .metrics import Metrics, package_version, start_at_zero
 from .model import ClusterSnapshot, Plan, Reason, Refusal
 from .planner import plan as make_plan
 from .settings import Settings
+from .status import Cycle, StatusDoc, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
 
@@ -36,6 +37,13 @@ def _enabled(logger: Any, level: int) -> bool:
     """Whether `logger` writes at `level` (structlog's filtering loggers can tell)."""
     check = getattr(logger, "is_enabled_for", None)
     return True if check is None else bool(check(level))
+
+
+class StatusSink(Protocol):
+    """Takes the status document of each cycle (status_writer.StatusWriter); must not
+    block: the write happens elsewhere."""
+
+    def publish(self, doc: StatusDoc) -> None: ...
 
 
 class SnapshotSource(Protocol):
@@ -95,6 +103,9 @@ class Controller:
         may_write: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         logger: Any = None,
+        status: StatusSink | None = None,
+        previous_status: StatusDoc | None = None,
+        identity: str = "",
     ) -> None:
         self.settings, self.source, self.actuator, self.metrics = (
             settings,
@@ -114,12 +125,20 @@ class Controller:
         self.refusals: Callable[[datetime], tuple[Refusal, ...]] = getattr(
             actuator, "refusals", lambda now: ()
         )
+        # the status object: each cycle's document, built from the last one (each job's
+        # `since` and resize state carry over)
+        self.status = status
+        self.last_status = previous_status
+        self._identity = identity
+        start_at_zero(metrics.cycles, [s.value for s in CycleStatus])
+        start_at_zero(metrics.writes, [o.value for o in Outcome])
 
     async def run_once(self, now: datetime) -> CycleResult:
         """Read, plan, apply, record. Never raises except CancelledError."""
 
         start = self.clock()
         self.health.last_cycle_start = start
+        snapshot: ClusterSnapshot | None = None
         try:
             async with asyncio.timeout(self.settings.cycle_deadline_seconds):
                 snapshot = await self.source.read(now)
@@ -152,7 +171,62 @@ class Controller:
             self.log.exception("cycle-failed")
             outcome = CycleResult(CycleStatus.ERROR, self.clock() - start, message=repr(exc))
         self._finish(outcome, now)
+        self._publish_status(outcome, snapshot, now)
         return outcome
+
+    def _publish_status(
+        self, outcome: CycleResult, snapshot: ClusterSnapshot | None, now: datetime
+    ) -> None:
+        """Build this cycle's status document and hand it to the writer. Never raises: a
+        status that cannot be built is logged, and the cycle stands."""
+        if self.status is None:
+            return
+        try:
+            plan = outcome.plan
+            cycle = Cycle(
+                result=outcome.result.value,
+                message=outcome.message,
+                duration_seconds=outcome.duration_seconds,
+                jobs=len(plan.decisions) if plan is not None else 0,
+                actions=len(plan.actions) if plan is not None else 0,
+                gangs=len(plan.gangs) if plan is not None else 0,
+                writes={k.value: v for k, v in outcome.applied.counts().items()}
+                if outcome.applied is not None
+                else {},
+            )
+            s = self.settings
+            if plan is None or snapshot is None:
+                if self.last_status is None:
+                    return
+                doc = with_cycle(self.last_status, now, cycle)
+            else:
+                writes = [
+                    WriteOutcome(
+                        r.decision.ref.namespace,
+                        r.decision.ref.name,
+                        r.decision.ref.kind,
+                        r.outcome.value,
+                        r.message,
+                    )
+                    for r in (outcome.applied.results if outcome.applied is not None else ())
+                ]
+                doc = build_status(
+                    snapshot,
+                    plan,
+                    cycle,
+                    self.last_status,
+                    writes,
+                    max_jobs=s.status_max_jobs,
+                    cooldown_seconds=s.cooldown_seconds,
+                    mode="dry-run" if s.dry_run else "live",
+                    identity=self._identity,
+                    version=package_version(),
+                    heartbeat_seconds=s.status_heartbeat_seconds,
+                )
+            self.last_status = doc
+            self.status.publish(doc)
+        except Exception:
+            self.log.exception("status.build_failed")
 
     def _finish(self, outcome: CycleResult, now: datetime) -> None:
         end = self.clock()

@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import platform
 from collections import Counter as Counter_
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .model import Plan
 
 PREFIX = "elastic_autoscaler"
+STATUS_WRITE_RESULTS = ("written", "unchanged", "skipped", "failed")
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("elastic-autoscaler")
+    except PackageNotFoundError:  # run from a clone without installing
+        return "(not installed)"
+
+
+def start_at_zero(counter: Counter, *label_values: Iterable[str]) -> None:
+    """Export a labelled counter's series from 0 (one per value), so `rate()` and alerts see
+    the first increment instead of a series that appears out of nowhere."""
+    for values in label_values:
+        for value in values:
+            counter.labels(value)
 
 
 class Metrics:
@@ -94,6 +113,25 @@ class Metrics:
             "1 when this replica holds the Lease and may write.",
             registry=r,
         )
+        self.status_writes = Counter(
+            f"{PREFIX}_status_writes",
+            "Writes of the status ConfigMap by result (written; unchanged: nothing new "
+            "before the heartbeat; skipped: not the leader, or a live daemon's object in a "
+            "dry run; failed: logged, the cycle goes on).",
+            ["result"],
+            registry=r,
+        )
+        start_at_zero(self.status_writes, STATUS_WRITE_RESULTS)
+        self.status_bytes = Gauge(
+            f"{PREFIX}_status_bytes",
+            "Size of the status document last written.",
+            registry=r,
+        )
+        # elastic_autoscaler_build_info{version,python} 1: which build runs where
+        self.build_info = Info(
+            f"{PREFIX}_build", "The running build: package version and Python.", registry=r
+        )
+        self.build_info.info({"version": package_version(), "python": platform.python_version()})
 
     def record_plan(self, plan: Plan) -> None:
         """The gauges of this plan replace the last one's (jobs that left disappear)."""

@@ -7,7 +7,7 @@ object and the field; nothing here raises on bad input.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,11 +54,14 @@ class RawObjects:
     nodes: tuple[Mapping[str, Any], ...] = ()
     pods: tuple[Mapping[str, Any], ...] = ()
     hpas: tuple[Mapping[str, Any], ...] = ()  # autoscaling/v2 HorizontalPodAutoscalers
+    # what from_objects left out, counted: "ConfigMap (v1)", "no kind", "not a mapping"
+    ignored: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_objects(cls, objects: Iterable[Any]) -> RawObjects:
         """Sort a mixed list (e.g. `kubectl get ... -o yaml` items) by kind; a `List` is
-        flattened; kinds we do not use are ignored."""
+        flattened; objects of kinds we do not use (or without a kind) are left out and
+        counted in `ignored`, for the caller to warn about."""
 
         buckets: dict[str, list[Mapping[str, Any]]] = {
             "jobs": [],
@@ -69,11 +72,13 @@ class RawObjects:
             "Pod": [],
             HPA_KIND: [],
         }
+        ignored: dict[str, int] = {}
         stack = list(objects)
         stack.reverse()
         while stack:
             obj = stack.pop()
             if not isinstance(obj, Mapping):
+                ignored["not a mapping"] = ignored.get("not a mapping", 0) + 1
                 continue
             kind = obj.get("kind")
             if (
@@ -86,6 +91,9 @@ class RawObjects:
                 buckets["jobs"].append(obj)
             elif kind in buckets:
                 buckets[kind].append(obj)
+            else:
+                what = _kind_words(kind, obj.get("apiVersion"))
+                ignored[what] = ignored.get(what, 0) + 1
         return cls(
             jobs=tuple(buckets["jobs"]),
             podgroups=tuple(buckets["PodGroup"]),
@@ -94,7 +102,23 @@ class RawObjects:
             nodes=tuple(buckets["Node"]),
             pods=tuple(buckets["Pod"]),
             hpas=tuple(buckets[HPA_KIND]),
+            ignored=ignored,
         )
+
+
+def _kind_words(kind: Any, api_version: Any) -> str:
+    if not isinstance(kind, str) or not kind:
+        return "no kind"
+    return f"{kind} ({api_version})" if isinstance(api_version, str) else kind
+
+
+def ignored_words(ignored: Mapping[str, int]) -> str:
+    """`3 object(s) ignored: 2 ConfigMap (v1), 1 no kind`, or "" when none were."""
+    if not ignored:
+        return ""
+    total = sum(ignored.values())
+    detail = ", ".join(f"{n} {what}" for what, n in sorted(ignored.items()))
+    return f"{total} object(s) of kinds not planned ignored: {detail}"
 
 
 def _created(meta: Mapping[str, Any]) -> datetime:

@@ -84,7 +84,7 @@ def plan_to_json(plan: Plan) -> str:
     return json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
@@ -125,7 +125,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         "",
     ]
     parts.append(
-        _table(
+        table(
             [
                 "JOB",
                 "KIND",
@@ -144,7 +144,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
     if plan.gangs:
         parts += [
             "",
-            _table(
+            table(
                 ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS"],
                 [
                     [
@@ -160,7 +160,7 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         ]
     parts += [
         "",
-        _table(
+        table(
             [
                 "QUEUE",
                 "FREE",

@@ -8,10 +8,13 @@ Invalid settings raise `SettingsError` naming the field; the CLI stops with exit
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -281,7 +284,14 @@ class Settings(BaseSettings):
 
     # ---- Kubernetes -----------------------------------------------------------------
     kubeconfig: Path | None = Field(
-        None, description="Kubeconfig file. Unset: in-cluster config, else ~/.kube/config."
+        None,
+        description="Kubeconfig file (the --kubeconfig flag wins). Unset: $KUBECONFIG, "
+        "else the in-cluster config, else ~/.kube/config.",
+    )
+    kube_context: str = Field(
+        "",
+        description="Kubeconfig context to use (the --context flag); empty: the "
+        "kubeconfig's current context.",
     )
     namespaces: list[str] = Field(
         default_factory=list,
@@ -365,6 +375,30 @@ class Settings(BaseSettings):
     lease_retry_period_seconds: float = Field(2, gt=0, description="Lease retry period.")
     identity: str = Field("", description="Our identity in the Lease; empty: the pod's hostname.")
 
+    # ---- status object ----------------------------------------------------------------
+    status_configmap: str = Field(
+        "elastic-autoscaler-status",
+        max_length=253,
+        description="ConfigMap in lease_namespace (ours) where the leader writes what the "
+        "last cycle decided and why (per queue the headroom and what bounded it, waiting "
+        "gangs, jobs not settled); `elastic-autoscaler status` and `explain` read it. "
+        "Empty: not written.",
+    )
+    status_heartbeat_seconds: float = Field(
+        600,
+        gt=0,
+        description="The status object is written when its content changes, else at "
+        "most this often (a heartbeat), so a steady cluster costs one write per heartbeat.",
+    )
+    status_max_jobs: int = Field(
+        500,
+        ge=0,
+        le=5000,
+        description="Jobs listed one by one in the status object, most urgent first "
+        "(refused, resizing, invalid, held); the rest are counted by queue and reason. "
+        "Keeps the object far below the 1 MiB ConfigMap limit at 10k+ jobs.",
+    )
+
     # ---- HTTP, logs -----------------------------------------------------------------
     listen_host: str = Field("0.0.0.0", description="Address of /metrics /healthz /readyz.")
     listen_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP endpoints.")
@@ -405,6 +439,21 @@ class Settings(BaseSettings):
         for name in value:
             if name not in known:
                 raise ValueError(f"{name!r} is not a job kind we manage ({', '.join(known)})")
+        return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_url(cls, value: str) -> str:
+        shown = _without_password(value)
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"{shown!r} is not a URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"{shown!r} is not an http(s) URL like http://prometheus.monitoring.svc:9090"
+            )
         return value
 
     @field_validator("log_level")
@@ -467,6 +516,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsError(
+            f"config file {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start})"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -484,6 +538,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Settings from env over `config` over defaults; `overrides` (CLI flags) win."""
 
+    check_environment(os.environ)
     cls: type[Settings] = Settings
     if config is not None:
         read_config_file(config)  # fail early with a message about the file itself
@@ -495,6 +550,54 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise SettingsError(describe_validation_error(exc, config, from_file)) from None
     except SourceError as exc:  # e.g. a list setting whose env var is not JSON
         raise SettingsError(f"{exc} (lists are JSON, e.g. '[\"nvidia.com/gpu\"]')") from None
+
+
+# Names that are ours by prefix but not settings: the variables Kubernetes injects for a
+# Service named `autoscaler` in the pod's namespace (service links), which a user may not
+# control. Settings never end in these shapes.
+_SERVICE_LINK = re.compile(
+    r"AUTOSCALER_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)"
+)
+# Variables of settings renamed or removed, still accepted so that an old Deployment keeps
+# starting: old name -> what replaced it. None so far; a rename adds its old name here.
+DEPRECATED_ENV: dict[str, str] = {}
+
+
+def env_names() -> set[str]:
+    """The environment variables that are settings (upper case)."""
+    return {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+
+
+def check_environment(environ: Any) -> None:
+    """An `AUTOSCALER_*` variable that names no setting is an error, as an unknown key of
+    the --config file is: a typo must not silently fall back to the default. Matched
+    without case, as pydantic-settings reads them."""
+    known = env_names() | set(DEPRECATED_ENV)
+    unknown = sorted(
+        name
+        for name in environ
+        if name.upper().startswith(ENV_PREFIX)
+        and name.upper() not in known
+        and not _SERVICE_LINK.fullmatch(name.upper())
+    )
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    raise SettingsError(
+        f"unknown environment variable(s): {', '.join(parts)}; settings are "
+        f"{ENV_PREFIX}<FIELD> (README 'Settings')"
+    )
+
+
+def _without_password(url: str) -> str:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url.split("@")[-1]  # cannot tell the parts apart: keep only the host side
+    return url if password is None else url.replace(f":{password}@", ":***@")
 
 
 def describe_validation_error(

@@ -153,6 +153,8 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         allow_create_on_update=True,
         allow_unconditional_update=True,
     ),
+    # the daemon's status object (status_writer.py)
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, False, allow_unconditional_update=True),
     ResourceType(
         "autoscaling",
         "v2",

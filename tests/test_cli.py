@@ -300,7 +300,13 @@ def test_run_says_once_that_it_waits_for_the_api(tmp_path):
     warnings = [e for e in lines if e.get("level") == "warning"]
     # one warning per cache for the whole outage, not one per retry: nine caches (three
     # job kinds, PodGroups, Queues, PriorityClasses, Nodes, bound Pods, HPAs)
-    assert len(warnings) <= 9, [w["event"] for w in warnings]
+    caches = [w for w in warnings if w["event"] == "kube.cache_error"]
+    assert len(caches) <= 9, [w["event"] for w in warnings]
+    # and one each for Prometheus at start, and the status object not read nor written
+    others = sorted(w["event"] for w in warnings if w["event"] != "kube.cache_error")
+    assert (
+        others == ["prometheus.check", "status.not_restored", "status.write_failed"][: len(others)]
+    ), others
 
 
 def test_a_bad_value_in_the_config_file_names_the_file_and_key(tmp_path, capsys):

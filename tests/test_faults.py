@@ -1077,8 +1077,9 @@ async def test_tokens_never_reach_logs_or_metrics(tmp_path):
             pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1)
         )
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        # refused at the start-up check and at the first cycle, then answered
         async with fake_prometheus(
-            Canned(echo, status=401), Canned(live_body(**{"team-a": 2}))
+            Canned(echo, status=401), Canned(echo, status=401), Canned(live_body(**{"team-a": 2}))
         ) as prom:
             env = daemon_env(
                 tmp_path,

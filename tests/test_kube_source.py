@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,17 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from builders import hpa
 from fakekube import FakeKubeApi, eventually, job
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
-from kubernetes_asyncio.config import kube_config as kube_config_module
 
 from autoscaler.resources import JOB_RESOURCES
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import (
     POOL_SPARE,
+    KubeconfigError,
     KubeObjects,
     KubeSource,
     OnChange,
@@ -464,17 +466,41 @@ async def test_make_api_client_falls_back_to_the_default_kubeconfig(
     kube: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a cluster
-    default = kube.write_kubeconfig(tmp_path / "default-config")
-    monkeypatch.setattr(kube_config_module, "KUBE_CONFIG_DEFAULT_LOCATION", str(default))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".kube").mkdir()
+    kube.write_kubeconfig(tmp_path / ".kube" / "config")
     api = await make_api_client(Settings())
     async with api:
         assert api.configuration.host == kube.url
 
-    monkeypatch.setattr(
-        kube_config_module, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "missing")
-    )
+    (tmp_path / ".kube" / "config").unlink()
     with pytest.raises(ConfigException, match="not in a cluster"):
         await make_api_client(Settings())
+
+
+async def test_kubeconfig_variable_and_context_as_kubectl_takes_them(
+    kube: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$KUBECONFIG (also a list of files) before in-cluster and ~/.kube/config; the
+    kubeconfig setting (--kubeconfig) before $KUBECONFIG; --context picks a context."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = kube.write_kubeconfig(tmp_path / "from-env")
+    config = yaml.safe_load(path.read_text())
+    other = {**config["contexts"][0], "name": "other"}
+    other["context"] = {**other["context"], "namespace": "ml"}
+    config["contexts"].append(other)
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}{os.pathsep}{path}")
+    async with await make_api_client(Settings()) as api:
+        assert api.configuration.host == kube.url
+    async with await make_api_client(Settings(kube_context="other")) as api:
+        assert api.configuration.host == kube.url
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(KubeconfigError, match=r"no context 'nope' \(it has .*other"):
+        await make_api_client(Settings(kube_context="nope"))
+    with pytest.raises(KubeconfigError, match="no such file"):
+        await make_api_client(Settings(kubeconfig=tmp_path / "flag"))  # the flag wins
 
 
 async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiClient) -> None:

@@ -21,6 +21,7 @@ FORBIDDEN = ("kubernetes_asyncio", "prometheus_api_client", "aiohttp", "structlo
         "autoscaler.planner",
         "autoscaler.parse",
         "autoscaler.render",
+        "autoscaler.status",
         "autoscaler.sources.prom_answer",
         "autoscaler.kinds",
         "autoscaler.fields",
@@ -45,8 +46,10 @@ FLOORS: dict[int, tuple[str, ...]] = {
     1: ("headroom", "settings", "fields", "shapes"),  # what Volcano binds; settings; readers
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
-    4: ("sources", "actuator", "leader", "server", "snapshot_file"),  # the edges
-    5: ("loop",),  # one cycle and its driver
+    # the edges; status: the status document (pure, but it tells in render's words)
+    4: ("sources", "actuator", "leader", "server", "snapshot_file", "status"),
+    # one cycle and its driver; the status object's writer and its views for the CLI
+    5: ("loop", "status_writer", "status_view"),
     6: ("daemon", "sim"),  # assembly: the daemon, the simulator
     7: ("cli",),  # the command line
     8: ("__main__",),

@@ -343,7 +343,16 @@ class _Cache:
         )
 
     async def list_once(self) -> None:
-        await self._list()
+        try:
+            await self._list()
+        except ApiException as exc:
+            # which request failed, for a one-line error (kubeapi.failure_line)
+            r = self.resource
+            where = f"in namespace {self.namespace}" if self.namespace else "in all namespaces"
+            scope = where if r.namespaced else "(cluster-scoped)"
+            group = f".{r.group}" if r.group else ""
+            exc.add_note(f"list {r.plural}{group} {scope}")
+            raise
 
     async def _list(self) -> None:
         func, args, kwargs = self._call_args()
@@ -804,9 +813,10 @@ class KubeconfigError(ValueError):
     """A kubeconfig file that cannot be used; str() names the file and the problem."""
 
 
-def check_kubeconfig(path: Path) -> None:
+def check_kubeconfig(path: Path, context: str = "") -> None:
     """Fail with one line naming the file and what is wrong with it, before the client
-    library turns the same problem into a traceback or a riddle."""
+    library turns the same problem into a traceback or a riddle. With `context`, that
+    context must exist (the current-context need not)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -827,10 +837,16 @@ def check_kubeconfig(path: Path) -> None:
     for key in ("clusters", "contexts", "users"):
         if not isinstance(doc.get(key), list) or not doc[key]:
             raise KubeconfigError(f"kubeconfig {path}: no {key}")
+    names = [c.get("name") for c in doc["contexts"] if isinstance(c, dict)]
+    if context:
+        if context not in names:
+            raise KubeconfigError(
+                f"kubeconfig {path}: no context {context!r} (it has {', '.join(map(str, names))})"
+            )
+        return
     current = doc.get("current-context")
     if not isinstance(current, str) or not current:
         raise KubeconfigError(f"kubeconfig {path}: no current-context")
-    names = [c.get("name") for c in doc["contexts"] if isinstance(c, dict)]
     if current not in names:
         raise KubeconfigError(
             f"kubeconfig {path}: current-context {current!r} is not among "
@@ -838,29 +854,88 @@ def check_kubeconfig(path: Path) -> None:
         )
 
 
+def kubeconfig_source(settings: Any) -> str | None:
+    """The kubeconfig to use, as kubectl and controller-runtime pick it: the `kubeconfig`
+    setting (--kubeconfig), else $KUBECONFIG (a list of files joined by the path
+    separator), else None: in-cluster, falling back to ~/.kube/config. A context given
+    without a file means a file: ~/.kube/config (in-cluster config has no contexts)."""
+    explicit = getattr(settings, "kubeconfig", None)
+    if explicit:
+        return str(explicit)
+    env = os.environ.get("KUBECONFIG", "")
+    if any(env.split(os.pathsep)):
+        return env
+    if getattr(settings, "kube_context", ""):
+        return _home_kubeconfig()
+    return None
+
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def context_namespace(settings: Any) -> str:
+    """The namespace kubectl would use without -n: the kubeconfig context's, else the
+    pod's own in a cluster, else `default`."""
+    source = kubeconfig_source(settings)
+    if source is None and IN_CLUSTER_NAMESPACE.exists():
+        return IN_CLUSTER_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
+    paths = [p for p in (source or _home_kubeconfig()).split(os.pathsep) if p]
+    wanted = getattr(settings, "kube_context", "")
+    for path in paths:
+        try:
+            doc = yaml.safe_load(Path(os.path.expanduser(path)).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not isinstance(doc, dict):
+            continue
+        name = wanted or doc.get("current-context")
+        for ctx in doc.get("contexts") or []:
+            if isinstance(ctx, dict) and ctx.get("name") == name:
+                namespace = (ctx.get("context") or {}).get("namespace")
+                return str(namespace) if namespace else "default"
+    return "default"
+
+
+def _check_files(source: str, context: str) -> None:
+    """One file (the usual case) is checked whole; of a $KUBECONFIG list, which kubectl
+    merges, only that the files exist (a part may hold the users, another the clusters)."""
+    paths = [p for p in source.split(os.pathsep) if p]
+    if len(paths) == 1:
+        check_kubeconfig(Path(os.path.expanduser(paths[0])), context)
+    elif not any(os.path.exists(os.path.expanduser(p)) for p in paths):
+        raise KubeconfigError(f"KUBECONFIG={source}: none of these files exists")
+
+
+def _home_kubeconfig() -> str:
+    return os.path.expanduser("~/.kube/config")
+
+
 def _check_default_kubeconfig() -> None:
-    """The file load_kube_config falls back to ($KUBECONFIG's first, else ~/.kube/config),
-    checked like an explicit one when it exists."""
-    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
-        "~/.kube/config"
-    )
+    """~/.kube/config, checked like an explicit one when it exists."""
+    default = _home_kubeconfig()
     if os.path.exists(default):
         check_kubeconfig(Path(default))
 
 
 async def make_api_client(settings: Any) -> ApiClient:
-    """An ApiClient from `settings.kubeconfig`, else in-cluster, else $KUBECONFIG or
-    ~/.kube/config. A kubeconfig that cannot be used raises KubeconfigError."""
+    """An ApiClient from the kubeconfig `kubeconfig_source` picks (with the `kube_context`
+    setting's context), else the in-cluster config, else ~/.kube/config. A kubeconfig that
+    cannot be used raises KubeconfigError."""
 
     configuration = Configuration()
-    kubeconfig = getattr(settings, "kubeconfig", None)
-    if kubeconfig:
-        check_kubeconfig(Path(kubeconfig))
-        await kube_config.load_kube_config(
-            config_file=str(kubeconfig),
-            client_configuration=configuration,
-            persist_config=False,
-        )
+    context = getattr(settings, "kube_context", "") or None
+    source = kubeconfig_source(settings)
+    if source is not None:
+        _check_files(source, context or "")
+        try:
+            await kube_config.load_kube_config(
+                config_file=source,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except ConfigException as exc:
+            raise KubeconfigError(f"kubeconfig {source}: {exc}") from None
     else:
         try:
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -870,7 +945,9 @@ async def make_api_client(settings: Any) -> ApiClient:
             _check_default_kubeconfig()
             try:
                 await kube_config.load_kube_config(
-                    client_configuration=configuration, persist_config=False
+                    config_file=_home_kubeconfig(),
+                    client_configuration=configuration,
+                    persist_config=False,
                 )
             except (ConfigException, OSError) as default:
                 raise ConfigException(

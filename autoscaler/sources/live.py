@@ -14,8 +14,11 @@ from ..metrics import Metrics
 from ..model import ClusterSnapshot, Plugin, QueueState, Reason
 from ..parse import ParseCache, RawObjects, build_snapshot, gpu_sum
 from ..settings import Settings
+from .prom_answer import FreeGpuReading, PromError
 
 log = structlog.get_logger("autoscaler.sources.live")
+
+KUBE_ERRORS = ("not_synced", "stale", "oversized")  # kinds of source_errors{kubernetes}
 
 
 class LiveSource:
@@ -32,10 +35,17 @@ class LiveSource:
         )
         self.parsed = ParseCache()
         self.plugin: Plugin | None = None  # the plugin the headroom followed last cycle
+        self.last_reading: FreeGpuReading | None = None  # Prometheus' last answer
         self._dropped = 0  # oversized objects the caches dropped, as last counted
+        if metrics is not None:  # every series from 0: alerts see the first error
+            for kind in PromError:
+                metrics.source_errors.labels("prometheus", kind.value)
+            for what in KUBE_ERRORS:
+                metrics.source_errors.labels("kubernetes", what)
 
     async def read(self, now: datetime) -> ClusterSnapshot:
         reading = await self.prometheus.fetch(now)
+        self.last_reading = reading
         if self.metrics is not None:
             for kind in reading.errors:
                 self.metrics.source_errors.labels("prometheus", kind).inc()

@@ -37,6 +37,7 @@ class PromError(StrEnum):
     GARBAGE = "garbage"
     NON_VECTOR = "non_vector"
     CONFIG = "config"
+    BAD_QUERY = "bad_query"  # Prometheus refused the query itself (400 bad_data): settings
     INTERNAL = "internal"
     # per queue or series: that queue holds
     MISSING_LABEL = "missing_label"

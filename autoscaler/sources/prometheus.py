@@ -277,6 +277,16 @@ class PrometheusSource:
             return _Outcome(
                 failed_reading(Reason.METRICS_UNAVAILABLE, PromError.HTTP_5XX, what), True
             )
+        if status == 400 and detail.startswith("bad_data"):
+            # a PromQL Prometheus cannot parse or run: a setting to fix, not a retry
+            return _Outcome(
+                failed_reading(
+                    Reason.METRICS_UNAVAILABLE,
+                    PromError.BAD_QUERY,
+                    f"{what}: Prometheus refused the query: check free_gpus_query and the "
+                    "*_gpus_series and queue_label settings",
+                )
+            )
         return _Outcome(
             failed_reading(Reason.METRICS_UNAVAILABLE, PromError.HTTP_4XX, what),
             status in _RETRYABLE_STATUS,

@@ -1,0 +1,747 @@
+"""The status object: what the last cycle decided and why, in a ConfigMap any user can read
+with kubectl (in the spirit of cluster-autoscaler's status ConfigMap).
+
+Pure: `build_status` turns one cycle (snapshot, plan, write outcomes) and the previous
+status into the next; `to_data`/`from_data` are the ConfigMap's `data`. The writer
+(status_writer.py) and the CLI (`status`, `explain`) are the I/O around it.
+
+What it holds: when, the cycle's result, per queue the headroom and what bounded it, GPUs
+in flight, waiting gangs and what happens to them, grants and reclaims, and the jobs one by
+one, most urgent first: refused by the API, resizing, invalid, held. Each job carries its
+reason and since when, and a resize state (`requested -> running -> settled`, or
+`rejected` with the API's message). Why the resize state lives here and not in an
+annotation on the job: a refused write cannot annotate the job it was refused on (the
+same policy or RBAC refuses the annotation), and every state change written onto the job
+would bump its resourceVersion, wake training-operator and race its own writes, at 10k
+jobs once per job per step. One object in our namespace costs one write per change.
+
+Bounded at any cluster size: jobs and gangs listed one by one are capped at
+`status_max_jobs` each (the rest counted per queue and reason, which are always
+complete), messages are cut at MESSAGE_MAX characters, and the whole document is kept
+under MAX_BYTES (far below the 1 MiB a ConfigMap may hold) by listing fewer jobs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import yaml
+
+from .fields import BadField, parse_time
+from .model import ClusterSnapshot, Decision, ElasticJob, Plan, QueueSummary
+from .render import headroom_words
+from .resources import rfc3339
+
+SCHEMA = "elastic-autoscaler.io/status/v1"
+DATA_KEY = "status"  # the ConfigMap key holding the document (YAML)
+MESSAGE_MAX = 300
+MAX_BYTES = 512 * 1024
+
+# libyaml where PyYAML was built with it: 10x faster for the large documents
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ResizeState(StrEnum):
+    """Where a resize of one job stands."""
+
+    REQUESTED = "requested"  # the new size is written; not every worker runs at it yet
+    RUNNING = "running"  # every worker of the new size is active (the job restarted)
+    SETTLED = "settled"  # still so a cycle later: done; listed until its cooldown ends
+    REJECTED = "rejected"  # the API refused the write (admission, validation, RBAC)
+    RETRYING = "retrying"  # not written this cycle (conflict, throttled, server error)
+    WOULD_RESIZE = "would-resize"  # dry run: planned, never written
+
+
+# rank of a listed job: lower is listed first, and kept when the list is cut
+RANK_REJECTED, RANK_RESIZING, RANK_INVALID, RANK_HELD, RANK_SETTLED, RANK_REST = range(6)
+_RESIZING = {ResizeState.REQUESTED, ResizeState.RUNNING, ResizeState.RETRYING}
+_RESIZING |= {ResizeState.WOULD_RESIZE}
+# reasons of jobs that do not wait for anything: listed last
+_STEADY = {"HoldAtMax", "NotElastic", "SkipPaused", "SkipFinished", "SkipSuspended"}
+_STEADY |= {"SkipTerminating", "SkipOperatorHpa"}
+# write outcomes (actuator.Outcome values; faults may add more) by what the resize does next
+_REJECTED_OUTCOMES = {"denied", "refused"}
+_RETRY_OUTCOMES = {"conflict", "throttled", "deferred", "backoff", "error"}
+
+
+class StatusError(ValueError):
+    """A status object that cannot be read; the message says what is wrong with it."""
+
+
+# ---- the document -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    state: ResizeState
+    from_replicas: int | None
+    to_replicas: int | None
+    since: datetime
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEntry:
+    namespace: str
+    name: str
+    kind: str
+    queue: str
+    reason: str
+    message: str
+    since: datetime
+    replicas: int | None = None  # the worker spec now
+    active: int | None = None  # workers running
+    target: int | None = None  # what the plan wants
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_worker: int | None = None
+    priority: int | None = None
+    last_resize: datetime | None = None
+    restart_cost: str = ""  # "95s measured"
+    notes: tuple[str, ...] = ()
+    resize: Resize | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}/{self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class GangEntry:
+    namespace: str
+    name: str
+    queue: str
+    gpus: int
+    reason: str
+    message: str
+    since: datetime  # waiting since (the PodGroup's creation)
+    victims: tuple[str, ...] = ()
+    owner: str = ""  # the job that made it, kind/name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    name: str
+    status: str  # "ok" or the hold reason of the whole queue
+    message: str = ""
+    headroom_gpus: float | None = None
+    bound: str = ""
+    plugin: str = ""
+    headroom: str = ""  # headroom_words(): the limits, the inputs, the result
+    limits: Mapping[str, float] = field(default_factory=dict)
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    free_gpus: float | None = None
+    inflight_gpus: int = 0
+    releasing_gpus: int = 0
+    pending_gpus: int = 0
+    granted_gpus: int = 0
+    reclaimed_gpus: int = 0
+    trimmed_gpus: int = 0
+    jobs: Mapping[str, int] = field(default_factory=dict)  # jobs by reason: complete
+    gangs: Mapping[str, int] = field(default_factory=dict)  # waiting gangs by reason
+
+
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    result: str
+    message: str = ""
+    duration_seconds: float = 0.0
+    jobs: int = 0
+    actions: int = 0
+    gangs: int = 0
+    writes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusDoc:
+    time: datetime  # the cycle's `now`
+    cycle: Cycle
+    mode: str = "live"  # live | dry-run | plan (a one-off `--live` reading)
+    identity: str = ""
+    version: str = ""
+    heartbeat_seconds: float = 0.0
+    queues: Mapping[str, QueueEntry] = field(default_factory=dict)
+    jobs: tuple[JobEntry, ...] = ()
+    gangs: tuple[GangEntry, ...] = ()
+    omitted_jobs: Mapping[str, int] = field(default_factory=dict)  # by reason
+    omitted_gangs: Mapping[str, int] = field(default_factory=dict)
+
+    def job(self, namespace: str, name: str) -> list[JobEntry]:
+        return [j for j in self.jobs if j.namespace == namespace and j.name == name]
+
+
+# ---- one cycle -> the next document --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """What became of one planned write (from actuator.ActionResult)."""
+
+    namespace: str
+    name: str
+    kind: str
+    outcome: str  # actuator.Outcome value
+    message: str = ""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 3] + "..."
+
+
+def _api_refused(outcome: WriteOutcome) -> bool:
+    """The API refused the write for good: a 4xx other than conflict/gone/throttled.
+    (The actuator on main reports those as `error` with `HTTP 4xx ...` text.)"""
+    if outcome.outcome in _REJECTED_OUTCOMES:
+        return True
+    text = outcome.message
+    return (
+        outcome.outcome == "error"
+        and text.startswith("HTTP 4")
+        and not text.startswith(("HTTP 409", "HTTP 404", "HTTP 429"))
+    )
+
+
+def _resize(
+    d: Decision,
+    job: ElasticJob | None,
+    written: WriteOutcome | None,
+    before: Resize | None,
+    now: datetime,
+    cooldown: timedelta,
+) -> Resize | None:
+    """The job's resize state after this cycle (docstring of ResizeState)."""
+
+    def kept(state: ResizeState) -> datetime:
+        same = before is not None and before.state is state and before.to_replicas == d.target
+        return before.since if same and before is not None else now
+
+    if written is not None:
+        if written.outcome == "applied":
+            return Resize(
+                ResizeState.REQUESTED, d.current, d.target, now, d.reason.value, _cut(d.message)
+            )
+        if written.outcome == "dry_run":
+            state = ResizeState.WOULD_RESIZE
+            return Resize(state, d.current, d.target, kept(state), d.reason.value, _cut(d.message))
+        if _api_refused(written):
+            state = ResizeState.REJECTED
+            return Resize(
+                state, d.current, d.target, kept(state), d.reason.value, _cut(written.message)
+            )
+        if written.outcome in _RETRY_OUTCOMES:
+            state = ResizeState.RETRYING
+            return Resize(
+                state, d.current, d.target, kept(state), d.reason.value, _cut(written.message)
+            )
+        if written.outcome == "gone":
+            return None
+        return before  # not the leader: nothing happened
+    if before is None:
+        return None
+    if before.state is ResizeState.REJECTED:
+        # kept while the plan still holds on the refusal
+        return before if d.reason.value == "HoldRefused" else None
+    if before.state not in (ResizeState.REQUESTED, ResizeState.RUNNING, ResizeState.SETTLED):
+        return None  # retrying / would-resize with no write now: the plan moved on
+    if job is None or job.replicas != before.to_replicas:
+        return None  # gone, finished, or resized by someone else since
+    at_size = job.active == job.replicas
+    if before.state is ResizeState.REQUESTED:
+        return replace(before, state=ResizeState.RUNNING, since=now) if at_size else before
+    if before.state is ResizeState.RUNNING:
+        return replace(before, state=ResizeState.SETTLED, since=now) if at_size else before
+    # settled: listed until the cooldown of that resize has passed
+    start = job.last_scale_time or before.since
+    return before if now - start < cooldown else None
+
+
+def rank(entry: JobEntry) -> int:
+    r = entry.resize
+    if r is not None and r.state is ResizeState.REJECTED:
+        return RANK_REJECTED
+    if (r is not None and r.state in _RESIZING) or entry.target != entry.replicas:
+        return RANK_RESIZING
+    if entry.reason.startswith("Invalid") or entry.reason == "HoldRefused":
+        return RANK_INVALID
+    if entry.reason.startswith("Hold") and entry.reason not in _STEADY:
+        return RANK_HELD
+    if r is not None:
+        return RANK_SETTLED
+    return RANK_REST
+
+
+def _gang_rank(g: GangEntry) -> int:
+    order = ("GangCoveredByReclaim", "GangFits", "GangUncoverable", "GangBlockedByStarvingGang")
+    return order.index(g.reason) if g.reason in order else len(order)
+
+
+def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> QueueEntry:
+    return QueueEntry(
+        name=q.name,
+        status=q.reason.value if q.reason else "ok",
+        message=_cut(q.message),
+        headroom_gpus=q.headroom_gpus,
+        bound=q.bound.value if q.bound else "",
+        plugin=q.plugin.value,
+        headroom=headroom_words(q) if q.bound is not None else "",
+        limits=dict(sorted(q.limits.items())),
+        inputs=dict(sorted(q.inputs.items())),
+        free_gpus=q.free_gpus,
+        inflight_gpus=q.inflight_gpus,
+        releasing_gpus=q.releasing_gpus,
+        pending_gpus=q.pending_gpus,
+        granted_gpus=q.granted_gpus,
+        reclaimed_gpus=q.reclaimed_gpus,
+        trimmed_gpus=q.trimmed_gpus,
+        jobs=dict(sorted(jobs.items())),
+        gangs=dict(sorted(gangs.items())),
+    )
+
+
+def _restart(d: Decision) -> str:
+    if d.restart_cost_seconds is None:
+        return ""
+    return f"{d.restart_cost_seconds:.0f}s {d.restart_cost_source}".strip()
+
+
+def build_status(
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    cycle: Cycle,
+    previous: StatusDoc | None = None,
+    writes: Iterable[WriteOutcome] = (),
+    *,
+    max_jobs: int = 500,
+    cooldown_seconds: float = 0.0,
+    mode: str = "live",
+    identity: str = "",
+    version: str = "",
+    heartbeat_seconds: float = 0.0,
+    max_bytes: int | None = MAX_BYTES,
+) -> StatusDoc:
+    """The status after this cycle. `previous` carries each job's `since` and resize state
+    across cycles (and across restarts: the writer reads the object back at start)."""
+
+    now = plan.now
+    elastic = {(j.ref.namespace, j.ref.name, j.ref.kind): j for j in snapshot.jobs}
+    before = {j.key: j for j in previous.jobs} if previous is not None else {}
+    outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
+    cooldown = timedelta(seconds=cooldown_seconds)
+
+    by_queue_jobs: dict[str, Counter[str]] = {}
+    entries: list[JobEntry] = []
+    for d in plan.decisions:
+        key = (d.ref.namespace, d.ref.name, d.ref.kind)
+        by_queue_jobs.setdefault(d.queue, Counter())[d.reason.value] += 1
+        job = elastic.get(key)
+        old = before.get("/".join(key))
+        resize = _resize(d, job, outcomes.get(key), old.resize if old else None, now, cooldown)
+        same = old is not None and old.reason == d.reason.value and old.target == d.target
+        entries.append(
+            JobEntry(
+                namespace=d.ref.namespace,
+                name=d.ref.name,
+                kind=d.ref.kind,
+                queue=d.queue,
+                reason=d.reason.value,
+                message=_cut(d.message),
+                since=old.since if same and old is not None else now,
+                replicas=d.current,
+                active=job.active if job is not None else None,
+                target=d.target,
+                min_replicas=d.min_replicas,
+                max_replicas=d.max_replicas,
+                gpus_per_worker=d.gpus_per_worker,
+                priority=job.priority if job is not None else None,
+                last_resize=job.last_scale_time if job is not None else None,
+                restart_cost=_restart(d),
+                notes=tuple(_cut(n) for n in d.notes),
+                resize=resize,
+            )
+        )
+    entries.sort(key=lambda e: (rank(e), e.since, e.namespace, e.name, e.kind))
+
+    pending = {(p.ref.namespace, p.ref.name): p for p in snapshot.pending}
+    by_queue_gangs: dict[str, Counter[str]] = {}
+    gangs: list[GangEntry] = []
+    for g in plan.gangs:
+        by_queue_gangs.setdefault(g.queue, Counter())[g.reason.value] += 1
+        p = pending.get((g.ref.namespace, g.ref.name))
+        owner = f"{p.owner.kind}/{p.owner.name}" if p is not None and p.owner else ""
+        gangs.append(
+            GangEntry(
+                namespace=g.ref.namespace,
+                name=g.ref.name,
+                queue=g.queue,
+                gpus=g.gpus,
+                reason=g.reason.value,
+                message=_cut(g.message),
+                since=p.created if p is not None else now,
+                victims=tuple(f"{v.namespace}/{v.name}" for v in g.victims),
+                owner=owner,
+            )
+        )
+    gangs.sort(key=lambda g: (_gang_rank(g), g.since, g.namespace, g.name))
+
+    queues = {
+        name: _queue_entry(
+            q, by_queue_jobs.get(name, Counter()), by_queue_gangs.get(name, Counter())
+        )
+        for name, q in sorted(plan.queues.items())
+    }
+    doc = StatusDoc(
+        time=now,
+        cycle=cycle,
+        mode=mode,
+        identity=identity,
+        version=version,
+        heartbeat_seconds=heartbeat_seconds,
+        queues=queues,
+        jobs=tuple(entries),
+        gangs=tuple(gangs),
+    )
+    return bounded(doc, max_jobs, max_bytes)
+
+
+def bounded(doc: StatusDoc, max_jobs: int, max_bytes: int | None = MAX_BYTES) -> StatusDoc:
+    """At most `max_jobs` jobs and gangs each, the rest counted by reason; then fewer
+    until the document fits in `max_bytes`."""
+
+    def cut(n_jobs: int, n_gangs: int) -> StatusDoc:
+        rest_jobs = Counter(j.reason for j in doc.jobs[n_jobs:])
+        rest_gangs = Counter(g.reason for g in doc.gangs[n_gangs:])
+        return replace(
+            doc,
+            jobs=doc.jobs[:n_jobs],
+            gangs=doc.gangs[:n_gangs],
+            omitted_jobs=dict(sorted((Counter(doc.omitted_jobs) + rest_jobs).items())),
+            omitted_gangs=dict(sorted((Counter(doc.omitted_gangs) + rest_gangs).items())),
+        )
+
+    n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
+    out = cut(n_jobs, n_gangs)
+    while max_bytes is not None and len(dump(out)) > max_bytes and (n_jobs or n_gangs):
+        n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
+        out = cut(n_jobs, n_gangs)
+    return out
+
+
+def changed(old: StatusDoc | None, new: StatusDoc) -> bool:
+    """Whether `new` says anything `old` did not (the cycle's time and duration aside):
+    a steady cluster writes only its heartbeat."""
+    if old is None:
+        return True
+    quiet = replace(old.cycle, duration_seconds=0.0)
+    return replace(old, time=new.time, cycle=quiet) != replace(
+        new, cycle=replace(new.cycle, duration_seconds=0.0)
+    )
+
+
+def with_cycle(doc: StatusDoc, now: datetime, cycle: Cycle) -> StatusDoc:
+    """A cycle that made no plan (error, timeout): the last plan's picture, with this
+    cycle's result and message."""
+    return replace(doc, time=now, cycle=cycle)
+
+
+# ---- to and from the ConfigMap ---------------------------------------------------------
+
+
+def _drop_empty(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v not in (None, "", (), [], {})}
+
+
+def _t(when: datetime | None) -> str | None:
+    return rfc3339(when) if when is not None else None
+
+
+def job_dict(j: JobEntry) -> dict[str, Any]:
+    out = _drop_empty(
+        {
+            "job": f"{j.namespace}/{j.name}",
+            "kind": j.kind,
+            "queue": j.queue,
+            "reason": j.reason,
+            "message": j.message,
+            "since": _t(j.since),
+            "replicas": j.replicas,
+            "active": j.active,
+            "target": j.target,
+            "min": j.min_replicas,
+            "max": j.max_replicas,
+            "gpus_per_worker": j.gpus_per_worker,
+            "priority": j.priority,
+            "last_resize": _t(j.last_resize),
+            "restart_cost": j.restart_cost,
+            "notes": list(j.notes),
+        }
+    )
+    if j.resize is not None:
+        r = j.resize
+        out["resize"] = _drop_empty(
+            {
+                "state": r.state.value,
+                "from": r.from_replicas,
+                "to": r.to_replicas,
+                "since": _t(r.since),
+                "reason": r.reason,
+                "message": r.message,
+            }
+        )
+    return out
+
+
+def gang_dict(g: GangEntry) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "gang": f"{g.namespace}/{g.name}",
+            "queue": g.queue,
+            "gpus": g.gpus,
+            "reason": g.reason,
+            "message": g.message,
+            "waiting_since": _t(g.since),
+            "victims": list(g.victims),
+            "owner": g.owner,
+        }
+    )
+
+
+def queue_dict(q: QueueEntry) -> dict[str, Any]:
+    return {
+        "status": q.status,
+        "message": q.message,
+        "headroom_gpus": q.headroom_gpus,
+        "bound": q.bound or None,
+        "plugin": q.plugin or None,
+        "headroom": q.headroom,
+        "limits": dict(q.limits),
+        "inputs": dict(q.inputs),
+        "free_gpus": q.free_gpus,
+        "inflight_gpus": q.inflight_gpus,
+        "releasing_gpus": q.releasing_gpus,
+        "pending_gpus": q.pending_gpus,
+        "granted_gpus": q.granted_gpus,
+        "reclaimed_gpus": q.reclaimed_gpus,
+        "trimmed_gpus": q.trimmed_gpus,
+        "jobs": dict(q.jobs),
+        "gangs": dict(q.gangs),
+    }
+
+
+def to_dict(doc: StatusDoc) -> dict[str, Any]:
+    c = doc.cycle
+    return {
+        "schema": SCHEMA,
+        "time": rfc3339(doc.time),
+        "writer": _drop_empty(
+            {
+                "mode": doc.mode,
+                "identity": doc.identity,
+                "version": doc.version,
+                "heartbeat_seconds": doc.heartbeat_seconds,
+            }
+        ),
+        "cycle": _drop_empty(
+            {
+                "result": c.result,
+                "message": _cut(c.message),
+                "duration_seconds": round(c.duration_seconds, 3),
+                "jobs": c.jobs,
+                "actions": c.actions,
+                "gangs": c.gangs,
+                "writes": dict(sorted(c.writes.items())),
+            }
+        ),
+        "queues": {name: queue_dict(q) for name, q in doc.queues.items()},
+        "gangs": [gang_dict(g) for g in doc.gangs],
+        "jobs": [job_dict(j) for j in doc.jobs],
+        "omitted": {"jobs": dict(doc.omitted_jobs), "gangs": dict(doc.omitted_gangs)},
+    }
+
+
+def dump(doc: StatusDoc) -> str:
+    text: str = yaml.dump(
+        to_dict(doc), Dumper=_DUMPER, sort_keys=False, width=100, allow_unicode=True
+    )
+    return text
+
+
+def to_data(doc: StatusDoc) -> dict[str, str]:
+    """The ConfigMap's `data`."""
+    return {DATA_KEY: dump(doc)}
+
+
+# reading back: tolerant of fields a newer or older writer adds or lacks
+
+
+def _map(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StatusError(f"{where} is not a mapping")
+    return value
+
+
+def _time(value: Any, where: str) -> datetime:
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    try:
+        return parse_time(value, where)
+    except BadField as exc:
+        raise StatusError(str(exc)) from None
+
+
+def _opt_time(value: Any, where: str) -> datetime | None:
+    return None if value is None else _time(value, where)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _counts(value: Any) -> dict[str, int]:
+    return {str(k): v for k, v in (value or {}).items() if isinstance(v, int)}
+
+
+def _split(ref: Any, where: str) -> tuple[str, str]:
+    if not isinstance(ref, str) or ref.count("/") != 1:
+        raise StatusError(f"{where} is not namespace/name: {ref!r}")
+    ns, name = ref.split("/")
+    return ns, name
+
+
+def from_dict(data: Any) -> StatusDoc:
+    top = _map(data, "the status document")
+    if top.get("schema") != SCHEMA:
+        raise StatusError(f"schema is {top.get('schema')!r}, not {SCHEMA}")
+    writer = _map(top.get("writer"), "writer")
+    c = _map(top.get("cycle"), "cycle")
+    cycle = Cycle(
+        result=str(c.get("result", "")),
+        message=str(c.get("message", "")),
+        duration_seconds=_num(c.get("duration_seconds")) or 0.0,
+        jobs=_int(c.get("jobs")) or 0,
+        actions=_int(c.get("actions")) or 0,
+        gangs=_int(c.get("gangs")) or 0,
+        writes=_counts(c.get("writes")),
+    )
+    queues = {}
+    for name, raw in _map(top.get("queues"), "queues").items():
+        q = _map(raw, f"queues.{name}")
+        queues[str(name)] = QueueEntry(
+            name=str(name),
+            status=str(q.get("status", "")),
+            message=str(q.get("message") or ""),
+            headroom_gpus=_num(q.get("headroom_gpus")),
+            bound=str(q.get("bound") or ""),
+            plugin=str(q.get("plugin") or ""),
+            headroom=str(q.get("headroom") or ""),
+            limits={str(k): float(v) for k, v in _map(q.get("limits"), "limits").items()},
+            inputs={str(k): float(v) for k, v in _map(q.get("inputs"), "inputs").items()},
+            free_gpus=_num(q.get("free_gpus")),
+            inflight_gpus=_int(q.get("inflight_gpus")) or 0,
+            releasing_gpus=_int(q.get("releasing_gpus")) or 0,
+            pending_gpus=_int(q.get("pending_gpus")) or 0,
+            granted_gpus=_int(q.get("granted_gpus")) or 0,
+            reclaimed_gpus=_int(q.get("reclaimed_gpus")) or 0,
+            trimmed_gpus=_int(q.get("trimmed_gpus")) or 0,
+            jobs=_counts(q.get("jobs")),
+            gangs=_counts(q.get("gangs")),
+        )
+    jobs = []
+    for i, raw in enumerate(top.get("jobs") or []):
+        j = _map(raw, f"jobs[{i}]")
+        ns, name = _split(j.get("job"), f"jobs[{i}].job")
+        resize = None
+        if j.get("resize") is not None:
+            r = _map(j["resize"], f"jobs[{i}].resize")
+            try:
+                state = ResizeState(str(r.get("state")))
+            except ValueError:
+                raise StatusError(f"jobs[{i}].resize.state {r.get('state')!r} unknown") from None
+            resize = Resize(
+                state,
+                _int(r.get("from")),
+                _int(r.get("to")),
+                _time(r.get("since"), f"jobs[{i}].resize.since"),
+                str(r.get("reason") or ""),
+                str(r.get("message") or ""),
+            )
+        jobs.append(
+            JobEntry(
+                namespace=ns,
+                name=name,
+                kind=str(j.get("kind") or ""),
+                queue=str(j.get("queue") or ""),
+                reason=str(j.get("reason") or ""),
+                message=str(j.get("message") or ""),
+                since=_time(j.get("since"), f"jobs[{i}].since"),
+                replicas=_int(j.get("replicas")),
+                active=_int(j.get("active")),
+                target=_int(j.get("target")),
+                min_replicas=_int(j.get("min")),
+                max_replicas=_int(j.get("max")),
+                gpus_per_worker=_int(j.get("gpus_per_worker")),
+                priority=_int(j.get("priority")),
+                last_resize=_opt_time(j.get("last_resize"), f"jobs[{i}].last_resize"),
+                restart_cost=str(j.get("restart_cost") or ""),
+                notes=tuple(str(n) for n in j.get("notes") or ()),
+                resize=resize,
+            )
+        )
+    gangs = []
+    for i, raw in enumerate(top.get("gangs") or []):
+        g = _map(raw, f"gangs[{i}]")
+        ns, name = _split(g.get("gang"), f"gangs[{i}].gang")
+        gangs.append(
+            GangEntry(
+                namespace=ns,
+                name=name,
+                queue=str(g.get("queue") or ""),
+                gpus=_int(g.get("gpus")) or 0,
+                reason=str(g.get("reason") or ""),
+                message=str(g.get("message") or ""),
+                since=_time(g.get("waiting_since"), f"gangs[{i}].waiting_since"),
+                victims=tuple(str(v) for v in g.get("victims") or ()),
+                owner=str(g.get("owner") or ""),
+            )
+        )
+    omitted = _map(top.get("omitted"), "omitted")
+    return StatusDoc(
+        time=_time(top.get("time"), "time"),
+        cycle=cycle,
+        mode=str(writer.get("mode") or ""),
+        identity=str(writer.get("identity") or ""),
+        version=str(writer.get("version") or ""),
+        heartbeat_seconds=_num(writer.get("heartbeat_seconds")) or 0.0,
+        queues=queues,
+        jobs=tuple(jobs),
+        gangs=tuple(gangs),
+        omitted_jobs=_counts(omitted.get("jobs")),
+        omitted_gangs=_counts(omitted.get("gangs")),
+    )
+
+
+def from_data(data: Mapping[str, Any] | None, where: str) -> StatusDoc:
+    """The document in a ConfigMap's `data`; StatusError names `where` and the problem."""
+    text = (data or {}).get(DATA_KEY)
+    if not isinstance(text, str):
+        raise StatusError(f"{where}: no data.{DATA_KEY}")
+    try:
+        return from_dict(yaml.load(text, Loader=_LOADER))
+    except yaml.YAMLError as exc:
+        raise StatusError(f"{where}: data.{DATA_KEY} is not YAML: {exc}") from None
+    except (StatusError, TypeError, ValueError) as exc:
+        raise StatusError(f"{where}: data.{DATA_KEY}: {exc}") from None

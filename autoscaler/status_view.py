@@ -1,0 +1,282 @@
+"""The status object for people: `elastic-autoscaler status` (queues, GPUs, jobs in flight
+and held) and `elastic-autoscaler explain NAMESPACE/NAME` (one job: every input that
+decided its size, in words). Pure: a StatusDoc in, text or a dict out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .render import table
+from .resources import rfc3339
+from .status import (
+    RANK_SETTLED,
+    GangEntry,
+    JobEntry,
+    QueueEntry,
+    StatusDoc,
+    gang_dict,
+    job_dict,
+    queue_dict,
+    rank,
+    to_dict,
+)
+
+
+def age(since: datetime, now: datetime) -> str:
+    """kubectl's AGE: 45s, 12m, 5h, 3d."""
+    seconds = max(0, int((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size or (unit == "m" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _s(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _resize_words(j: JobEntry, now: datetime) -> str:
+    r = j.resize
+    if r is None:
+        return "-"
+    return f"{r.state.value} {_s(r.from_replicas)}->{_s(r.to_replicas)} ({age(r.since, now)})"
+
+
+def _in(doc: StatusDoc, namespace: str | None) -> tuple[list[JobEntry], list[GangEntry]]:
+    jobs = [j for j in doc.jobs if namespace is None or j.namespace == namespace]
+    gangs = [g for g in doc.gangs if namespace is None or g.namespace == namespace]
+    return jobs, gangs
+
+
+def header(doc: StatusDoc) -> str:
+    c = doc.cycle
+    who = f", written by {doc.identity}" if doc.identity else ""
+    writes = ", ".join(f"{k} {v}" for k, v in sorted(c.writes.items()))
+    line = (
+        f"Status at {rfc3339(doc.time)} ({doc.mode}{who}): cycle {c.result}"
+        f"{f' in {c.duration_seconds:g}s' if c.duration_seconds else ''}: {c.jobs} job(s), "
+        f"{c.actions} change(s), {c.gangs} waiting gang(s)"
+    )
+    if writes:
+        line += f"; writes: {writes}"
+    if c.message:
+        line += f"\n  {c.message}"
+    return line
+
+
+def status_table(doc: StatusDoc, namespace: str | None = None, *, wide: bool = False) -> str:
+    """Queues, then the jobs not settled (wide: every job listed), then waiting gangs."""
+    now = doc.time
+    jobs, gangs = _in(doc, namespace)
+    parts = [header(doc), ""]
+    q_head = ["QUEUE", "STATUS", "HEADROOM", "BOUND BY", "IN-FLIGHT", "PENDING", "GRANTED"]
+    q_head += ["RECLAIMED", "JOBS"]
+    if wide:
+        q_head += ["FREE", "RELEASING", "TRIMMED", "PLUGIN"]
+    q_rows = []
+    for name, q in doc.queues.items():
+        row = [
+            name,
+            q.status,
+            _g(q.headroom_gpus),
+            _s(q.bound),
+            str(q.inflight_gpus),
+            str(q.pending_gpus),
+            str(q.granted_gpus),
+            str(q.reclaimed_gpus),
+            str(sum(q.jobs.values())),
+        ]
+        if wide:
+            row += [_g(q.free_gpus), str(q.releasing_gpus), str(q.trimmed_gpus), _s(q.plugin)]
+        q_rows.append(row)
+    parts.append(table(q_head, q_rows))
+
+    shown = jobs if wide else [j for j in jobs if rank(j) < RANK_SETTLED]
+    j_head = ["JOB", "QUEUE", "REPLICAS", "TARGET", "RESIZE", "REASON", "SINCE"]
+    if wide:
+        j_head[1:1] = ["KIND"]
+        j_head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
+    j_rows = []
+    for j in shown:
+        row = [
+            f"{j.namespace}/{j.name}",
+            j.queue,
+            _s(j.replicas),
+            _s(j.target),
+            _resize_words(j, now),
+            j.reason,
+            age(j.since, now),
+        ]
+        if wide:
+            row[1:1] = [j.kind]
+            row += [
+                _s(j.active),
+                _s(j.min_replicas),
+                _s(j.max_replicas),
+                _s(j.gpus_per_worker),
+                j.message,
+            ]
+        j_rows.append(row)
+    parts.append("")
+    if j_rows:
+        parts.append(table(j_head, j_rows))
+    else:
+        settled = len([j for j in jobs if rank(j) >= RANK_SETTLED])
+        parts.append(f"No job in flight, held, refused or invalid ({settled} settled).")
+    if gangs:
+        parts += [
+            "",
+            table(
+                ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
+                [
+                    [
+                        f"{g.namespace}/{g.name}",
+                        g.queue,
+                        str(g.gpus),
+                        g.reason,
+                        ", ".join(g.victims) or "-",
+                        age(g.since, now),
+                    ]
+                    for g in gangs
+                ],
+            ),
+        ]
+    hidden = {r: n for r, n in doc.omitted_jobs.items()}
+    if not wide:
+        rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
+        if rest:
+            parts += ["", f"{len(rest)} settled job(s) not shown (-o wide shows them)."]
+    if hidden:
+        words = ", ".join(f"{n} {r}" for r, n in sorted(hidden.items()))
+        parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
+    if wide:
+        rooms = [(n, q) for n, q in doc.queues.items() if q.headroom]
+        if rooms:
+            parts += ["", "Headroom (what the scheduler would bind now):"]
+            parts += [f"  {n}: {q.headroom}" for n, q in rooms]
+        holding = [(n, q) for n, q in doc.queues.items() if q.message]
+        parts += [f"  queue {n}: {q.status}: {q.message}" for n, q in holding]
+    return "\n".join(parts) + "\n"
+
+
+def status_dict(doc: StatusDoc, namespace: str | None = None) -> dict[str, Any]:
+    out = to_dict(doc)
+    if namespace is not None:
+        jobs, gangs = _in(doc, namespace)
+        out["jobs"] = [job_dict(j) for j in jobs]
+        out["gangs"] = [gang_dict(g) for g in gangs]
+    return out
+
+
+# ---- explain -------------------------------------------------------------------------
+
+
+def _queue_lines(q: QueueEntry) -> list[str]:
+    lines = [f"Queue {q.name}: {q.status}" + (f": {q.message}" if q.message else "")]
+    if q.headroom:
+        lines.append(f"  headroom: {q.headroom}")
+    elif q.headroom_gpus is not None:
+        lines.append(f"  headroom: {q.headroom_gpus:g} GPU(s)")
+    else:
+        lines.append("  headroom: unknown (the queue holds: nothing in it grows)")
+    lines.append(
+        f"  GPUs: {q.inflight_gpus} in flight (asked for, not running yet), "
+        f"{q.releasing_gpus} being released, {q.pending_gpus} needed by waiting gangs, "
+        f"{q.granted_gpus} granted to growth, {q.reclaimed_gpus} reclaimed for gangs, "
+        f"{q.trimmed_gpus} trimmed"
+    )
+    if q.jobs:
+        lines.append("  jobs by reason: " + ", ".join(f"{r} {n}" for r, n in q.jobs.items()))
+    return lines
+
+
+def _why_not_growing(j: JobEntry) -> str:
+    """The one sentence a user asked for: is it growing, and if not, why."""
+    if j.target is not None and j.replicas is not None and j.target != j.replicas:
+        verb = "grows" if j.target > j.replicas else "shrinks"
+        return f"It {verb} from {j.replicas} to {j.target} worker(s): {j.message}"
+    if j.reason == "HoldAtMax":
+        return f"It does not grow: it is at its maximum ({_s(j.max_replicas)} workers)."
+    return f"It does not change: {j.reason}: {j.message}"
+
+
+def explain_text(doc: StatusDoc, job: JobEntry) -> str:
+    now = doc.time
+    lines = [
+        f"{job.kind} {job.namespace}/{job.name} in queue {job.queue}, as of the cycle at "
+        f"{rfc3339(doc.time)} ({doc.mode}, {doc.cycle.result})",
+        "",
+        _why_not_growing(job),
+        "",
+        f"Decision:  {job.reason} (since {rfc3339(job.since)}, {age(job.since, now)})",
+        f"           {job.message}",
+        f"Size:      {_s(job.replicas)} worker(s) in spec, {_s(job.active)} running; "
+        f"elastic range {_s(job.min_replicas)}..{_s(job.max_replicas)}; "
+        f"{_s(job.gpus_per_worker)} GPU(s) per worker; target {_s(job.target)}",
+    ]
+    r = job.resize
+    if r is not None:
+        lines.append(
+            f"Resize:    {r.state.value} {_s(r.from_replicas)} -> {_s(r.to_replicas)} "
+            f"since {rfc3339(r.since)} ({r.reason}): {r.message}"
+        )
+    if job.last_resize is not None:
+        lines.append(
+            f"Last resize by the autoscaler: {rfc3339(job.last_resize)} "
+            f"({age(job.last_resize, now)} ago; the cooldown counts from it)"
+        )
+    if job.restart_cost:
+        lines.append(f"Restart:   {job.restart_cost} (what one resize costs it)")
+    if job.priority is not None:
+        lines.append(f"Priority:  {job.priority}")
+    lines += [f"Note:      {n}" for n in job.notes]
+    q = doc.queues.get(job.queue)
+    lines.append("")
+    if q is not None:
+        lines += _queue_lines(q)
+    else:
+        lines.append(f"Queue {job.queue}: not in the status (no summary for it this cycle)")
+    gangs = [g for g in doc.gangs if g.queue == job.queue]
+    if gangs:
+        lines += ["", f"Waiting gangs in {job.queue}, served first:"]
+        me = f"{job.namespace}/{job.name}"
+        for g in gangs:
+            mark = "  <- takes workers from this job" if me in g.victims else ""
+            lines.append(
+                f"  {g.namespace}/{g.name}: {g.gpus} GPU(s), waiting {age(g.since, now)}: "
+                f"{g.reason}: {g.message}{mark}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def explain_dict(doc: StatusDoc, job: JobEntry) -> dict[str, Any]:
+    q = doc.queues.get(job.queue)
+    return {
+        "time": rfc3339(doc.time),
+        "mode": doc.mode,
+        "cycle": doc.cycle.result,
+        "summary": _why_not_growing(job),
+        "job": job_dict(job),
+        "queue": queue_dict(q) if q is not None else None,
+        "gangs": [gang_dict(g) for g in doc.gangs if g.queue == job.queue],
+    }
+
+
+def not_listed(doc: StatusDoc, namespace: str, name: str) -> str:
+    """Why the status object has no entry for this job."""
+    left_out = sum(doc.omitted_jobs.values())
+    if left_out:
+        return (
+            f"job {namespace}/{name} is not listed in the status object: {left_out} settled "
+            "job(s) were left out to bound its size; `explain --live` plans it now"
+        )
+    return (
+        f"job {namespace}/{name} is not among the {doc.cycle.jobs} job(s) the last cycle "
+        f"({rfc3339(doc.time)}) planned: not a managed kind (PyTorchJob, PaddleJob, Volcano "
+        "Job), not in a watched namespace, or created since"
+    )
