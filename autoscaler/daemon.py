@@ -248,7 +248,7 @@ async def _daemon(settings: Settings) -> int:
         await driver.run()
     finally:
         if status is not None:  # the last cycle's status, before the Lease goes
-            await status.flush(settings.kube_request_timeout_seconds)
+            await status.close(settings.kube_request_timeout_seconds)
         for task in reversed(tasks):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from .fields import BadField, parse_time
-from .model import ClusterSnapshot, Decision, ElasticJob, Plan, QueueSummary
+from .model import Bound, ClusterSnapshot, Decision, ElasticJob, Plan, QueueSummary
 from .render import headroom_words
 from .resources import rfc3339
 
@@ -283,14 +283,20 @@ def _gang_rank(g: GangEntry) -> int:
 
 
 def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> QueueEntry:
+    headroom, bound = q.headroom_gpus, q.bound.value if q.bound else ""
+    words = headroom_words(q) if q.bound is not None else ""
+    if headroom is None and q.reason is None and q.free_gpus is not None:
+        # free GPUs taken as given (free_gpus_query, a snapshot's free_gpus), no nodes
+        headroom, bound = q.free_gpus, Bound.GIVEN.value
+        words = f"given: {q.free_gpus:g} free GPU(s) as read -> {q.free_gpus:g} GPU(s)"
     return QueueEntry(
         name=q.name,
         status=q.reason.value if q.reason else "ok",
         message=_cut(q.message),
-        headroom_gpus=q.headroom_gpus,
-        bound=q.bound.value if q.bound else "",
+        headroom_gpus=headroom,
+        bound=bound,
         plugin=q.plugin.value,
-        headroom=headroom_words(q) if q.bound is not None else "",
+        headroom=words,
         limits=dict(sorted(q.limits.items())),
         inputs=dict(sorted(q.inputs.items())),
         free_gpus=q.free_gpus,
@@ -544,7 +550,7 @@ def to_dict(doc: StatusDoc) -> dict[str, Any]:
                 "mode": doc.mode,
                 "identity": doc.identity,
                 "version": doc.version,
-                "heartbeat_seconds": doc.heartbeat_seconds,
+                "heartbeat_seconds": doc.heartbeat_seconds or None,
             }
         ),
         "cycle": _drop_empty(

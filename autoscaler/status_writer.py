@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -29,11 +30,12 @@ from .kubeapi import ApiFailure, classify, error_text
 from .metrics import Metrics
 from .resources import MERGE_PATCH
 from .settings import Settings
-from .status import StatusDoc, StatusError, changed, from_data, to_data
+from .status import StatusDoc, StatusError, changed, from_data, to_data, with_cycle
 
 log = structlog.get_logger("autoscaler.status")
 
 STALE_HEARTBEATS = 3  # a live writer's object younger than this many heartbeats is its own
+STOPPED = "stopped"  # the cycle result of the document a writer leaves when it stops
 
 
 class StatusWriter:
@@ -98,13 +100,24 @@ class StatusWriter:
             if doc is not None:
                 await self.write(doc)
 
-    async def flush(self, timeout: float) -> None:  # noqa: ASYNC109 - our contract
-        """At shutdown: write what is still pending, within `timeout`."""
+    async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - our contract
+        """At shutdown, within `timeout`: write what is still pending, then say that this
+        writer stopped (a dry run may then take the object over at once, and a user
+        reading it knows no cycle runs until the next leader's)."""
         doc, self._pending = self._pending, None
-        if doc is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                if doc is not None:
                     await self.write(doc)
+                last = self._written
+                if last is not None and self._may_write():
+                    stopped = replace(
+                        last.cycle,
+                        result=STOPPED,
+                        message="the daemon stopped; the next leader writes anew",
+                    )
+                    self._written_at = None  # written whatever changed
+                    await self.write(with_cycle(last, last.time, stopped))
 
     async def write(self, doc: StatusDoc) -> str:
         """Write `doc` if it says something new or the heartbeat is due. Returns the
@@ -201,7 +214,7 @@ class StatusWriter:
             return False
         heartbeat = theirs.heartbeat_seconds or self._settings.status_heartbeat_seconds
         fresh = doc.time - theirs.time < timedelta(seconds=STALE_HEARTBEATS * heartbeat)
-        owned = theirs.mode == "live" and fresh
+        owned = theirs.mode == "live" and fresh and theirs.cycle.result != STOPPED
         if owned and not self._yielding:
             log.info(
                 "status.not_written",

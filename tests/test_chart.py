@@ -318,7 +318,9 @@ def test_objects_and_where_they_live(name: str) -> None:
     for kind, namespace, obj_name in keys:
         if kind in {"ClusterRole", "ClusterRoleBinding"}:
             assert namespace is None
-        elif kind in {"Role", "RoleBinding"} and not obj_name.endswith("-leader-election"):
+        elif kind in {"Role", "RoleBinding"} and not obj_name.endswith(
+            ("-leader-election", "-status")
+        ):
             assert namespace in managed, (kind, namespace)
         else:
             assert namespace == NAMESPACE, (kind, obj_name, namespace)
@@ -362,6 +364,14 @@ def expected_grants(values: dict[str, Any]) -> set[tuple[Any, ...]]:
             for r in src["elastic-autoscaler-leader-election"]
         ]
         out |= _rule_grants(lease, NAMESPACE)
+    if v["settings"]["status_configmap"]:  # the status object: a dry run writes it too
+        status = [
+            {**r, "resourceNames": [v["settings"]["status_configmap"]]}
+            if "resourceNames" in r
+            else r
+            for r in src["elastic-autoscaler-status"]
+        ]
+        out |= _rule_grants(status, NAMESPACE)
     return out
 
 
@@ -394,8 +404,9 @@ def test_rbac_is_the_source_bound_as_the_values_say(name: str) -> None:
     got = rendered_grants(objs)  # also: no wildcard, only known rule fields
     assert got == expected_grants(values)
     v = merged(values)
-    if v["mode"] == "dry-run":  # writes nothing, takes no Lease: RBAC says so
-        assert {g[3] for g in got} <= READ, sorted(g for g in got if g[3] not in READ)
+    if v["mode"] == "dry-run":  # writes nothing but its status, no Lease: RBAC says so
+        status = {g for g in got if g[0] == NAMESPACE and g[2] == "configmaps"}
+        assert {g[3] for g in got - status} <= READ, sorted(g for g in got if g[3] not in READ)
         assert not [g for g in got if g[2] == "leases"]
     else:
         assert (
@@ -419,6 +430,7 @@ def test_rbac_source_roles_keep_their_purpose() -> None:
         "elastic-autoscaler-cluster",
         "elastic-autoscaler-write",
         "elastic-autoscaler-leader-election",
+        "elastic-autoscaler-status",
     }, "a new role in deploy/base/rbac.yaml: wire it into the chart's templates/rbac.yaml"
     for role in ("elastic-autoscaler", "elastic-autoscaler-cluster"):
         assert {g[2] for g in _grants({"kind": "Role", "rules": src[role]})} <= READ, role

@@ -256,8 +256,7 @@ def test_renders_into_one_namespace(target: str) -> None:
     } <= kinds
     if target.endswith("+monitoring"):
         assert {"ServiceMonitor", "PrometheusRule"} <= kinds
-    if not target.startswith("overlays/dry-run"):  # the Lease Role; a dry run takes no Lease
-        assert {"Role", "RoleBinding"} <= kinds
+    assert {"Role", "RoleBinding"} <= kinds  # the status object's; the Lease's but dry
 
 
 def _check_service_monitor(obj: dict[str, Any]) -> None:
@@ -436,7 +435,7 @@ def test_the_namespaced_role_of_the_docs_copies_the_base_rules() -> None:
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "overlays/dry-run"])
 def test_leases_only_in_our_namespace(target: str) -> None:
     objs = render(target)
-    role = one(objs, "Role")
+    role = one(objs, "Role", "elastic-autoscaler-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
     # get/update only our Lease by name; create cannot be limited by name
     assert _grants(role, named=True) == {
@@ -444,7 +443,14 @@ def test_leases_only_in_our_namespace(target: str) -> None:
         ("coordination.k8s.io", "leases", "update", ("elastic-autoscaler",)),
         ("coordination.k8s.io", "leases", "create", ()),
     }
-    binding = one(objs, "RoleBinding")
+    _check_binding(objs, role)
+    # the daemon's ClusterRoles must not also carry leases
+    for cluster_role in (o for o in objs if o["kind"] == "ClusterRole"):
+        assert not {g for g in _grants(cluster_role) if g[1] == "leases"}
+
+
+def _check_binding(objs: tuple[dict[str, Any], ...], role: dict[str, Any]) -> None:
+    binding = one(objs, "RoleBinding", role["metadata"]["name"])
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -453,17 +459,34 @@ def test_leases_only_in_our_namespace(target: str) -> None:
     }
     sa = one(objs, "ServiceAccount")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
-    # the daemon's ClusterRoles must not also carry leases
-    for role in (o for o in objs if o["kind"] == "ClusterRole"):
-        assert not {g for g in _grants(role) if g[1] == "leases"}
 
 
 def test_the_dry_run_overlay_takes_no_lease_and_has_no_write_role() -> None:
     objs = render("overlays/dry-run")
-    kinds = {o["kind"] for o in objs}
-    assert "Role" not in kinds and "RoleBinding" not in kinds
+    # the one Role left is the status object's: a dry run writes its status too
+    roles = {o["metadata"]["name"] for o in objs if o["kind"] in ("Role", "RoleBinding")}
+    assert roles == {"elastic-autoscaler-status"}
     names = {o["metadata"]["name"] for o in objs if o["kind"].startswith("ClusterRole")}
     assert names == READ_ONLY_ROLES
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_status_configmap_only_by_name_in_our_namespace(target: str) -> None:
+    """Written by the leader, a dry run too: get/patch/update of that one ConfigMap, and
+    create (which cannot be limited by name) in our namespace only."""
+    objs = render(target)
+    role = one(objs, "Role", "elastic-autoscaler-status")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    name = Settings.model_fields["status_configmap"].default
+    assert _grants(role, named=True) == {
+        ("", "configmaps", "get", (name,)),
+        ("", "configmaps", "patch", (name,)),
+        ("", "configmaps", "update", (name,)),
+        ("", "configmaps", "create", ()),
+    }
+    _check_binding(objs, role)
+    for cluster_role in (o for o in objs if o["kind"] == "ClusterRole"):
+        assert not {g for g in _grants(cluster_role) if g[1] == "configmaps"}
 
 
 # ---- the Deployment ------------------------------------------------------------------------

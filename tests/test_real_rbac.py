@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 import yaml
 from builders import pytorchjob
+from fakekube import eventually
 from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_faults import daemon_env, daemon_process, live_body
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "elastic-autoscaler"  # where deploy/ puts the daemon, its ServiceAccount and Lease
+STATUS = "elastic-autoscaler-status"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 pytestmark = pytest.mark.skipif(
@@ -120,6 +122,14 @@ FORBIDDEN = [
     ("get", "leases", "coordination.k8s.io", NS, "someone-elses-lease", ""),
     ("delete", "leases", "coordination.k8s.io", NS, "elastic-autoscaler", ""),
     ("list", "leases", "coordination.k8s.io", NS, "", ""),
+    # the status object: only ours, in our namespace, never listed or deleted
+    ("get", "configmaps", "", NS, "elastic-autoscaler-config", ""),
+    ("update", "configmaps", "", NS, "someone-elses", ""),
+    ("patch", "configmaps", "", "team", "elastic-autoscaler-status", ""),
+    ("create", "configmaps", "", "team", "", ""),
+    ("delete", "configmaps", "", NS, "elastic-autoscaler-status", ""),
+    ("list", "configmaps", "", NS, "", ""),
+    ("watch", "configmaps", "", NS, "", ""),
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io", "", "", ""),
     ("impersonate", "serviceaccounts", "", NS, "", ""),
     # HPAs are only listed and watched: a job one scales is left to it, never the HPA
@@ -149,6 +159,11 @@ NEEDED = [
     ("watch", "pods", "", "", "", ""),
     ("list", "horizontalpodautoscalers", "autoscaling", "", "", ""),
     ("watch", "horizontalpodautoscalers", "autoscaling", "", "", ""),
+    # the status object, written by the leader and by a dry run alike
+    ("get", "configmaps", "", NS, "elastic-autoscaler-status", ""),
+    ("patch", "configmaps", "", NS, "elastic-autoscaler-status", ""),
+    ("update", "configmaps", "", NS, "elastic-autoscaler-status", ""),
+    ("create", "configmaps", "", NS, "", ""),
 ]
 WRITES = [
     ("patch", "pytorchjobs", KF, "team", "j", ""),
@@ -171,6 +186,19 @@ def _check(envtest: EnvTest, token: str, rows: list[tuple[str, ...]], allowed: b
         != allowed
     ]
     assert not wrong, f"{'refused' if allowed else 'allowed'}: {wrong}"
+
+
+async def _status_written(envtest: EnvTest, mode: str) -> None:
+    """The daemon wrote its status object with the shipped RBAC (a 403 would be logged)."""
+
+    def written() -> bool:
+        try:
+            cm = envtest.request("GET", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
+        except ApiError:
+            return False
+        return f"mode: {mode}" in cm["data"]["status"]
+
+    await eventually(written, 20, 0.1, f"the status object written ({mode})")
 
 
 def _job(ns: str, queue: str) -> dict[str, Any]:
@@ -212,6 +240,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"applied": 1}, cycle
+            await _status_written(envtest, "live")
             synced = proc.events("caches synced")
             assert len(synced) == 1 and synced[0]["jobs"] == 1, synced
             assert proc.events("waiting for the Kubernetes API")[0]["url"] == envtest.url
@@ -260,6 +289,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
         async with daemon_process(env) as proc:
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"dry_run": 1}, cycle
+            await _status_written(envtest, "dry-run")
             assert await proc.stop() == 0
         assert not [line for line in proc.raw if "HTTP 403" in line or "orbidden" in line]
     assert envtest.get(_job(real_ns, queue))["metadata"]["resourceVersion"] == rv

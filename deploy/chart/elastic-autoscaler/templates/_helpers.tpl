@@ -80,7 +80,7 @@ symlink to it), by name: the one place RBAC rules are written. YAML out; use fro
 {{- if not $text -}}
 {{- fail "files/rbac.yaml is missing or empty: it must be a symlink to deploy/base/rbac.yaml (or its content in a packaged chart)" -}}
 {{- end -}}
-{{- $known := list "elastic-autoscaler" "elastic-autoscaler-cluster" "elastic-autoscaler-write" "elastic-autoscaler-leader-election" -}}
+{{- $known := list "elastic-autoscaler" "elastic-autoscaler-cluster" "elastic-autoscaler-write" "elastic-autoscaler-leader-election" "elastic-autoscaler-status" -}}
 {{- $out := dict -}}
 {{- range $doc := regexSplit "(?m)^---[ \t]*$" $text -1 -}}
 {{- $obj := fromYaml $doc -}}
