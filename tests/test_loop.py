@@ -510,3 +510,23 @@ async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(leve
     assert lines({"info"}) == [("grow", "info")]  # every action; the unchanged hold is not
     expected_debug = [("held", "debug")] if level == "DEBUG" else []
     assert lines({"debug"}) == expected_debug
+
+
+async def test_build_info_and_every_counter_series_from_zero(api):
+    """Before any cycle: which build runs, and each result/outcome/error series at 0, so
+    rate() and alerts see the first increment."""
+    async with fake_prometheus(free_body(**{"team-a": 3})) as prom:
+        async with Daemon(api, settings_for(prom.url)) as d:
+            text = _metrics_text(d.metrics)
+    assert 'elastic_autoscaler_build_info{python="' in text
+    for line in (
+        'elastic_autoscaler_cycles_total{result="ok"} 0.0',
+        'elastic_autoscaler_cycles_total{result="write_failed"} 0.0',
+        'elastic_autoscaler_writes_total{result="applied"} 0.0',
+        'elastic_autoscaler_writes_total{result="throttled"} 0.0',
+        'elastic_autoscaler_source_errors_total{kind="connection",source="prometheus"} 0.0',
+        'elastic_autoscaler_source_errors_total{kind="bad_query",source="prometheus"} 0.0',
+        'elastic_autoscaler_source_errors_total{kind="stale",source="kubernetes"} 0.0',
+        'elastic_autoscaler_status_writes_total{result="failed"} 0.0',
+    ):
+        assert line in text, line
