@@ -202,7 +202,11 @@ def _why_not_growing(j: JobEntry) -> str:
         return f"It {verb} from {j.replicas} to {j.target} worker(s): {j.message}"
     if j.reason == "HoldAtMax":
         return f"It does not grow: it is at its maximum ({_s(j.max_replicas)} workers)."
-    return f"It does not change: {j.reason}: {j.message}"
+    if j.reason.startswith("Hold"):
+        return f"It does not grow now: {j.reason}: {j.message}"
+    if j.reason.startswith("Invalid"):
+        return f"It is left alone until fixed: {j.reason}: {j.message}"
+    return f"It is not resized: {j.reason}: {j.message}"
 
 
 def explain_text(doc: StatusDoc, job: JobEntry) -> str:

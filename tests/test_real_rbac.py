@@ -196,7 +196,7 @@ async def _status_written(envtest: EnvTest, mode: str) -> None:
             cm = envtest.request("GET", f"/api/v1/namespaces/{NS}/configmaps/{STATUS}")
         except ApiError:
             return False
-        return f"mode: {mode}" in cm["data"]["status"]
+        return f'"mode": "{mode}"' in cm["data"]["status"]
 
     await eventually(written, 20, 0.1, f"the status object written ({mode})")
 

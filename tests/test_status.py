@@ -187,9 +187,11 @@ def test_the_configmap_data_round_trips_and_garbage_is_named():
     assert parsed["writer"] == {"mode": "live", "identity": "pod-1", "version": "1.2.3"}
     with pytest.raises(StatusError, match=r"cm: no data\.status"):
         from_data({}, "cm")
-    with pytest.raises(StatusError, match=r"cm: data\.status: schema is None"):
+    with pytest.raises(StatusError, match=r"cm: data\.status is not JSON"):
         from_data({DATA_KEY: "a: 1\n"}, "cm")
-    broken = data[DATA_KEY].replace("job: vision/", "job: vision-", 1)
+    with pytest.raises(StatusError, match=r"cm: data\.status: schema is None"):
+        from_data({DATA_KEY: '{"a": 1}'}, "cm")
+    broken = data[DATA_KEY].replace('"job": "vision/', '"job": "vision-', 1)
     with pytest.raises(StatusError, match=r"jobs\[\d+\]\.job is not namespace/name"):
         from_data({DATA_KEY: broken}, "cm")
 
