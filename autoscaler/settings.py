@@ -181,7 +181,8 @@ class Settings(BaseSettings):
     # ---- Prometheus -----------------------------------------------------------------
     prometheus_url: str = Field(
         "http://prometheus-operated.monitoring.svc:9090",
-        description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics.",
+        description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics "
+        "(an http or https URL with a host, checked at start).",
     )
     headroom_plugin: HeadroomPlugin = Field(
         HeadroomPlugin.AUTO,

@@ -122,7 +122,7 @@ def main() -> int:
         docs.append(doc)
     print(
         f"{'jobs':>7} {'listed':>6} {'counted':>7} {'gangs':>5} {'KiB':>6} {'build ms':>8} "
-        f"{'steady ms':>9} {'yaml ms':>7} {'diff ms':>7} {'steady writes':>13}"
+        f"{'steady ms':>9} {'json ms':>7} {'diff ms':>7} {'steady writes':>13}"
     )
     for r in rows:
         print(
