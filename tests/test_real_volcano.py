@@ -333,6 +333,22 @@ async def test_waiting_gang_gets_elastic_workers_and_is_bound(scene: Scene) -> N
 # ---- e. plan agrees with run -------------------------------------------------------------------
 
 
+async def wait_job_status_running(
+    scene: Scene, name: str, count: int, *, deadline_seconds: float
+) -> None:
+    started = time.monotonic()
+    while True:
+        status = get_vcjob(scene.api, scene.ns, name).get("status") or {}
+        running = (
+            ((status.get("taskStatusCount") or {}).get("worker") or {}).get("phase") or {}
+        ).get("Running")
+        if running == count:
+            return
+        if time.monotonic() - started > deadline_seconds:
+            raise AssertionError(f"{name}: status shows {running} Running, not {count}")
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.timeout(90)
 async def test_plan_agrees_with_what_run_then_does(scene: Scene) -> None:
     """`plan` on the live cluster lists the resizes; `run` then makes exactly those, and
@@ -343,6 +359,10 @@ async def test_plan_agrees_with_what_run_then_does(scene: Scene) -> None:
         scene.job(name, queue, replicas=lo, min_available=lo, max_replicas=hi)
     for name, (lo, _) in jobs.items():
         await wait_running(scene.api, scene.ns, name, lo, deadline_seconds=30)
+        # what the planner reads as running is the Job's status, which Volcano's controller
+        # writes a moment after the pods run (later under load): until then the job is
+        # in flight and `plan` rightly grows nothing
+        await wait_job_status_running(scene, name, lo, deadline_seconds=30)
     await scene.volcano.wait_scraped(queue, allocated=3)
     versions = {n: get_vcjob(scene.api, scene.ns, n)["metadata"]["resourceVersion"] for n in jobs}
 
