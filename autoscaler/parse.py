@@ -199,18 +199,11 @@ def parse_queue_capacities(
     `gpu_resource_names`. Not `spec.deserved`: under the capacity plugin a queue borrows
     beyond it up to its capability, and the proportion plugin does not read it. A queue
     that sets no capability, or sets it unreadably, has no bound here."""
-    capacities: dict[str, int] = {}
-    for obj in objects:
-        name = dig(obj, "metadata", "name")
-        if not isinstance(name, str) or not name:
-            continue
-        try:
-            gpus = gpu_sum(dig(obj, "spec", "capability"), settings, "spec.capability")
-        except BadField:
-            gpus = None
-        if gpus is not None:
-            capacities[name] = gpus
-    return capacities
+    return {
+        name: int(capability)
+        for name, (_, capability, _) in parse_queue_specs(objects, settings).items()
+        if capability is not None
+    }
 
 
 def parse_queue_specs(
@@ -226,17 +219,10 @@ def parse_queue_specs(
         weight = dig(obj, "spec", "weight")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
             weight = 1
-        capability = guarantee = None
-        try:
-            capability = gpu_sum(dig(obj, "spec", "capability"), settings, "spec.capability")
-        except BadField:
-            pass
-        try:
-            guarantee = gpu_sum(
-                dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
-            )
-        except BadField:
-            pass
+        capability = readable_gpus(dig(obj, "spec", "capability"), settings, "spec.capability")
+        guarantee = readable_gpus(
+            dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
+        )
         specs[name] = (
             float(weight),
             None if capability is None else float(capability),
@@ -271,10 +257,7 @@ def parse_nodes(
         name = dig(obj, "metadata", "name")
         if not isinstance(name, str) or not name:
             continue
-        try:
-            allocatable = gpu_sum(dig(obj, "status", "allocatable"), settings, "allocatable")
-        except BadField:
-            allocatable = None
+        allocatable = readable_gpus(dig(obj, "status", "allocatable"), settings, "allocatable")
         ready = any(
             isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
             for c in dig(obj, "status", "conditions") or ()
@@ -299,10 +282,7 @@ def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
         if not isinstance(resources, Mapping):
             return 0
         for part in ("requests", "limits"):
-            try:
-                gpus = gpu_sum(resources.get(part), settings, part)
-            except BadField:
-                gpus = None
+            gpus = readable_gpus(resources.get(part), settings, part)
             if gpus is not None:
                 return gpus
         return 0
@@ -343,6 +323,15 @@ def volcano_view(
                 name, weight=weight, capability=capability, guarantee=guarantee
             )
     return VolcanoView(plugin, queues, nodes), out
+
+
+def readable_gpus(resources: Any, settings: Settings, field: str) -> int | None:
+    """gpu_sum, or None where the figure cannot be read: it then bounds nothing (the
+    API server validated these objects; an unreadable one is not ours to report)."""
+    try:
+        return gpu_sum(resources, settings, field)
+    except BadField:
+        return None
 
 
 def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:

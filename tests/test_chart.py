@@ -19,8 +19,6 @@ sets it), else from PATH; without it those tests skip and say so.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import importlib.util
 import json
@@ -28,9 +26,7 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +49,7 @@ from test_deploy import (
     one,
     render,
 )
-from test_faults import Proc, live_body
+from test_faults import daemon_process, live_body
 from test_real_rbac import _can
 
 from autoscaler.settings import Settings, load_settings
@@ -657,32 +653,6 @@ def test_dry_run_overlay_applies_to_a_bare_cluster(envtest: EnvTest, tmp_path: P
     assert proc.returncode != 0 and "ServiceMonitor" in proc.stderr, proc.stderr
 
 
-@contextlib.asynccontextmanager
-async def pod_daemon(args: list[str], env: dict[str, str]) -> AsyncIterator[Proc]:
-    """`elastic-autoscaler ARGS` as the pod runs it (the image's ENTRYPOINT is the CLI)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "autoscaler",
-        *args,
-        cwd=str(REPO),
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    proc = Proc(process)
-    proc.reader = asyncio.create_task(proc._read())
-    try:
-        yield proc
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        proc.reader.cancel()
-        await asyncio.gather(proc.reader, return_exceptions=True)
-
-
 def _pod_as_installed(
     envtest: EnvTest,
     namespace: str,
@@ -798,7 +768,7 @@ async def test_helm_install_dry_run_then_upgrade_to_live_runs_the_daemon(
             rv = envtest.get(job)["metadata"]["resourceVersion"]
             args, env = _pod_as_installed(envtest, ns, full, f"{full}-0", tmp_path, token_config)
             assert "--dry-run" in args
-            async with pod_daemon(args, env) as proc:
+            async with daemon_process(env, tuple(args)) as proc:
                 cycle = await proc.wait_for("cycle", 60, result="ok")
                 assert cycle["writes"] == {"dry_run": 1}, cycle
                 assert await proc.stop() == 0
@@ -846,7 +816,7 @@ async def test_helm_install_dry_run_then_upgrade_to_live_runs_the_daemon(
             )
             args, env = _pod_as_installed(envtest, ns, full, f"{full}-1", tmp_path, token_config)
             assert "--dry-run" not in args
-            async with pod_daemon(args, env) as proc:
+            async with daemon_process(env, tuple(args)) as proc:
                 cycle = await proc.wait_for("cycle", 60, result="ok")
                 assert cycle["writes"] == {"applied": 1}, cycle
                 lease = envtest.request(

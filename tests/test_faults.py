@@ -882,12 +882,13 @@ def daemon_env(tmp_path: Path, kubeconfig: Path, prom_url: str, **extra: Any) ->
 
 
 @contextlib.asynccontextmanager
-async def daemon_process(env: dict[str, str]):
+async def daemon_process(env: dict[str, str], args: tuple[str, ...] = ("run",)):
+    """`python -m autoscaler ARGS` (the image's ENTRYPOINT is the CLI), stderr read."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "autoscaler",
-        "run",
+        *args,
         cwd=str(REPO),
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
