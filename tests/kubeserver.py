@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 
 import yaml
 from kubernetes_asyncio.client import Configuration
+from ports import free_port
 
 CRDS = Path(__file__).parent / "crds"
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
@@ -51,12 +51,6 @@ def assets_problem() -> str | None:
         if not (path.is_file() and os.access(path, os.X_OK)):
             return f"{ASSETS_ENV}={assets} has no executable {binary}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ApiError(Exception):

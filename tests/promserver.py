@@ -19,7 +19,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import ssl
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
+from ports import free_port
 
 PROMETHEUS_BINARY = (
     os.environ.get("PROMETHEUS_BINARY") or shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -43,12 +43,6 @@ DESERVED = "volcano_queue_deserved_scalar_resources"
 ALLOCATED = "volcano_queue_allocated_scalar_resources"
 REQUEST = "volcano_queue_request_scalar_resources"
 REAL_CAPACITY = "volcano_queue_real_capacity_scalar_resources"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _start_site(app: web.Application, ssl_context: ssl.SSLContext | None = None):

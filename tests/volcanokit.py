@@ -45,6 +45,7 @@ VCJOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
 PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 START_SECONDS = 120.0
+START_ATTEMPTS = 3  # see VolcanoKit.start
 
 
 def kit_problem() -> str | None:
@@ -100,6 +101,26 @@ class VolcanoKit:
         return [_host_port(self.scheduler_metrics), _host_port(self.controller_metrics)]
 
     def start(self) -> None:
+        """Run the kit's start.sh. It picks its five ports by binding port 0 and closing
+        the socket, so a port can be taken (by another of its picks, or by an outgoing
+        connection of the suite) before the component binds it: that start is stopped
+        and run again; any other failure is raised at once."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            answer = self._run_start()
+            if answer.returncode == 0:
+                return
+            logs = "".join(self.log_tail(c) for c in BINARIES)
+            problem = (
+                f"the Volcano kit did not start ({answer.returncode}): {answer.stderr[-2000:]}"
+                f"\nscheduler log:\n{self.log_tail('vc-scheduler')}"
+            )
+            self.stop()
+            if "address already in use" not in answer.stderr + logs or attempt == START_ATTEMPTS:
+                raise RuntimeError(problem)
+            self.env.clear()
+            (self.state / "volcano.env").unlink(missing_ok=True)
+
+    def _run_start(self) -> subprocess.CompletedProcess[str]:
         kubeconfig = self.api.kubeconfig(name="volcano")
         answer = subprocess.run(
             [
@@ -119,11 +140,7 @@ class VolcanoKit:
             check=False,
         )
         self._read_env()  # even on failure: whatever it started is stopped by stop()
-        if answer.returncode != 0:
-            raise RuntimeError(
-                f"the Volcano kit did not start ({answer.returncode}): {answer.stderr[-2000:]}"
-                f"\nscheduler log:\n{self.log_tail('vc-scheduler')}"
-            )
+        return answer
 
     def stop(self) -> None:
         if (self.state / "volcano.env").exists():
