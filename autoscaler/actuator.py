@@ -35,11 +35,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from .kinds import BY_NAME, KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
 from .model import Decision, Measurement, Plan, Reason, Refusal
+from .options import ActuatorOptions
 from .pacing import Attempt, Item, Pacer, Verdict, drain
 from .parse import measured_value
 from .redact import remember_client
 from .resources import MERGE_PATCH, rfc3339
-from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -220,7 +220,7 @@ class KubeActuator:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ActuatorOptions,
         api_client: client.ApiClient,
         component: str = "elastic-autoscaler",
         kinds: tuple[JobKind, ...] = KINDS,
@@ -549,11 +549,11 @@ class KubeActuator:
         resourceVersion the plan was made on (the server answers 409 if the job changed)."""
         s = self._settings
         annotations = {
-            s.last_scale_annotation: rfc3339(now),
-            f"{s.annotation_prefix}/last-scale-reason": decision.reason.value,
+            s.annotations.last_scale: rfc3339(now),
+            s.annotations.last_scale_reason: decision.reason.value,
         }
         if measurement is not None:
-            annotations[s.measured_restart_cost_annotation] = measured_value(
+            annotations[s.annotations.measured_restart_cost] = measured_value(
                 measurement.seconds, measurement.resized
             )
         kind = self._kinds[decision.ref.kind]
@@ -585,7 +585,7 @@ class KubeActuator:
         """Keep each measured restart cost on its job (a merge patch of one annotation,
         pinned to the resourceVersion it was measured on). Best effort: a failed write is
         measured again next cycle, and never holds up a resize."""
-        key = self._settings.measured_restart_cost_annotation
+        key = self._settings.annotations.measured_restart_cost
         for m in measured:
             kind = self._kinds.get(m.ref.kind)
             if kind is None or not may_write():
@@ -666,8 +666,7 @@ class KubeActuator:
 class DryRunActuator:
     """Writes nothing: says what it would do, in the log and optionally on `out`."""
 
-    def __init__(self, settings: Settings, out: TextIO | None = None) -> None:
-        self._settings = settings
+    def __init__(self, out: TextIO | None = None) -> None:
         self._out = out
 
     async def apply(

@@ -218,7 +218,7 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
     else:
         from .sources.kube import context_namespace
 
-        namespace, name = args.namespace or context_namespace(settings), ref
+        namespace, name = args.namespace or context_namespace(settings.kube_options()), ref
     if not namespace or not name:
         raise UsageError(f"{ref!r} is not NAMESPACE/NAME")
     return namespace, name

@@ -1,85 +1,51 @@
-"""Assembly: the daemon (`run_daemon`) and the one-shot live `plan`, wired from their
-parts: sources, actuator (live or dry-run, chosen here once), leader elector, HTTP server,
-and the loop that drives cycles. The only module that knows every part."""
+"""The daemon's commands: `run` (the daemon: its parts built by wiring.py, started, run
+until a signal), the one-shot live `plan`, and the status object for `status` and
+`explain`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
-import sys
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
 
-from .actuator import Actuator, DryRunActuator, KubeActuator
 from .errors import RunFailure, UsageError
-from .kinds import BY_NAME, KINDS, JobKind, NotManaged, named
 from .kubeapi import ApiFailure, classify, failure_line
-from .leader import AlwaysLeader, make_elector
 from .logs import configure_logging
-from .loop import Controller, Driver
-from .metrics import Metrics, package_version
+from .metrics import package_version
 from .model import ClusterSnapshot, Plan
-from .parse import read_measured, read_time
 from .planner import plan as make_plan
 from .redact import redact
-from .resources import WAITING_PHASES
-from .server import HealthServer
 from .settings import Settings
-from .sources.kube import KubeconfigError, KubeSource, make_api_client
+from .sources.kube import KubeconfigError, make_api_client
 from .sources.live import LiveSource
 from .sources.prom_answer import FreeGpuReading, PromError
 from .sources.prometheus import PrometheusSource
-from .sources.prune import pruner
 from .status import Cycle, StatusDoc, StatusError, build_status, from_data
 from .status_writer import StatusWriter
+from .triggers import restart_done, wants_early_cycle
+from .wiring import Parts, build, build_sources, job_kinds
+
+__all__ = [
+    "job_kinds",
+    "live_cycle",
+    "live_plan",
+    "live_status",
+    "read_status",
+    "restart_done",
+    "run_daemon",
+    "wants_early_cycle",
+]
 
 log = structlog.get_logger("autoscaler.daemon")
-
-
-def wants_early_cycle(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
-    """A new waiting gang, or a job that finished or went away, frees or needs GPUs now."""
-
-    if kind == "PodGroup":
-        status = obj.get("status") if isinstance(obj, Mapping) else None
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        return event_type == "ADDED" and phase in WAITING_PHASES
-    job_kind = BY_NAME.get(kind)
-    return job_kind is not None and job_kind.wants_early_cycle(event_type, obj)
-
-
-def restart_done(kind: str, obj: Mapping[str, Any], settings: Settings) -> bool:
-    """A job we resized whose workers all run again, its restart not yet measured: a
-    cycle now measures it to within min_interval_seconds, not a whole interval."""
-    job_kind = BY_NAME.get(kind)
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if job_kind is None or not isinstance(notes, Mapping):
-        return False
-    last = notes.get(settings.last_scale_annotation)
-    if not isinstance(last, str) or settings.restart_cost_annotation in notes:
-        return False
-    measured = read_measured(notes.get(settings.measured_restart_cost_annotation))
-    if measured is not None and measured[1] == read_time(last):
-        return False
-    try:
-        workers = job_kind.workers(obj, settings)
-    except NotManaged:
-        return False
-    return workers.replicas > 0 and workers.active == workers.replicas
-
-
-def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
-    """The kinds the settings name, else all: a kind whose CRD is not installed costs
-    one info line and a LIST every few minutes (sources/kube.py)."""
-    return named(settings.job_kinds) if settings.job_kinds else KINDS
 
 
 # Prometheus failures a retry cannot fix: the settings are wrong (exit 2)
@@ -129,136 +95,72 @@ def run_daemon(settings: Settings) -> int:
         return 130
 
 
-async def _daemon(settings: Settings) -> int:
-    metrics = Metrics()
-    ProcessCollector(registry=metrics.registry)
+async def api_client_for(settings: Settings) -> ApiClient:
+    """The API client of the kubeconfig the settings pick; a kubeconfig to fix is a
+    UsageError (exit 2)."""
     try:
-        api_client = await make_api_client(settings)
+        return await make_api_client(settings.kube_options())
     except KubeconfigError as exc:
         raise UsageError(str(exc)) from None
     except (ConfigException, OSError, ValueError) as exc:
         raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
-    driver: Driver | None = None
 
-    def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        if driver is not None and (
-            wants_early_cycle(kind, event_type, obj) or restart_done(kind, obj, settings)
-        ):
-            driver.trigger()
 
-    kinds = job_kinds(settings)
-    kube = KubeSource(
-        settings,
-        api_client,
-        on_change,
-        transform=pruner(settings),
-        job_kinds=[k.resource for k in kinds],
-        watch_nodes=True,
-        watch_pods=settings.node_fit,
-    )
-    prometheus = PrometheusSource(settings)
-    actuator: Actuator = (
-        DryRunActuator(settings, out=sys.stdout)
-        if settings.dry_run
-        else KubeActuator(settings, api_client, kinds=kinds)
-    )
-
-    def leadership(leading: bool) -> None:
-        metrics.is_leader.set(1 if leading else 0)
-        if leading and driver is not None:
-            driver.trigger()
-
-    # a dry run writes nothing, the Lease included: it must never displace a live leader
-    elector = (
-        AlwaysLeader(leadership)
-        if settings.dry_run or not settings.leader_election
-        else make_elector(settings, api_client, leadership)
-    )
-    status = (
-        StatusWriter(settings, api_client, metrics, may_write=lambda: elector.is_leader)
-        if settings.status_configmap
-        else None
-    )
-    controller = Controller(
-        settings,
-        LiveSource(settings, kube, prometheus, metrics),
-        actuator,
-        metrics,
-        may_write=lambda: elector.is_leader,
-        status=status,
-        identity=getattr(elector, "identity", "") or settings.identity,
-    )
-    driver = Driver(
-        controller, is_leader=lambda: elector.is_leader, ready_check=lambda: kube.current
-    )
-    server = HealthServer(
-        metrics, driver.alive, driver.ready, settings.listen_host, settings.listen_port
-    )
-
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, driver.stop)
-    log.info(
-        "starting",
-        dry_run=settings.dry_run,
-        interval_s=settings.interval_seconds,
-        leader_election=settings.leader_election and not settings.dry_run,
-        namespaces=settings.namespaces or "all",
-        port=settings.listen_port,
-    )
+async def _daemon(settings: Settings) -> int:
+    api_client = await api_client_for(settings)
     try:
-        await server.start()
-    except OSError as exc:
-        prometheus.close()
-        await api_client.close()
-        raise RunFailure(
-            f"cannot listen on {settings.listen_host}:{settings.listen_port} for /metrics, "
-            f"/healthz, /readyz: {exc.strerror or exc} (is another process using the port? "
-            "set listen_port)"
-        ) from None
-    log.info("listening", host=settings.listen_host, port=server.port)
-    log.info("waiting for the Kubernetes API", url=api_client.configuration.host)
-    synced_at = time.monotonic()
-    await kube.start()
-    elector_task = asyncio.create_task(elector.run(), name="leader-election")
-
-    async def report_synced() -> None:
-        # one line once every cache has listed, however long the API takes to answer;
-        # cycles hold (and say why) until then
-        await kube.wait_synced(float("inf"))
-        objects = kube.objects()
+        parts = build(settings, api_client)
+        ProcessCollector(registry=parts.metrics.registry)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, parts.driver.stop)
         log.info(
-            "caches synced",
-            seconds=round(time.monotonic() - synced_at, 2),
-            jobs=len(objects.jobs),
-            podgroups=len(objects.podgroups),
-            queues=len(objects.queues),
+            "starting",
+            dry_run=settings.dry_run,
+            interval_s=settings.interval_seconds,
+            leader_election=settings.elects_leader,
+            namespaces=settings.namespaces or "all",
+            port=settings.listen_port,
         )
-
-    synced_task = asyncio.create_task(report_synced(), name="report-synced")
-    tasks = [synced_task, elector_task]
-    if status is not None:
-        tasks.append(asyncio.create_task(status.run(), name="status-writer"))
-    try:
-        await check_prometheus(prometheus)
-        if status is not None:  # each job's `since` and resize state survive a restart
-            controller.last_status = await status.restore()
-        with contextlib.suppress(TimeoutError):
-            await kube.wait_synced(settings.cycle_deadline_seconds)
-        await driver.run()
+        await _serve(parts)
     finally:
-        if status is not None:  # the last cycle's status, before the Lease goes
-            await status.close(settings.kube_request_timeout_seconds)
-        for task in reversed(tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await kube.stop()
-        prometheus.close()
-        await server.stop()
         await api_client.close()
-        log.info("stopped", cycles=driver.cycles)
     return 0
+
+
+async def _serve(parts: Parts) -> None:
+    """Start every part, check Prometheus, give the caches a cycle's deadline to sync,
+    then run cycles until a signal stops the driver."""
+    settings = parts.settings
+    synced_at = time.monotonic()
+    async with parts.running():
+        log.info("listening", host=settings.listen_host, port=parts.server.port)
+        log.info("waiting for the Kubernetes API", url=parts.api_client.configuration.host)
+        reporter = asyncio.create_task(_report_synced(parts, synced_at), name="report-synced")
+        try:
+            await check_prometheus(parts.prometheus)
+            with contextlib.suppress(TimeoutError):
+                await parts.kube.wait_synced(settings.cycle_deadline_seconds)
+            await parts.driver.run()
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+    log.info("stopped", cycles=parts.driver.cycles)
+
+
+async def _report_synced(parts: Parts, since: float) -> None:
+    """One line once every cache has listed, however long the API takes to answer;
+    cycles hold (and say why) until then."""
+    await parts.kube.wait_synced(float("inf"))
+    objects = parts.kube.objects()
+    log.info(
+        "caches synced",
+        seconds=round(time.monotonic() - since, 2),
+        jobs=len(objects.jobs),
+        podgroups=len(objects.podgroups),
+        queues=len(objects.queues),
+    )
 
 
 async def live_snapshot(
@@ -275,16 +177,8 @@ async def live_read(
     """The snapshot and Prometheus' answer it was made from (None if it was not asked)."""
 
     own_client = api_client is None
-    client = await make_api_client(settings) if own_client else api_client
-    kube = KubeSource(
-        settings,
-        client,
-        transform=pruner(settings),
-        job_kinds=[k.resource for k in job_kinds(settings)],
-        watch_nodes=True,
-        watch_pods=settings.node_fit,
-    )
-    prometheus = PrometheusSource(settings)
+    client = await make_api_client(settings.kube_options()) if own_client else api_client
+    kube, prometheus = build_sources(settings, client)
     try:
         async with asyncio.timeout(settings.cycle_deadline_seconds):
             await kube.list_once()  # a one-shot read: no watches
@@ -335,9 +229,9 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
 
 
 async def _read_status(settings: Settings) -> StatusDoc | None:
-    client = await make_api_client(settings)
+    client = await make_api_client(settings.kube_options())
     try:
-        writer = StatusWriter(settings, client)
+        writer = StatusWriter(settings.status_options(), client)
         try:
             obj = await writer.read()
         except ApiException as exc:

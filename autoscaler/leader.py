@@ -40,13 +40,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kubeapi import ApiFailure, classify, error_text
+from .options import LeaderOptions
 from .resources import micro_time
-from .settings import Settings
 
 log = structlog.get_logger(__name__)
 
 
-def default_identity(settings: Settings) -> str:
+def default_identity(settings: LeaderOptions) -> str:
     """settings.identity, else hostname plus a random suffix: a restarted process must not
     mistake its predecessor's Lease for its own."""
     return settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -55,7 +55,7 @@ def default_identity(settings: Settings) -> str:
 class LeaderElector:
     def __init__(
         self,
-        settings: Settings,
+        settings: LeaderOptions,
         api_client: client.ApiClient,
         identity: str = "",
         clock: Callable[[], float] = time.monotonic,
@@ -64,8 +64,6 @@ class LeaderElector:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        if settings.lease_renew_deadline_seconds >= settings.lease_duration_seconds:
-            raise ValueError("lease_renew_deadline_seconds must be below lease_duration_seconds")
         # Any: we send plain dict bodies (the client serialises them as they are); its
         # type hints want model objects
         self._api: Any = client.CoordinationV1Api(api_client)
@@ -364,7 +362,7 @@ class AlwaysLeader:
 
 
 def make_elector(
-    settings: Settings,
+    settings: LeaderOptions,
     api_client: client.ApiClient,
     on_change: Callable[[bool], None] | None = None,
 ) -> LeaderElector | AlwaysLeader:

@@ -24,8 +24,9 @@ import structlog
 from .actuator import Actuator, ApplyResult, Outcome
 from .metrics import Metrics, package_version, start_at_zero
 from .model import ClusterSnapshot, Plan, Reason, Refusal
+from .options import LoopOptions
 from .planner import plan as make_plan
-from .settings import Settings
+from .policy import PlannerPolicy
 from .status import Cycle, StatusDoc, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
@@ -96,7 +97,8 @@ class Health:
 class Controller:
     def __init__(
         self,
-        settings: Settings,
+        settings: LoopOptions,
+        policy: PlannerPolicy,
         source: SnapshotSource,
         actuator: Actuator,
         metrics: Metrics,
@@ -113,7 +115,7 @@ class Controller:
             actuator,
             metrics,
         )
-        self.policy = settings.planner_policy()
+        self.policy = policy
         self.may_write = may_write
         self.clock = clock
         # the simulator runs thousands of cycles a second and passes a quiet logger
@@ -217,7 +219,7 @@ class Controller:
                     self.last_status,
                     writes,
                     max_jobs=s.status_max_jobs,
-                    cooldown_seconds=s.cooldown_seconds,
+                    cooldown_seconds=self.policy.cooldown_seconds,
                     mode="dry-run" if s.dry_run else "live",
                     identity=self._identity,
                     version=package_version(),
@@ -408,7 +410,7 @@ class Driver:
         return True, ""
 
 
-def next_start(started: float, now: float, settings: Settings, *, triggered: bool) -> float:
+def next_start(started: float, now: float, settings: LoopOptions, *, triggered: bool) -> float:
     """Seconds from `now` until the next cycle may start: the interval after the last
     start, or for an early trigger, min_interval after it (the debounce)."""
 

@@ -22,7 +22,7 @@ class HealthServer:
         port: int,
     ) -> None:
         self._alive, self._ready = alive, ready
-        self._host, self._port = host, port
+        self.host, self._port = host, port
         app = web.Application()
         app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
         app.router.add_get("/healthz", self._healthz)
@@ -32,7 +32,7 @@ class HealthServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(self._runner, self.host, self._port)
         await site.start()
         if self._runner.addresses:  # the bound port, when asked for port 0
             self.port = self._runner.addresses[0][1]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -25,6 +26,18 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from .options import (
+    ActuatorOptions,
+    Annotations,
+    HeadroomPlugin,
+    KubeOptions,
+    LeaderOptions,
+    LoopOptions,
+    PrometheusOptions,
+    ServerOptions,
+    StatusOptions,
+    check_lease_timing,
+)
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .resources import JOB_RESOURCES
 
@@ -36,15 +49,6 @@ DEFAULT_ALLOCATED_GPUS_SERIES = "volcano_queue_allocated_scalar_resources" + _GP
 DEFAULT_REQUEST_GPUS_SERIES = "volcano_queue_request_scalar_resources" + _GPU
 DEFAULT_INQUEUE_GPUS_SERIES = "volcano_queue_inqueue_scalar_resources" + _GPU
 DEFAULT_REAL_CAPACITY_GPUS_SERIES = "volcano_queue_real_capacity_scalar_resources" + _GPU
-
-
-class HeadroomPlugin(StrEnum):
-    """How a queue's headroom is computed: which Volcano plugin admits its pods."""
-
-    AUTO = "auto"
-    PROPORTION = "proportion"
-    CAPACITY = "capacity"
-    DESERVED = "deserved"  # deprecated: deserved - allocated (wrong under both plugins)
 
 
 class LogFormat(StrEnum):
@@ -466,37 +470,77 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        if self.lease_renew_deadline_seconds >= self.lease_duration_seconds:
-            raise ValueError("lease_renew_deadline_seconds must be below lease_duration_seconds")
+        check_lease_timing(self.lease_duration_seconds, self.lease_renew_deadline_seconds)
         return self
+
+    # ---- the sections: each component's part, built here at the edge ----------------
+
+    def _section(self, cls: type[_S], **given: Any) -> _S:
+        """`cls` from the settings of the same names (lists as tuples: sections are
+        frozen), but for the fields `given`."""
+        names = [f.name for f in fields(cls) if f.name not in given]  # type: ignore[arg-type]
+        values = {n: getattr(self, n) for n in names}
+        values = {n: tuple(v) if isinstance(v, list) else v for n, v in values.items()}
+        return cls(**values, **given)
 
     def planner_policy(self) -> PlannerPolicy:
         """The planner's part of these settings: what `plan()` reads."""
-        return PlannerPolicy(**{f: getattr(self, f) for f in PlannerPolicy.__dataclass_fields__})
+        return self._section(PlannerPolicy)
 
     @property
+    def annotations(self) -> Annotations:
+        return Annotations(self.annotation_prefix)
+
+    def prometheus_options(self) -> PrometheusOptions:
+        return self._section(PrometheusOptions)
+
+    def kube_options(self) -> KubeOptions:
+        return self._section(KubeOptions)
+
+    def actuator_options(self) -> ActuatorOptions:
+        return self._section(ActuatorOptions, annotations=self.annotations)
+
+    def leader_options(self) -> LeaderOptions:
+        # the one place that says when to elect: a dry run writes nothing, the Lease
+        # included
+        return self._section(LeaderOptions, leader_election=self.elects_leader)
+
+    @property
+    def elects_leader(self) -> bool:
+        return self.leader_election and not self.dry_run
+
+    def loop_options(self) -> LoopOptions:
+        return self._section(LoopOptions)
+
+    def status_options(self) -> StatusOptions:
+        return self._section(StatusOptions)
+
+    def server_options(self) -> ServerOptions:
+        return self._section(ServerOptions)
+
+    # the annotation names, for the readers that still take the whole Settings
+    @property
     def last_scale_annotation(self) -> str:
-        return f"{self.annotation_prefix}/last-scale-time"
+        return self.annotations.last_scale
 
     @property
     def restart_cost_annotation(self) -> str:
-        """Set by the user: what a restart of this job costs, in seconds."""
-        return f"{self.annotation_prefix}/restart-cost-seconds"
+        return self.annotations.restart_cost
 
     @property
     def measured_restart_cost_annotation(self) -> str:
-        """Written by the daemon: `<seconds>@<the resize it measured>`."""
-        return f"{self.annotation_prefix}/measured-restart-cost"
+        return self.annotations.measured_restart_cost
 
     @property
     def paused_annotation(self) -> str:
-        return f"{self.annotation_prefix}/paused"
+        return self.annotations.paused
 
     @property
     def paddle_elastic_annotation(self) -> str:
-        """Set by the user on a PaddleJob ("true"): it runs Paddle's elastic launcher,
-        so resizing it is safe (README, PaddleJob)."""
-        return f"{self.annotation_prefix}/paddle-elastic"
+        return self.annotations.paddle_elastic
+
+
+_S = TypeVar("_S")
 
 
 class _YamlSource(PydanticBaseSettingsSource):

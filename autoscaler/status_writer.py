@@ -28,8 +28,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kubeapi import ApiFailure, classify, error_text
 from .metrics import Metrics
+from .options import StatusOptions
 from .resources import MERGE_PATCH
-from .settings import Settings
 from .status import StatusDoc, StatusError, changed, from_data, to_data, with_cycle
 
 log = structlog.get_logger("autoscaler.status")
@@ -41,7 +41,7 @@ STOPPED = "stopped"  # the cycle result of the document a writer leaves when it 
 class StatusWriter:
     def __init__(
         self,
-        settings: Settings,
+        settings: StatusOptions,
         api_client: client.ApiClient,
         metrics: Metrics | None = None,
         *,

@@ -168,7 +168,7 @@ async def _measure(n: int, steady: int) -> dict:
         configure_logging(settings)  # as the daemon does: debug lines cost nothing
         client = ApiClient(Configuration(host=child.urls["api"]))
         kube = KubeSource(settings, client, transform=pruner(settings))  # as the daemon
-        prom = PrometheusSource(settings)
+        prom = PrometheusSource(settings.prometheus_options())
         controller = Controller(
             settings, LiveSource(settings, kube, prom), KubeActuator(settings, client), Metrics()
         )

@@ -310,7 +310,7 @@ async def _measure(
         node_fit=node_fit,
     )
     configure_logging(settings)
-    client: ApiClient = await make_api_client(settings)
+    client: ApiClient = await make_api_client(settings.kube_options())
     # every kind, as the daemon watches them (the Paddle and Volcano caches stay empty)
     kinds = job_kinds(settings)
     kube = KubeSource(
@@ -321,7 +321,7 @@ async def _measure(
         watch_nodes=True,
         watch_pods=settings.node_fit,
     )
-    prom = PrometheusSource(settings)
+    prom = PrometheusSource(settings.prometheus_options())
     controller = Controller(
         settings,
         LiveSource(settings, kube, prom),

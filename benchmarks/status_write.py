@@ -49,7 +49,7 @@ async def _real_writes(docs, repeat: int) -> list[float]:
         ns = server.create_namespace("bench")
         settings = Settings(lease_namespace=ns, status_heartbeat_seconds=0.001)
         async with ApiClient(server.configuration()) as api:
-            writer = StatusWriter(settings, api)
+            writer = StatusWriter(settings.status_options(), api)
             for doc in docs:
                 await writer.write(doc)  # create, or the first patch of this size
                 times = []

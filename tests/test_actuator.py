@@ -101,7 +101,7 @@ async def api_client(kube: FakeKubeApi):
 
 @pytest.fixture
 def actuator(api_client: ApiClient) -> KubeActuator:
-    return KubeActuator(settings(), api_client)
+    return KubeActuator(settings().actuator_options(), api_client)
 
 
 async def test_empty_plan_makes_no_request(kube: FakeKubeApi, actuator: KubeActuator) -> None:
@@ -223,7 +223,9 @@ async def test_a_throttled_write_past_the_budget_is_carried_and_waits_its_retry_
     write is carried, the loop is told when to come back, and no cycle before that sends
     it again (the pacer's clock is injected: no waiting here)."""
     t = [1000.0]
-    actuator = KubeActuator(settings(), api_client, pacer=Pacer(8, clock=lambda: t[0]))
+    actuator = KubeActuator(
+        settings().actuator_options(), api_client, pacer=Pacer(8, clock=lambda: t[0])
+    )
     stored = kube.put(job("a"))
     kube.fail_next("PATCH", r"/pytorchjobs/a$", 429, retry_after=100)
 
@@ -305,7 +307,9 @@ async def test_a_failing_server_pauses_every_write_and_no_job_backs_off(
     doubling, capped), one probe goes when a pause ends, and when the server writes again
     no job is left backing off from the outage."""
     t = [1000.0]
-    actuator = KubeActuator(settings(), api_client, pacer=Pacer(8, clock=lambda: t[0]))
+    actuator = KubeActuator(
+        settings().actuator_options(), api_client, pacer=Pacer(8, clock=lambda: t[0])
+    )
     a, b = kube.put(job("a")), kube.put(job("b"))
     kube.fail_next("PATCH", r"/pytorchjobs/", 503, times=7)
     first = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
@@ -335,7 +339,9 @@ async def test_a_failing_server_pauses_every_write_and_no_job_backs_off(
 async def test_timeout_is_an_error_and_the_plan_goes_on(
     kube: FakeKubeApi, api_client: ApiClient
 ) -> None:
-    actuator = KubeActuator(settings(kube_request_timeout_seconds=0.2), api_client)
+    actuator = KubeActuator(
+        settings(kube_request_timeout_seconds=0.2).actuator_options(), api_client
+    )
     a, b = kube.put(job("a")), kube.put(job("b"))
     kube.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=5.0)
 
@@ -464,7 +470,7 @@ async def test_dry_run_writes_nothing(kube: FakeKubeApi) -> None:
     a, b = kube.put(job("a")), kube.put(job("b"))
     kube.reset_requests()
     out = io.StringIO()
-    dry = DryRunActuator(settings(), out)
+    dry = DryRunActuator(out)
     result = await dry.apply(plan(decide(a, 4), decide(b, 9)), NOW)
     assert outcomes(result) == [Outcome.DRY_RUN, Outcome.REFUSED]
     assert kube.requests == []
@@ -490,7 +496,7 @@ async def test_writes_go_out_in_parallel_up_to_the_bound(
     stored = [kube.put(job(f"j{i}")) for i in range(12)]
     for i in range(12):
         kube.fail_next("PATCH", rf"/pytorchjobs/j{i}$", 0, delay=0.2)  # 0: answer, late
-    actuator = KubeActuator(settings(max_parallel_writes=4), api_client)
+    actuator = KubeActuator(settings(max_parallel_writes=4).actuator_options(), api_client)
     result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
     assert outcomes(result) == [Outcome.APPLIED] * 12
     assert [r.decision.ref.name for r in result.results] == [f"j{i}" for i in range(12)]
@@ -504,7 +510,7 @@ async def test_a_429_halves_the_window_and_the_write_goes_again_in_order(
     (1 s here, kube-apiserver's own), the others go on meanwhile, all land this cycle."""
     stored = [kube.put(job(f"j{i}")) for i in range(6)]
     kube.fail_next("PATCH", r"/pytorchjobs/j0$", 429, retry_after=1)
-    actuator = KubeActuator(settings(max_parallel_writes=4), api_client)
+    actuator = KubeActuator(settings(max_parallel_writes=4).actuator_options(), api_client)
     result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
     assert outcomes(result) == [Outcome.APPLIED] * 6
     assert result.ok and result.retry_in is None and result.throttles == 1

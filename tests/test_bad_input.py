@@ -505,7 +505,7 @@ async def test_oversized_prometheus_answer_is_not_read_and_holds():
 
     huge = vector_body(sample("team-a", 2000, NOW.timestamp(), junk="x" * (17 * 1024 * 1024)))
     async with fake_prometheus(huge) as prom:
-        source = PrometheusSource(settings_for(prom.url))
+        source = PrometheusSource(settings_for(prom.url).prometheus_options())
         try:
             reading = await source.fetch(NOW)
         finally:

@@ -720,7 +720,7 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
             max_parallel_writes=1,
         )
         async with Daemon(api, settings) as d:
-            elector = LeaderElector(settings, d.client, "me")
+            elector = LeaderElector(settings.leader_options(), d.client, "me")
             d.controller.may_write = lambda: elector.is_leader
             task = asyncio.create_task(elector.run())
             try:

@@ -82,7 +82,7 @@ async def running(
     **overrides: Any,
 ) -> AsyncIterator[KubeSource]:
     source = KubeSource(
-        Settings(**overrides),
+        Settings(**overrides).kube_options(),
         client,
         on_change,
         backoff_base=0.01,
@@ -445,13 +445,13 @@ async def test_bookmarks_advance_the_resource_version(kube: FakeKubeApi, client:
 async def test_make_api_client_from_kubeconfig(kube: FakeKubeApi, tmp_path: Path) -> None:
     path = kube.write_kubeconfig(tmp_path / "config")
     settings = Settings(kubeconfig=path, namespaces=[f"ns{i}" for i in range(60)])
-    api = await make_api_client(settings)
+    api = await make_api_client(settings.kube_options())
     async with api:
         assert api.configuration.host == kube.url
         # every watch KubeSource holds open, and room beside them (the old formula sized
         # the pool for 2 watches per namespace: 138 connections for 245 watches)
         source = KubeSource(
-            settings, api, job_kinds=JOB_RESOURCES, watch_nodes=True, watch_pods=True
+            settings.kube_options(), api, job_kinds=JOB_RESOURCES, watch_nodes=True, watch_pods=True
         )
         watches = len(source._caches)
         assert watches == 60 * 5 + 4  # per namespace: 3 job kinds, PodGroups, HPAs
@@ -470,13 +470,13 @@ async def test_make_api_client_falls_back_to_the_default_kubeconfig(
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".kube").mkdir()
     kube.write_kubeconfig(tmp_path / ".kube" / "config")
-    api = await make_api_client(Settings())
+    api = await make_api_client(Settings().kube_options())
     async with api:
         assert api.configuration.host == kube.url
 
     (tmp_path / ".kube" / "config").unlink()
     with pytest.raises(ConfigException, match="not in a cluster"):
-        await make_api_client(Settings())
+        await make_api_client(Settings().kube_options())
 
 
 async def test_kubeconfig_variable_and_context_as_kubectl_takes_them(
@@ -492,32 +492,34 @@ async def test_kubeconfig_variable_and_context_as_kubectl_takes_them(
     config["contexts"].append(other)
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}{os.pathsep}{path}")
-    async with await make_api_client(Settings()) as api:
+    async with await make_api_client(Settings().kube_options()) as api:
         assert api.configuration.host == kube.url
-    async with await make_api_client(Settings(kube_context="other")) as api:
+    async with await make_api_client(Settings(kube_context="other").kube_options()) as api:
         assert api.configuration.host == kube.url
     monkeypatch.setenv("KUBECONFIG", str(path))
     with pytest.raises(KubeconfigError, match=r"no context 'nope' \(it has .*other"):
-        await make_api_client(Settings(kube_context="nope"))
+        await make_api_client(Settings(kube_context="nope").kube_options())
     with pytest.raises(KubeconfigError, match="no such file"):
-        await make_api_client(Settings(kubeconfig=tmp_path / "flag"))  # the flag wins
+        await make_api_client(
+            Settings(kubeconfig=tmp_path / "flag").kube_options()
+        )  # the flag wins
 
 
 async def test_list_once_reads_without_watching(kube: FakeKubeApi, client: ApiClient) -> None:
     seed(kube)
-    source = KubeSource(Settings(namespaces=["ns1"]), client)
+    source = KubeSource(Settings(namespaces=["ns1"]).kube_options(), client)
     objects = await source.list_once()
     assert names(objects.jobs) == ["ns1/a"] and objects.synced
     assert kube.count(verb="list") == 5 and kube.count(watch=True) == 0
     kube.fail_next("GET", r"/queues$", 403)
     with pytest.raises(ApiException) as denied:
-        await KubeSource(Settings(), client).list_once()
+        await KubeSource(Settings().kube_options(), client).list_once()
     assert denied.value.status == 403
 
 
 async def test_backoff_grows_exponentially_with_jitter_and_is_capped(client: ApiClient) -> None:
     source = KubeSource(
-        Settings(), client, backoff_base=0.5, backoff_cap=30.0, rng=random.Random(1)
+        Settings().kube_options(), client, backoff_base=0.5, backoff_cap=30.0, rng=random.Random(1)
     )
     assert source._backoff(0) == 0.0
     for failures, full in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 16.0), (7, 30.0), (60, 30.0)]:
@@ -552,7 +554,9 @@ async def test_a_kind_whose_crd_is_missing_is_one_info_line_and_no_jobs(capsys) 
     served = [r for r in DEFAULT_RESOURCES if r.plural != "paddlejobs"]
     async with FakeKubeApi(resources=served) as fake, ApiClient(fake.configuration()) as client:
         fake.put(job("a", "ns1"))
-        source = KubeSource(Settings(), client, job_kinds=JOB_RESOURCES, backoff_base=0.01)
+        source = KubeSource(
+            Settings().kube_options(), client, job_kinds=JOB_RESOURCES, backoff_base=0.01
+        )
         await source.start()
         try:
             await source.wait_synced(5)

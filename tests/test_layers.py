@@ -42,17 +42,20 @@ def test_pure_modules_import_no_io_library(module):
 # from its own package). Function-local imports count too: they are how a floor gets
 # skipped quietly.
 FLOORS: dict[int, tuple[str, ...]] = {
-    0: ("model", "policy", "resources", "errors", "redact"),  # vocabulary, no logic
+    # vocabulary, no logic; options: each component's section of the settings
+    0: ("model", "policy", "resources", "errors", "redact", "options"),
     1: ("headroom", "settings", "fields", "shapes"),  # what Volcano binds; settings; readers
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
-    # the edges; status: the status document (pure, but it tells in render's words)
-    4: ("sources", "actuator", "leader", "server", "snapshot_file", "status"),
+    # the edges; status: the status document (pure, but it tells in render's words);
+    # triggers: which watch events call for an early cycle
+    4: ("sources", "actuator", "leader", "server", "snapshot_file", "status", "triggers"),
     # one cycle and its driver; the status object's writer and its views for the CLI
     5: ("loop", "status_writer", "status_view"),
-    6: ("daemon", "sim"),  # assembly: the daemon, the simulator
-    7: ("cli",),  # the command line
-    8: ("__main__",),
+    6: ("wiring", "sim"),  # assembly: the one builder of the daemon's parts, the simulator
+    7: ("daemon",),  # the daemon's commands: run, live plan, status
+    8: ("cli",),  # the command line
+    9: ("__main__",),
 }
 _FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 PACKAGE = Path(__file__).resolve().parent.parent / "autoscaler"

@@ -10,11 +10,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
+from pydantic import ValidationError
 
 from autoscaler.leader import AlwaysLeader, LeaderElector, make_elector
 from autoscaler.settings import Settings
@@ -44,7 +46,10 @@ class Candidate:
         self.client = ApiClient(kube.configuration())
         self.changes: list[bool] = []
         self.elector = LeaderElector(
-            settings(**overrides), self.client, identity, on_change=self.changes.append
+            settings(**overrides).leader_options(),
+            self.client,
+            identity,
+            on_change=self.changes.append,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -306,10 +311,12 @@ async def test_two_candidates_starting_together_elect_one(kube: FakeKubeApi, can
 
 
 def test_renew_deadline_must_be_below_duration() -> None:
-    s = settings()
-    bad = s.model_copy(update={"lease_renew_deadline_seconds": 2.0})
-    with pytest.raises(ValueError):
-        LeaderElector(bad, ApiClient.__new__(ApiClient), "a")
+    # checked once, where the leader's options are made: every elector has valid ones
+    s = settings().leader_options()
+    with pytest.raises(ValueError, match="lease_renew_deadline_seconds must be below"):
+        replace(s, lease_renew_deadline_seconds=s.lease_duration_seconds)
+    with pytest.raises(ValidationError, match="lease_renew_deadline_seconds must be below"):
+        settings(lease_renew_deadline_seconds=20.0, lease_duration_seconds=15.0)
 
 
 async def test_always_leader_runs_until_cancelled() -> None:
@@ -326,12 +333,14 @@ async def test_always_leader_runs_until_cancelled() -> None:
 
 async def test_make_elector_follows_settings(kube: FakeKubeApi) -> None:
     async with ApiClient(kube.configuration()) as client:
-        assert isinstance(make_elector(settings(leader_election=False), client), AlwaysLeader)
-        elector = make_elector(settings(identity="pod-0"), client)
+        assert isinstance(
+            make_elector(settings(leader_election=False).leader_options(), client), AlwaysLeader
+        )
+        elector = make_elector(settings(identity="pod-0").leader_options(), client)
         assert isinstance(elector, LeaderElector) and elector.identity == "pod-0"
-        other = make_elector(settings(), client)
+        other = make_elector(settings().leader_options(), client)
         assert isinstance(other, LeaderElector) and other.identity
-        assert other.identity != make_elector(settings(), client).identity
+        assert other.identity != make_elector(settings().leader_options(), client).identity
 
 
 async def test_cancel_at_any_point_of_a_renew_ends_the_elector(

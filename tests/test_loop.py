@@ -61,13 +61,9 @@ class Daemon:
         self.client = ApiClient(api.configuration())
         kinds = job_kinds(settings)
         self.kube = KubeSource(settings, self.client, job_kinds=[k.resource for k in kinds])
-        self.prometheus = PrometheusSource(settings)
+        self.prometheus = PrometheusSource(settings.prometheus_options())
         self.metrics = Metrics()
-        actuator = (
-            DryRunActuator(settings)
-            if dry_run
-            else KubeActuator(settings, self.client, kinds=kinds)
-        )
+        actuator = DryRunActuator() if dry_run else KubeActuator(settings, self.client, kinds=kinds)
         self.controller = Controller(
             settings,
             LiveSource(settings, self.kube, self.prometheus, self.metrics),
@@ -299,7 +295,7 @@ async def test_leader_handover_between_two_daemons(api):
         async with contextlib.AsyncExitStack() as stack:
             for ident in ("one", "two"):
                 d = await stack.enter_async_context(Daemon(api, settings))
-                e = LeaderElector(settings, d.client, ident)
+                e = LeaderElector(settings.leader_options(), d.client, ident)
                 d.controller.may_write = lambda e=e: e.is_leader
                 daemons.append(d)
                 electors.append(e)
@@ -363,9 +359,9 @@ async def test_driver_runs_early_cycles_and_stops_cleanly(api):
 
 def test_next_start_debounces_triggers():
     s = Settings(interval_seconds=120, min_interval_seconds=15)
-    assert next_start(100.0, 101.0, s, triggered=False) == 119.0
-    assert next_start(100.0, 101.0, s, triggered=True) == 14.0
-    assert next_start(100.0, 130.0, s, triggered=True) == 0.0
+    assert next_start(100.0, 101.0, s.loop_options(), triggered=False) == 119.0
+    assert next_start(100.0, 101.0, s.loop_options(), triggered=True) == 14.0
+    assert next_start(100.0, 130.0, s.loop_options(), triggered=True) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -493,7 +489,12 @@ async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(leve
     cluster = snap({"q": 2}, jobs=[ej("grow", replicas=1, max=3), ej("held", replicas=4, max=4)])
     settings = Settings()
     controller = Controller(
-        settings, _Fixed(cluster), DryRunActuator(settings), Metrics(), logger=logger
+        settings.loop_options(),
+        settings.planner_policy(),
+        _Fixed(cluster),
+        DryRunActuator(),
+        Metrics(),
+        logger=logger,
     )
 
     def lines(levels: set[str]) -> list[tuple[str, str]]:

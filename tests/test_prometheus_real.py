@@ -83,7 +83,7 @@ async def stack() -> AsyncIterator[Stack]:
 
 async def fetch(url: str, now: datetime | None = None, **fields: Any) -> FreeGpuReading:
     fields.setdefault("prometheus_timeout_seconds", 5)
-    source = PrometheusSource(Settings(prometheus_url=url, **fields))
+    source = PrometheusSource(Settings(prometheus_url=url, **fields).prometheus_options())
     try:
         return await source.fetch(now or datetime.now(UTC))
     finally:
@@ -267,7 +267,9 @@ async def test_bearer_token_through_an_auth_proxy(stack: Stack, tmp_path: Path):
     token_file.write_text("token-1\n")
     async with auth_proxy(stack.prometheus.url, "token-1") as proxy:
         source = PrometheusSource(
-            Settings(prometheus_url=proxy.url, prometheus_bearer_token_file=token_file)
+            Settings(
+                prometheus_url=proxy.url, prometheus_bearer_token_file=token_file
+            ).prometheus_options()
         )
         try:
             good = await source.fetch(datetime.now(UTC))

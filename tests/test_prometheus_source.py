@@ -51,7 +51,9 @@ def make_settings(**fields: Any) -> Settings:
 
 
 async def fetch(url: str, **fields: Any) -> FreeGpuReading:
-    source = PrometheusSource(make_settings(prometheus_url=url, **fields), backoff_seconds=0.01)
+    source = PrometheusSource(
+        make_settings(prometheus_url=url, **fields).prometheus_options(), backoff_seconds=0.01
+    )
     try:
         return await source.fetch(NOW)
     finally:
@@ -459,7 +461,9 @@ async def test_always_500_gives_up_after_the_retries():
 
 async def test_default_backoff_is_applied_between_retries():
     async with fake_prometheus(Canned("down", status=503)) as fake:
-        source = PrometheusSource(make_settings(prometheus_url=fake.url, prometheus_retries=2))
+        source = PrometheusSource(
+            make_settings(prometheus_url=fake.url, prometheus_retries=2).prometheus_options()
+        )
         started = time.monotonic()
         try:
             reading = await source.fetch(NOW)
@@ -534,7 +538,7 @@ async def test_errors_before_a_timeout_are_kept():
 
 async def test_cancel_mid_query_propagates():
     async with fake_prometheus(Canned(vector_body(), hold=True)) as fake:
-        source = PrometheusSource(make_settings(prometheus_url=fake.url))
+        source = PrometheusSource(make_settings(prometheus_url=fake.url).prometheus_options())
         try:
             task = asyncio.create_task(source.fetch(NOW))
             await asyncio.wait_for(fake.received.wait(), 5)
@@ -553,7 +557,7 @@ async def test_bearer_token_is_sent_and_reread_every_fetch(tmp_path: Path):
     token_file.write_text("first-token\n")
     async with fake_prometheus(vector_body(sample("q", 1000, TS))) as fake:
         settings = make_settings(prometheus_url=fake.url, prometheus_bearer_token_file=token_file)
-        source = PrometheusSource(settings)
+        source = PrometheusSource(settings.prometheus_options())
         try:
             assert (await source.fetch(NOW)).problem is None
             token_file.write_text("  rotated-token  ")

@@ -253,7 +253,7 @@ async def test_no_write_back_off_outlives_an_api_server_outage(
     now = datetime.now(UTC)
     plan = Plan(now=now, decisions=(decision,))
     async with ApiClient(envtest.configuration()) as client:
-        actuator = KubeActuator(Settings(kube_request_timeout_seconds=2), client)
+        actuator = KubeActuator(Settings(kube_request_timeout_seconds=2).actuator_options(), client)
         envtest.stop_apiserver()
         try:
             down = await actuator.apply(plan, now)

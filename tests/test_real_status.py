@@ -239,7 +239,9 @@ async def test_the_writer_writes_on_change_or_heartbeat_only(
 ) -> None:
     clock = [0.0]
     metrics = Metrics()
-    writer = StatusWriter(_settings(real_ns), real_client, metrics, clock=lambda: clock[0])
+    writer = StatusWriter(
+        _settings(real_ns).status_options(), real_client, metrics, clock=lambda: clock[0]
+    )
     assert await writer.restore() is None  # nothing there yet, and no warning for it
     now = datetime.now(UTC).replace(microsecond=0)
     assert await writer.write(_doc(now)) == "written"  # created
@@ -253,7 +255,7 @@ async def test_the_writer_writes_on_change_or_heartbeat_only(
     assert cm["metadata"]["resourceVersion"] != rv["resourceVersion"]
     assert from_data(cm["data"], "cm").time == now + timedelta(minutes=20)  # the heartbeat
     assert writer.writes == 3
-    again = StatusWriter(_settings(real_ns), real_client)
+    again = StatusWriter(_settings(real_ns).status_options(), real_client)
     restored = await again.restore()
     assert restored is not None and restored.cycle.result == "hold"
     text = metrics.registry.get_sample_value
@@ -272,7 +274,7 @@ async def test_a_refused_write_is_counted_not_raised(envtest: EnvTest, real_ns: 
     token = envtest.mint_token(real_ns, "nobody")
     metrics = Metrics()
     async with ApiClient(envtest.configuration(token)) as api:
-        writer = StatusWriter(_settings(real_ns), api, metrics)
+        writer = StatusWriter(_settings(real_ns).status_options(), api, metrics)
         assert await writer.write(_doc(datetime.now(UTC))) == "failed"
         assert await writer.write(_doc(datetime.now(UTC), "hold")) == "failed"
     assert (
@@ -287,9 +289,9 @@ async def test_a_dry_run_leaves_a_live_daemons_status_alone(
     envtest: EnvTest, real_ns: str, real_client: ApiClient
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
-    live = StatusWriter(_settings(real_ns), real_client)
+    live = StatusWriter(_settings(real_ns).status_options(), real_client)
     assert await live.write(_doc(now)) == "written"
-    dry = StatusWriter(_settings(real_ns, dry_run=True), real_client)
+    dry = StatusWriter(_settings(real_ns, dry_run=True).status_options(), real_client)
     assert await dry.write(_doc(now + timedelta(minutes=1), mode="dry-run")) == "skipped"
     cm = envtest.request("GET", f"/api/v1/namespaces/{real_ns}/configmaps/{CM}")
     assert from_data(cm["data"], "cm").mode == "live"

@@ -179,7 +179,7 @@ async def test_a_measurement_is_kept_on_the_job_and_rides_along_with_a_resize(ku
     ]
     kube.reset_requests()
     async with ApiClient(kube.configuration()) as client:
-        actuator = KubeActuator(settings(kube_request_timeout_seconds=2), client)
+        actuator = KubeActuator(settings(kube_request_timeout_seconds=2).actuator_options(), client)
         result = await actuator.apply(
             Plan(now=NOW, decisions=(decide(b, 4),), measurements=tuple(measure)), NOW
         )

@@ -234,7 +234,7 @@ class VolcanoJob:
 
 
 def _annotation(settings: Settings) -> str:
-    return f"{settings.annotation_prefix}/max-replicas"
+    return settings.annotations.max_replicas
 
 
 def _tasks(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:

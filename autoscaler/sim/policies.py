@@ -116,7 +116,8 @@ class PlannerController(_Elastic):
         self._cluster: Cluster | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # one for the run: cheaper
         self.daemon = loop.Controller(
-            settings,
+            settings.loop_options(),
+            settings.planner_policy(),
             _SimSource(self),
             _SimActuator(self),
             Metrics(),

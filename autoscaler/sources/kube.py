@@ -33,6 +33,7 @@ from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
+from ..options import KubeOptions
 from ..redact import remember_client
 from ..resources import (
     BOUND_POD_FIELD_SELECTOR,
@@ -71,15 +72,7 @@ class OnChange(Protocol):
     def __call__(self, kind: str, event_type: str, obj: RawObject) -> None: ...
 
 
-class KubeSettings(Protocol):
-    """The fields of `autoscaler.settings.Settings` this module reads."""
-
-    namespaces: list[str]
-    label_selector: str
-    kube_request_timeout_seconds: float
-    watch_timeout_seconds: int
-    max_object_bytes: int
-    kube_list_page_size: int
+KubeSettings = KubeOptions  # what this module reads (Settings.kube_options())
 
 
 @dataclass(frozen=True)
@@ -854,18 +847,17 @@ def check_kubeconfig(path: Path, context: str = "") -> None:
         )
 
 
-def kubeconfig_source(settings: Any) -> str | None:
+def kubeconfig_source(settings: KubeOptions) -> str | None:
     """The kubeconfig to use, as kubectl and controller-runtime pick it: the `kubeconfig`
     setting (--kubeconfig), else $KUBECONFIG (a list of files joined by the path
     separator), else None: in-cluster, falling back to ~/.kube/config. A context given
     without a file means a file: ~/.kube/config (in-cluster config has no contexts)."""
-    explicit = getattr(settings, "kubeconfig", None)
-    if explicit:
-        return str(explicit)
+    if settings.kubeconfig:
+        return str(settings.kubeconfig)
     env = os.environ.get("KUBECONFIG", "")
     if any(env.split(os.pathsep)):
         return env
-    if getattr(settings, "kube_context", ""):
+    if settings.kube_context:
         return _home_kubeconfig()
     return None
 
@@ -873,14 +865,14 @@ def kubeconfig_source(settings: Any) -> str | None:
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-def context_namespace(settings: Any) -> str:
+def context_namespace(settings: KubeOptions) -> str:
     """The namespace kubectl would use without -n: the kubeconfig context's, else the
     pod's own in a cluster, else `default`."""
     source = kubeconfig_source(settings)
     if source is None and IN_CLUSTER_NAMESPACE.exists():
         return IN_CLUSTER_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
     paths = [p for p in (source or _home_kubeconfig()).split(os.pathsep) if p]
-    wanted = getattr(settings, "kube_context", "")
+    wanted = settings.kube_context
     for path in paths:
         try:
             doc = yaml.safe_load(Path(os.path.expanduser(path)).read_text(encoding="utf-8"))
@@ -917,13 +909,13 @@ def _check_default_kubeconfig() -> None:
         check_kubeconfig(Path(default))
 
 
-async def make_api_client(settings: Any) -> ApiClient:
+async def make_api_client(settings: KubeOptions) -> ApiClient:
     """An ApiClient from the kubeconfig `kubeconfig_source` picks (with the `kube_context`
     setting's context), else the in-cluster config, else ~/.kube/config. A kubeconfig that
     cannot be used raises KubeconfigError."""
 
     configuration = Configuration()
-    context = getattr(settings, "kube_context", "") or None
+    context = settings.kube_context or None
     source = kubeconfig_source(settings)
     if source is not None:
         _check_files(source, context or "")
@@ -956,12 +948,8 @@ async def make_api_client(settings: Any) -> ApiClient:
                 ) from default
     # Every cache holds one connection for its watch; lists, patches, Events and Lease
     # renewals must still find one free.
-    kinds = len(getattr(settings, "job_kinds", []) or []) or len(JOB_RESOURCES)
-    watches = watch_count(
-        getattr(settings, "namespaces", []) or [],
-        kinds,
-        pods=bool(getattr(settings, "node_fit", True)),
-    )
+    kinds = len(settings.job_kinds) or len(JOB_RESOURCES)
+    watches = watch_count(settings.namespaces, kinds, pods=settings.node_fit)
     configuration.connection_pool_maxsize = max(
         configuration.connection_pool_maxsize, watches + POOL_SPARE
     )

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..model import Plugin, QueueState, Reason, VolcanoQueue
-from ..settings import HeadroomPlugin, Settings
+from ..options import HeadroomPlugin, PrometheusOptions
 
 _DETAIL_CHARS = 200
 
@@ -85,7 +85,7 @@ class _Garbage(ValueError):
 
 def parse_query_result(
     body_or_result: bytes | str | Mapping[str, Any] | Sequence[Any],
-    settings: Settings,
+    settings: PrometheusOptions,
     now: datetime,
 ) -> FreeGpuReading:
     """Validate a Prometheus instant-query answer into free GPUs per queue.
@@ -173,7 +173,9 @@ def parse_query_result(
     )
 
 
-def resolve_plugin(settings: Settings, by_queue: Mapping[str, list[_Series]] | None) -> Plugin:
+def resolve_plugin(
+    settings: PrometheusOptions, by_queue: Mapping[str, list[_Series]] | None
+) -> Plugin:
     """The plugin the headroom follows: the setting, or for `auto` what the answer shows
     (the capacity plugin alone exports real-capacity series, even for idle queues)."""
     chosen = settings.headroom_plugin
@@ -202,7 +204,7 @@ _Series = tuple[dict[str, str], float | None, float]  # labels, value, timestamp
 
 
 def _sample_problem(
-    series: list[_Series], settings: Settings, now_ts: float
+    series: list[_Series], settings: PrometheusOptions, now_ts: float
 ) -> tuple[Reason, PromError, str] | None:
     """Why one queue's series cannot be read as its free GPUs (reason, kind, message)."""
     if len(series) > 1:
@@ -253,7 +255,7 @@ _TIMED = (_DESERVED, _ALLOCATED, _REQUEST)
 MAX_PLAUSIBLE_GPUS = 1_000_000  # a part above this many GPUs is garbage, not a cluster
 
 
-def _part_series(settings: Settings) -> dict[str, str]:
+def _part_series(settings: PrometheusOptions) -> dict[str, str]:
     return {
         _DESERVED: settings.deserved_gpus_series,
         _ALLOCATED: settings.allocated_gpus_series,
@@ -263,7 +265,7 @@ def _part_series(settings: Settings) -> dict[str, str]:
     }
 
 
-def free_gpus_query(settings: Settings) -> str:
+def free_gpus_query(settings: PrometheusOptions) -> str:
     """The one instant query sent each cycle.
 
     With `free_gpus_query` unset: Volcano's per-queue parts as they are (deserved,
@@ -286,7 +288,7 @@ def free_gpus_query(settings: Settings) -> str:
 
 
 def _parts_by_queue(
-    by_queue: Mapping[str, list[_Series]], settings: Settings, now_ts: float
+    by_queue: Mapping[str, list[_Series]], settings: PrometheusOptions, now_ts: float
 ) -> tuple[dict[str, QueueState], list[PromError]]:
     """Each queue's parts, each checked on its own. A queue with neither an allocated nor
     a request series (nor, for headroom_plugin=deserved, a deserved one) is unknown."""
@@ -345,7 +347,7 @@ def _parts_by_queue(
 
 
 def _part_problem(
-    part: str, series: list[_Series], settings: Settings, now_ts: float
+    part: str, series: list[_Series], settings: PrometheusOptions, now_ts: float
 ) -> tuple[Reason, PromError, str] | None:
     what = f"{part} GPUs ({_part_series(settings)[part]})"
     problem = _sample_problem(series, settings, now_ts)
@@ -364,7 +366,7 @@ def _part_problem(
 
 
 def _age_problem(
-    got: Mapping[str, list[_Series]], settings: Settings, now_ts: float
+    got: Mapping[str, list[_Series]], settings: PrometheusOptions, now_ts: float
 ) -> tuple[Reason, PromError, str] | None:
     """The scrape time of the oldest series behind each part against `now`."""
     for part in _TIMED:

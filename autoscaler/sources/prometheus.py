@@ -51,7 +51,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from ..model import Reason
-from ..settings import Settings
+from ..options import PrometheusOptions
 from .prom_answer import (
     FreeGpuReading,
     PromError,
@@ -99,7 +99,7 @@ class PrometheusSource:
     `prometheus_insecure_skip_verify`.
     """
 
-    def __init__(self, settings: Settings, *, backoff_seconds: float = _BACKOFF_SECONDS):
+    def __init__(self, settings: PrometheusOptions, *, backoff_seconds: float = _BACKOFF_SECONDS):
         self._settings = settings
         self._backoff = backoff_seconds
         self._base_url = settings.prometheus_url.rstrip("/")
