@@ -1,6 +1,6 @@
 """Fault matrix: the daemon against servers that misbehave, asserting what it DID.
 
-Every case runs the real wiring (the `Daemon` helper of test_loop: KubeSource + real
+Every case runs the real wiring (the `Daemon` helper of test_loop: wiring.build + real
 kubernetes_asyncio client against the fake API server, PrometheusSource against a fake or
 real Prometheus, KubeActuator) and checks the same things: no job outside [min, max], no
 double grant, no write while data is bad, the metrics and logs say why, and the loop keeps
@@ -48,8 +48,6 @@ from structlog.testing import capture_logs
 from test_loop import Daemon, replicas, set_active, settings_for
 
 from autoscaler.actuator import Outcome
-from autoscaler.leader import LeaderElector
-from autoscaler.loop import Driver
 from autoscaler.model import Reason
 from autoscaler.sources.live import LiveSource
 from autoscaler.sources.prom_answer import free_gpus_query
@@ -588,10 +586,9 @@ async def test_cycles_whose_writes_fail_are_not_ok_and_readiness_follows(api):
     one_job(api)
     async with fake_prometheus(ONE_QUEUE) as prom:
         settings = settings_for(prom.url, ready_max_age_seconds=100)
-        async with Daemon(api, settings) as d:
-            clock = [1000.0]
-            d.controller.clock = lambda: clock[0]
-            driver = Driver(d.controller, ready_check=lambda: True)
+        clock = [1000.0]
+        async with Daemon(api, settings, clock=lambda: clock[0]) as d:
+            driver = d.driver
             api.fail_next("PATCH", r"/pytorchjobs/j$", 500, times=100)
             failed = await d.controller.run_once(NOW)
             assert failed.result == "write_failed"
@@ -720,34 +717,28 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
             max_parallel_writes=1,
         )
         async with Daemon(api, settings) as d:
-            elector = LeaderElector(settings.leader_options(), d.client, "me")
-            d.controller.may_write = lambda: elector.is_leader
-            task = asyncio.create_task(elector.run())
-            try:
-                await eventually(lambda: elector.is_leader, 5)
-                api.fail_next("PUT", "/leases/", 500, times=1000)  # renewals fail from now
-                api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.0)  # a slow write
-                with capture_logs() as logs:
-                    result = await d.controller.run_once(NOW)
-                outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
-                assert outcomes == {
-                    "a": Outcome.APPLIED,
-                    "b": Outcome.NOT_LEADER,
-                    "c": Outcome.NOT_LEADER,
-                }
-                assert patches(api) == 1
-                # the slow write landed after leadership was lost: no Event for it
-                assert api.objects("events", "ml") == []
-                assert "leadership lost" in result.applied.results[0].message
-                assert (
-                    counter(metrics_text(d), "elastic_autoscaler_writes_total", result="not_leader")
-                    == 2
-                )
-                assert any(e.get("event") == "leader-lost" for e in logs)
-                assert_bounds(api)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            elector = d.elector  # the daemon's own: it is what stops the writes
+            await eventually(lambda: elector.is_leader, 5)
+            api.fail_next("PUT", "/leases/", 500, times=1000)  # renewals fail from now
+            api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.0)  # a slow write
+            with capture_logs() as logs:
+                result = await d.controller.run_once(NOW)
+            outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
+            assert outcomes == {
+                "a": Outcome.APPLIED,
+                "b": Outcome.NOT_LEADER,
+                "c": Outcome.NOT_LEADER,
+            }
+            assert patches(api) == 1
+            # the slow write landed after leadership was lost: no Event for it
+            assert api.objects("events", "ml") == []
+            assert "leadership lost" in result.applied.results[0].message
+            assert (
+                counter(metrics_text(d), "elastic_autoscaler_writes_total", result="not_leader")
+                == 2
+            )
+            assert any(e.get("event") == "leader-lost" for e in logs)
+            assert_bounds(api)
 
 
 class Barrier:

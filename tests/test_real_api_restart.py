@@ -16,10 +16,10 @@ import pytest
 from builders import pytorchjob
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest
+from test_loop import LOCAL
 
 from autoscaler.settings import Settings
-from autoscaler.sources.kube import KubeSource
-from autoscaler.sources.prune import pruner
+from autoscaler.wiring import build
 
 OUTAGE_SECONDS = 8.0  # long enough for the old back-off to reach 4-8 s between attempts
 RECOVERY_BOUND_SECONDS = 4.0
@@ -49,12 +49,16 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
 ) -> None:
     envtest.create(_job(real_ns, "before"))
     settings = Settings(
-        namespaces=[real_ns], kube_request_timeout_seconds=2, watch_timeout_seconds=60
+        namespaces=[real_ns],
+        lease_namespace=real_ns,
+        kube_request_timeout_seconds=2,
+        watch_timeout_seconds=60,
     )
     async with ApiClient(envtest.configuration()) as client:
-        kube = KubeSource(settings, client, transform=pruner(settings))
-        await kube.start()
-        try:
+        # the daemon as `run` builds and starts it: caches, elector, status writer
+        parts = build(settings, client, server=LOCAL)
+        kube = parts.kube
+        async with parts.running():
             await kube.wait_synced(20)
             assert kube.current
             names = lambda: {o["metadata"]["name"] for o in kube.objects().jobs}  # noqa: E731
@@ -80,5 +84,3 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
             assert took <= RECOVERY_BOUND_SECONDS, (
                 f"caches saw the changes {took:.1f}s after the API server came back"
             )
-        finally:
-            await kube.stop()

@@ -1,6 +1,7 @@
 """The daemon end to end on real parts: a real kube-apiserver (real CRDs, resourceVersions,
 managedFields, Events) and a real Prometheus scraping a Volcano-shaped exporter, read with
-the default query. One scenario, in the order a cluster lives it:
+the default query, through the wiring `run` uses (leader election, status object, the
+pruned caches and their triggers). One scenario, in the order a cluster lives it:
 
 grow into idle GPUs -> a gang arrives and exactly what it needs is reclaimed -> `plan`
 writes nothing -> the daemon restarts and keeps the cooldown from the annotation. A paused
@@ -119,7 +120,7 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(
         settings = Settings(
             prometheus_url=prom.url,
             namespaces=[ns],
-            leader_election=False,
+            lease_namespace=ns,  # the status object is written there, as by `run`
             prometheus_retries=0,
             cooldown_seconds=600,
             reclaim_cooldown_seconds=0,
@@ -130,6 +131,7 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(
         # 1. grow: a takes the 5 idle GPUs up to its max of 6 (2 -> 6 needs 4)
         start = datetime.now(UTC)
         async with Daemon(envtest, settings) as d:
+            await d.leading()
             grown = await d.controller.run_once(start)
         assert grown.result == "ok", grown.message
         assert [(x.ref.name, x.target) for x in grown.plan.actions] == [("a", 6)]
@@ -145,6 +147,7 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(
         await _scraped(prom, settings, queue, 1)
         later = start + timedelta(seconds=30)
         async with Daemon(envtest, settings) as d:
+            await d.leading()
             await d.seen("PodGroup", "gang")
             reclaimed = await d.controller.run_once(later)
         assert reclaimed.result == "ok", reclaimed.message
@@ -171,6 +174,7 @@ async def test_grow_reclaim_plan_and_restart_on_real_parts(
 
         # 4. a new daemon (a restart) keeps the cooldown: it is on the job, not in memory
         async with Daemon(envtest, settings) as d:
+            await d.leading()
             held = await d.controller.run_once(later + timedelta(seconds=60))
         assert {x.ref.name: x.reason for x in held.plan.decisions}["a"] is Reason.COOLDOWN
         assert held.plan.actions == ()

@@ -25,7 +25,6 @@ from test_faults import metrics_text
 from test_loop import Daemon, free_body, settings_for
 
 from autoscaler.actuator import Outcome
-from autoscaler.loop import Driver
 from autoscaler.sources.kube import ABSENT_RECHECK_SECONDS
 
 ONE_SEAT = ["--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false"]
@@ -82,7 +81,7 @@ async def test_a_throttled_drain_lands_every_resize_in_one_cycle_and_stays_ready
         fake_prometheus(free_body(**{queue: 3 * n})) as prom,
         Daemon(_As(one_seat, token), settings_for(prom.url, namespaces=[ns])) as d,
     ):
-        driver = Driver(d.controller, ready_check=lambda: d.kube.current)
+        driver = d.driver
         result = await d.controller.run_once(datetime.now(UTC))
         applied = result.applied
         assert applied.counts() == {Outcome.APPLIED: n}, applied.counts()
