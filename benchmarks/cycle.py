@@ -144,15 +144,10 @@ class Child:
 async def _measure(n: int, steady: int) -> dict:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from autoscaler.actuator import KubeActuator
     from autoscaler.logs import configure_logging
-    from autoscaler.loop import Controller
-    from autoscaler.metrics import Metrics
+    from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import KubeSource
-    from autoscaler.sources.live import LiveSource
-    from autoscaler.sources.prometheus import PrometheusSource
-    from autoscaler.sources.prune import pruner
+    from autoscaler.wiring import build
 
     child = Child(n)
     try:
@@ -167,14 +162,16 @@ async def _measure(n: int, steady: int) -> dict:
         )
         configure_logging(settings)  # as the daemon does: debug lines cost nothing
         client = ApiClient(Configuration(host=child.urls["api"]))
-        kube = KubeSource(settings, client, transform=pruner(settings))  # as the daemon
-        prom = PrometheusSource(settings.prometheus_options())
-        controller = Controller(
-            settings, LiveSource(settings, kube, prom), KubeActuator(settings, client), Metrics()
+        # the daemon as `run` builds it: every job kind, nodes and pods, the pruner, the
+        # triggers, the status writer; HTTP on a free port
+        parts = build(
+            settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0)
         )
+        kube, controller = parts.kube, parts.controller
         child.ask("reset")
         t0 = time.perf_counter()
-        await kube.start()
+        running = parts.running()
+        await running.__aenter__()
         await kube.wait_synced(600)
         sync_s = time.perf_counter() - t0
         sync_calls = child.ask("count")
@@ -189,8 +186,7 @@ async def _measure(n: int, steady: int) -> dict:
             result = await controller.run_once(NOW.replace(minute=1 + i))
             steady_times.append(result.duration_seconds)
         steady_calls = child.ask("count")
-        await kube.stop()
-        prom.close()
+        await running.__aexit__(None, None, None)
         await client.close()
         return {
             "jobs": n,

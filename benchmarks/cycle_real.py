@@ -283,16 +283,11 @@ async def _measure(
 ) -> dict:
     from kubernetes_asyncio.client import ApiClient
 
-    from autoscaler.actuator import KubeActuator
-    from autoscaler.daemon import job_kinds
     from autoscaler.logs import configure_logging
-    from autoscaler.loop import Controller
-    from autoscaler.metrics import Metrics
+    from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import KubeSource, make_api_client
-    from autoscaler.sources.live import LiveSource
-    from autoscaler.sources.prometheus import PrometheusSource
-    from autoscaler.sources.prune import pruner
+    from autoscaler.sources.kube import make_api_client
+    from autoscaler.wiring import build
 
     settings = Settings(
         prometheus_url=prom_url,
@@ -311,25 +306,13 @@ async def _measure(
     )
     configure_logging(settings)
     client: ApiClient = await make_api_client(settings.kube_options())
-    # every kind, as the daemon watches them (the Paddle and Volcano caches stay empty)
-    kinds = job_kinds(settings)
-    kube = KubeSource(
-        settings,
-        client,
-        transform=pruner(settings),
-        job_kinds=[k.resource for k in kinds],
-        watch_nodes=True,
-        watch_pods=settings.node_fit,
-    )
-    prom = PrometheusSource(settings.prometheus_options())
-    controller = Controller(
-        settings,
-        LiveSource(settings, kube, prom),
-        KubeActuator(settings, client, kinds=kinds),
-        Metrics(),
-    )
+    # the daemon as `run` builds it: every kind (the Paddle and Volcano caches stay
+    # empty), nodes, the pruner, the triggers, the status writer; HTTP on a free port
+    parts = build(settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0))
+    kube, controller = parts.kube, parts.controller
     t0 = time.perf_counter()
-    await kube.start()
+    running = parts.running()
+    await running.__aenter__()
     await kube.wait_synced(600)
     sync_s = time.perf_counter() - t0
     before = kube.stats()
@@ -342,8 +325,7 @@ async def _measure(
         steady_times.append(result.duration_seconds)
         steady_writes += len(result.applied.results) if result.applied else 0
     end = kube.stats()
-    await kube.stop()
-    prom.close()
+    await running.__aexit__(None, None, None)
     await client.close()
     return {
         "page_size": page_size,
