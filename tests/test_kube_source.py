@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import random
 from collections.abc import AsyncIterator
@@ -13,13 +15,15 @@ import pytest
 import yaml
 from builders import hpa
 from fakekube import FakeKubeApi, eventually, job
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
+from autoscaler.kubeapi import ApiFailure, classify
 from autoscaler.resources import JOB_RESOURCES
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import (
+    CONNECT_RETRY_MAX_SECONDS,
     POOL_SPARE,
     KubeconfigError,
     KubeObjects,
@@ -571,3 +575,57 @@ async def test_a_kind_whose_crd_is_missing_is_one_info_line_and_no_jobs(capsys) 
     assert text.count("kube.kind_not_installed") == 1 and "paddlejobs.kubeflow.org" in text
     assert "kube.cache_error" not in text
     assert lists_before == 1  # checked again only every ABSENT_RECHECK_SECONDS
+
+
+async def test_a_server_that_does_not_speak_http_is_retried_as_unreachable() -> None:
+    """One classifier for every caller (kubeapi.classify). The caches used to keep their
+    own, and disagreed with it here: a peer that answers something that is not HTTP
+    (a wrong port, a TLS or SSH endpoint) raises aiohttp's ClientResponseError, which the
+    caches took for a server answering and backed off exponentially (here 5-10 s after
+    the first failure), while classify calls it unreachable: retried within
+    CONNECT_RETRY_MAX_SECONDS, as a refused connection is."""
+
+    connections = 0
+
+    async def not_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(ConnectionError):
+            await reader.read(100)
+            writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(not_http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with ApiClient(Configuration(host=f"http://127.0.0.1:{port}")) as client:
+            try:
+                await CustomObjectsApi(client).list_cluster_custom_object(
+                    "scheduling.volcano.sh", "v1beta1", "queues"
+                )
+            except Exception as exc:  # what the caches meet
+                assert classify(exc) is ApiFailure.UNREACHABLE, exc
+            source = KubeSource(
+                Settings().kube_options(),
+                client,
+                backoff_base=10.0,  # a server that answered would wait 5-10 s now
+                backoff_cap=60.0,
+                rng=random.Random(7),
+            )
+            caches = len(source._caches)
+            first = connections
+            await source.start()
+            try:
+                # every cache fails once, and is back within a second or so: not 5 s later
+                await eventually(
+                    lambda: connections >= first + 2 * caches,
+                    within=CONNECT_RETRY_MAX_SECONDS + 2.5,
+                    message="every cache retrying at once",
+                )
+                assert all("Bad status line" in e for e in source.objects().errors)
+            finally:
+                await source.stop()
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
 import structlog
 import yaml
 from kubernetes_asyncio import config as kube_config
@@ -247,13 +246,15 @@ class _Cache:
                 log.debug("kube.watch_short", cache=self.name, seconds=round(seconds, 3))
             except asyncio.CancelledError:
                 raise
-            except ApiException as exc:
-                if self.optional and classify(exc) is ApiFailure.NOT_FOUND:
+            except Exception as exc:  # a cache must outlive any surprise
+                # what to do next is kubeapi.classify's verdict, as for every caller
+                failure = classify(exc)
+                if self.optional and failure is ApiFailure.NOT_FOUND:
                     self._absent()
                     need_list = True
                     await asyncio.sleep(ABSENT_RECHECK_SECONDS)
                     continue
-                if classify(exc) is ApiFailure.EXPIRED:
+                if failure is ApiFailure.EXPIRED:
                     # The server forgot our version (compaction, or a restart that rebuilt
                     # its watch cache): only a fresh LIST can make the cache current, and
                     # waiting out a back-off earned while the server was away would plan on
@@ -270,29 +271,23 @@ class _Cache:
                         expired_again = True
                         continue
                     answered += 1
+                elif failure is ApiFailure.UNREACHABLE:
+                    # refused, reset or cut off mid-answer: the server is not there
+                    # (restart, network); nothing is gained by waiting longer than it
+                    # takes to come back
+                    unreachable += 1
+                    self._failed(exc, error_text(exc))
+                    await asyncio.sleep(min(self._backoff(unreachable), CONNECT_RETRY_MAX_SECONDS))
+                    continue
                 else:
                     answered += 1
                     unreachable = 0
-                    self._failed(exc, error_text(exc))
-                    retry_after = _server_wait(exc)
-            except (
-                aiohttp.ClientConnectionError,
-                aiohttp.ClientPayloadError,
-                ConnectionError,
-            ) as exc:
-                # refused, reset or cut off mid-answer: the server is not there (restart,
-                # network); nothing is gained by waiting longer than it takes to come back
-                unreachable += 1
-                self._failed(exc, f"{type(exc).__name__}: {exc}".rstrip(": "))
-                await asyncio.sleep(min(self._backoff(unreachable), CONNECT_RETRY_MAX_SECONDS))
-                continue
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                answered += 1
-                self._failed(exc, f"{type(exc).__name__}: {exc}".rstrip(": "))
-            except Exception as exc:  # a cache must outlive any surprise
-                answered += 1
-                self._failed(exc, f"unexpected {type(exc).__name__}: {exc}")
-                log.exception("kube.cache_unexpected_error", cache=self.name)
+                    if failure is ApiFailure.UNEXPECTED:
+                        self._failed(exc, f"unexpected {error_text(exc)}")
+                        log.exception("kube.cache_unexpected_error", cache=self.name)
+                    else:
+                        self._failed(exc, error_text(exc))
+                        retry_after = _server_wait(exc)
             await asyncio.sleep(max(self._backoff(answered), retry_after))
 
     def _failed_quietly(self, text: str) -> None:
