@@ -39,7 +39,20 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
+        self._cycle_metrics(self.registry)
+        self._write_metrics(self.registry)
+        self._source_metrics(self.registry)
+        self._status_metrics(self.registry)
+        # elastic_autoscaler_build_info{version,python} 1: which build runs where
+        self.build_info = Info(
+            f"{PREFIX}_build",
+            "The running build: package version and Python.",
+            registry=self.registry,
+        )
+        self.build_info.info({"version": package_version(), "python": platform.python_version()})
+
+    def _cycle_metrics(self, r: CollectorRegistry) -> None:
+        """The loop: cycles, their duration and result, what they decided."""
         self.cycle_duration = Histogram(
             f"{PREFIX}_cycle_duration_seconds",
             "Duration of one planning cycle.",
@@ -59,6 +72,24 @@ class Metrics:
             ["queue", "direction", "reason", "kind"],
             registry=r,
         )
+        # Per-plan gauges (one series per job, queue and reason) come from the last plan
+        # at scrape time: building 10k labelled children every cycle costs more than
+        # planning them.
+        self.plan_collector = PlanCollector()
+        r.register(self.plan_collector)
+        self.last_success = Gauge(
+            f"{PREFIX}_last_success_timestamp_seconds",
+            "Unix time of the last cycle that completed.",
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            f"{PREFIX}_is_leader",
+            "1 when this replica holds the Lease and may write.",
+            registry=r,
+        )
+
+    def _write_metrics(self, r: CollectorRegistry) -> None:
+        """The actuator: resizes by result, throttling, the write window, Events."""
         self.writes = Counter(
             f"{PREFIX}_writes",
             "Resizes by result: applied, conflict, gone, denied (refused by the cluster: "
@@ -85,6 +116,9 @@ class Metrics:
             "Kubernetes Events carried to the next cycle (the server throttled or failed).",
             registry=r,
         )
+
+    def _source_metrics(self, r: CollectorRegistry) -> None:
+        """The sources: which job kinds the API serves, errors reading."""
         self.kind_installed = Gauge(
             f"{PREFIX}_job_kind_installed",
             "1 when the API server serves the job kind (its CRD is installed), 0 when not; "
@@ -92,27 +126,15 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        # Per-plan gauges (one series per job, queue and reason) come from the last plan
-        # at scrape time: building 10k labelled children every cycle costs more than
-        # planning them.
-        self.plan_collector = PlanCollector()
-        r.register(self.plan_collector)
         self.source_errors = Counter(
             f"{PREFIX}_source_errors",
             "Errors reading sources, by source and kind.",
             ["source", "kind"],
             registry=r,
         )
-        self.last_success = Gauge(
-            f"{PREFIX}_last_success_timestamp_seconds",
-            "Unix time of the last cycle that completed.",
-            registry=r,
-        )
-        self.is_leader = Gauge(
-            f"{PREFIX}_is_leader",
-            "1 when this replica holds the Lease and may write.",
-            registry=r,
-        )
+
+    def _status_metrics(self, r: CollectorRegistry) -> None:
+        """The status object's writer."""
         self.status_writes = Counter(
             f"{PREFIX}_status_writes",
             "Writes of the status ConfigMap by result (written; unchanged: nothing new "
@@ -127,11 +149,6 @@ class Metrics:
             "Size of the status document last written.",
             registry=r,
         )
-        # elastic_autoscaler_build_info{version,python} 1: which build runs where
-        self.build_info = Info(
-            f"{PREFIX}_build", "The running build: package version and Python.", registry=r
-        )
-        self.build_info.info({"version": package_version(), "python": platform.python_version()})
 
     def record_plan(self, plan: Plan) -> None:
         """The gauges of this plan replace the last one's (jobs that left disappear)."""

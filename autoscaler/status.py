@@ -339,56 +339,68 @@ def build_status(
     counted and ranked, but only the `max_jobs` most urgent become entries."""
 
     now = plan.now
-    before = {j.key: j for j in previous.jobs} if previous is not None else {}
-    outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
-    cooldown = timedelta(seconds=cooldown_seconds)
     elastic: dict[ObjectRef, ElasticJob] = {j.ref: j for j in snapshot.jobs}
-
-    # rank every decision; only those with a history or a write need _resize
-    ranked: list[tuple[int, datetime, str, str, str, int, Resize | None]] = []
-    for i, d in enumerate(plan.decisions):
-        ref, reason = d.ref, d.reason.value
-        resize: Resize | None = None
-        since = now
-        if before or outcomes:
-            key = (ref.namespace, ref.name, ref.kind)
-            old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
-            written = outcomes.get(key)
-            if old is not None or written is not None:
-                resize = _resize(
-                    d,
-                    elastic.get(ref),
-                    written,
-                    old.resize if old else None,
-                    now,
-                    cooldown,
-                )
-            if old is not None and old.reason == reason and old.target == d.target:
-                since = old.since
-        changed_size = d.target is not None and d.target != d.current
-        ranked.append(
-            (
-                _rank_of(resize, changed_size, reason),
-                since,
-                ref.namespace,
-                ref.name,
-                ref.kind,
-                i,
-                resize,
-            )
-        )
+    ranked = _ranked(plan, elastic, previous, writes, timedelta(seconds=cooldown_seconds))
     chosen = heapq.nsmallest(max_jobs, ranked) if len(ranked) > max_jobs else sorted(ranked)
     entries = [
         _job_entry(plan.decisions[c[5]], elastic.get(plan.decisions[c[5]].ref), c[1], c[6])
         for c in chosen
     ]
-
-    by_queue = Counter((d.queue, d.reason.value) for d in plan.decisions)
     omitted = Counter(d.reason.value for d in plan.decisions)
     omitted.subtract(e.reason for e in entries)
+    doc = StatusDoc(
+        time=now,
+        cycle=cycle,
+        mode=mode,
+        identity=identity,
+        version=version,
+        heartbeat_seconds=heartbeat_seconds,
+        queues=_queue_entries(plan),
+        jobs=tuple(entries),
+        gangs=_gang_entries(snapshot, plan),
+        omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
+    )
+    return bounded(doc, max_jobs, max_bytes)
 
+
+# (rank, since, namespace, name, kind, index in plan.decisions, resize): sorts by urgency
+_Ranked = tuple[int, datetime, str, str, str, int, "Resize | None"]
+
+
+def _ranked(
+    plan: Plan,
+    elastic: Mapping[ObjectRef, ElasticJob],
+    previous: StatusDoc | None,
+    writes: Iterable[WriteOutcome],
+    cooldown: timedelta,
+) -> list[_Ranked]:
+    """Every decision ranked; only those with a history or a write need _resize."""
+    now = plan.now
+    before = {j.key: j for j in previous.jobs} if previous is not None else {}
+    outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
+    ranked: list[_Ranked] = []
+    for i, d in enumerate(plan.decisions):
+        ref, reason = d.ref, d.reason.value
+        resize: Resize | None = None
+        since = now
+        if before or outcomes:
+            old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
+            written = outcomes.get((ref.namespace, ref.name, ref.kind))
+            if old is not None or written is not None:
+                resize = _resize(
+                    d, elastic.get(ref), written, old.resize if old else None, now, cooldown
+                )
+            if old is not None and old.reason == reason and old.target == d.target:
+                since = old.since
+        changed_size = d.target is not None and d.target != d.current
+        rank = _rank_of(resize, changed_size, reason)
+        ranked.append((rank, since, ref.namespace, ref.name, ref.kind, i, resize))
+    return ranked
+
+
+def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...]:
+    """Every waiting gang, most urgent first, with its PodGroup's age and owner."""
     pending = {(p.ref.namespace, p.ref.name): p for p in snapshot.pending}
-    gang_counts = Counter((g.queue, g.reason.value) for g in plan.gangs)
     gangs: list[GangEntry] = []
     for g in plan.gangs:
         p = pending.get((g.ref.namespace, g.ref.name))
@@ -401,14 +413,20 @@ def build_status(
                 gpus=g.gpus,
                 reason=g.reason.value,
                 message=_cut(g.message),
-                since=p.created if p is not None else now,
+                since=p.created if p is not None else plan.now,
                 victims=tuple(f"{v.namespace}/{v.name}" for v in g.victims),
                 owner=owner,
             )
         )
     gangs.sort(key=lambda g: (_gang_rank(g), g.since, g.namespace, g.name))
+    return tuple(gangs)
 
-    queues = {
+
+def _queue_entries(plan: Plan) -> dict[str, QueueEntry]:
+    """Each queue's headroom and what bounded it, its jobs and gangs counted by reason."""
+    by_queue = Counter((d.queue, d.reason.value) for d in plan.decisions)
+    gang_counts = Counter((g.queue, g.reason.value) for g in plan.gangs)
+    return {
         name: _queue_entry(
             q,
             Counter({r: n for (qn, r), n in by_queue.items() if qn == name}),
@@ -416,19 +434,6 @@ def build_status(
         )
         for name, q in sorted(plan.queues.items())
     }
-    doc = StatusDoc(
-        time=now,
-        cycle=cycle,
-        mode=mode,
-        identity=identity,
-        version=version,
-        heartbeat_seconds=heartbeat_seconds,
-        queues=queues,
-        jobs=tuple(entries),
-        gangs=tuple(gangs),
-        omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
-    )
-    return bounded(doc, max_jobs, max_bytes)
 
 
 def _job_entry(
@@ -681,8 +686,33 @@ def from_dict(data: Any) -> StatusDoc:
     if top.get("schema") != SCHEMA:
         raise StatusError(f"schema is {top.get('schema')!r}, not {SCHEMA}")
     writer = _map(top.get("writer"), "writer")
-    c = _map(top.get("cycle"), "cycle")
-    cycle = Cycle(
+    omitted = _map(top.get("omitted"), "omitted")
+    return StatusDoc(
+        time=_time(top.get("time"), "time"),
+        cycle=_cycle_from(_map(top.get("cycle"), "cycle")),
+        mode=str(writer.get("mode") or ""),
+        identity=str(writer.get("identity") or ""),
+        version=str(writer.get("version") or ""),
+        heartbeat_seconds=_num(writer.get("heartbeat_seconds")) or 0.0,
+        queues={
+            str(name): _queue_from(str(name), _map(raw, f"queues.{name}"))
+            for name, raw in _map(top.get("queues"), "queues").items()
+        },
+        jobs=tuple(
+            _job_from(_map(raw, f"jobs[{i}]"), f"jobs[{i}]")
+            for i, raw in enumerate(top.get("jobs") or [])
+        ),
+        gangs=tuple(
+            _gang_from(_map(raw, f"gangs[{i}]"), f"gangs[{i}]")
+            for i, raw in enumerate(top.get("gangs") or [])
+        ),
+        omitted_jobs=_counts(omitted.get("jobs")),
+        omitted_gangs=_counts(omitted.get("gangs")),
+    )
+
+
+def _cycle_from(c: Mapping[str, Any]) -> Cycle:
+    return Cycle(
         result=str(c.get("result", "")),
         message=str(c.get("message", "")),
         duration_seconds=_num(c.get("duration_seconds")) or 0.0,
@@ -691,100 +721,88 @@ def from_dict(data: Any) -> StatusDoc:
         gangs=_int(c.get("gangs")) or 0,
         writes=_counts(c.get("writes")),
     )
-    queues = {}
-    for name, raw in _map(top.get("queues"), "queues").items():
-        q = _map(raw, f"queues.{name}")
-        queues[str(name)] = QueueEntry(
-            name=str(name),
-            status=str(q.get("status", "")),
-            message=str(q.get("message") or ""),
-            headroom_gpus=_num(q.get("headroom_gpus")),
-            bound=str(q.get("bound") or ""),
-            plugin=str(q.get("plugin") or ""),
-            headroom=str(q.get("headroom") or ""),
-            limits={str(k): float(v) for k, v in _map(q.get("limits"), "limits").items()},
-            inputs={str(k): float(v) for k, v in _map(q.get("inputs"), "inputs").items()},
-            free_gpus=_num(q.get("free_gpus")),
-            inflight_gpus=_int(q.get("inflight_gpus")) or 0,
-            releasing_gpus=_int(q.get("releasing_gpus")) or 0,
-            pending_gpus=_int(q.get("pending_gpus")) or 0,
-            granted_gpus=_int(q.get("granted_gpus")) or 0,
-            reclaimed_gpus=_int(q.get("reclaimed_gpus")) or 0,
-            trimmed_gpus=_int(q.get("trimmed_gpus")) or 0,
-            jobs=_counts(q.get("jobs")),
-            gangs=_counts(q.get("gangs")),
-        )
-    jobs = []
-    for i, raw in enumerate(top.get("jobs") or []):
-        j = _map(raw, f"jobs[{i}]")
-        ns, name = _split(j.get("job"), f"jobs[{i}].job")
-        resize = None
-        if j.get("resize") is not None:
-            r = _map(j["resize"], f"jobs[{i}].resize")
-            try:
-                state = ResizeState(str(r.get("state")))
-            except ValueError:
-                raise StatusError(f"jobs[{i}].resize.state {r.get('state')!r} unknown") from None
-            resize = Resize(
-                state,
-                _int(r.get("from")),
-                _int(r.get("to")),
-                _time(r.get("since"), f"jobs[{i}].resize.since"),
-                str(r.get("reason") or ""),
-                str(r.get("message") or ""),
-            )
-        jobs.append(
-            JobEntry(
-                namespace=ns,
-                name=name,
-                kind=str(j.get("kind") or ""),
-                queue=str(j.get("queue") or ""),
-                reason=str(j.get("reason") or ""),
-                message=str(j.get("message") or ""),
-                since=_time(j.get("since"), f"jobs[{i}].since"),
-                replicas=_int(j.get("replicas")),
-                active=_int(j.get("active")),
-                target=_int(j.get("target")),
-                min_replicas=_int(j.get("min")),
-                max_replicas=_int(j.get("max")),
-                gpus_per_worker=_int(j.get("gpus_per_worker")),
-                priority=_int(j.get("priority")),
-                last_resize=_opt_time(j.get("last_resize"), f"jobs[{i}].last_resize"),
-                restart_cost=str(j.get("restart_cost") or ""),
-                notes=tuple(str(n) for n in j.get("notes") or ()),
-                resize=resize,
-            )
-        )
-    gangs = []
-    for i, raw in enumerate(top.get("gangs") or []):
-        g = _map(raw, f"gangs[{i}]")
-        ns, name = _split(g.get("gang"), f"gangs[{i}].gang")
-        gangs.append(
-            GangEntry(
-                namespace=ns,
-                name=name,
-                queue=str(g.get("queue") or ""),
-                gpus=_int(g.get("gpus")) or 0,
-                reason=str(g.get("reason") or ""),
-                message=str(g.get("message") or ""),
-                since=_time(g.get("waiting_since"), f"gangs[{i}].waiting_since"),
-                victims=tuple(str(v) for v in g.get("victims") or ()),
-                owner=str(g.get("owner") or ""),
-            )
-        )
-    omitted = _map(top.get("omitted"), "omitted")
-    return StatusDoc(
-        time=_time(top.get("time"), "time"),
-        cycle=cycle,
-        mode=str(writer.get("mode") or ""),
-        identity=str(writer.get("identity") or ""),
-        version=str(writer.get("version") or ""),
-        heartbeat_seconds=_num(writer.get("heartbeat_seconds")) or 0.0,
-        queues=queues,
-        jobs=tuple(jobs),
-        gangs=tuple(gangs),
-        omitted_jobs=_counts(omitted.get("jobs")),
-        omitted_gangs=_counts(omitted.get("gangs")),
+
+
+def _queue_from(name: str, q: Mapping[str, Any]) -> QueueEntry:
+    return QueueEntry(
+        name=name,
+        status=str(q.get("status", "")),
+        message=str(q.get("message") or ""),
+        headroom_gpus=_num(q.get("headroom_gpus")),
+        bound=str(q.get("bound") or ""),
+        plugin=str(q.get("plugin") or ""),
+        headroom=str(q.get("headroom") or ""),
+        limits={str(k): float(v) for k, v in _map(q.get("limits"), "limits").items()},
+        inputs={str(k): float(v) for k, v in _map(q.get("inputs"), "inputs").items()},
+        free_gpus=_num(q.get("free_gpus")),
+        inflight_gpus=_int(q.get("inflight_gpus")) or 0,
+        releasing_gpus=_int(q.get("releasing_gpus")) or 0,
+        pending_gpus=_int(q.get("pending_gpus")) or 0,
+        granted_gpus=_int(q.get("granted_gpus")) or 0,
+        reclaimed_gpus=_int(q.get("reclaimed_gpus")) or 0,
+        trimmed_gpus=_int(q.get("trimmed_gpus")) or 0,
+        jobs=_counts(q.get("jobs")),
+        gangs=_counts(q.get("gangs")),
+    )
+
+
+def _resize_from(r: Mapping[str, Any], where: str) -> Resize:
+    try:
+        state = ResizeState(str(r.get("state")))
+    except ValueError:
+        raise StatusError(f"{where}.state {r.get('state')!r} unknown") from None
+    return Resize(
+        state,
+        _int(r.get("from")),
+        _int(r.get("to")),
+        _time(r.get("since"), f"{where}.since"),
+        str(r.get("reason") or ""),
+        str(r.get("message") or ""),
+    )
+
+
+def _job_from(j: Mapping[str, Any], where: str) -> JobEntry:
+    ns, name = _split(j.get("job"), f"{where}.job")
+    raw_resize = j.get("resize")
+    resize = (
+        None
+        if raw_resize is None
+        else _resize_from(_map(raw_resize, f"{where}.resize"), f"{where}.resize")
+    )
+    return JobEntry(
+        namespace=ns,
+        name=name,
+        kind=str(j.get("kind") or ""),
+        queue=str(j.get("queue") or ""),
+        reason=str(j.get("reason") or ""),
+        message=str(j.get("message") or ""),
+        since=_time(j.get("since"), f"{where}.since"),
+        replicas=_int(j.get("replicas")),
+        active=_int(j.get("active")),
+        target=_int(j.get("target")),
+        min_replicas=_int(j.get("min")),
+        max_replicas=_int(j.get("max")),
+        gpus_per_worker=_int(j.get("gpus_per_worker")),
+        priority=_int(j.get("priority")),
+        last_resize=_opt_time(j.get("last_resize"), f"{where}.last_resize"),
+        restart_cost=str(j.get("restart_cost") or ""),
+        notes=tuple(str(n) for n in j.get("notes") or ()),
+        resize=resize,
+    )
+
+
+def _gang_from(g: Mapping[str, Any], where: str) -> GangEntry:
+    ns, name = _split(g.get("gang"), f"{where}.gang")
+    return GangEntry(
+        namespace=ns,
+        name=name,
+        queue=str(g.get("queue") or ""),
+        gpus=_int(g.get("gpus")) or 0,
+        reason=str(g.get("reason") or ""),
+        message=str(g.get("message") or ""),
+        since=_time(g.get("waiting_since"), f"{where}.waiting_since"),
+        victims=tuple(str(v) for v in g.get("victims") or ()),
+        owner=str(g.get("owner") or ""),
     )
 
 

@@ -131,6 +131,43 @@ class Parts:
         await self.server.stop()
 
 
+class _Triggers:
+    """What calls a cycle early: the caches' changes (triggers.py) and a won election.
+    Connected before the driver exists; they fire once it does."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings, self.metrics = settings, metrics
+        self.driver: Driver | None = None
+
+    def on_change(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        if self.driver is not None and wants_cycle(kind, event_type, obj, self.settings):
+            self.driver.trigger()
+
+    def leadership(self, leading: bool) -> None:
+        self.metrics.is_leader.set(1 if leading else 0)
+        if leading and self.driver is not None:
+            self.driver.trigger()
+
+
+def _status_writer(
+    settings: Settings,
+    api_client: ApiClient,
+    metrics: Metrics,
+    elector: LeaderElector | AlwaysLeader,
+    clock: Callable[[], float],
+) -> StatusWriter | None:
+    """The status object's writer, when the settings name a ConfigMap; the leader's."""
+    if not settings.status_configmap:
+        return None
+    return StatusWriter(
+        settings.status_options(),
+        api_client,
+        metrics,
+        may_write=lambda: elector.is_leader,
+        clock=clock,
+    )
+
+
 def build(
     settings: Settings,
     api_client: ApiClient,
@@ -145,30 +182,10 @@ def build(
     """Every part of the daemon from `settings`, connected: the caches' changes and a
     won election trigger an early cycle; only the leader writes (jobs, status)."""
     metrics = metrics or Metrics()
-    driver: Driver | None = None  # the triggers below fire only once it exists
-
-    def on_change(kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        if driver is not None and wants_cycle(kind, event_type, obj, settings):
-            driver.trigger()
-
-    def leadership(leading: bool) -> None:
-        metrics.is_leader.set(1 if leading else 0)
-        if leading and driver is not None:
-            driver.trigger()
-
-    kube, prometheus = build_sources(settings, api_client, on_change)
-    elector = make_elector(settings.leader_options(), api_client, leadership)
-    status = (
-        StatusWriter(
-            settings.status_options(),
-            api_client,
-            metrics,
-            may_write=lambda: elector.is_leader,
-            clock=clock,
-        )
-        if settings.status_configmap
-        else None
-    )
+    triggers = _Triggers(settings, metrics)
+    kube, prometheus = build_sources(settings, api_client, triggers.on_change)
+    elector = make_elector(settings.leader_options(), api_client, triggers.leadership)
+    status = _status_writer(settings, api_client, metrics, elector, clock)
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),
@@ -180,11 +197,8 @@ def build(
         status=status,
         identity=getattr(elector, "identity", "") or settings.identity,
     )
-    driver = Driver(
-        controller,
-        is_leader=lambda: elector.is_leader,
-        wall=wall,
-        ready_check=lambda: kube.current,
+    driver = triggers.driver = Driver(
+        controller, is_leader=lambda: elector.is_leader, wall=wall, ready_check=lambda: kube.current
     )
     listen = server or settings.server_options()
     http = HealthServer(metrics, driver.alive, driver.ready, listen.listen_host, listen.listen_port)
