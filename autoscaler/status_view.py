@@ -4,6 +4,7 @@ decided its size, in words). Pure: a StatusDoc in, text or a dict out."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -71,14 +72,20 @@ def header(doc: StatusDoc) -> str:
 
 def status_table(doc: StatusDoc, namespace: str | None = None, *, wide: bool = False) -> str:
     """Queues, then the jobs not settled (wide: every job listed), then waiting gangs."""
-    now = doc.time
     jobs, gangs = _in(doc, namespace)
-    parts = [header(doc), ""]
-    q_head = ["QUEUE", "STATUS", "HEADROOM", "BOUND BY", "IN-FLIGHT", "PENDING", "GRANTED"]
-    q_head += ["RECLAIMED", "JOBS"]
+    parts = [header(doc), "", _queue_table(doc, wide), "", _job_table(jobs, doc.time, wide)]
+    if gangs:
+        parts += ["", _gang_table(gangs, doc.time)]
+    parts += _footnotes(doc, jobs, wide)
+    return "\n".join(parts) + "\n"
+
+
+def _queue_table(doc: StatusDoc, wide: bool) -> str:
+    head = ["QUEUE", "STATUS", "HEADROOM", "BOUND BY", "IN-FLIGHT", "PENDING", "GRANTED"]
+    head += ["RECLAIMED", "JOBS"]
     if wide:
-        q_head += ["FREE", "RELEASING", "TRIMMED", "PLUGIN"]
-    q_rows = []
+        head += ["FREE", "RELEASING", "TRIMMED", "PLUGIN"]
+    rows = []
     for name, q in doc.queues.items():
         row = [
             name,
@@ -93,15 +100,18 @@ def status_table(doc: StatusDoc, namespace: str | None = None, *, wide: bool = F
         ]
         if wide:
             row += [_g(q.free_gpus), str(q.releasing_gpus), str(q.trimmed_gpus), _s(q.plugin)]
-        q_rows.append(row)
-    parts.append(table(q_head, q_rows))
+        rows.append(row)
+    return table(head, rows)
 
+
+def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
+    """The jobs not settled (wide: every job), or one line saying there are none."""
     shown = jobs if wide else [j for j in jobs if rank(j) < RANK_SETTLED]
-    j_head = ["JOB", "QUEUE", "REPLICAS", "TARGET", "RESIZE", "REASON", "SINCE"]
+    head = ["JOB", "QUEUE", "REPLICAS", "TARGET", "RESIZE", "REASON", "SINCE"]
     if wide:
-        j_head[1:1] = ["KIND"]
-        j_head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
-    j_rows = []
+        head[1:1] = ["KIND"]
+        head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
+    rows = []
     for j in shown:
         row = [
             f"{j.namespace}/{j.name}",
@@ -121,38 +131,39 @@ def status_table(doc: StatusDoc, namespace: str | None = None, *, wide: bool = F
                 _s(j.gpus_per_worker),
                 j.message,
             ]
-        j_rows.append(row)
-    parts.append("")
-    if j_rows:
-        parts.append(table(j_head, j_rows))
-    else:
-        settled = len([j for j in jobs if rank(j) >= RANK_SETTLED])
-        parts.append(f"No job in flight, held, refused or invalid ({settled} settled).")
-    if gangs:
-        parts += [
-            "",
-            table(
-                ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
-                [
-                    [
-                        f"{g.namespace}/{g.name}",
-                        g.queue,
-                        str(g.gpus),
-                        g.reason,
-                        ", ".join(g.victims) or "-",
-                        age(g.since, now),
-                    ]
-                    for g in gangs
-                ],
-            ),
-        ]
-    hidden = {r: n for r, n in doc.omitted_jobs.items()}
+        rows.append(row)
+    if rows:
+        return table(head, rows)
+    settled = len([j for j in jobs if rank(j) >= RANK_SETTLED])
+    return f"No job in flight, held, refused or invalid ({settled} settled)."
+
+
+def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
+    return table(
+        ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
+        [
+            [
+                f"{g.namespace}/{g.name}",
+                g.queue,
+                str(g.gpus),
+                g.reason,
+                ", ".join(g.victims) or "-",
+                age(g.since, now),
+            ]
+            for g in gangs
+        ],
+    )
+
+
+def _footnotes(doc: StatusDoc, jobs: Sequence[JobEntry], wide: bool) -> list[str]:
+    """What the tables leave out, and (wide) each queue's headroom and hold in words."""
+    parts: list[str] = []
     if not wide:
         rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
         if rest:
             parts += ["", f"{len(rest)} settled job(s) not shown (-o wide shows them)."]
-    if hidden:
-        words = ", ".join(f"{n} {r}" for r, n in sorted(hidden.items()))
+    if doc.omitted_jobs:
+        words = ", ".join(f"{n} {r}" for r, n in sorted(doc.omitted_jobs.items()))
         parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
     if wide:
         rooms = [(n, q) for n, q in doc.queues.items() if q.headroom]
@@ -161,7 +172,7 @@ def status_table(doc: StatusDoc, namespace: str | None = None, *, wide: bool = F
             parts += [f"  {n}: {q.headroom}" for n, q in rooms]
         holding = [(n, q) for n, q in doc.queues.items() if q.message]
         parts += [f"  queue {n}: {q.status}: {q.message}" for n, q in holding]
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 def status_dict(doc: StatusDoc, namespace: str | None = None) -> dict[str, Any]:
