@@ -102,3 +102,75 @@ def test_planner_policy_defaults_are_the_settings_defaults():
     assert Settings().planner_policy() == PlannerPolicy()
     custom = Settings(growth_policy="fair", cooldown_seconds=7).planner_policy()
     assert custom.cooldown_seconds == 7 and custom.growth_policy == "fair"
+
+
+def test_each_component_gets_its_own_frozen_section():
+    """Sections are cut from the one Settings by field name (options.py): each holds
+    the settings of the same names, frozen (lists as tuples), and nothing else."""
+    import dataclasses
+
+    from autoscaler.options import LeaderOptions
+
+    s = Settings(
+        namespaces=["a", "b"],
+        prometheus_retries=5,
+        lease_name="mine",
+        listen_port=9999,
+        annotation_prefix="example.com",
+    )
+    sections = [
+        s.prometheus_options(),
+        s.kube_options(),
+        s.actuator_options(),
+        s.leader_options(),
+        s.loop_options(),
+        s.status_options(),
+        s.server_options(),
+    ]
+    for section in sections:
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            assert not isinstance(value, list), (type(section).__name__, f.name)
+            if f.name in Settings.model_fields and f.name != "leader_election":
+                own = getattr(s, f.name)
+                assert value == (tuple(own) if isinstance(own, list) else own), f.name
+            else:  # derived at the edge: the annotation names, whether to elect
+                assert f.name in ("annotations", "leader_election"), f.name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, dataclasses.fields(section)[0].name, None)
+    assert s.kube_options().namespaces == ("a", "b")
+    assert s.actuator_options().annotations.last_scale == "example.com/last-scale-time"
+    # the switch, written once: a dry run never elects (it writes nothing, the Lease too)
+    assert s.leader_options().leader_election is True
+    assert Settings(dry_run=True).leader_options().leader_election is False
+    assert Settings(leader_election=False).leader_options().leader_election is False
+    # and the lease check, written once: the settings and a section refuse the same
+    with pytest.raises(ValueError, match="lease_renew_deadline_seconds must be below"):
+        dataclasses.replace(s.leader_options(), lease_renew_deadline_seconds=99)
+    assert isinstance(s.leader_options(), LeaderOptions)
+
+
+def test_annotation_names_have_one_home():
+    """Every annotation of ours is named in options.Annotations; the kinds and the
+    actuator read them from there (grep finds the suffixes in no other module)."""
+    import pathlib
+    import re
+
+    from autoscaler.options import Annotations
+
+    names = Annotations("p")
+    suffixes = [
+        getattr(names, n).removeprefix("p/")
+        for n in dir(Annotations)
+        if isinstance(getattr(Annotations, n), property)
+    ]
+    assert len(suffixes) == 7
+    package = pathlib.Path(__file__).resolve().parent.parent / "autoscaler"
+    for path in package.rglob("*.py"):
+        if path.name == "options.py":
+            continue
+        code = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
+        for suffix in suffixes:
+            assert not re.search(rf'f?"[^"\n]*/{suffix}"', code), (path.name, suffix)
