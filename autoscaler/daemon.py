@@ -95,7 +95,7 @@ def run_daemon(settings: Settings) -> int:
         return 130
 
 
-async def api_client_for(settings: Settings) -> ApiClient:
+async def _api_client(settings: Settings) -> ApiClient:
     """The API client of the kubeconfig the settings pick; a kubeconfig to fix is a
     UsageError (exit 2)."""
     try:
@@ -107,7 +107,7 @@ async def api_client_for(settings: Settings) -> ApiClient:
 
 
 async def _daemon(settings: Settings) -> int:
-    api_client = await api_client_for(settings)
+    api_client = await _api_client(settings)
     try:
         parts = build(settings, api_client)
         ProcessCollector(registry=parts.metrics.registry)

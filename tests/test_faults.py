@@ -386,7 +386,7 @@ async def test_real_prometheus_target_down_holds_then_recovers(api):
     async with running_exporter(exporter), running_prometheus([exporter.target]) as prom:
         # the real default query: deserved and allocated read apart
         settings = settings_for(prom.url, prometheus_timeout_seconds=5, free_gpus_query=None)
-        query = free_gpus_query(settings)
+        query = free_gpus_query(settings.prometheus_options())
         async with Daemon(api, settings) as d:
             exporter.failing = True
             scrapes = exporter.scrapes

@@ -64,7 +64,7 @@ async def fetch(url: str, **fields: Any) -> FreeGpuReading:
 
 
 def parse(body: Any, **fields: Any) -> FreeGpuReading:
-    return parse_query_result(body, make_settings(**fields), NOW)
+    return parse_query_result(body, make_settings(**fields).prometheus_options(), NOW)
 
 
 def test_vector_gives_free_gpus_per_queue_in_gpus():
@@ -243,7 +243,7 @@ def parts_body(
 
 
 def parts(body: Any, **fields: Any) -> FreeGpuReading:
-    return parse_query_result(body, Settings(**fields), NOW)
+    return parse_query_result(body, Settings(**fields).prometheus_options(), NOW)
 
 
 @pytest.mark.parametrize(
@@ -362,13 +362,13 @@ def test_a_queue_without_its_series_is_unknown_not_zero():
 def test_the_default_query_reads_parts_raw_with_their_scrape_times():
     from autoscaler.sources.prom_answer import free_gpus_query
 
-    query = free_gpus_query(Settings())
+    query = free_gpus_query(Settings().prometheus_options())
     assert "clamp" not in query
     # deserved, allocated, request, inqueue, real capacity; the first three with their age
     assert query.count("timestamp(") == 3 and query.count("label_replace(") == 8
     for series in ("request", "inqueue", "real_capacity", "allocated", "deserved"):
         assert f"volcano_queue_{series}_scalar_resources" in query
-    assert free_gpus_query(Settings(free_gpus_query="my_rule")) == "my_rule"
+    assert free_gpus_query(Settings(free_gpus_query="my_rule").prometheus_options()) == "my_rule"
 
 
 # ---- fetch() over HTTP: one fake server per bad answer ---------------------------------------

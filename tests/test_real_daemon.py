@@ -70,7 +70,7 @@ def _events(envtest: EnvTest, ns: str) -> list[tuple[str, str]]:
 
 async def _scraped(prom, settings: Settings, queue: str, free: float) -> None:
     """Until Prometheus answers the default query with `free` GPUs for `queue`."""
-    query = free_gpus_query(settings)
+    query = free_gpus_query(settings.prometheus_options())
     deadline = time.monotonic() + 20
     while True:
         body = await prom.query(query)
