@@ -173,16 +173,17 @@ async def test_a_refused_resize_holds_that_job_and_its_neighbour_takes_the_idle_
         assert counter(text, "elastic_autoscaler_writes_total", result="error") == 0
 
         # the job changes (unfrozen) and the neighbour's workers run: asked again, lands
-        envtest.request(
+        unfrozen = envtest.request(
             "PATCH",
             f"{KF}/namespaces/{ns}/pytorchjobs/frozen",
             {"metadata": {"labels": {"frozen": "false"}}},
             content_type="application/merge-patch+json",
-        )
+        )["metadata"]["resourceVersion"]
         envtest.patch_status(
             pytorchjob("neighbour", ns), {"replicaStatuses": {"Worker": {"active": 5}}}
         )
-        await d.seen("PyTorchJob", "frozen", lambda o: o["metadata"]["labels"]["frozen"] == "false")
+        # the cache holds the unfrozen version (labels are pruned: the daemon reads none)
+        await d.seen("PyTorchJob", "frozen", lambda o: o["metadata"]["resourceVersion"] == unfrozen)
         await d.seen(
             "PyTorchJob",
             "neighbour",
