@@ -14,7 +14,7 @@ import re
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -478,7 +478,7 @@ class Settings(BaseSettings):
     def _section(self, cls: type[_S], **given: Any) -> _S:
         """`cls` from the settings of the same names (lists as tuples: sections are
         frozen), but for the fields `given`."""
-        names = [f.name for f in fields(cls) if f.name not in given]  # type: ignore[arg-type]
+        names = [f.name for f in fields(cls) if f.name not in given]
         values = {n: getattr(self, n) for n in names}
         values = {n: tuple(v) if isinstance(v, list) else v for n, v in values.items()}
         return cls(**values, **given)
@@ -540,7 +540,10 @@ class Settings(BaseSettings):
         return self.annotations.paddle_elastic
 
 
-_S = TypeVar("_S")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_S = TypeVar("_S", bound="DataclassInstance")  # a section: a dataclass
 
 
 class _YamlSource(PydanticBaseSettingsSource):
