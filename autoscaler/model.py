@@ -145,6 +145,20 @@ class ElasticJob:
     def releasing_workers(self) -> int:
         return max(0, self.active - self.replicas)
 
+    @property
+    def awaits_restart_measure(self) -> bool:
+        """We resized it, all its workers run again, and that restart is not measured yet
+        (nor is its cost the owner's to say): the planner measures it now, and a change
+        that makes this true is worth an early cycle."""
+        resized = self.last_scale_time
+        return (
+            resized is not None
+            and self.restart_cost_source != "annotation"
+            and self.measured_for != resized
+            and self.active == self.replicas
+            and self.replicas > 0
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class UnmanagedJob:
@@ -183,6 +197,81 @@ class InvalidGroup:
     ref: ObjectRef
     queue: str
     message: str
+
+
+# ---- what the watch caches hold: each object decoded once, when it arrives -------------
+# Cross-object facts (priority values by PriorityClass name, HPAs scaling a job, pods per
+# node) are resolved when a snapshot is assembled (parse.build_snapshot), not here.
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as decoded from its object: what the planner may resize, or why not (its
+    priority not yet resolved: 0 until the PriorityClass named here is looked up)."""
+
+    job: ElasticJob | UnmanagedJob
+    priority_class: str | None = None
+
+    @property
+    def frees_gpus(self) -> bool:
+        """It finished: its GPUs are free now (a reason for an early cycle)."""
+        return isinstance(self.job, UnmanagedJob) and self.job.reason is Reason.FINISHED
+
+    @property
+    def awaits_restart_measure(self) -> bool:
+        """A job we resized whose workers all run again, its restart not yet measured."""
+        return isinstance(self.job, ElasticJob) and self.job.awaits_restart_measure
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A PodGroup as decoded: its waiting gang (None when it waits for nothing the
+    planner makes room for), its phase, and the PriorityClass its gang carries."""
+
+    ref: ObjectRef
+    group: PendingGroup | InvalidGroup | None
+    phase: str = ""
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """What a Volcano Queue object says: its state and what the scheduler reads of its
+    spec (weight defaults to 1; an unreadable figure counts as unset), and the GPU
+    figures the free-GPU cross-check compares (None where unset or unreadable)."""
+
+    name: str
+    state: str = "Open"
+    weight: float = 1.0
+    capability: float | None = None
+    guarantee: float = 0.0
+    deserved: int | None = None
+    allocated: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityValue:
+    name: str
+    value: int
+    global_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """GPUs a bound, unfinished pod holds on its node."""
+
+    node: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class HpaTarget:
+    """A HorizontalPodAutoscaler and the job it scales: (namespace, kind, name), or None
+    when it scales nothing of ours."""
+
+    namespace: str
+    name: str
+    target: tuple[str, str, str] | None = None
 
 
 class Plugin(StrEnum):

@@ -1,14 +1,20 @@
 """Raw Kubernetes objects -> the frozen model. The only place that reads raw dicts.
 
-Every malformed object becomes an `UnmanagedJob` / `InvalidGroup` whose message names the
-object and the field; nothing here raises on bad input.
+Each object is decoded once, alone, into the record its watch cache keeps (`decoders`:
+a `JobRecord`, `GroupRecord`, `QueueSpec`, ...); `assemble` then resolves what depends
+on other objects (priority values, HPAs, pods per node) and `build_snapshot` joins that
+with the free-GPU reading. Adding a field read from a job is its reader here (or in its
+kind) and its field in the model. Every malformed object becomes an `UnmanagedJob` /
+`InvalidGroup` whose message names the object and the field; nothing here raises on bad
+input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from .fields import (
@@ -23,11 +29,17 @@ from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     ClusterSnapshot,
     ElasticJob,
+    GroupRecord,
+    HpaTarget,
     InvalidGroup,
+    JobRecord,
     NodeGpus,
     ObjectRef,
     PendingGroup,
     Plugin,
+    PodUse,
+    PriorityValue,
+    QueueSpec,
     QueueState,
     Reason,
     UnmanagedJob,
@@ -169,70 +181,106 @@ class Priorities:
 
     @classmethod
     def parse(cls, objects: Iterable[Mapping[str, Any]]) -> Priorities:
+        return cls.of_records(r for o in objects if (r := decode_priority_class(o)) is not None)
+
+    @classmethod
+    def of_records(cls, records: Iterable[PriorityValue]) -> Priorities:
         values: dict[str, int] = {}
         default = 0
-        for obj in objects:
-            name = dig(obj, "metadata", "name")
-            value = obj.get("value")
-            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
-                continue
-            values[name] = value
-            if obj.get("globalDefault") is True:
-                default = value
+        for r in records:
+            values[r.name] = r.value
+            if r.global_default:
+                default = r.value
         return cls(values, default)
 
 
-def parse_queue_states(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    states: dict[str, str] = {}
-    for obj in objects:
-        name = dig(obj, "metadata", "name")
-        if isinstance(name, str) and name:
-            state = dig(obj, "status", "state")
-            states[name] = state if isinstance(state, str) and state else "Open"
-    return states
+NO_PRIORITIES = Priorities({})
 
 
-def parse_queue_capacities(
-    objects: Iterable[Mapping[str, Any]], settings: Settings
-) -> dict[str, int]:
+def decode_priority_class(obj: Mapping[str, Any]) -> PriorityValue | None:
+    """A PriorityClass's name and value, or None when it has no usable value."""
+    name = dig(obj, "metadata", "name")
+    value = obj.get("value")
+    if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return PriorityValue(name, value, obj.get("globalDefault") is True)
+
+
+def decode_queue(obj: Mapping[str, Any], settings: Settings) -> QueueSpec | None:
+    """A Queue's state, and its spec as the scheduler reads it: weight defaults to 1, an
+    unreadable figure counts as unset. None for a Queue without a name."""
+    name = dig(obj, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        return None
+    state = dig(obj, "status", "state")
+    weight = dig(obj, "spec", "weight")
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+        weight = 1
+    capability = readable_gpus(dig(obj, "spec", "capability"), settings, "spec.capability")
+    guarantee = readable_gpus(
+        dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
+    )
+    return QueueSpec(
+        name,
+        state=state if isinstance(state, str) and state else "Open",
+        weight=float(weight),
+        capability=None if capability is None else float(capability),
+        guarantee=float(guarantee or 0),
+        deserved=readable_gpus(dig(obj, "spec", "deserved"), settings, "spec.deserved"),
+        allocated=readable_gpus(dig(obj, "status", "allocated"), settings, "status.allocated"),
+    )
+
+
+def queue_capacities(specs: Iterable[QueueSpec]) -> dict[str, int]:
     """GPUs each Queue lets its jobs hold by the API's own account: `spec.capability`, for
     `gpu_resource_names`. Not `spec.deserved`: under the capacity plugin a queue borrows
     beyond it up to its capability, and the proportion plugin does not read it. A queue
     that sets no capability, or sets it unreadably, has no bound here."""
-    return {
-        name: int(capability)
-        for name, (_, capability, _) in parse_queue_specs(objects, settings).items()
-        if capability is not None
-    }
-
-
-def parse_queue_specs(
-    objects: Iterable[Mapping[str, Any]], settings: Settings
-) -> dict[str, tuple[float, float | None, float]]:
-    """(weight, capability GPUs or None, guarantee GPUs) of each Queue, as the scheduler
-    reads its spec: weight defaults to 1, an unreadable figure counts as unset."""
-    specs: dict[str, tuple[float, float | None, float]] = {}
-    for obj in objects:
-        name = dig(obj, "metadata", "name")
-        if not isinstance(name, str) or not name:
-            continue
-        weight = dig(obj, "spec", "weight")
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
-            weight = 1
-        capability = readable_gpus(dig(obj, "spec", "capability"), settings, "spec.capability")
-        guarantee = readable_gpus(
-            dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
-        )
-        specs[name] = (
-            float(weight),
-            None if capability is None else float(capability),
-            float(guarantee or 0),
-        )
-    return specs
+    return {q.name: int(q.capability) for q in specs if q.capability is not None}
 
 
 _TAINTS_THAT_REPEL = frozenset({"NoSchedule", "NoExecute"})
 _FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def decode_node(obj: Mapping[str, Any], settings: Settings) -> NodeGpus | None:
+    """A node's allocatable GPUs and whether pods may land on it: Ready, not cordoned, no
+    NoSchedule/NoExecute taint (a node tainted for GPU jobs only is left out: the safe
+    side, fewer idle GPUs). `used` is filled in when the snapshot is assembled."""
+    name = dig(obj, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        return None
+    allocatable = readable_gpus(dig(obj, "status", "allocatable"), settings, "allocatable")
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in dig(obj, "status", "conditions") or ()
+    )
+    repelled = any(
+        isinstance(t, Mapping) and t.get("effect") in _TAINTS_THAT_REPEL
+        for t in dig(obj, "spec", "taints") or ()
+    )
+    schedulable = ready and not repelled and dig(obj, "spec", "unschedulable") is not True
+    return NodeGpus(name, allocatable or 0, 0, schedulable)
+
+
+def decode_pod(obj: Mapping[str, Any], settings: Settings) -> PodUse | None:
+    """The GPUs a bound, unfinished pod holds on its node; None for any other pod."""
+    node = dig(obj, "spec", "nodeName")
+    if not isinstance(node, str) or not node:
+        return None
+    if dig(obj, "status", "phase") in _FINISHED_POD_PHASES:
+        return None
+    gpus = pod_gpus(obj, settings)
+    return PodUse(node, gpus) if gpus else None
+
+
+def nodes_in_use(nodes: Iterable[NodeGpus], pods: Iterable[PodUse]) -> tuple[NodeGpus, ...]:
+    """Each node with what its bound pods use of its GPUs, by name."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    out = [replace(n, used=used[n.name]) if n.name in used else n for n in nodes]
+    return tuple(sorted(out, key=lambda n: n.name))
 
 
 def parse_nodes(
@@ -240,35 +288,11 @@ def parse_nodes(
 ) -> tuple[NodeGpus, ...]:
     """Each node's allocatable GPUs and what its bound, unfinished pods request (a pod's
     request: the sum of its containers', or its largest init container's if more, as the
-    scheduler counts it). Schedulable: Ready, not cordoned, no NoSchedule/NoExecute taint;
-    a node tainted for GPU jobs only is left out (the safe side: fewer idle GPUs)."""
-    used: dict[str, int] = {}
-    for pod in pods:
-        node = dig(pod, "spec", "nodeName")
-        if not isinstance(node, str) or not node:
-            continue
-        if dig(pod, "status", "phase") in _FINISHED_POD_PHASES:
-            continue
-        gpus = pod_gpus(pod, settings)
-        if gpus:
-            used[node] = used.get(node, 0) + gpus
-    out = []
-    for obj in nodes:
-        name = dig(obj, "metadata", "name")
-        if not isinstance(name, str) or not name:
-            continue
-        allocatable = readable_gpus(dig(obj, "status", "allocatable"), settings, "allocatable")
-        ready = any(
-            isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-            for c in dig(obj, "status", "conditions") or ()
-        )
-        repelled = any(
-            isinstance(t, Mapping) and t.get("effect") in _TAINTS_THAT_REPEL
-            for t in dig(obj, "spec", "taints") or ()
-        )
-        schedulable = ready and not repelled and dig(obj, "spec", "unschedulable") is not True
-        out.append(NodeGpus(name, allocatable or 0, used.get(name, 0), schedulable))
-    return tuple(sorted(out, key=lambda n: n.name))
+    scheduler counts it), from raw objects."""
+    return nodes_in_use(
+        (n for o in nodes if (n := decode_node(o, settings)) is not None),
+        (p for o in pods if (p := decode_pod(o, settings)) is not None),
+    )
 
 
 def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
@@ -295,32 +319,33 @@ def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
 def volcano_view(
     plugin: Plugin,
     states: Mapping[str, QueueState],
-    queue_objects: Iterable[Mapping[str, Any]],
+    specs: Iterable[QueueSpec],
     nodes: tuple[NodeGpus, ...] | None,
-    settings: Settings,
 ) -> tuple[VolcanoView, dict[str, QueueState]]:
     """The view headroom is computed from: each queue's metrics joined with its Queue
     object's weight, capability and guarantee (the object is what the scheduler reads)."""
-    specs = parse_queue_specs(queue_objects, settings)
+    by_name = {q.name: q for q in specs}
     queues: dict[str, VolcanoQueue] = {}
     out = dict(states)
     for name, state in states.items():
         vq = state.volcano
         if vq is None:
             continue
-        if name in specs:
-            weight, capability, guarantee = specs[name]
-            vq = replace(vq, weight=weight, capability=capability, guarantee=guarantee)
+        spec = by_name.get(name)
+        if spec is not None:
+            vq = replace(
+                vq, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+            )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
     # A Queue without series is an idle one (under proportion the scheduler exports
     # nothing for a queue that never had a job): it still takes part in the water-fill
     # with what its waiting gangs will ask for, and its guarantee still counts. Its own
     # jobs, if any, hold: that queue's state stays unknown.
-    for name, (weight, capability, guarantee) in specs.items():
+    for name, spec in by_name.items():
         if name not in queues:
             queues[name] = VolcanoQueue(
-                name, weight=weight, capability=capability, guarantee=guarantee
+                name, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
             )
     return VolcanoView(plugin, queues, nodes), out
 
@@ -584,34 +609,45 @@ def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
 # ---- HorizontalPodAutoscalers ----------------------------------------------------------
 
 
-def hpa_targets(objects: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
-    """(namespace, kind, name) of each job an HPA scales -> the HPAs' names. Any HPA, not
-    only training-operator's: it outlives elasticPolicy.metrics (pytorch/hpa.go
-    ReconcileHPA returns early once metrics is gone, deleting nothing), and users make
-    their own. A target naming another API group (a batch/v1 Job) is not ours; one
-    without apiVersion (training-operator's desiredHPA sets only kind and name) might be,
-    so it counts: leaving a job alone by mistake costs less than fighting an HPA."""
+def decode_hpa(obj: Mapping[str, Any]) -> HpaTarget | None:
+    """An HPA and the job it scales. Any HPA, not only training-operator's: it outlives
+    elasticPolicy.metrics (pytorch/hpa.go ReconcileHPA returns early once metrics is gone,
+    deleting nothing), and users make their own. A target naming another API group (a
+    batch/v1 Job) is not ours; one without apiVersion (training-operator's desiredHPA
+    sets only kind and name) might be, so it counts: leaving a job alone by mistake
+    costs less than fighting an HPA."""
+    namespace = dig(obj, "metadata", "namespace")
+    name = dig(obj, "metadata", "name")
+    if not (isinstance(namespace, str) and isinstance(name, str)):
+        return None
+    target = dig(obj, "spec", "scaleTargetRef")
+    if not isinstance(target, Mapping):
+        return HpaTarget(namespace, name)
+    kind, target_name = target.get("kind"), target.get("name")
+    if not (isinstance(kind, str) and isinstance(target_name, str)):
+        return HpaTarget(namespace, name)
+    job_kind = BY_NAME.get(kind)
+    api_version = target.get("apiVersion")
+    if job_kind is None:
+        return HpaTarget(namespace, name)
+    if isinstance(api_version, str) and api_version:
+        if api_version.split("/")[0] != job_kind.resource.group:
+            return HpaTarget(namespace, name)
+    return HpaTarget(namespace, name, (namespace, kind, target_name))
+
+
+def targets_of(hpas: Iterable[HpaTarget]) -> dict[tuple[str, str, str], list[str]]:
+    """(namespace, kind, name) of each job an HPA scales -> the HPAs' names."""
     found: dict[tuple[str, str, str], list[str]] = {}
-    for obj in objects:
-        namespace = dig(obj, "metadata", "namespace")
-        name = dig(obj, "metadata", "name")
-        target = dig(obj, "spec", "scaleTargetRef")
-        if not (isinstance(namespace, str) and isinstance(name, str)):
-            continue
-        if not isinstance(target, Mapping):
-            continue
-        kind, target_name = target.get("kind"), target.get("name")
-        if not (isinstance(kind, str) and isinstance(target_name, str)):
-            continue
-        job_kind = BY_NAME.get(kind)
-        api_version = target.get("apiVersion")
-        if job_kind is None:
-            continue
-        if isinstance(api_version, str) and api_version:
-            if api_version.split("/")[0] != job_kind.resource.group:
-                continue
-        found.setdefault((namespace, kind, target_name), []).append(name)
+    for h in hpas:
+        if h.target is not None:
+            found.setdefault(h.target, []).append(h.name)
     return {key: sorted(names) for key, names in found.items()}
+
+
+def hpa_targets(objects: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
+    """targets_of raw HPA objects."""
+    return targets_of(h for o in objects if (h := decode_hpa(o)) is not None)
 
 
 def _hpa_skip(
@@ -641,141 +677,177 @@ def _hpa_skip(
     )
 
 
+# ---- one decoder per kind: what a watch cache (or a snapshot file) keeps of an object ----
+
+
+def decode_job(
+    obj: Mapping[str, Any], settings: Settings, kind: JobKind | None = None
+) -> JobRecord:
+    """parse_job, with the priority left to resolve: the PriorityClass may come later."""
+    kind = kind or kind_of(obj) or PYTORCHJOB_KIND
+    job = parse_job(obj, settings, NO_PRIORITIES, kind)
+    name = kind.priority_class(obj)
+    return JobRecord(job, name if isinstance(name, str) else None)
+
+
+def decode_podgroup(obj: Mapping[str, Any], settings: Settings) -> GroupRecord:
+    phase = dig(obj, "status", "phase")
+    name = dig(obj, "spec", "priorityClassName")
+    group = parse_podgroup(obj, settings, NO_PRIORITIES)
+    return GroupRecord(
+        group.ref if group is not None else _fallback_ref(obj, "PodGroup"),
+        group,
+        phase if isinstance(phase, str) else "",
+        name if isinstance(name, str) else None,
+    )
+
+
+Decoder = Callable[[Mapping[str, Any]], Any]
+
+
+def decoders(settings: Settings) -> dict[str, Decoder]:
+    """Kubernetes kind -> the function that decodes one of its objects into the record
+    its cache holds (None: nothing the planner reads). The caches and snapshot files
+    use the same ones."""
+    out: dict[str, Decoder] = {
+        k.resource.kind: partial(decode_job, settings=settings, kind=k) for k in KINDS
+    }
+    out.update(
+        {
+            "PodGroup": partial(decode_podgroup, settings=settings),
+            "Queue": partial(decode_queue, settings=settings),
+            "PriorityClass": decode_priority_class,
+            "Node": partial(decode_node, settings=settings),
+            "Pod": partial(decode_pod, settings=settings),
+            HPA_KIND: decode_hpa,
+        }
+    )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Every decoded object a snapshot is assembled from, by kind."""
+
+    jobs: tuple[JobRecord, ...] = ()
+    groups: tuple[GroupRecord, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    priorities: tuple[PriorityValue, ...] = ()
+    nodes: tuple[NodeGpus, ...] = ()
+    pods: tuple[PodUse, ...] = ()
+    hpas: tuple[HpaTarget, ...] = ()
+
+    @classmethod
+    def decode(cls, raw: RawObjects, settings: Settings) -> Records:
+        """Raw objects (a snapshot file's) through the caches' decoders."""
+
+        def each(objects: Iterable[Mapping[str, Any]], decode: Decoder) -> tuple[Any, ...]:
+            return tuple(r for o in objects if (r := decode(o)) is not None)
+
+        by_kind = decoders(settings)
+        return cls(
+            jobs=tuple(decode_job(o, settings) for o in raw.jobs),
+            groups=each(raw.podgroups, by_kind["PodGroup"]),
+            queues=each(raw.queues, by_kind["Queue"]),
+            priorities=each(raw.priorityclasses, by_kind["PriorityClass"]),
+            nodes=each(raw.nodes, by_kind["Node"]),
+            pods=each(raw.pods, by_kind["Pod"]),
+            hpas=each(raw.hpas, by_kind[HPA_KIND]),
+        )
+
+
 # ---- the snapshot ---------------------------------------------------------------------
 
 
-class ParseCache:
-    """Parsed jobs and PodGroups kept across cycles by (namespace, name, resourceVersion):
-    a steady cycle parses only what changed. Cleared when the PriorityClasses change
-    (priorities are part of what is parsed). Objects without a resourceVersion (snapshot
-    files) are always parsed."""
+@dataclass(frozen=True, slots=True)
+class Assembled:
+    """What a snapshot takes from the objects alone, whatever Prometheus says: the
+    cross-object facts resolved (priorities by PriorityClass name, jobs an HPA scales,
+    each node's GPUs in use). The daemon assembles again only when a cache changed."""
 
-    def __init__(self) -> None:
-        self._priorities: Priorities | None = None
-        self._entries: dict[tuple[str, str, str], Any] = {}
-        self._next: dict[tuple[str, str, str], Any] = {}
-        # the nodes' GPUs from the last cycle, with the objects they were read from
-        self._nodes: tuple[tuple[Any, ...], tuple[Any, ...], tuple[NodeGpus, ...]] | None = None
-
-    def nodes(
-        self,
-        nodes: tuple[Mapping[str, Any], ...],
-        pods: tuple[Mapping[str, Any], ...],
-        settings: Settings,
-    ) -> tuple[NodeGpus, ...]:
-        """parse_nodes, again only when a node or a bound pod changed: the caches replace
-        an object on every change and keep it otherwise, so the same objects (by
-        identity) give the same answer; tens of thousands of pods are not re-read each
-        cycle."""
-        memo = self._nodes
-        if (
-            memo is not None
-            and len(memo[0]) == len(nodes)
-            and len(memo[1]) == len(pods)
-            and all(a is b for a, b in zip(memo[0], nodes, strict=True))
-            and all(a is b for a, b in zip(memo[1], pods, strict=True))
-        ):
-            return memo[2]
-        parsed = parse_nodes(nodes, pods, settings)
-        self._nodes = (nodes, pods, parsed)
-        return parsed
-
-    def start(self, priorities: Priorities) -> None:
-        if priorities != self._priorities:
-            self._priorities, self._entries = priorities, {}
-        self._next = {}
-
-    def finish(self) -> None:
-        self._entries, self._next = self._next, {}  # drop what was not seen this cycle
-
-    def get(self, kind: str, obj: Mapping[str, Any], parse: Any) -> Any:
-        meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        if not isinstance(meta, Mapping) or not isinstance(rv, str) or not rv:
-            return parse(obj)
-        key = (kind, f"{meta.get('namespace')}/{meta.get('name')}", rv)
-        value = self._entries.get(key, _MISSING)
-        if value is _MISSING:
-            value = parse(obj)
-        self._next[key] = value
-        return value
+    jobs: tuple[ElasticJob, ...]
+    unmanaged: tuple[UnmanagedJob, ...]
+    pending: tuple[PendingGroup, ...]
+    invalid: tuple[InvalidGroup, ...]
+    queues: tuple[QueueSpec, ...]
+    nodes: tuple[NodeGpus, ...] | None
 
 
-_MISSING = object()
+def assemble(records: Records) -> Assembled:
+    priorities = Priorities.of_records(records.priorities)
+    targets = targets_of(records.hpas)
+    jobs: list[ElasticJob] = []
+    unmanaged: list[UnmanagedJob] = []
+    seen: set[tuple[str, str, str]] = set()
+    for record in records.jobs:
+        job = record.job
+        if isinstance(job, ElasticJob):
+            value = priorities.of(record.priority_class)
+            if value != job.priority:
+                job = replace(job, priority=value)
+            job = _hpa_skip(job, targets)
+        key = (job.ref.namespace, job.ref.name, job.ref.kind)
+        if key in seen:
+            unmanaged.append(
+                UnmanagedJob(
+                    job.ref, job.queue, Reason.DUPLICATE, f"{job.ref}: appears more than once"
+                )
+            )
+            continue
+        seen.add(key)
+        if isinstance(job, ElasticJob):
+            jobs.append(job)
+        else:
+            unmanaged.append(job)
+    pending: list[PendingGroup] = []
+    invalid: list[InvalidGroup] = []
+    for g in records.groups:
+        group = g.group
+        if isinstance(group, PendingGroup):
+            value = priorities.of(g.priority_class)
+            pending.append(group if value == group.priority else replace(group, priority=value))
+        elif isinstance(group, InvalidGroup):
+            invalid.append(group)
+    return Assembled(
+        tuple(jobs),
+        tuple(unmanaged),
+        tuple(pending),
+        tuple(invalid),
+        records.queues,
+        nodes_in_use(records.nodes, records.pods) if records.nodes else None,
+    )
 
 
 def build_snapshot(
-    raw: RawObjects,
+    objects: RawObjects | Records,
     free: Mapping[str, QueueState],
     settings: Settings,
     *,
     problem: Reason | None = None,
     message: str = "",
-    cache: ParseCache | None = None,
     plugin: Plugin | None = None,
     queues_listed: bool = False,
+    assembled: Assembled | None = None,
 ) -> ClusterSnapshot:
-    """Parse everything once. `free` holds what the free-GPU source said per queue; a queue
-    that jobs or gangs use but `free` lacks is unknown (held), never zero. A `cache`
-    (the daemon keeps one; settings must not change between cycles) reuses what was
-    parsed for objects whose resourceVersion did not change.
+    """The snapshot of decoded objects (raw ones are decoded first) and `free`, what the
+    free-GPU source said per queue; a queue that jobs or gangs use but `free` lacks is
+    unknown (held), never zero. `assembled`: `assemble(objects)`, kept by a caller whose
+    objects did not change since.
 
-    `queues_listed`: `raw.queues` is every Queue of the cluster (a synced watch cache),
+    `queues_listed`: the queues are every Queue of the cluster (a synced watch cache),
     so a queue named by a job or gang but absent there was deleted (or never made) and
     holds (HoldQueueMissing), whatever Prometheus still serves for it. Not set for a
     snapshot file (it may list no Queue at all), and no Queue at all means no Volcano
     queues to check against: Volcano itself always keeps its `default` queue."""
 
-    priorities = Priorities.parse(raw.priorityclasses)
-    queue_states = parse_queue_states(raw.queues)
-    capacities = parse_queue_capacities(raw.queues, settings)
-    cache = cache or ParseCache()
-    cache.start(priorities)
-
-    def group(obj: Mapping[str, Any]) -> PendingGroup | InvalidGroup | None:
-        return parse_podgroup(obj, settings, priorities)
-
-    jobs: list[ElasticJob] = []
-    unmanaged: list[UnmanagedJob] = []
-    seen: set[tuple[str, str, str]] = set()
-    parsers = {
-        k.resource.kind: (lambda obj, k=k: parse_job(obj, settings, priorities, k)) for k in KINDS
-    }
-    targets = hpa_targets(raw.hpas)
-    for obj in raw.jobs:
-        kind = (kind_of(obj) or PYTORCHJOB_KIND).resource.kind
-        # the HPA check stays out of the cache: an HPA comes and goes without the job's
-        # resourceVersion changing
-        parsed = _hpa_skip(cache.get(kind, obj, parsers[kind]), targets)
-        key = (parsed.ref.namespace, parsed.ref.name, parsed.ref.kind)
-        if key in seen:
-            unmanaged.append(
-                UnmanagedJob(
-                    parsed.ref,
-                    parsed.queue,
-                    Reason.DUPLICATE,
-                    f"{parsed.ref}: appears more than once",
-                )
-            )
-            continue
-        seen.add(key)
-        if isinstance(parsed, ElasticJob):
-            jobs.append(parsed)
-        else:
-            unmanaged.append(parsed)
-
-    pending: list[PendingGroup] = []
-    invalid: list[InvalidGroup] = []
-    for obj in raw.podgroups:
-        parsed_group = cache.get("PodGroup", obj, group)
-        if isinstance(parsed_group, PendingGroup):
-            pending.append(parsed_group)
-        elif isinstance(parsed_group, InvalidGroup):
-            invalid.append(parsed_group)
-    cache.finish()
-
-    names = set(free) | {j.queue for j in jobs} | {u.queue for u in unmanaged}
-    names |= {g.queue for g in pending}
+    if assembled is None:
+        records = Records.decode(objects, settings) if isinstance(objects, RawObjects) else objects
+        assembled = assemble(records)
+    a = assembled
+    queue_states = {q.name: q.state for q in a.queues}
+    capacities = queue_capacities(a.queues)
+    names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
+    names |= {g.queue for g in a.pending}
     queues: dict[str, QueueState] = {}
     for name in sorted(names):
         state = free.get(name)
@@ -802,20 +874,19 @@ def build_snapshot(
         queues[name] = state
     view = None
     if plugin is not None:
-        nodes = None
-        if raw.nodes:
-            nodes = cache.nodes(raw.nodes, raw.pods, settings)
-        view, queues = volcano_view(plugin, queues, raw.queues, nodes, settings)
-        if nodes is not None and not settings.node_fit:
+        view, queues = volcano_view(plugin, queues, a.queues, a.nodes)
+        if a.nodes is not None and not settings.node_fit:
             view = replace(
-                view, nodes=None, cluster_gpus=sum(n.allocatable for n in nodes if n.schedulable)
+                view,
+                nodes=None,
+                cluster_gpus=sum(n.allocatable for n in a.nodes if n.schedulable),
             )
     return ClusterSnapshot(
         queues=queues,
-        jobs=tuple(jobs),
-        unmanaged=tuple(unmanaged),
-        pending=tuple(pending),
-        invalid_groups=tuple(invalid),
+        jobs=a.jobs,
+        unmanaged=a.unmanaged,
+        pending=a.pending,
+        invalid_groups=a.invalid,
         problem=problem,
         message=message,
         volcano=view,

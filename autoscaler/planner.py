@@ -280,13 +280,7 @@ def _measure(j: ElasticJob, now: datetime, limit: float) -> Measurement | None:
     longer than `limit` (unplaced_timeout_seconds): then the workers waited for GPUs,
     which is queueing, not the job's restart."""
     resized = j.last_scale_time
-    if (
-        resized is None
-        or j.restart_cost_source == "annotation"
-        or j.measured_for == resized
-        or j.active != j.replicas
-        or j.replicas == 0
-    ):
+    if resized is None or not j.awaits_restart_measure:
         return None
     took = (now - resized).total_seconds()
     if not 0 < took <= limit:

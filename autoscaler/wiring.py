@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -28,12 +28,12 @@ from .leader import AlwaysLeader, LeaderElector, make_elector
 from .loop import Controller, Driver
 from .metrics import Metrics
 from .options import ServerOptions
+from .parse import decoders
 from .server import HealthServer
 from .settings import Settings
 from .sources.kube import KubeSource, OnChange
 from .sources.live import LiveSource
 from .sources.prometheus import PrometheusSource
-from .sources.prune import pruner
 from .status_writer import StatusWriter
 from .triggers import wants_cycle
 
@@ -53,7 +53,7 @@ def build_sources(
         settings.kube_options(),
         api_client,
         on_change,
-        transform=pruner(settings),
+        decode=decoders(settings),
         job_kinds=[k.resource for k in job_kinds(settings)],
         watch_nodes=True,
         watch_pods=settings.node_fit,
@@ -139,8 +139,8 @@ class _Triggers:
         self.settings, self.metrics = settings, metrics
         self.driver: Driver | None = None
 
-    def on_change(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        if self.driver is not None and wants_cycle(kind, event_type, obj, self.settings):
+    def on_change(self, kind: str, event_type: str, record: object) -> None:
+        if self.driver is not None and wants_cycle(kind, event_type, record):
             self.driver.trigger()
 
     def leadership(self, leading: bool) -> None:

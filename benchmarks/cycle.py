@@ -162,7 +162,7 @@ async def _measure(n: int, steady: int) -> dict:
         )
         configure_logging(settings)  # as the daemon does: debug lines cost nothing
         client = ApiClient(Configuration(host=child.urls["api"]))
-        # the daemon as `run` builds it: every job kind, nodes and pods, the pruner, the
+        # the daemon as `run` builds it: every job kind, nodes and pods, the decoders, the
         # triggers, the status writer; HTTP on a free port
         parts = build(
             settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0)

@@ -15,6 +15,10 @@ The daemon side runs in a child process per page size, so its peak RSS is its ow
 each: initial sync (LIST of every cache), the first cycle (resizes, with their Events,
 written through the real API), steady cycles (nothing to do) with the API calls they made
 (LISTs and new watches from the cache counters, writes from the actuator).
+
+Beside each, the server's own floor, measured in the same run by another child process:
+the same LISTs (every cache's, at once, the same page size, through the same client),
+each page read and thrown away; `--repeat N` measures both N times, alternating.
 """
 
 from __future__ import annotations
@@ -307,14 +311,14 @@ async def _measure(
     configure_logging(settings)
     client: ApiClient = await make_api_client(settings.kube_options())
     # the daemon as `run` builds it: every kind (the Paddle and Volcano caches stay
-    # empty), nodes, the pruner, the triggers, the status writer; HTTP on a free port
+    # empty), nodes, the decoders, the triggers, the status writer; HTTP on a free port
     parts = build(settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0))
     kube, controller = parts.kube, parts.controller
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     running = parts.running()
     await running.__aenter__()
     await kube.wait_synced(600)
-    sync_s = time.perf_counter() - t0
+    sync_s, sync_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     before = kube.stats()
     first = await controller.run_once(datetime.now(UTC))
     applied = first.applied.counts() if first.applied else {}
@@ -331,6 +335,7 @@ async def _measure(
         "page_size": page_size,
         "node_fit": node_fit,
         "sync_s": round(sync_s, 2),
+        "sync_cpu_s": round(sync_cpu_s, 2),
         "sync_lists": before["lists"],
         "first_cycle_s": round(first.duration_seconds, 3),
         "first_resizes": len(first.plan.actions),
@@ -340,6 +345,66 @@ async def _measure(
         + (end["watches"] - after_first["watches"])
         + steady_writes,
         "peak_rss_mib": _peak_rss_mib(),
+    }
+
+
+async def _floor(kubeconfig: str, page_size: int, node_fit: bool) -> dict:
+    """The server's own time for the LISTs a sync makes: every cache's LIST (as
+    KubeSource would make it, all at once), each page read and discarded."""
+    import re
+
+    from autoscaler.settings import Settings
+    from autoscaler.sources.kube import make_api_client
+    from autoscaler.wiring import build_sources
+
+    settings = Settings(
+        kubeconfig=Path(kubeconfig),
+        kube_list_page_size=page_size,
+        node_fit=node_fit,
+        log_level="warning",
+        kube_request_timeout_seconds=120,
+    )
+    client = await make_api_client(settings.kube_options())
+    kube, prometheus = build_sources(settings, client)  # the daemon's caches, unstarted
+    prometheus.close()
+    token_at = re.compile(rb'"continue":"([^"]*)"')
+    pages = 0
+
+    async def read_all(cache) -> None:
+        nonlocal pages
+        func, args, kwargs = cache._call_args()
+        token = ""
+        while True:
+            response = await func(
+                *args,
+                **kwargs,
+                limit=page_size,
+                _continue=token or None,
+                _request_timeout=120,
+                _preload_content=False,
+            )
+            body = await response.read()
+            response.release()
+            pages += 1
+            # the list's metadata (and its continue token) comes after the items
+            found = (
+                token_at.search(body, max(0, len(body) - 4096)) if response.status == 200 else None
+            )
+            token = found.group(1).decode() if found else ""
+            if not token:
+                return
+
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(read_all(c) for c in kube._caches))
+    took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    await client.close()
+    return {
+        "floor": True,
+        "page_size": page_size,
+        "node_fit": node_fit,
+        "floor_s": round(took, 2),
+        "floor_cpu_s": round(cpu, 2),
+        "pages": pages,
     }
 
 
@@ -366,22 +431,22 @@ async def _main(args: argparse.Namespace) -> None:
         async with fake_prometheus(body) as prom:
             for page in args.page_size:
                 for node_fit in (False, True) if args.pods else (False,):
-                    proc = await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        __file__,
-                        "--measure",
-                        str(kubeconfig),
-                        prom.url,
-                        str(page),
-                        str(args.steady),
-                        "--node-fit" if node_fit else "--no-node-fit",
-                        stdout=asyncio.subprocess.PIPE,
-                        env=os.environ,
-                    )
-                    out, _ = await proc.communicate()
-                    print(out.decode().strip().splitlines()[-1], flush=True)
-                    # the first cycle resized jobs: put them back, so each run starts alike
-                    await _reset(server)
+                    fit = "--node-fit" if node_fit else "--no-node-fit"
+                    for _ in range(args.repeat):
+                        await _child("--floor", str(kubeconfig), str(page), fit)
+                        await _child(
+                            "--measure", str(kubeconfig), prom.url, str(page), str(args.steady), fit
+                        )
+                        # the first cycle resized jobs: put them back, so each run starts alike
+                        await _reset(server)
+
+
+async def _child(*argv: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, *argv, stdout=asyncio.subprocess.PIPE, env=os.environ
+    )
+    out, _ = await proc.communicate()
+    print(out.decode().strip().splitlines()[-1], flush=True)
 
 
 async def _reset(server) -> None:
@@ -408,9 +473,15 @@ def main() -> int:
     parser.add_argument("--page-size", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--steady", type=int, default=10)
     parser.add_argument("--pods", action="store_true", help="also nodes and a bound pod per worker")
+    parser.add_argument("--repeat", type=int, default=1, help="floor and daemon, N times each")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--node-fit", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor:
+        kubeconfig, page = args.floor
+        print(json.dumps(asyncio.run(_floor(kubeconfig, int(page), bool(args.node_fit)))))
+        return 0
     if args.measure:
         kubeconfig, prom_url, page, steady = args.measure
         result = _measure(kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit))

@@ -487,9 +487,7 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
         assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
         assert replicas(api, "j") == 3  # theirs, not ours
         assert counter(metrics_text(d), "elastic_autoscaler_writes_total", result="conflict") == 1
-        await d.seen(
-            "PyTorchJob", "j", lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
-        )
+        await d.seen("PyTorchJob", "j", lambda j: j.replicas == 3)
         second = await d.controller.run_once(NOW + timedelta(seconds=30))
         # their extra worker is in flight (3 asked, 2 running): Prometheus, which lags,
         # still shows 2 free, yet nothing is granted on top of a pending resize
@@ -498,9 +496,7 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
         assert patches(api) == 1
         set_active(api, "j", 3)  # it lands; Prometheus now shows the 1 GPU left
         prom.answers[:] = [Canned(vector_body(sample("team-a", 1000, TS)))]
-        await d.seen(
-            "PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 3
-        )
+        await d.seen("PyTorchJob", "j", lambda j: j.active == 3)
         third = await d.controller.run_once(NOW + timedelta(seconds=60))
         assert [(x.ref.name, x.target) for x in third.plan.actions] == [("j", 4)]
         assert replicas(api, "j") == 4
@@ -774,11 +770,7 @@ async def test_two_daemons_racing_without_leader_election_stay_consistent(api):
             assert replicas(api, "j") == 5 and replicas(api, "k") == 4  # 3 free GPUs, once
             assert patches(api) == 2
             for d in (one, two):
-                await d.seen(
-                    "PyTorchJob",
-                    "j",
-                    lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 5,
-                )
+                await d.seen("PyTorchJob", "j", lambda j: j.replicas == 5)
             # Prometheus still says 3 free (it lags): in-flight accounting stops a regrant
             again = await asyncio.gather(
                 one.controller.run_once(NOW + timedelta(seconds=60)),

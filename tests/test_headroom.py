@@ -543,27 +543,26 @@ def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
     assert targets(p)["grower"] == (16, Reason.SCALE_UP_IDLE_GPUS)  # 14 more, not 30
 
 
-def test_pruned_nodes_and_pods_give_what_whole_ones_give():
+def test_nodes_and_pods_are_kept_as_their_gpus_and_give_what_whole_ones_give():
     from builders import settings as make_settings
 
-    from autoscaler.parse import ParseCache, parse_nodes
-    from autoscaler.sources.prune import pruner
+    from autoscaler.model import PodUse
+    from autoscaler.parse import decode_node, decode_pod, nodes_in_use, parse_nodes
 
     s = make_settings()
-    prune = pruner(s)
     nodes = [_node("a", "8"), _node("b", "4", taints=[{"key": "k", "effect": "NoSchedule"}])]
     pods = [_pod("a", gpus=(1, 2)), _pod("a", init=(4,)), _pod("b", phase="Failed")]
     for p in pods:
         p["spec"]["containers"][0]["env"] = [{"name": "SECRET", "value": "x" * 100}]
-    pruned_pods = [prune(p) for p in pods]
-    assert "env" not in pruned_pods[0]["spec"]["containers"][0]
-    assert parse_nodes([prune(n) for n in nodes], pruned_pods, s) == parse_nodes(nodes, pods, s)
-    # the memo answers from the same objects, and reads again when one is replaced
-    cache, node_objs, pod_objs = ParseCache(), tuple(nodes), tuple(pods)
-    first = cache.nodes(node_objs, pod_objs, s)
-    assert cache.nodes(node_objs, pod_objs, s) is first
-    changed = (*pod_objs[:2], _pod("b", gpus=(4,)))
-    assert cache.nodes(node_objs, changed, s) != first
+    # a pod is kept as its node and GPUs; a finished one as nothing
+    assert [decode_pod(p, s) for p in pods] == [PodUse("a", 3), PodUse("a", 4), None]
+    kept_nodes = [n for o in nodes if (n := decode_node(o, s)) is not None]
+    kept_pods = [u for o in pods if (u := decode_pod(o, s)) is not None]
+    assert nodes_in_use(kept_nodes, kept_pods) == parse_nodes(nodes, pods, s)
+    assert [(n.name, n.used, n.schedulable) for n in parse_nodes(nodes, pods, s)] == [
+        ("a", 7, True),
+        ("b", 0, False),
+    ]
 
 
 def test_a_job_waiting_for_its_own_gang_counts_once_as_that_gang():

@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
 from autoscaler.kubeapi import ApiFailure, classify
+from autoscaler.model import GroupRecord, HpaTarget, JobRecord, PriorityValue
 from autoscaler.resources import JOB_RESOURCES
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import (
@@ -61,18 +62,27 @@ def priority_class(name: str, value: int) -> dict[str, Any]:
     }
 
 
-def names(objs: tuple[dict[str, Any], ...]) -> list[str]:
-    out = []
-    for o in objs:
-        meta = o["metadata"]
-        out.append(f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"])
-    return out
+def name_of(record: Any) -> str:
+    """`namespace/name` (or `name`) of the object a cache record was decoded from."""
+    if isinstance(record, JobRecord):
+        ref = record.job.ref
+    elif isinstance(record, GroupRecord):
+        ref = record.ref
+    elif isinstance(record, HpaTarget):
+        return f"{record.namespace}/{record.name}"
+    else:  # QueueSpec, PriorityValue: cluster-scoped
+        return str(record.name)
+    return f"{ref.namespace}/{ref.name}"
+
+
+def names(records: tuple[Any, ...]) -> list[str]:
+    return [name_of(r) for r in records]
 
 
 def replicas(objects: KubeObjects, name: str) -> int | None:
-    for o in objects.jobs:
-        if o["metadata"]["name"] == name:
-            return o["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    for r in objects.jobs:
+        if r.job.ref.name == name:
+            return r.job.replicas
     return None
 
 
@@ -122,13 +132,8 @@ async def test_initial_list_fills_every_cache(kube: FakeKubeApi, client: ApiClie
         assert names(objects.queues) == ["team-x"]
         assert names(objects.priorityclasses) == ["high"]
         assert names(objects.hpas) == ["ns1/a-hpa"]
-        # Built-in list items lack kind/apiVersion on the wire; the cache fills them in.
-        pc = objects.priorityclasses[0]
-        assert (pc["apiVersion"], pc["kind"], pc["value"]) == (
-            "scheduling.k8s.io/v1",
-            "PriorityClass",
-            1000,
-        )
+        # Built-in list items lack kind/apiVersion on the wire: decoded all the same
+        assert objects.priorityclasses == (PriorityValue("high", 1000),)
         assert source.stats()["lists"] == 5  # 4 kinds + HPAs
         # Without namespaces configured, namespaced kinds use the all-namespaces paths.
         lists = [r.path for r in kube.requests if r.verb == "list"]
@@ -197,8 +202,8 @@ async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
     seed(kube)
     changes: list[tuple[str, str, str]] = []
 
-    def record(kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        changes.append((kind, event_type, obj["metadata"]["name"]))
+    def record(kind: str, event_type: str, obj: Any) -> None:
+        changes.append((kind, event_type, name_of(obj).split("/")[-1]))
 
     async with running(client, record) as source:
         await eventually(lambda: kube.watchers() == 5, message="watches open")
@@ -344,9 +349,10 @@ async def test_on_change_reports_events_and_survives_errors(
     seed(kube)
     seen: list[tuple[str, str, str]] = []
 
-    def flaky(kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        seen.append((kind, event_type, obj["metadata"]["name"]))
-        if obj["metadata"]["name"] == "boom":
+    def flaky(kind: str, event_type: str, obj: Any) -> None:
+        name = name_of(obj).split("/")[-1]
+        seen.append((kind, event_type, name))
+        if name == "boom":
             raise RuntimeError("callback bug")
 
     async with running(client, flaky) as source:

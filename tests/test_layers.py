@@ -44,7 +44,7 @@ def test_pure_modules_import_no_io_library(module):
 FLOORS: dict[int, tuple[str, ...]] = {
     # vocabulary, no logic; options: each component's section of the settings
     0: ("model", "policy", "resources", "errors", "redact", "options"),
-    1: ("headroom", "settings", "fields", "shapes"),  # what Volcano binds; settings; readers
+    1: ("headroom", "settings", "fields"),  # what Volcano binds; settings; readers
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
     # the edges; status: the status document (pure, but it tells in render's words);

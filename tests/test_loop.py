@@ -106,16 +106,19 @@ class Daemon:
         task.cancel()
         return task
 
-    async def seen(self, plural_kind: str, name: str, check=lambda o: True) -> None:
+    async def seen(self, kind: str, name: str, check=lambda o: True) -> None:
+        """The cache holds `kind` `name` and `check` holds for what it decoded to (an
+        ElasticJob or UnmanagedJob; a PodGroup's PendingGroup, InvalidGroup or None)."""
+
         def has() -> bool:
             objs = self.kube.objects()
-            items = objs.podgroups if plural_kind == "PodGroup" else objs.jobs
-            return any(
-                o["metadata"]["name"] == name and o["kind"] == plural_kind and check(o)
-                for o in items
-            )
+            if kind == "PodGroup":
+                found = [(g.ref, g.group) for g in objs.podgroups]
+            else:
+                found = [(r.job.ref, r.job) for r in objs.jobs]
+            return any(ref.name == name and ref.kind == kind and check(o) for ref, o in found)
 
-        await eventually(has, message=f"{plural_kind} {name} in the cache")
+        await eventually(has, message=f"{kind} {name} in the cache")
 
 
 def replicas(api: FakeKubeApi, name: str, ns: str = "ml") -> int:
@@ -189,9 +192,7 @@ async def test_cooldown_survives_a_daemon_restart(api):
         assert replicas(api, "j") == 4
         set_active(api, "j", 4)  # the new workers landed; the queue still shows 2 free
         async with Daemon(api, settings) as second:  # a new process: no memory of the resize
-            await second.seen(
-                "PyTorchJob", "j", lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 4
-            )
+            await second.seen("PyTorchJob", "j", lambda j: j.active == 4)
             held = await second.controller.run_once(NOW + timedelta(seconds=120))
             assert held.plan.decisions[0].reason is Reason.COOLDOWN
             assert replicas(api, "j") == 4
@@ -225,9 +226,9 @@ async def test_concurrent_writer_causes_409_and_the_next_cycle_applies(api):
         assert [r.outcome for r in first.applied.results] == [Outcome.CONFLICT]
         assert replicas(api, "j") == 2
         assert api.get("pytorchjobs", "ml", "j")["metadata"]["labels"]["edited"] == "y"
-        # the cache holds the edited version (its labels are pruned: the daemon reads none)
+        # the cache holds the edited version (of its labels it keeps nothing: none is read)
         edited = api.get("pytorchjobs", "ml", "j")["metadata"]["resourceVersion"]
-        await d.seen("PyTorchJob", "j", lambda o: o["metadata"]["resourceVersion"] == edited)
+        await d.seen("PyTorchJob", "j", lambda j: j.resource_version == edited)
         second = await d.controller.run_once(NOW + timedelta(seconds=5))
         assert [r.outcome for r in second.applied.results] == [Outcome.APPLIED]
         assert replicas(api, "j") == 4
@@ -353,7 +354,7 @@ async def test_leader_handover_between_two_daemons(api):
             await daemons[other].seen(
                 "PyTorchJob",
                 "j",
-                lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 2,
+                lambda j: j.active == 2,
             )
             await daemons[other].controller.run_once(NOW)
             assert replicas(api, "j") == 3
@@ -401,7 +402,10 @@ def test_next_start_debounces_triggers():
     ],
 )
 def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, early):
-    assert wants_early_cycle(kind, etype, copy.deepcopy(obj)) is early
+    from autoscaler.parse import decoders
+
+    record = decoders(Settings())[kind](copy.deepcopy(obj))  # what the cache holds
+    assert wants_early_cycle(kind, etype, record) is early
 
 
 def _metrics_text(metrics: Metrics) -> str:

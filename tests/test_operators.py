@@ -20,19 +20,20 @@ from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 
 from autoscaler.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
-from autoscaler.model import ElasticJob, Reason, UnmanagedJob
+from autoscaler.model import ElasticJob, HpaTarget, Reason, UnmanagedJob
 from autoscaler.parse import (
-    ParseCache,
     Priorities,
     RawObjects,
+    Records,
     build_snapshot,
+    decode_hpa,
+    decode_job,
     hpa_targets,
     parse_job,
 )
 from autoscaler.planner import plan
 from autoscaler.settings import Settings
 from autoscaler.snapshot_file import parse_snapshot_data
-from autoscaler.sources.prune import pruner
 
 S = Settings()
 NOPRIO = Priorities({})
@@ -241,26 +242,24 @@ def test_an_hpa_does_not_hide_why_a_job_is_not_managed_anyway() -> None:
 
 
 def test_an_hpa_that_appears_later_is_seen_though_the_job_did_not_change() -> None:
-    """Parsed jobs are cached by resourceVersion; an HPA comes and goes on its own."""
-    cache = ParseCache()
-    job = pytorchjob("job")
-    first = build_snapshot(RawObjects(jobs=(job,)), {}, S, cache=cache)
+    """A job is decoded once, when it arrives; an HPA comes and goes on its own, and
+    is resolved against the job's record when the snapshot is assembled."""
+    record = decode_job(pytorchjob("job"), S)
+    first = build_snapshot(Records(jobs=(record,)), {}, S)
     assert [j.ref.name for j in first.jobs] == ["job"]
-    second = build_snapshot(RawObjects(jobs=(job,), hpas=(OPERATOR_HPA,)), {}, S, cache=cache)
+    hpas = (decode_hpa(OPERATOR_HPA),)
+    second = build_snapshot(Records(jobs=(record,), hpas=hpas), {}, S)
     assert second.jobs == () and second.unmanaged[0].reason is Reason.OPERATOR_HPA
-    third = build_snapshot(RawObjects(jobs=(job,)), {}, S, cache=cache)
+    third = build_snapshot(Records(jobs=(record,)), {}, S)
     assert [j.ref.name for j in third.jobs] == ["job"]
 
 
-def test_pruned_hpas_keep_their_target_and_nothing_of_how_they_scale() -> None:
+def test_an_hpa_is_kept_as_whom_it_scales_and_nothing_of_how() -> None:
     full = hpa("h", target="job")
     full["metadata"]["managedFields"] = [{"manager": "kubectl"}]
-    pruned = pruner(S)(full)
-    assert pruned["spec"] == {
-        "scaleTargetRef": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "job"}
-    }
-    assert "managedFields" not in pruned["metadata"]
-    assert hpa_targets([pruned]) == hpa_targets([full])
+    assert decode_hpa(full) == HpaTarget("ml", "h", ("ml", "PyTorchJob", "job"))
+    batch = hpa("k8s", target="vc", kind="Job", api_version="batch/v1")
+    assert decode_hpa(batch) == HpaTarget("ml", "k8s", None)  # scales nothing of ours
 
 
 def test_a_snapshot_file_takes_hpas_and_bad_ones_are_ignored() -> None:

@@ -14,7 +14,14 @@ from builders import (
 )
 
 from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
-from autoscaler.parse import Priorities, RawObjects, build_snapshot, parse_job, parse_podgroup
+from autoscaler.parse import (
+    Priorities,
+    RawObjects,
+    build_snapshot,
+    decode_queue,
+    parse_job,
+    parse_podgroup,
+)
 from autoscaler.snapshot_file import free_gpu_states
 
 P = settings()
@@ -401,25 +408,25 @@ def test_bad_free_gpu_values_hold_the_queue(value, reason):
     assert state.free_gpus is None and state.problem is reason
 
 
-def test_parse_cache_reuses_unchanged_objects_only():
-    from autoscaler.parse import ParseCache
+def test_a_priority_class_resolves_on_records_decoded_before_it_came():
+    """Jobs are decoded once, when they arrive; a PriorityClass seen later gives them
+    their priority when the snapshot is assembled, as if it had been there first."""
+    from dataclasses import replace
 
-    cache = ParseCache()
+    from autoscaler.model import PriorityValue
+    from autoscaler.parse import Records, decode_job
+
     free = free_gpu_states({"team-a": 2})
     a, b = pytorchjob("a"), pytorchjob("b")
-    first = build_snapshot(RawObjects.from_objects([a, b]), free, P, cache=cache)
-    b2 = edit(b, "spec.pytorchReplicaSpecs.Worker.replicas", 3)
-    b2 = edit(b2, "metadata.resourceVersion", "43")
-    second = build_snapshot(RawObjects.from_objects([a, b2]), free, P, cache=cache)
-    assert second.jobs[0] is first.jobs[0]  # same resourceVersion: not parsed again
-    assert second.jobs[1].replicas == 3 and second.jobs[1] is not first.jobs[1]
-    # a new PriorityClass changes what parsing means: everything is parsed again
-    third = build_snapshot(
-        RawObjects.from_objects([a, b2, priority_class("x", 1, True)]), free, P, cache=cache
-    )
-    assert third.jobs[0] is not second.jobs[0] and third.jobs[0].priority == 1
-    assert third == build_snapshot(
-        RawObjects.from_objects([a, b2, priority_class("x", 1, True)]), free, P
+    records = Records(jobs=(decode_job(a, P), decode_job(b, P)))
+    first = build_snapshot(records, free, P)
+    assert first.jobs[0] is records.jobs[0].job  # nothing to resolve: the record itself
+    assert first == build_snapshot(RawObjects.from_objects([a, b]), free, P)
+    later = replace(records, priorities=(PriorityValue("x", 1, True),))
+    second = build_snapshot(later, free, P)
+    assert [j.priority for j in second.jobs] == [1, 1]
+    assert second == build_snapshot(
+        RawObjects.from_objects([a, b, priority_class("x", 1, True)]), free, P
     )
 
 
@@ -433,9 +440,8 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
         return obj
 
     free = free_gpu_states({"agree": 4, "near": 5, "off": 12, "no-spec": 3})
-    out = cross_check_free(
-        free, [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4), queue_obj("no-spec")], P
-    )
+    queues = [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4), queue_obj("no-spec")]
+    out = cross_check_free(free, [decode_queue(o, P) for o in queues], P)
     assert out["agree"].free_gpus == 4 and out["near"].free_gpus == 5
     assert out["no-spec"].free_gpus == 3
     assert out["off"].free_gpus is None and out["off"].problem is Reason.METRICS_INVALID
@@ -455,7 +461,8 @@ def test_cross_check_compares_the_allocated_metric_with_queue_status():
         return obj
 
     free = {"agree": state("agree", 4), "near": state("near", 5), "off": state("off", 12)}
-    out = cross_check_free(free, [q("agree", "4"), q("near", "4"), q("off", "4")], P)
+    queues = [q("agree", "4"), q("near", "4"), q("off", "4")]
+    out = cross_check_free(free, [decode_queue(o, P) for o in queues], P)
     assert out["agree"] is free["agree"] and out["near"] is free["near"]
     assert out["off"].problem is Reason.METRICS_INVALID
     assert "Prometheus says 12 GPUs allocated" in out["off"].message
@@ -473,28 +480,24 @@ def test_cross_check_compares_the_allocated_metric_with_queue_status():
     ],
     ids=[b[0] for b in BAD] + ["job", "pg", "pg-owner", "ann-garbage", "containers-garbage"],
 )
-def test_pruned_objects_parse_exactly_like_whole_ones(obj):
-    from autoscaler.sources.prune import pruner
+def test_what_a_cache_keeps_is_what_a_snapshot_file_gives(obj):
+    """A watch cache decodes each object once, as it arrives, and keeps only the record:
+    what it keeps plans exactly like the whole object read from a snapshot file,
+    managed fields and kubectl's copy of the object notwithstanding."""
+    from autoscaler.parse import Records, decoders
 
     whole = edit(obj, "metadata.managedFields", [{"manager": "kubectl", "fieldsV1": {}}])
     annotations = whole["metadata"].get("annotations")
     if isinstance(annotations, dict):  # kubectl apply's copy of the whole object
         annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{" + "x" * 5000 + "}"
-    pruned = pruner(P)(whole)
-    assert len(str(pruned)) < len(str(whole))
+    record = decoders(P)[whole["kind"]](whole)
+    free = free_gpu_states({"team-a": 2})
     if whole.get("kind") == "PodGroup":
-        assert parse_podgroup(pruned, P, NOPRIO) == parse_podgroup(whole, P, NOPRIO)
+        assert record.group == parse_podgroup(whole, P, NOPRIO)
+        cached = Records(groups=(record,))
     else:
-        assert parsed(pruned) == parsed(whole)
-
-
-def test_pruned_jobs_share_equal_parts_and_keep_their_own():
-    from autoscaler.sources.prune import pruner
-
-    prune = pruner(P)
-    a, b = prune(pytorchjob("a")), prune(pytorchjob("b"))
-    c = prune(pytorchjob("c", max_replicas=8))
-    assert a["spec"] is b["spec"]  # same policy, replicas and GPUs: stored once
-    assert a["spec"] is not c["spec"] and c["spec"]["elasticPolicy"]["maxReplicas"] == 8
-    assert a["metadata"]["name"] == "a" and b["metadata"]["name"] == "b"
-    assert parsed(b).ref.name == "b" and parsed(c).max_replicas == 8
+        assert record.job == parsed(whole)
+        cached = Records(jobs=(record,))
+    assert build_snapshot(cached, free, P) == build_snapshot(
+        RawObjects.from_objects([whole]), free, P
+    )

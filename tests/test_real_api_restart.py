@@ -61,7 +61,7 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
         async with parts.running():
             await kube.wait_synced(20)
             assert kube.current
-            names = lambda: {o["metadata"]["name"] for o in kube.objects().jobs}  # noqa: E731
+            names = lambda: {r.job.ref.name for r in kube.objects().jobs}  # noqa: E731
             assert names() == {"before"}
 
             envtest.stop_apiserver()

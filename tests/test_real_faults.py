@@ -182,13 +182,9 @@ async def test_a_refused_resize_holds_that_job_and_its_neighbour_takes_the_idle_
         envtest.patch_status(
             pytorchjob("neighbour", ns), {"replicaStatuses": {"Worker": {"active": 5}}}
         )
-        # the cache holds the unfrozen version (labels are pruned: the daemon reads none)
-        await d.seen("PyTorchJob", "frozen", lambda o: o["metadata"]["resourceVersion"] == unfrozen)
-        await d.seen(
-            "PyTorchJob",
-            "neighbour",
-            lambda o: o["status"]["replicaStatuses"]["Worker"]["active"] == 5,
-        )
+        # the cache holds the unfrozen version (of its labels it keeps nothing: none is read)
+        await d.seen("PyTorchJob", "frozen", lambda j: j.resource_version == unfrozen)
+        await d.seen("PyTorchJob", "neighbour", lambda j: j.active == 5)
         fourth = await d.controller.run_once(now + timedelta(seconds=3))
         assert [(r.decision.ref.name, r.outcome) for r in fourth.applied.results] == [
             ("frozen", Outcome.APPLIED)
@@ -221,7 +217,7 @@ async def test_a_job_whose_queue_was_deleted_holds_whatever_its_metrics_say(
         fake_prometheus(free_body(**{kept: 3, gone: 3})) as prom,
         Daemon(envtest, settings_for(prom.url, namespaces=[ns])) as d,
     ):
-        queues = lambda: {q["metadata"]["name"] for q in d.kube.objects().queues}  # noqa: E731
+        queues = lambda: {q.name for q in d.kube.objects().queues}  # noqa: E731
         await _until(lambda: kept in queues() and gone not in queues(), 10, "queues seen")
         result = await d.controller.run_once(datetime.now(UTC))
         a, b = _decision(result.plan, "a"), _decision(result.plan, "b")

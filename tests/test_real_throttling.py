@@ -142,7 +142,7 @@ async def test_a_job_kind_whose_crd_comes_back_is_managed_within_seconds(
             one_seat.create(job)
             one_seat.patch_status(job, {"replicaStatuses": {"Worker": {"active": 1}}})
             took = await _until(
-                lambda: any(o["kind"] == "PaddleJob" for o in d.kube.objects().jobs),
+                lambda: any(r.job.ref.kind == "PaddleJob" for r in d.kube.objects().jobs),
                 ABSENT_RECHECK_SECONDS + 5,
                 "the PaddleJob in the cache",
             )

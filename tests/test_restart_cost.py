@@ -233,7 +233,7 @@ async def test_the_daemon_measures_on_a_real_server_and_a_restart_keeps_it(envte
         notes = envtest.get(obj)["metadata"]["annotations"]
         assert notes[MEASURED] == f"80@{rfc3339(resized)}"
         async with Daemon(envtest, s) as d:
-            await d.seen("PyTorchJob", "j", lambda o: MEASURED in o["metadata"]["annotations"])
+            await d.seen("PyTorchJob", "j", lambda j: j.measured_for is not None)
             again = await d.controller.run_once(start + timedelta(seconds=60))
         job = next(x for x in again.plan.decisions if x.ref.name == "j")
         assert (job.restart_cost_seconds, job.restart_cost_source) == (80.0, "measured")
@@ -252,7 +252,12 @@ async def test_the_daemon_measures_on_a_real_server_and_a_restart_keeps_it(envte
     ],
 )
 def test_a_resized_job_whose_workers_all_run_triggers_an_early_cycle(notes, active, early):
+    """The trigger is the planner's own test (ElasticJob.awaits_restart_measure) on the
+    record the cache keeps: a change that makes it true gets a cycle that measures."""
     from autoscaler.daemon import restart_done
+    from autoscaler.parse import decode_job
 
     obj = pytorchjob(replicas=2, active=active, annotations=notes)
-    assert restart_done("PyTorchJob", obj, S) is early
+    record = decode_job(obj, S)
+    assert restart_done(record) is early
+    assert record.awaits_restart_measure is early

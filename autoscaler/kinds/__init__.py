@@ -2,8 +2,8 @@
 
 The planner plans `ElasticJob`s and never asks what kind a job is. Each kind here says
 where its queue, priority, elastic range, workers and their GPUs live, what a finished
-job looks like, and how a new worker count is written. parse.py, the watch caches, the
-actuator, the early-cycle trigger and RBAC all take them from `KINDS`.
+job looks like, and how a new worker count is written. parse.py (whose decoders the
+watch caches run on every object), the actuator and RBAC all take them from `KINDS`.
 
 Adding a kind is one module (a `JobKind`) plus its entry in `KINDS` and its tests.
 """

@@ -83,22 +83,6 @@ class JobKind(Protocol):
     def workers_name(self, at: str) -> str:
         """The worker group for people: "Worker", "task worker"."""
 
-    def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
-        """What of the object parsing reads (see sources/prune.py)."""
-
-    def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
-        """A change that frees GPUs now (the job finished or went away)."""
-
-
-def our_annotations(settings: Settings) -> tuple[str, ...]:
-    """The annotations of ours every kind reads back."""
-    return (
-        settings.last_scale_annotation,
-        settings.paused_annotation,
-        settings.restart_cost_annotation,
-        settings.measured_restart_cost_annotation,
-    )
-
 
 def read_workers(
     group: Mapping[str, Any],

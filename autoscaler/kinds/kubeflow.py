@@ -25,8 +25,7 @@ from ..resources import (
     ResourceKind,
 )
 from ..settings import Settings
-from ..shapes import KEEP, Shared, conditions, gpu_template, job_metadata, only
-from .base import NotManaged, Workers, Write, our_annotations, read_workers
+from .base import NotManaged, Workers, Write, read_workers
 
 DEFAULT_QUEUE = "default"
 
@@ -131,55 +130,6 @@ class KubeflowJob:
 
     def workers_name(self, at: str) -> str:
         return "Worker"
-
-    def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
-        return {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": job_metadata(
-                meta,
-                (
-                    *our_annotations(settings),
-                    VOLCANO_QUEUE_ANNOTATION,
-                    settings.paddle_elastic_annotation,
-                ),
-            ),
-            "spec": Shared(
-                {
-                    "elasticPolicy": only(("minReplicas", "maxReplicas", "min", "max", "metrics")),
-                    "runPolicy": Shared(
-                        {
-                            "suspend": KEEP,
-                            "schedulingPolicy": only(("queue", "priorityClass", "minAvailable")),
-                        }
-                    ),
-                    self.replica_specs: Shared(
-                        {
-                            "Worker": {
-                                "replicas": KEEP,
-                                "template": gpu_template(settings.gpu_resource_names),
-                            }
-                        }
-                    ),
-                }
-            ),
-            "status": {
-                "conditions": Shared(conditions((*FINISHED_CONDITIONS, "Suspended"))),
-                "startTime": KEEP,
-                "replicaStatuses": Shared({"Worker": {"active": KEEP}}),
-            },
-        }
-
-    def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
-        if event_type == "DELETED":
-            return True
-        found = dig(obj, "status", "conditions")
-        return isinstance(found, list) and any(
-            isinstance(c, Mapping)
-            and c.get("status") == "True"
-            and c.get("type") in FINISHED_CONDITIONS
-            for c in found
-        )
 
 
 def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:

@@ -28,8 +28,7 @@ from ..fields import BadField, dig, int_field
 from ..model import Reason
 from ..resources import JSON_PATCH, VCJOB
 from ..settings import Settings
-from ..shapes import KEEP, Shared, gpu_template, job_metadata, only
-from .base import NotManaged, Workers, Write, our_annotations, read_workers
+from .base import NotManaged, Workers, Write, read_workers
 
 DEFAULT_QUEUE = "default"
 FINISHED_PHASES = frozenset({"Completed", "Completing", "Failed", "Terminated", "Terminating"})
@@ -145,37 +144,6 @@ class VolcanoJob:
 
     def workers_name(self, at: str) -> str:
         return f"task {at.partition(':')[2]}"
-
-    def prune_shape(self, meta: Mapping[str, Any], settings: Settings) -> Any:
-        return {
-            "apiVersion": KEEP,
-            "kind": KEEP,
-            "metadata": job_metadata(meta, (*our_annotations(settings), _annotation(settings))),
-            "spec": Shared(
-                {
-                    "queue": KEEP,
-                    "priorityClassName": KEEP,
-                    "minAvailable": KEEP,
-                    "tasks": [
-                        {
-                            "name": KEEP,
-                            "replicas": KEEP,
-                            "minAvailable": KEEP,
-                            "template": gpu_template(settings.gpu_resource_names),
-                        }
-                    ],
-                }
-            ),
-            "status": {
-                "state": only(("phase",)),
-                "pending": KEEP,
-                "taskStatusCount": KEEP,
-                "runningDuration": KEEP,
-            },
-        }
-
-    def wants_early_cycle(self, event_type: str, obj: Mapping[str, Any]) -> bool:
-        return event_type == "DELETED" or dig(obj, "status", "state", "phase") in FINISHED_PHASES
 
     # ---- the elastic task ---------------------------------------------------------------
 

@@ -3,10 +3,12 @@
 One cache per (resource, namespace scope), each the loop of an informer: LIST (record the
 resourceVersion), WATCH from it, apply ADDED/MODIFIED/DELETED, follow BOOKMARKs; a watch
 that ends is renewed from the last version; `410 Gone` (the server forgot that version)
-means LIST again; other errors back off exponentially with jitter. A cycle then reads
-`KubeSource.objects()`, a frozen snapshot of raw dicts that costs no API call.
+means LIST again; other errors back off exponentially with jitter.
 
-Raw dicts stop here: the parser turns a `KubeObjects` into typed models.
+Each object is decoded once, when its LIST page or WATCH event arrives, into the frozen
+record the planner needs (`parse.decoders`: a job, a waiting gang, a Queue's spec, ...);
+raw dicts are not kept. A cycle then reads `KubeSource.objects()`, the records of every
+cache, which costs no API call.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +34,9 @@ from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
+from ..model import GroupRecord, HpaTarget, JobRecord, NodeGpus, PodUse, PriorityValue, QueueSpec
 from ..options import KubeOptions
+from ..parse import Decoder, Records, decoders
 from ..redact import remember_client
 from ..resources import (
     BOUND_POD_FIELD_SELECTOR,
@@ -46,6 +50,7 @@ from ..resources import (
     QUEUE,
     ResourceKind,
 )
+from ..settings import Settings
 
 __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 
@@ -65,10 +70,12 @@ class OnChange(Protocol):
     """Called (synchronously; keep it cheap) for every change applied to a cache.
 
     `kind` is the Kubernetes kind (`PyTorchJob`, `PodGroup`, `Queue`, `PriorityClass`),
-    `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same way).
+    `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same
+    way), `record` what the cache holds for the object (for DELETED: what it held).
+    Objects the planner reads nothing of (a pod without GPUs) are not reported.
     """
 
-    def __call__(self, kind: str, event_type: str, obj: RawObject) -> None: ...
+    def __call__(self, kind: str, event_type: str, record: Any) -> None: ...
 
 
 KubeSettings = KubeOptions  # what this module reads (Settings.kube_options())
@@ -76,25 +83,49 @@ KubeSettings = KubeOptions  # what this module reads (Settings.kube_options())
 
 @dataclass(frozen=True)
 class KubeObjects:
-    """One consistent-enough read of all caches: raw objects as the API serves them.
+    """One consistent-enough read of all caches: the records they hold.
 
-    Each tuple is ordered by (namespace, name). The dicts are shared with the caches and
-    must not be mutated. `synced` is False until every cache finished its first LIST;
-    `errors` names caches whose last LIST/WATCH failed and objects that were dropped.
-    `failing_seconds` is how long the longest-failing cache has been unable to list or
-    watch (0 when all are connected): past a bound its objects are stale, not current.
+    Each tuple is ordered by (namespace, name) of the objects. `records` is the same
+    records for `parse.build_snapshot`, the same object while no cache changed (a
+    caller may keep what it built from it). `synced` is False until every cache finished
+    its first LIST; `errors` names caches whose last LIST/WATCH failed and objects that
+    were dropped. `failing_seconds` is how long the longest-failing cache has been
+    unable to list or watch (0 when all are connected): past a bound its objects are
+    stale, not current.
     """
 
-    jobs: tuple[RawObject, ...]
-    podgroups: tuple[RawObject, ...]
-    queues: tuple[RawObject, ...]
-    priorityclasses: tuple[RawObject, ...]
+    records: Records
     synced: bool
     errors: tuple[str, ...]
     failing_seconds: float = 0.0
-    nodes: tuple[RawObject, ...] = ()
-    pods: tuple[RawObject, ...] = ()
-    hpas: tuple[RawObject, ...] = ()  # HorizontalPodAutoscalers: a job one targets is theirs
+
+    @property
+    def jobs(self) -> tuple[JobRecord, ...]:
+        return self.records.jobs
+
+    @property
+    def podgroups(self) -> tuple[GroupRecord, ...]:
+        return self.records.groups
+
+    @property
+    def queues(self) -> tuple[QueueSpec, ...]:
+        return self.records.queues
+
+    @property
+    def priorityclasses(self) -> tuple[PriorityValue, ...]:
+        return self.records.priorities
+
+    @property
+    def nodes(self) -> tuple[NodeGpus, ...]:
+        return self.records.nodes
+
+    @property
+    def pods(self) -> tuple[PodUse, ...]:
+        return self.records.pods
+
+    @property
+    def hpas(self) -> tuple[HpaTarget, ...]:
+        return self.records.hpas  # a job an HPA targets is theirs
 
 
 @dataclass
@@ -181,10 +212,10 @@ class _Cache:
         label_selector: str,
         api: ObjectsApi,
         settings: KubeSettings,
-        notify: Callable[[str, str, RawObject], None],
+        notify: Callable[[str, str, Any], None],
         backoff: Callable[[int], float],
         page_size: int,
-        transform: Callable[[RawObject], RawObject] | None = None,
+        decode: Decoder,
         optional: bool = False,
         field_selector: str = "",
     ) -> None:
@@ -194,7 +225,7 @@ class _Cache:
         # again every ABSENT_RECHECK_SECONDS, not an error
         self.optional = optional
         self.absent = False
-        self._transform = transform or (lambda obj: obj)
+        self._decode = decode
         self.namespace = namespace
         self.label_selector = label_selector
         self._api = api
@@ -202,7 +233,10 @@ class _Cache:
         self._notify = notify
         self._backoff = backoff
         self._page_size = page_size
-        self.items: dict[Key, RawObject] = {}
+        # what each object decoded to; None: an object the planner reads nothing of (kept
+        # so that a relist knows it)
+        self.items: dict[Key, Any] = {}
+        self._values: tuple[int, tuple[Any, ...]] | None = None  # (version, values())
         self.oversized: dict[Key, int] = {}  # key -> size in bytes of the dropped object
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -344,7 +378,7 @@ class _Cache:
 
     async def _list(self) -> None:
         func, args, kwargs = self._call_args()
-        fresh: dict[Key, RawObject] = {}
+        fresh: dict[Key, Any] = {}
         seen: set[Key] = set()
         token = ""
         while True:
@@ -355,7 +389,7 @@ class _Cache:
                 _continue=token or None,
                 _request_timeout=self._settings.kube_request_timeout_seconds,
             )
-            # page by page, so only the transformed objects of a large LIST stay in memory
+            # page by page, so only the records of a large LIST stay in memory
             for raw in page.get("items") or []:
                 self._take(raw, fresh, seen)
             meta = page.get("metadata") or {}
@@ -442,8 +476,9 @@ class _Cache:
 
     # -- applying changes ---------------------------------------------------------------
 
-    def _fits(self, key: Key, obj: RawObject) -> bool:
-        size = len(json.dumps(obj, separators=(",", ":")))
+    def _fits(self, key: Key, size: int) -> bool:
+        """An object of `size` bytes (as served, or re-encoded from a watch event) may be
+        kept; one too large is dropped, logged once per size, and named in errors()."""
         if size <= self._settings.max_object_bytes:
             self.oversized.pop(key, None)
             return True
@@ -460,12 +495,6 @@ class _Cache:
         self.oversized[key] = size
         return False
 
-    def _normalise(self, obj: RawObject) -> RawObject:
-        # Lists of built-in types (PriorityClass) omit kind/apiVersion; watches carry them.
-        if "kind" in obj and "apiVersion" in obj:
-            return obj
-        return {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
-
     def _apply(self, event_type: str, obj: Any) -> None:
         if not isinstance(obj, dict):
             log.warning("kube.watch_bad_event", cache=self.name, type=event_type)
@@ -478,36 +507,36 @@ class _Cache:
             log.warning("kube.watch_unknown_event", cache=self.name, type=event_type)
             return
         self.counters.events += 1
-        obj = self._normalise(obj)
         key = _key(obj)
         old = self.items.get(key)
+        known = key in self.items
         if rv:
             self.resource_version = rv
         if event_type == "DELETED":
             self.oversized.pop(key, None)
-            if self.items.pop(key, None) is not None:
+            if known:
+                del self.items[key]
                 self.version += 1
-            self._notify(self.resource.kind, "DELETED", obj)
+            self._notify(self.resource.kind, "DELETED", old if known else self._decode(obj))
             return
-        if not self._fits(key, obj):
+        if not self._fits(key, len(json.dumps(obj, separators=(",", ":")))):
             self.version += 1
-            if old is not None:  # what we knew is no longer true: forget it
+            if known:  # what we knew is no longer true: forget it
                 del self.items[key]
                 self._notify(self.resource.kind, "DELETED", old)
             return
-        obj = self._transform(obj)
-        self.items[key] = obj  # replace, never mutate: snapshots share these dicts
+        record = self._decode(obj)
+        self.items[key] = record
         self.version += 1
-        self._notify(self.resource.kind, "MODIFIED" if old is not None else "ADDED", obj)
+        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record)
 
-    def _take(self, raw: RawObject, fresh: dict[Key, RawObject], seen: set[Key]) -> None:
-        obj = self._normalise(raw)
-        key = _key(obj)
+    def _take(self, raw: RawObject, fresh: dict[Key, Any], seen: set[Key]) -> None:
+        key = _key(raw)
         seen.add(key)
-        if self._fits(key, obj):
-            fresh[key] = self._transform(obj)
+        if self._fits(key, len(json.dumps(raw, separators=(",", ":")))):
+            fresh[key] = self._decode(raw)
 
-    def _install(self, fresh: dict[Key, RawObject], seen: set[Key], resource_version: str) -> None:
+    def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
 
         for key in set(self.oversized) - seen:
@@ -515,15 +544,22 @@ class _Cache:
         old, self.items = self.items, fresh
         self.resource_version = resource_version
         self.version += 1
-        for key, obj in fresh.items():
-            before = old.get(key)
-            if before is None:
-                self._notify(self.resource.kind, "ADDED", obj)
-            elif _rv(before) != _rv(obj):
-                self._notify(self.resource.kind, "MODIFIED", obj)
-        for key, obj in old.items():
+        for key, record in fresh.items():
+            if key not in old:
+                self._notify(self.resource.kind, "ADDED", record)
+            elif old[key] != record:
+                self._notify(self.resource.kind, "MODIFIED", record)
+        for key, record in old.items():
             if key not in fresh:
-                self._notify(self.resource.kind, "DELETED", obj)
+                self._notify(self.resource.kind, "DELETED", record)
+
+    def values(self) -> tuple[Any, ...]:
+        """The records, ordered by (namespace, name), without the objects the planner
+        reads nothing of; the same tuple while the cache does not change."""
+        if self._values is None or self._values[0] != self.version:
+            values = tuple(r for _, r in sorted(self.items.items()) if r is not None)
+            self._values = (self.version, values)
+        return self._values[1]
 
     def errors(self) -> list[str]:
         out = []
@@ -547,10 +583,6 @@ def _key(obj: RawObject) -> Key:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def _rv(obj: RawObject) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
 def _server_wait(exc: BaseException) -> float:
     """The server's Retry-After on 429/503, at most a minute; 0 when it did not say."""
     return retry_after(exc, datetime.now(UTC), cap=60.0) or 0.0
@@ -560,6 +592,8 @@ def _server_wait(exc: BaseException) -> float:
 class _Memo:
     versions: tuple[Any, ...] = ()
     snapshot: KubeObjects | None = None
+    records_versions: tuple[int, ...] = ()
+    records: Records | None = None
 
 
 class KubeSource:
@@ -581,15 +615,15 @@ class KubeSource:
         backoff_cap: float = 30.0,
         rng: random.Random | None = None,
         page_size: int | None = None,  # None: settings.kube_list_page_size
-        transform: Callable[[RawObject], RawObject] | None = None,
         job_kinds: Sequence[ResourceKind] = (PYTORCHJOB,),
         watch_nodes: bool = False,
         watch_pods: bool = False,
+        decode: Mapping[str, Decoder] | None = None,
     ) -> None:
         """`job_kinds`: the job resources to cache (the daemon passes the managed kinds).
-        `transform` is applied to every object before it is stored (after the size
-        check): the daemon passes `sources.prune.pruner(settings)` so the caches keep only what
-        is parsed."""
+        Each object is decoded when it arrives with `decode[its kind]`: the daemon passes
+        `parse.decoders(settings)`; None, the readers of the default settings (GPU
+        resource names, annotation names as `Settings()` has them)."""
         self._settings = settings
         self._on_change = on_change
         self._backoff_base = backoff_base
@@ -600,6 +634,7 @@ class KubeSource:
         # a LIST of big objects is parsed page by page: only one page is held raw at once
         pages = page_size or settings.kube_list_page_size
         namespaces = namespace_scopes(settings.namespaces)
+        decode = decode or decoders(Settings.model_validate({}))
 
         def cache(
             resource: ResourceKind,
@@ -617,7 +652,7 @@ class KubeSource:
                 self._notify,
                 self._backoff,
                 pages,
-                transform,
+                decode[resource.kind],
                 optional,
                 field_selector,
             )
@@ -715,7 +750,7 @@ class KubeSource:
         return all(c.synced.is_set() and c.failing_since is None for c in self._caches)
 
     def objects(self) -> KubeObjects:
-        """The current objects; no API call. Memoised until a cache changes."""
+        """The current records; no API call. Memoised until a cache changes."""
 
         now = time.monotonic()
         failing = max(
@@ -723,23 +758,36 @@ class KubeSource:
             default=0.0,
         )
         versions = tuple((c.version, c.last_error, c.synced.is_set()) for c in self._caches)
-        memo = self._memo.snapshot
-        if memo is not None and self._memo.versions == versions and not failing:
-            return memo
+        memo = self._memo
+        if memo.snapshot is not None and memo.versions == versions and not failing:
+            return memo.snapshot
+        records = self._records()
         snapshot = KubeObjects(
-            jobs=tuple(obj for caches in self._jobs_by_kind for obj in _merged(caches)),
-            podgroups=_merged(self._podgroups),
-            queues=_merged(self._queues),
-            priorityclasses=_merged(self._priorityclasses),
-            nodes=_merged(self._nodes),
-            pods=_merged(self._pods),
+            records=records,
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,
+        )
+        self._memo.versions, self._memo.snapshot = versions, snapshot
+        return snapshot
+
+    def _records(self) -> Records:
+        """The records of every cache: the same object while no cache changed."""
+        versions = tuple(c.version for c in self._caches)
+        memo = self._memo
+        if memo.records is not None and memo.records_versions == versions:
+            return memo.records
+        records = Records(
+            jobs=tuple(r for caches in self._jobs_by_kind for r in _merged(caches)),
+            groups=_merged(self._podgroups),
+            queues=_merged(self._queues),
+            priorities=_merged(self._priorityclasses),
+            nodes=_merged(self._nodes),
+            pods=_merged(self._pods),
             hpas=_merged(self._hpas),
         )
-        self._memo = _Memo(versions, snapshot)
-        return snapshot
+        memo.records_versions, memo.records = versions, records
+        return records
 
     def stats(self) -> dict[str, Any]:
         """Counters for metrics (monotonic, except the `by_cache` state fields).
@@ -773,11 +821,11 @@ class KubeSource:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _notify(self, kind: str, event_type: str, obj: RawObject) -> None:
-        if self._on_change is None:
+    def _notify(self, kind: str, event_type: str, record: Any) -> None:
+        if self._on_change is None or record is None:
             return
         try:
-            self._on_change(kind, event_type, obj)
+            self._on_change(kind, event_type, record)
         except Exception:  # a callback bug must not stop the watch
             log.exception("kube.on_change_failed", kind=kind, event_type=event_type)
 
@@ -790,10 +838,13 @@ class KubeSource:
         return self._rng.uniform(delay / 2, delay)
 
 
-def _merged(caches: Sequence[_Cache]) -> tuple[RawObject, ...]:
-    items: dict[Key, RawObject] = {}
+def _merged(caches: Sequence[_Cache]) -> tuple[Any, ...]:
+    if len(caches) == 1:
+        return caches[0].values()
+    # several namespace scopes: each cache is sorted, their union is sorted again
+    items: dict[Key, Any] = {}
     for c in caches:
-        items.update(c.items)
+        items.update((k, v) for k, v in c.items.items() if v is not None)
     return tuple(obj for _, obj in sorted(items.items()))
 
 

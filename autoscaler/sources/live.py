@@ -1,5 +1,5 @@
 """The daemon's sources read together: the Kubernetes watch caches plus one Prometheus
-query, parsed into one ClusterSnapshot per cycle."""
+query, joined into one ClusterSnapshot per cycle."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any
 
 import structlog
 
-from ..fields import BadField, dig
 from ..metrics import Metrics
-from ..model import ClusterSnapshot, Plugin, QueueState, Reason
-from ..parse import ParseCache, RawObjects, build_snapshot, gpu_sum
+from ..model import ClusterSnapshot, Plugin, QueueSpec, QueueState, Reason
+from ..parse import Assembled, Records, assemble, build_snapshot
 from ..settings import Settings
 from .prom_answer import FreeGpuReading, PromError
 
@@ -33,7 +32,8 @@ class LiveSource:
             prometheus,
             metrics,
         )
-        self.parsed = ParseCache()
+        # what the caches' records gave last time: assembled again only when they change
+        self._assembled: tuple[Records, Assembled] | None = None
         self.plugin: Plugin | None = None  # the plugin the headroom followed last cycle
         self.last_reading: FreeGpuReading | None = None  # Prometheus' last answer
         self._dropped = 0  # oversized objects the caches dropped, as last counted
@@ -51,15 +51,9 @@ class LiveSource:
                 self.metrics.source_errors.labels("prometheus", kind).inc()
         objects = self.kube.objects()  # the caches: no API call
         self._count_dropped()
-        raw = RawObjects(
-            objects.jobs,
-            objects.podgroups,
-            objects.queues,
-            objects.priorityclasses,
-            objects.nodes,
-            objects.pods,
-            objects.hpas,
-        )
+        records = objects.records
+        if self._assembled is None or self._assembled[0] is not records:
+            self._assembled = (records, assemble(records))
         problem, message = reading.problem, reading.message
         free = reading.queues
         if self.settings.cross_check_queue_status:
@@ -76,12 +70,12 @@ class LiveSource:
                 ).inc()
         self._note_plugin(reading.plugin)
         return build_snapshot(
-            raw,
+            records,
             free,
             self.settings,
             problem=problem,
             message=message,
-            cache=self.parsed,
+            assembled=self._assembled[1],
             plugin=reading.plugin,
             # a synced Queue cache knows every Queue: a name it lacks is missing, not unknown
             queues_listed=objects.synced,
@@ -127,25 +121,23 @@ class LiveSource:
 
 
 def cross_check_free(
-    free: Mapping[str, QueueState], queues: Iterable[Mapping[str, Any]], settings: Settings
+    free: Mapping[str, QueueState], queues: Iterable[QueueSpec], settings: Settings
 ) -> dict[str, QueueState]:
     """Hold a queue whose reading disagrees by more than one GPU with what the API says.
     Catches a query that no longer matches the scheduler (renamed metrics, wrong units).
     With Volcano's figures: the allocated GPUs of the metrics against the controller's
     `Queue.status.allocated` (plain units). A free-GPU reading taken as given: against
-    `spec.deserved` minus `status.allocated`, for queues that set both."""
+    `spec.deserved` minus `status.allocated`, for queues that set both (a figure that
+    cannot be read is not compared: the reading stands on its own)."""
 
     out = dict(free)
-    for obj in queues:
-        name = dig(obj, "metadata", "name")
-        state = out.get(name) if isinstance(name, str) else None
+    for spec in queues:
+        name = spec.name
+        state = out.get(name)
         if state is None:
             continue
+        allocated = spec.allocated
         if state.volcano is not None:
-            try:
-                allocated = gpu_sum(dig(obj, "status", "allocated"), settings, "status.allocated")
-            except BadField:
-                continue
             if allocated is not None and abs(allocated - state.volcano.allocated) > 1:
                 out[name] = QueueState(
                     name,
@@ -156,14 +148,8 @@ def cross_check_free(
                     state.state,
                 )
             continue
-        if state.free_gpus is None:
-            continue
-        try:
-            deserved = gpu_sum(dig(obj, "spec", "deserved"), settings, "spec.deserved")
-            allocated = gpu_sum(dig(obj, "status", "allocated"), settings, "status.allocated")
-        except BadField:
-            continue  # not comparable: the reading stands on its own
-        if deserved is None or allocated is None:
+        deserved = spec.deserved
+        if state.free_gpus is None or deserved is None or allocated is None:
             continue
         expected = max(0, deserved - allocated)
         if abs(expected - state.free_gpus) > 1:
