@@ -14,7 +14,6 @@ cache, which costs no API call.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
@@ -24,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 import yaml
 from kubernetes_asyncio import config as kube_config
@@ -382,17 +382,20 @@ class _Cache:
         seen: set[Key] = set()
         token = ""
         while True:
-            page = await func(
+            response = await func(
                 *args,
                 **kwargs,
                 limit=self._page_size,
                 _continue=token or None,
                 _request_timeout=self._settings.kube_request_timeout_seconds,
+                _preload_content=False,  # the bytes: decoded here, an object at a time
             )
-            # page by page, so only the records of a large LIST stay in memory
-            for raw in page.get("items") or []:
+            page = _PAGE.decode(await _body(response))
+            # page by page, and within a page object by object: only one raw object is
+            # held at a time, and only the records of a large LIST stay in memory
+            for raw in page.items or ():
                 self._take(raw, fresh, seen)
-            meta = page.get("metadata") or {}
+            meta = page.metadata or {}
             token = meta.get("continue") or ""
             if not token:
                 break
@@ -519,7 +522,7 @@ class _Cache:
                 self.version += 1
             self._notify(self.resource.kind, "DELETED", old if known else self._decode(obj))
             return
-        if not self._fits(key, len(json.dumps(obj, separators=(",", ":")))):
+        if not self._fits(key, len(msgspec.json.encode(obj))):
             self.version += 1
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
@@ -530,11 +533,21 @@ class _Cache:
         self.version += 1
         self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record)
 
-    def _take(self, raw: RawObject, fresh: dict[Key, Any], seen: set[Key]) -> None:
-        key = _key(raw)
+    def _take(self, raw: msgspec.Raw, fresh: dict[Key, Any], seen: set[Key]) -> None:
+        """One object of a LIST page, still encoded: its size is its length, and one too
+        large is not decoded beyond its name."""
+        if len(raw) > self._settings.max_object_bytes:
+            key = _key(_NAMES.decode(raw))
+            seen.add(key)
+            self._fits(key, len(raw))
+            return
+        obj = msgspec.json.decode(raw)
+        if not isinstance(obj, dict):
+            raise ValueError(f"LIST of {self.name} holds an item that is not an object")
+        key = _key(obj)
         seen.add(key)
-        if self._fits(key, len(json.dumps(raw, separators=(",", ":")))):
-            fresh[key] = self._decode(raw)
+        self._fits(key, len(raw))
+        fresh[key] = self._decode(obj)
 
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
@@ -574,12 +587,42 @@ class _Cache:
         return out
 
 
+class _Page(msgspec.Struct):
+    """A LIST answer, its items left encoded (msgspec.Raw: a slice of the answer's bytes):
+    each is decoded alone, so its size costs nothing and a page is never a whole tree."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class _Names(msgspec.Struct):
+    """Of an object too large to keep: only what names it."""
+
+    metadata: dict[str, Any] | None = None
+
+
+_PAGE = msgspec.json.Decoder(_Page)
+_NAMES = msgspec.json.Decoder(_Names)
+
+
+async def _body(response: Any) -> bytes:
+    """The body of an unpreloaded answer; a failure raised as the ApiException the client
+    raises for a preloaded one (it does not check unpreloaded answers itself)."""
+    try:
+        data: bytes = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
+    return data
+
+
 def _error_kind(text: str) -> str:
     return text.split(":", 1)[0]
 
 
-def _key(obj: RawObject) -> Key:
-    meta = obj.get("metadata") or {}
+def _key(obj: RawObject | _Names) -> Key:
+    meta = (obj.metadata if isinstance(obj, _Names) else obj.get("metadata")) or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
