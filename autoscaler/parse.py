@@ -844,6 +844,33 @@ def build_snapshot(
         records = Records.decode(objects, settings) if isinstance(objects, RawObjects) else objects
         assembled = assemble(records)
     a = assembled
+    queues = _queue_states(a, free, queues_listed)
+    view = None
+    if plugin is not None:
+        view, queues = volcano_view(plugin, queues, a.queues, a.nodes)
+        if a.nodes is not None and not settings.node_fit:
+            view = replace(
+                view,
+                nodes=None,
+                cluster_gpus=sum(n.allocatable for n in a.nodes if n.schedulable),
+            )
+    return ClusterSnapshot(
+        queues=queues,
+        jobs=a.jobs,
+        unmanaged=a.unmanaged,
+        pending=a.pending,
+        invalid_groups=a.invalid,
+        problem=problem,
+        message=message,
+        volcano=view,
+    )
+
+
+def _queue_states(
+    a: Assembled, free: Mapping[str, QueueState], queues_listed: bool
+) -> dict[str, QueueState]:
+    """Every queue a job or gang names, or the free-GPU source reads: its reading (unknown
+    where there is none) with what its Queue object says of its state and capacity."""
     queue_states = {q.name: q.state for q in a.queues}
     capacities = queue_capacities(a.queues)
     names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
@@ -872,22 +899,4 @@ def build_snapshot(
         if capacity != state.capacity_gpus:
             state = replace(state, capacity_gpus=capacity)
         queues[name] = state
-    view = None
-    if plugin is not None:
-        view, queues = volcano_view(plugin, queues, a.queues, a.nodes)
-        if a.nodes is not None and not settings.node_fit:
-            view = replace(
-                view,
-                nodes=None,
-                cluster_gpus=sum(n.allocatable for n in a.nodes if n.schedulable),
-            )
-    return ClusterSnapshot(
-        queues=queues,
-        jobs=a.jobs,
-        unmanaged=a.unmanaged,
-        pending=a.pending,
-        invalid_groups=a.invalid,
-        problem=problem,
-        message=message,
-        volcano=view,
-    )
+    return queues

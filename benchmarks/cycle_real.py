@@ -283,7 +283,12 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
 
 
 async def _measure(
-    kubeconfig: str, prom_url: str, page_size: int, steady: int, node_fit: bool = False
+    kubeconfig: str,
+    prom_url: str,
+    page_size: int,
+    steady: int,
+    node_fit: bool = False,
+    gc_freeze: bool = False,
 ) -> dict:
     from kubernetes_asyncio.client import ApiClient
 
@@ -321,14 +326,21 @@ async def _measure(
     await kube.wait_synced(600)
     sync_s, sync_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     sync_gc_s = gc_clock.seconds
+    if gc_freeze:
+        import gc
+
+        gc.freeze()  # what the sync read stays: the collector need not walk it again
     before = kube.stats()
     first = await controller.run_once(datetime.now(UTC))
     applied = first.applied.counts() if first.applied else {}
     steady_times, steady_writes = [], 0
     after_first = kube.stats()
+    steady_gc = []
     for _ in range(steady):
+        gc_before = gc_clock.seconds
         result = await controller.run_once(datetime.now(UTC))
         steady_times.append(result.duration_seconds)
+        steady_gc.append(gc_clock.seconds - gc_before)
         steady_writes += len(result.applied.results) if result.applied else 0
     end = kube.stats()
     await running.__aexit__(None, None, None)
@@ -344,6 +356,12 @@ async def _measure(
         "first_resizes": len(first.plan.actions),
         "first_writes": {k.value: v for k, v in applied.items()},
         "steady_cycle_ms": round(1000 * statistics.median(steady_times), 1),
+        "steady_cycle_ms_range": [
+            round(1000 * min(steady_times), 1),
+            round(1000 * max(steady_times), 1),
+        ],
+        "steady_gc_ms": round(1000 * statistics.median(steady_gc), 1),
+        "gc_freeze": gc_freeze,
         "steady_api_calls": (end["lists"] - after_first["lists"])
         + (end["watches"] - after_first["watches"])
         + steady_writes,
@@ -454,11 +472,19 @@ async def _main(args: argparse.Namespace) -> None:
                     fit = "--node-fit" if node_fit else "--no-node-fit"
                     for _ in range(args.repeat):
                         await _child("--floor", str(kubeconfig), str(page), fit)
-                        await _child(
-                            "--measure", str(kubeconfig), prom.url, str(page), str(args.steady), fit
-                        )
-                        # the first cycle resized jobs: put them back, so each run starts alike
-                        await _reset(server)
+                        for freeze in (False, True) if args.gc_freeze else (False,):
+                            await _child(
+                                "--measure",
+                                str(kubeconfig),
+                                prom.url,
+                                str(page),
+                                str(args.steady),
+                                fit,
+                                "--gc-freeze" if freeze else "--no-gc-freeze",
+                            )
+                            # the first cycle resized jobs: put them back, so each run
+                            # starts alike
+                            await _reset(server)
 
 
 async def _child(*argv: str) -> None:
@@ -496,6 +522,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="floor and daemon, N times each")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--gc-freeze",
+        action=argparse.BooleanOptionalAction,
+        help="also measure with gc.freeze() after the sync",
+    )
     parser.add_argument("--node-fit", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor:
@@ -504,7 +535,9 @@ def main() -> int:
         return 0
     if args.measure:
         kubeconfig, prom_url, page, steady = args.measure
-        result = _measure(kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit))
+        result = _measure(
+            kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit), bool(args.gc_freeze)
+        )
         print(json.dumps(asyncio.run(result)))
         return 0
     asyncio.run(_main(args))

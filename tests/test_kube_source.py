@@ -196,6 +196,44 @@ async def test_steady_state_reads_make_no_api_calls(kube: FakeKubeApi, client: A
         assert kube.count(verb="list") == 0 and kube.count(watch=True) == 0
 
 
+async def test_a_read_where_no_cache_changed_does_not_assemble_again(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    """The daemon's source joins the caches' records into a snapshot; while no cache
+    changed it reuses what it assembled (only the Prometheus side is read again), and a
+    change is in the next read."""
+    from promserver import fake_prometheus
+    from test_loop import NOW, free_body, settings_for
+
+    from autoscaler.sources.live import LiveSource
+    from autoscaler.sources.prometheus import PrometheusSource
+
+    seed(kube)
+    async with fake_prometheus(free_body(**{"team-a": 2})) as prom:
+        settings = settings_for(prom.url)
+        async with running(client, **settings.model_dump(exclude_unset=True)) as source:
+            prometheus = PrometheusSource(settings)
+            live = LiveSource(settings, source, prometheus)
+            try:
+                first = await live.read(NOW)
+                second = await live.read(NOW)
+                # bare jobs (no elastic policy, no GPUs): reported, as unmanaged
+                assert [j.ref.name for j in first.unmanaged] == ["a", "b"]
+                assert second.unmanaged is first.unmanaged and second.pending is first.pending
+                kube.patch(
+                    "pytorchjobs",
+                    "ns1",
+                    "a",
+                    {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+                )
+                await eventually(lambda: replicas(source.objects(), "a") == 3, message="seen")
+                third = await live.read(NOW)
+                assert third.unmanaged is not first.unmanaged
+                assert third.unmanaged[0].replicas == 3
+            finally:
+                prometheus.close()
+
+
 async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
     kube: FakeKubeApi, client: ApiClient
 ) -> None:
