@@ -25,7 +25,7 @@ from .model import ClusterSnapshot, Plan
 from .planner import plan as make_plan
 from .redact import redact
 from .settings import Settings
-from .sources.kube import KubeconfigError, make_api_client
+from .sources.kube import KubeconfigError, make_api_client, settle_gc
 from .sources.live import LiveSource
 from .sources.prom_answer import FreeGpuReading, PromError
 from .sources.prometheus import PrometheusSource
@@ -151,8 +151,10 @@ async def _serve(parts: Parts) -> None:
 
 async def _report_synced(parts: Parts, since: float) -> None:
     """One line once every cache has listed, however long the API takes to answer;
-    cycles hold (and say why) until then."""
+    cycles hold (and say why) until then. Then the garbage collector is tuned for the
+    daemon (sources.kube.settle_gc)."""
     await parts.kube.wait_synced(float("inf"))
+    settle_gc()
     objects = parts.kube.objects()
     log.info(
         "caches synced",

@@ -288,14 +288,14 @@ async def _measure(
     page_size: int,
     steady: int,
     node_fit: bool = False,
-    gc_freeze: bool = False,
+    tune_gc: bool = True,
 ) -> dict:
     from kubernetes_asyncio.client import ApiClient
 
     from autoscaler.logs import configure_logging
     from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client
+    from autoscaler.sources.kube import make_api_client, settle_gc
     from autoscaler.wiring import build
 
     settings = Settings(
@@ -326,10 +326,8 @@ async def _measure(
     await kube.wait_synced(600)
     sync_s, sync_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     sync_gc_s = gc_clock.seconds
-    if gc_freeze:
-        import gc
-
-        gc.freeze()  # what the sync read stays: the collector need not walk it again
+    if tune_gc:
+        settle_gc()  # as the daemon does once its caches synced
     before = kube.stats()
     first = await controller.run_once(datetime.now(UTC))
     applied = first.applied.counts() if first.applied else {}
@@ -361,7 +359,7 @@ async def _measure(
             round(1000 * max(steady_times), 1),
         ],
         "steady_gc_ms": round(1000 * statistics.median(steady_gc), 1),
-        "gc_freeze": gc_freeze,
+        "tune_gc": tune_gc,
         "steady_api_calls": (end["lists"] - after_first["lists"])
         + (end["watches"] - after_first["watches"])
         + steady_writes,
@@ -472,7 +470,7 @@ async def _main(args: argparse.Namespace) -> None:
                     fit = "--node-fit" if node_fit else "--no-node-fit"
                     for _ in range(args.repeat):
                         await _child("--floor", str(kubeconfig), str(page), fit)
-                        for freeze in (False, True) if args.gc_freeze else (False,):
+                        for tune in (True, False) if args.gc_compare else (True,):
                             await _child(
                                 "--measure",
                                 str(kubeconfig),
@@ -480,7 +478,7 @@ async def _main(args: argparse.Namespace) -> None:
                                 str(page),
                                 str(args.steady),
                                 fit,
-                                "--gc-freeze" if freeze else "--no-gc-freeze",
+                                "--tune-gc" if tune else "--no-tune-gc",
                             )
                             # the first cycle resized jobs: put them back, so each run
                             # starts alike
@@ -523,10 +521,11 @@ def main() -> int:
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--gc-freeze",
-        action=argparse.BooleanOptionalAction,
-        help="also measure with gc.freeze() after the sync",
+        "--gc-compare",
+        action="store_true",
+        help="also measure without the daemon's GC tuning (sources.kube.settle_gc)",
     )
+    parser.add_argument("--tune-gc", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--node-fit", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor:
@@ -536,7 +535,7 @@ def main() -> int:
     if args.measure:
         kubeconfig, prom_url, page, steady = args.measure
         result = _measure(
-            kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit), bool(args.gc_freeze)
+            kubeconfig, prom_url, int(page), int(steady), bool(args.node_fit), args.tune_gc
         )
         print(json.dumps(asyncio.run(result)))
         return 0
