@@ -25,6 +25,7 @@ from .fields import (
     seconds_field,
 )
 from .kinds import BY_NAME, KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
+from .kinds.base import Workers
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     ClusterSnapshot,
@@ -388,12 +389,11 @@ def parse_job(
         return UnmanagedJob(_fallback_ref(obj, name), DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc))
     queue = kind.queue(obj)
     meta = obj["metadata"]
-    spec = obj.get("spec")
 
     def unmanaged(reason: Reason, message: str, **known: Any) -> UnmanagedJob:
         return UnmanagedJob(ref, queue, reason, f"{ref}: {message}", **known)
 
-    if not isinstance(spec, Mapping):
+    if not isinstance(obj.get("spec"), Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec is missing")
     done = kind.finished(obj)
     if done is not None:
@@ -407,77 +407,16 @@ def parse_job(
         return unmanaged(exc.reason, exc.message, **exc.known)
     replicas, gpw = workers.replicas, workers.gpus_per_worker
     inflight = max(0, replicas - workers.active) * gpw
-    known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
-    if meta.get("deletionTimestamp") is not None:
-        # a finalizer keeps it alive; a resize now would restart a job that is going away
-        return unmanaged(
-            Reason.TERMINATING,
-            "metadata.deletionTimestamp is set: the job is being deleted",
-            **known,
-        )
-    bad_range: NotManaged | None = None
+    known: dict[str, Any] = {
+        "replicas": replicas,
+        "gpus_per_worker": gpw or None,
+        "inflight_gpus": inflight,
+    }
     try:
-        min_r, max_r = kind.bounds(obj, workers, settings)
+        min_r, max_r = _elastic_range(obj, kind, workers, settings, known)
+        schedule = _schedule_facts(meta.get("annotations") or {}, settings)
     except NotManaged as exc:
-        if not exc.range_error:
-            return unmanaged(exc.reason, exc.message, **known)
-        bad_range = exc
-    annotations = meta.get("annotations") or {}
-    if not isinstance(annotations, Mapping):
-        return unmanaged(
-            Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping", **known
-        )
-    paused = annotations.get(settings.paused_annotation)
-    if isinstance(paused, str) and paused.strip().lower() == "true":
-        return unmanaged(
-            Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"', **known
-        )
-    if bad_range is not None:
-        return unmanaged(bad_range.reason, bad_range.message, **known)
-    known.update(min_replicas=min_r, max_replicas=max_r)
-    if gpw == 0:
-        names = ", ".join(settings.gpu_resource_names)
-        return unmanaged(
-            Reason.INVALID_SPEC,
-            f"{workers.field.removesuffix('.replicas')}.template requests no GPU ({names})",
-            **known,
-        )
-    if not min_r <= replicas <= max_r:
-        return unmanaged(
-            Reason.INVALID_REPLICAS,
-            f"{workers.field}={replicas} is outside the elastic range [{min_r}, {max_r}]",
-            **known,
-        )
-
-    last_scale = None
-    raw_last = annotations.get(settings.last_scale_annotation)
-    if raw_last is not None:
-        try:
-            last_scale = parse_time(
-                raw_last, f"metadata.annotations[{settings.last_scale_annotation}]"
-            )
-        except BadField as exc:
-            return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
-    restart_cost, cost_source, measured_for = None, "", None
-    key = settings.restart_cost_annotation
-    if annotations.get(key) is not None:
-        try:
-            restart_cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
-        except BadField as exc:
-            return unmanaged(Reason.INVALID_ANNOTATION, str(exc), **known)
-        cost_source = "annotation"
-    else:
-        measured = read_measured(annotations.get(settings.measured_restart_cost_annotation))
-        if measured is not None:
-            restart_cost, measured_for = measured
-            cost_source = "measured"
-    started = None
-    raw_start = dig(obj, "status", "startTime")
-    if raw_start is not None:
-        try:
-            started = parse_time(raw_start, "status.startTime")
-        except BadField:
-            started = None  # only an estimate of progress; its absence is not an error
+        return unmanaged(exc.reason, exc.message, **known)
 
     rv = meta.get("resourceVersion")
     return ElasticJob(
@@ -490,16 +429,103 @@ def parse_job(
         gpus_per_worker=gpw,
         created=_created(meta),
         priority=priorities.of(kind.priority_class(obj)),
-        last_scale_time=last_scale,
-        started=started,
+        last_scale_time=schedule.last_scale,
+        started=_started(obj),
         resource_version=rv if isinstance(rv, str) else "",
         gang_grows=kind.gang_grows(obj),
         grow_blocked=kind.grow_blocked(obj),
         workers_at=workers.at,
-        restart_cost_seconds=restart_cost,
-        restart_cost_source=cost_source,
-        measured_for=measured_for,
+        restart_cost_seconds=schedule.restart_cost,
+        restart_cost_source=schedule.cost_source,
+        measured_for=schedule.measured_for,
     )
+
+
+def _elastic_range(
+    obj: Mapping[str, Any],
+    kind: JobKind,
+    workers: Workers,
+    settings: Settings,
+    known: dict[str, Any],
+) -> tuple[int, int]:
+    """[min, max] of a job we may resize, else NotManaged with why. The order is what a
+    user reads first: going away, then a malformed bound, then paused, then the range
+    itself. `known` gains the range once it is read."""
+    meta = obj["metadata"]
+    if meta.get("deletionTimestamp") is not None:
+        # a finalizer keeps it alive; a resize now would restart a job that is going away
+        raise NotManaged(
+            Reason.TERMINATING, "metadata.deletionTimestamp is set: the job is being deleted"
+        )
+    bad_range: NotManaged | None = None
+    try:
+        min_r, max_r = kind.bounds(obj, workers, settings)
+    except NotManaged as exc:
+        if not exc.range_error:
+            raise
+        bad_range = exc
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise NotManaged(Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping")
+    paused = annotations.get(settings.paused_annotation)
+    if isinstance(paused, str) and paused.strip().lower() == "true":
+        raise NotManaged(Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"')
+    if bad_range is not None:
+        raise bad_range
+    known.update(min_replicas=min_r, max_replicas=max_r)
+    if workers.gpus_per_worker == 0:
+        names = ", ".join(settings.gpu_resource_names)
+        raise NotManaged(
+            Reason.INVALID_SPEC,
+            f"{workers.field.removesuffix('.replicas')}.template requests no GPU ({names})",
+        )
+    if not min_r <= workers.replicas <= max_r:
+        raise NotManaged(
+            Reason.INVALID_REPLICAS,
+            f"{workers.field}={workers.replicas} is outside the elastic range [{min_r}, {max_r}]",
+        )
+    return min_r, max_r
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """What our annotations say of a job's past resizes and their cost."""
+
+    last_scale: datetime | None = None
+    restart_cost: float | None = None
+    cost_source: str = ""
+    measured_for: datetime | None = None
+
+
+def _schedule_facts(annotations: Mapping[str, Any], settings: Settings) -> _Schedule:
+    """The last resize and the restart cost (the user's, else our measurement); a
+    malformed one of the user's is NotManaged (INVALID_ANNOTATION), ours is measured again."""
+    last_scale = None
+    try:
+        raw_last = annotations.get(settings.last_scale_annotation)
+        if raw_last is not None:
+            field = f"metadata.annotations[{settings.last_scale_annotation}]"
+            last_scale = parse_time(raw_last, field)
+        key = settings.restart_cost_annotation
+        if annotations.get(key) is not None:
+            cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
+            return _Schedule(last_scale, cost, "annotation")
+    except BadField as exc:
+        raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
+    measured = read_measured(annotations.get(settings.measured_restart_cost_annotation))
+    if measured is not None:
+        return _Schedule(last_scale, measured[0], "measured", measured[1])
+    return _Schedule(last_scale)
+
+
+def _started(obj: Mapping[str, Any]) -> datetime | None:
+    raw_start = dig(obj, "status", "startTime")
+    if raw_start is None:
+        return None
+    try:
+        return parse_time(raw_start, "status.startTime")
+    except BadField:
+        return None  # only an estimate of progress; its absence is not an error
 
 
 def read_measured(value: Any) -> tuple[float, datetime] | None:

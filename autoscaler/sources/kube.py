@@ -203,6 +203,22 @@ class ObjectsApi:
         )
 
 
+@dataclass
+class _Attempts:
+    """Consecutive attempts of a cache that made no progress, counted apart by who
+    failed: an API server that answered (5xx, 429, timeouts) gets exponential back-off
+    to shed its load; one that could not be reached at all (refused, reset mid-stream)
+    costs nothing to retry, so it is retried at least every CONNECT_RETRY_MAX_SECONDS
+    and the cache is current again within about a second of the server's return."""
+
+    answered: int = 0
+    unreachable: int = 0
+    expired_again: bool = False  # a 410 right after our own relist
+
+    def progressed(self) -> None:
+        self.answered = self.unreachable = 0
+
+
 class _Cache:
     """The objects of one resource in one namespace scope (None: all namespaces)."""
 
@@ -256,74 +272,63 @@ class _Cache:
 
     async def run(self) -> None:
         need_list = True
-        # Consecutive attempts that made no progress, counted apart by who failed: an API
-        # server that answered (5xx, 429, timeouts) gets exponential back-off to shed its
-        # load; one that could not be reached at all (refused, reset mid-stream) costs
-        # nothing to retry, so it is retried at least every CONNECT_RETRY_MAX_SECONDS and
-        # the cache is current again within about a second of the server's return.
-        answered = unreachable = 0
-        expired_again = False  # a 410 right after our own relist: do not loop on it
+        tries = _Attempts()
         while True:
-            retry_after = 0.0
             try:
                 if need_list:
                     await self._list()
                     need_list = False
-                    answered = unreachable = 0
+                    tries.progressed()
                 events, seconds = await self._watch()
                 self.counters.watch_restarts += 1
-                expired_again = False
+                tries.expired_again = False
                 if events or seconds >= 1.0:
-                    answered = unreachable = 0
+                    tries.progressed()
                     continue
                 # A server that closes watches at once would make us spin: back off.
-                answered += 1
+                tries.answered += 1
                 log.debug("kube.watch_short", cache=self.name, seconds=round(seconds, 3))
+                wait = self._backoff(tries.answered)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a cache must outlive any surprise
-                # what to do next is kubeapi.classify's verdict, as for every caller
-                failure = classify(exc)
-                if self.optional and failure is ApiFailure.NOT_FOUND:
-                    self._absent()
-                    need_list = True
-                    await asyncio.sleep(ABSENT_RECHECK_SECONDS)
-                    continue
-                if failure is ApiFailure.EXPIRED:
-                    # The server forgot our version (compaction, or a restart that rebuilt
-                    # its watch cache): only a fresh LIST can make the cache current, and
-                    # waiting out a back-off earned while the server was away would plan on
-                    # stale objects meanwhile.
-                    need_list = True
-                    self.counters.relists_410 += 1
-                    log.info(
-                        "kube.watch_expired",
-                        cache=self.name,
-                        resource_version=self.resource_version,
-                    )
-                    self._failed_quietly("watch expired (410 Gone): re-listing")
-                    if not expired_again:
-                        expired_again = True
-                        continue
-                    answered += 1
-                elif failure is ApiFailure.UNREACHABLE:
-                    # refused, reset or cut off mid-answer: the server is not there
-                    # (restart, network); nothing is gained by waiting longer than it
-                    # takes to come back
-                    unreachable += 1
-                    self._failed(exc, error_text(exc))
-                    await asyncio.sleep(min(self._backoff(unreachable), CONNECT_RETRY_MAX_SECONDS))
-                    continue
-                else:
-                    answered += 1
-                    unreachable = 0
-                    if failure is ApiFailure.UNEXPECTED:
-                        self._failed(exc, f"unexpected {error_text(exc)}")
-                        log.exception("kube.cache_unexpected_error", cache=self.name)
-                    else:
-                        self._failed(exc, error_text(exc))
-                        retry_after = _server_wait(exc)
-            await asyncio.sleep(max(self._backoff(answered), retry_after))
+                relist, wait = self._after_failure(exc, tries)
+                need_list = need_list or relist
+            await asyncio.sleep(wait)
+
+    def _after_failure(self, exc: Exception, tries: _Attempts) -> tuple[bool, float]:
+        """Whether the failure calls for a fresh LIST, and the seconds to wait first:
+        kubeapi.classify's verdict, as for every caller."""
+        failure = classify(exc)
+        if self.optional and failure is ApiFailure.NOT_FOUND:
+            self._absent()
+            return True, ABSENT_RECHECK_SECONDS
+        if failure is ApiFailure.EXPIRED:
+            # The server forgot our version (compaction, or a restart that rebuilt its
+            # watch cache): only a fresh LIST can make the cache current, and waiting out
+            # a back-off earned while the server was away would plan on stale objects.
+            self.counters.relists_410 += 1
+            log.info("kube.watch_expired", cache=self.name, resource_version=self.resource_version)
+            self._failed_quietly("watch expired (410 Gone): re-listing")
+            if not tries.expired_again:  # a 410 right after our own relist: do not loop on it
+                tries.expired_again = True
+                return True, 0.0
+            tries.answered += 1
+            return True, self._backoff(tries.answered)
+        if failure is ApiFailure.UNREACHABLE:
+            # refused, reset or cut off mid-answer: the server is not there (restart,
+            # network); nothing is gained by waiting longer than it takes to come back
+            tries.unreachable += 1
+            self._failed(exc, error_text(exc))
+            return False, min(self._backoff(tries.unreachable), CONNECT_RETRY_MAX_SECONDS)
+        tries.answered += 1
+        tries.unreachable = 0
+        if failure is ApiFailure.UNEXPECTED:
+            self._failed(exc, f"unexpected {error_text(exc)}")
+            log.exception("kube.cache_unexpected_error", cache=self.name)
+            return False, self._backoff(tries.answered)
+        self._failed(exc, error_text(exc))
+        return False, max(self._backoff(tries.answered), _server_wait(exc))
 
     def _failed_quietly(self, text: str) -> None:
         """Not current until the relist is done, without a warning for the normal case."""
@@ -447,8 +452,7 @@ class _Cache:
             if response.status != 200:
                 data = await response.read()
                 response.release()
-                # the client's own wrapper, as its LIST would raise (its hint is narrower)
-                raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
+                raise _api_exception(response, data)
             self._recovered()  # connected: whatever failed before works again
             return response
 
@@ -614,8 +618,17 @@ async def _body(response: Any) -> bytes:
     finally:
         response.release()
     if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
+        raise _api_exception(response, data)
     return data
+
+
+def _api_exception(response: Any, data: bytes) -> ApiException:
+    """The exception the client raises for a failed preloaded answer, so that
+    kubeapi.classify reads ours as it reads its own."""
+    # ApiException hints http_resp as aiohttp's ClientResponse, yet the client's own
+    # rest.py passes this RESTResponse wrapper (status, reason, body, headers): the hint
+    # is narrower than the client's use, not our call wrong.
+    return ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
 
 
 def _error_kind(text: str) -> str:
@@ -638,6 +651,40 @@ class _Memo:
     snapshot: KubeObjects | None = None
     records_versions: tuple[int, ...] = ()
     records: Records | None = None
+
+
+@dataclass(frozen=True)
+class _CacheMaker:
+    """What every cache of one KubeSource shares; `make` adds what one cache watches."""
+
+    api: ObjectsApi
+    settings: KubeSettings
+    notify: Callable[[str, str, Any], None]
+    backoff: Callable[[int], float]
+    page_size: int
+    decode: Mapping[str, Decoder]
+
+    def make(
+        self,
+        resource: ResourceKind,
+        namespace: str | None,
+        selector: str = "",
+        optional: bool = False,
+        field_selector: str = "",
+    ) -> _Cache:
+        return _Cache(
+            resource,
+            namespace,
+            selector,
+            self.api,
+            self.settings,
+            self.notify,
+            self.backoff,
+            self.page_size,
+            self.decode[resource.kind],
+            optional,
+            field_selector,
+        )
 
 
 class KubeSource:
@@ -673,52 +720,36 @@ class KubeSource:
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
-        api = ObjectsApi(api_client)
         remember_client(api_client.configuration)
-        # a LIST of big objects is parsed page by page: only one page is held raw at once
-        pages = page_size or settings.kube_list_page_size
+        caches = _CacheMaker(
+            ObjectsApi(api_client),
+            settings,
+            self._notify,
+            self._backoff,
+            # a LIST of big objects is parsed page by page: only one page is held raw at once
+            page_size or settings.kube_list_page_size,
+            decode or decoders(Settings.model_validate({})),
+        )
         namespaces = namespace_scopes(settings.namespaces)
-        decode = decode or decoders(Settings.model_validate({}))
-
-        def cache(
-            resource: ResourceKind,
-            namespace: str | None,
-            selector: str = "",
-            optional: bool = False,
-            field_selector: str = "",
-        ) -> _Cache:
-            return _Cache(
-                resource,
-                namespace,
-                selector,
-                api,
-                settings,
-                self._notify,
-                self._backoff,
-                pages,
-                decode[resource.kind],
-                optional,
-                field_selector,
-            )
-
         selector = settings.label_selector.strip()
         # one list per kind: a PyTorchJob and a Volcano Job may share a name
         self._jobs_by_kind = [
-            [cache(kind, ns, selector, optional=True) for ns in namespaces] for kind in job_kinds
+            [caches.make(kind, ns, selector, optional=True) for ns in namespaces]
+            for kind in job_kinds
         ]
-        self._jobs = [c for caches in self._jobs_by_kind for c in caches]
-        self._podgroups = [cache(PODGROUP, ns) for ns in namespaces]
-        self._queues = [cache(QUEUE, None)]
-        self._priorityclasses = [cache(PRIORITY_CLASS, None)]
+        self._jobs = [c for by_kind in self._jobs_by_kind for c in by_kind]
+        self._podgroups = [caches.make(PODGROUP, ns) for ns in namespaces]
+        self._queues = [caches.make(QUEUE, None)]
+        self._priorityclasses = [caches.make(PRIORITY_CLASS, None)]
         # the cluster's GPUs (nodes) and, for node fit, what bound pods use of them: every
         # namespace's pods, whatever `namespaces` says (they share the nodes)
-        self._nodes = [cache(NODE, None)] if watch_nodes else []
+        self._nodes = [caches.make(NODE, None)] if watch_nodes else []
         self._pods = (
-            [cache(POD, None, field_selector=BOUND_POD_FIELD_SELECTOR)] if watch_pods else []
+            [caches.make(POD, None, field_selector=BOUND_POD_FIELD_SELECTOR)] if watch_pods else []
         )
         # any HPA scaling a job takes it out of our hands (parse.hpa_targets); per namespace
         # like the jobs, and optional like them: a server without autoscaling/v2 has none
-        self._hpas = [cache(HPA, ns, optional=True) for ns in namespaces]
+        self._hpas = [caches.make(HPA, ns, optional=True) for ns in namespaces]
         self._caches = (
             self._jobs
             + self._podgroups
@@ -1039,6 +1070,7 @@ async def make_api_client(settings: KubeOptions) -> ApiClient:
             raise KubeconfigError(f"kubeconfig {source}: {exc}") from None
     else:
         try:
+            # the one loader kubernetes_asyncio ships without annotations
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
