@@ -164,7 +164,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if ignored:
             print(f"{PROG}: warning: {args.snapshot}: {ignored}", file=sys.stderr)
         now = now or snap.now or datetime.now(UTC)
-        result = plan(snap.snapshot(settings), settings.planner_policy(), now)
+        result = plan(snap.snapshot(settings.read_options()), settings.planner_policy(), now)
     if args.output in ("json", "yaml"):
         _write(plan_to_dict(result), args.output)
     else:

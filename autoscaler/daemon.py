@@ -184,7 +184,7 @@ async def live_read(
     try:
         async with asyncio.timeout(settings.cycle_deadline_seconds):
             await kube.list_once()  # a one-shot read: no watches
-            source = LiveSource(settings, kube, prometheus)
+            source = LiveSource(settings.source_options(), kube, prometheus)
             snapshot = await source.read(now)
             return snapshot, source.last_reading
     finally:

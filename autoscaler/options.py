@@ -71,6 +71,26 @@ class Annotations:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReadOptions:
+    """How the objects are read into records (parse.py, the job kinds): which
+    resources are GPUs, our annotations' names, whether pods are read for node fit."""
+
+    gpu_resource_names: tuple[str, ...]
+    annotations: Annotations
+    node_fit: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceOptions:
+    """The daemon's snapshot source: how the readings are joined and trusted."""
+
+    headroom_plugin: HeadroomPlugin
+    cross_check_queue_status: bool
+    kube_max_stale_seconds: float
+    read: ReadOptions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PrometheusOptions:
     """The Prometheus source: where to ask, how, and how to read the answer."""
 

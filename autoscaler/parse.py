@@ -47,8 +47,8 @@ from .model import (
     VolcanoQueue,
     VolcanoView,
 )
+from .options import ReadOptions
 from .resources import WAITING_PHASES, rfc3339
-from .settings import Settings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HPA_KIND = "HorizontalPodAutoscaler"
@@ -207,7 +207,7 @@ def decode_priority_class(obj: Mapping[str, Any]) -> PriorityValue | None:
     return PriorityValue(name, value, obj.get("globalDefault") is True)
 
 
-def decode_queue(obj: Mapping[str, Any], settings: Settings) -> QueueSpec | None:
+def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | None:
     """A Queue's state, and its spec as the scheduler reads it: weight defaults to 1, an
     unreadable figure counts as unset. None for a Queue without a name."""
     name = dig(obj, "metadata", "name")
@@ -217,9 +217,9 @@ def decode_queue(obj: Mapping[str, Any], settings: Settings) -> QueueSpec | None
     weight = dig(obj, "spec", "weight")
     if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
         weight = 1
-    capability = readable_gpus(dig(obj, "spec", "capability"), settings, "spec.capability")
+    capability = readable_gpus(dig(obj, "spec", "capability"), options, "spec.capability")
     guarantee = readable_gpus(
-        dig(obj, "spec", "guarantee", "resource"), settings, "spec.guarantee.resource"
+        dig(obj, "spec", "guarantee", "resource"), options, "spec.guarantee.resource"
     )
     return QueueSpec(
         name,
@@ -227,8 +227,8 @@ def decode_queue(obj: Mapping[str, Any], settings: Settings) -> QueueSpec | None
         weight=float(weight),
         capability=None if capability is None else float(capability),
         guarantee=float(guarantee or 0),
-        deserved=readable_gpus(dig(obj, "spec", "deserved"), settings, "spec.deserved"),
-        allocated=readable_gpus(dig(obj, "status", "allocated"), settings, "status.allocated"),
+        deserved=readable_gpus(dig(obj, "spec", "deserved"), options, "spec.deserved"),
+        allocated=readable_gpus(dig(obj, "status", "allocated"), options, "status.allocated"),
     )
 
 
@@ -244,14 +244,14 @@ _TAINTS_THAT_REPEL = frozenset({"NoSchedule", "NoExecute"})
 _FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def decode_node(obj: Mapping[str, Any], settings: Settings) -> NodeGpus | None:
+def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> NodeGpus | None:
     """A node's allocatable GPUs and whether pods may land on it: Ready, not cordoned, no
     NoSchedule/NoExecute taint (a node tainted for GPU jobs only is left out: the safe
     side, fewer idle GPUs). `used` is filled in when the snapshot is assembled."""
     name = dig(obj, "metadata", "name")
     if not isinstance(name, str) or not name:
         return None
-    allocatable = readable_gpus(dig(obj, "status", "allocatable"), settings, "allocatable")
+    allocatable = readable_gpus(dig(obj, "status", "allocatable"), options, "allocatable")
     ready = any(
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in dig(obj, "status", "conditions") or ()
@@ -264,14 +264,14 @@ def decode_node(obj: Mapping[str, Any], settings: Settings) -> NodeGpus | None:
     return NodeGpus(name, allocatable or 0, 0, schedulable)
 
 
-def decode_pod(obj: Mapping[str, Any], settings: Settings) -> PodUse | None:
+def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
     """The GPUs a bound, unfinished pod holds on its node; None for any other pod."""
     node = dig(obj, "spec", "nodeName")
     if not isinstance(node, str) or not node:
         return None
     if dig(obj, "status", "phase") in _FINISHED_POD_PHASES:
         return None
-    gpus = pod_gpus(obj, settings)
+    gpus = pod_gpus(obj, options)
     return PodUse(node, gpus) if gpus else None
 
 
@@ -285,18 +285,18 @@ def nodes_in_use(nodes: Iterable[NodeGpus], pods: Iterable[PodUse]) -> tuple[Nod
 
 
 def parse_nodes(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], settings: Settings
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], options: ReadOptions
 ) -> tuple[NodeGpus, ...]:
     """Each node's allocatable GPUs and what its bound, unfinished pods request (a pod's
     request: the sum of its containers', or its largest init container's if more, as the
     scheduler counts it), from raw objects."""
     return nodes_in_use(
-        (n for o in nodes if (n := decode_node(o, settings)) is not None),
-        (p for o in pods if (p := decode_pod(o, settings)) is not None),
+        (n for o in nodes if (n := decode_node(o, options)) is not None),
+        (p for o in pods if (p := decode_pod(o, options)) is not None),
     )
 
 
-def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
+def pod_gpus(pod: Mapping[str, Any], options: ReadOptions) -> int:
     """GPUs a pod holds on its node: its containers' requests (a limit alone counts as
     the request, as the API server defaults it), or its largest init container's."""
 
@@ -307,7 +307,7 @@ def pod_gpus(pod: Mapping[str, Any], settings: Settings) -> int:
         if not isinstance(resources, Mapping):
             return 0
         for part in ("requests", "limits"):
-            gpus = readable_gpus(resources.get(part), settings, part)
+            gpus = readable_gpus(resources.get(part), options, part)
             if gpus is not None:
                 return gpus
         return 0
@@ -351,19 +351,19 @@ def volcano_view(
     return VolcanoView(plugin, queues, nodes), out
 
 
-def readable_gpus(resources: Any, settings: Settings, field: str) -> int | None:
+def readable_gpus(resources: Any, options: ReadOptions, field: str) -> int | None:
     """gpu_sum, or None where the figure cannot be read: it then bounds nothing (the
     API server validated these objects; an unreadable one is not ours to report)."""
     try:
-        return gpu_sum(resources, settings, field)
+        return gpu_sum(resources, options, field)
     except BadField:
         return None
 
 
-def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
+def gpu_sum(resources: Any, options: ReadOptions, field: str) -> int | None:
     if not isinstance(resources, Mapping):
         return None
-    present = [n for n in settings.gpu_resource_names if n in resources]
+    present = [n for n in options.gpu_resource_names if n in resources]
     if not present:
         return None
     return sum(parse_quantity(resources[n], f"{field}[{n}]") for n in present)
@@ -374,7 +374,7 @@ def gpu_sum(resources: Any, settings: Settings, field: str) -> int | None:
 
 def parse_job(
     obj: Mapping[str, Any],
-    settings: Settings,
+    options: ReadOptions,
     priorities: Priorities,
     kind: JobKind | None = None,
 ) -> ElasticJob | UnmanagedJob:
@@ -402,7 +402,7 @@ def parse_job(
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
     try:
-        workers = kind.workers(obj, settings)
+        workers = kind.workers(obj, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **exc.known)
     replicas, gpw = workers.replicas, workers.gpus_per_worker
@@ -413,8 +413,8 @@ def parse_job(
         "inflight_gpus": inflight,
     }
     try:
-        min_r, max_r = _elastic_range(obj, kind, workers, settings, known)
-        schedule = _schedule_facts(meta.get("annotations") or {}, settings)
+        min_r, max_r = _elastic_range(obj, kind, workers, options, known)
+        schedule = _schedule_facts(meta.get("annotations") or {}, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **known)
 
@@ -445,7 +445,7 @@ def _elastic_range(
     obj: Mapping[str, Any],
     kind: JobKind,
     workers: Workers,
-    settings: Settings,
+    options: ReadOptions,
     known: dict[str, Any],
 ) -> tuple[int, int]:
     """[min, max] of a job we may resize, else NotManaged with why. The order is what a
@@ -459,7 +459,7 @@ def _elastic_range(
         )
     bad_range: NotManaged | None = None
     try:
-        min_r, max_r = kind.bounds(obj, workers, settings)
+        min_r, max_r = kind.bounds(obj, workers, options)
     except NotManaged as exc:
         if not exc.range_error:
             raise
@@ -467,14 +467,14 @@ def _elastic_range(
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise NotManaged(Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping")
-    paused = annotations.get(settings.paused_annotation)
+    paused = annotations.get(options.annotations.paused)
     if isinstance(paused, str) and paused.strip().lower() == "true":
-        raise NotManaged(Reason.PAUSED, f'annotation {settings.paused_annotation} is "true"')
+        raise NotManaged(Reason.PAUSED, f'annotation {options.annotations.paused} is "true"')
     if bad_range is not None:
         raise bad_range
     known.update(min_replicas=min_r, max_replicas=max_r)
     if workers.gpus_per_worker == 0:
-        names = ", ".join(settings.gpu_resource_names)
+        names = ", ".join(options.gpu_resource_names)
         raise NotManaged(
             Reason.INVALID_SPEC,
             f"{workers.field.removesuffix('.replicas')}.template requests no GPU ({names})",
@@ -497,22 +497,22 @@ class _Schedule:
     measured_for: datetime | None = None
 
 
-def _schedule_facts(annotations: Mapping[str, Any], settings: Settings) -> _Schedule:
+def _schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
     """The last resize and the restart cost (the user's, else our measurement); a
     malformed one of the user's is NotManaged (INVALID_ANNOTATION), ours is measured again."""
     last_scale = None
     try:
-        raw_last = annotations.get(settings.last_scale_annotation)
+        raw_last = annotations.get(options.annotations.last_scale)
         if raw_last is not None:
-            field = f"metadata.annotations[{settings.last_scale_annotation}]"
+            field = f"metadata.annotations[{options.annotations.last_scale}]"
             last_scale = parse_time(raw_last, field)
-        key = settings.restart_cost_annotation
+        key = options.annotations.restart_cost
         if annotations.get(key) is not None:
             cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
             return _Schedule(last_scale, cost, "annotation")
     except BadField as exc:
         raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
-    measured = read_measured(annotations.get(settings.measured_restart_cost_annotation))
+    measured = read_measured(annotations.get(options.annotations.measured_restart_cost))
     if measured is not None:
         return _Schedule(last_scale, measured[0], "measured", measured[1])
     return _Schedule(last_scale)
@@ -571,7 +571,7 @@ def _waiting(obj: Mapping[str, Any]) -> str | None:
 
 
 def parse_podgroup(
-    obj: Mapping[str, Any], settings: Settings, priorities: Priorities
+    obj: Mapping[str, Any], options: ReadOptions, priorities: Priorities
 ) -> PendingGroup | InvalidGroup | None:
     """A waiting PodGroup that needs GPUs, an invalid one, or None (running, done, or
     GPU-free: nothing for the planner to make room for)."""
@@ -592,7 +592,7 @@ def parse_podgroup(
         return InvalidGroup(ref, queue, f"{ref}: spec.minResources must be a mapping")
     gpus = 0
     try:
-        for name in settings.gpu_resource_names:
+        for name in options.gpu_resource_names:
             if name in min_resources:
                 gpus += parse_quantity(min_resources[name], f"spec.minResources[{name}]")
             elif f"requests.{name}" in min_resources:
@@ -707,19 +707,19 @@ def _hpa_skip(
 
 
 def decode_job(
-    obj: Mapping[str, Any], settings: Settings, kind: JobKind | None = None
+    obj: Mapping[str, Any], options: ReadOptions, kind: JobKind | None = None
 ) -> JobRecord:
     """parse_job, with the priority left to resolve: the PriorityClass may come later."""
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
-    job = parse_job(obj, settings, NO_PRIORITIES, kind)
+    job = parse_job(obj, options, NO_PRIORITIES, kind)
     name = kind.priority_class(obj)
     return JobRecord(job, name if isinstance(name, str) else None)
 
 
-def decode_podgroup(obj: Mapping[str, Any], settings: Settings) -> GroupRecord:
+def decode_podgroup(obj: Mapping[str, Any], options: ReadOptions) -> GroupRecord:
     phase = dig(obj, "status", "phase")
     name = dig(obj, "spec", "priorityClassName")
-    group = parse_podgroup(obj, settings, NO_PRIORITIES)
+    group = parse_podgroup(obj, options, NO_PRIORITIES)
     return GroupRecord(
         group.ref if group is not None else _fallback_ref(obj, "PodGroup"),
         group,
@@ -731,20 +731,20 @@ def decode_podgroup(obj: Mapping[str, Any], settings: Settings) -> GroupRecord:
 Decoder = Callable[[Mapping[str, Any]], Any]
 
 
-def decoders(settings: Settings) -> dict[str, Decoder]:
+def decoders(options: ReadOptions) -> dict[str, Decoder]:
     """Kubernetes kind -> the function that decodes one of its objects into the record
     its cache holds (None: nothing the planner reads). The caches and snapshot files
     use the same ones."""
     out: dict[str, Decoder] = {
-        k.resource.kind: partial(decode_job, settings=settings, kind=k) for k in KINDS
+        k.resource.kind: partial(decode_job, options=options, kind=k) for k in KINDS
     }
     out.update(
         {
-            "PodGroup": partial(decode_podgroup, settings=settings),
-            "Queue": partial(decode_queue, settings=settings),
+            "PodGroup": partial(decode_podgroup, options=options),
+            "Queue": partial(decode_queue, options=options),
             "PriorityClass": decode_priority_class,
-            "Node": partial(decode_node, settings=settings),
-            "Pod": partial(decode_pod, settings=settings),
+            "Node": partial(decode_node, options=options),
+            "Pod": partial(decode_pod, options=options),
             HPA_KIND: decode_hpa,
         }
     )
@@ -764,15 +764,15 @@ class Records:
     hpas: tuple[HpaTarget, ...] = ()
 
     @classmethod
-    def decode(cls, raw: RawObjects, settings: Settings) -> Records:
+    def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
         """Raw objects (a snapshot file's) through the caches' decoders."""
 
         def each(objects: Iterable[Mapping[str, Any]], decode: Decoder) -> tuple[Any, ...]:
             return tuple(r for o in objects if (r := decode(o)) is not None)
 
-        by_kind = decoders(settings)
+        by_kind = decoders(options)
         return cls(
-            jobs=tuple(decode_job(o, settings) for o in raw.jobs),
+            jobs=tuple(decode_job(o, options) for o in raw.jobs),
             groups=each(raw.podgroups, by_kind["PodGroup"]),
             queues=each(raw.queues, by_kind["Queue"]),
             priorities=each(raw.priorityclasses, by_kind["PriorityClass"]),
@@ -847,7 +847,7 @@ def assemble(records: Records) -> Assembled:
 def build_snapshot(
     objects: RawObjects | Records,
     free: Mapping[str, QueueState],
-    settings: Settings,
+    options: ReadOptions,
     *,
     problem: Reason | None = None,
     message: str = "",
@@ -867,14 +867,14 @@ def build_snapshot(
     queues to check against: Volcano itself always keeps its `default` queue."""
 
     if assembled is None:
-        records = Records.decode(objects, settings) if isinstance(objects, RawObjects) else objects
+        records = Records.decode(objects, options) if isinstance(objects, RawObjects) else objects
         assembled = assemble(records)
     a = assembled
     queues = _queue_states(a, free, queues_listed)
     view = None
     if plugin is not None:
         view, queues = volcano_view(plugin, queues, a.queues, a.nodes)
-        if a.nodes is not None and not settings.node_fit:
+        if a.nodes is not None and not options.node_fit:
             view = replace(
                 view,
                 nodes=None,

@@ -34,7 +34,9 @@ from .options import (
     LeaderOptions,
     LoopOptions,
     PrometheusOptions,
+    ReadOptions,
     ServerOptions,
+    SourceOptions,
     StatusOptions,
     check_lease_timing,
 )
@@ -491,6 +493,12 @@ class Settings(BaseSettings):
     def annotations(self) -> Annotations:
         return Annotations(self.annotation_prefix)
 
+    def read_options(self) -> ReadOptions:
+        return self._section(ReadOptions, annotations=self.annotations)
+
+    def source_options(self) -> SourceOptions:
+        return self._section(SourceOptions, read=self.read_options())
+
     def prometheus_options(self) -> PrometheusOptions:
         return self._section(PrometheusOptions)
 
@@ -517,27 +525,6 @@ class Settings(BaseSettings):
 
     def server_options(self) -> ServerOptions:
         return self._section(ServerOptions)
-
-    # the annotation names, for the readers that still take the whole Settings
-    @property
-    def last_scale_annotation(self) -> str:
-        return self.annotations.last_scale
-
-    @property
-    def restart_cost_annotation(self) -> str:
-        return self.annotations.restart_cost
-
-    @property
-    def measured_restart_cost_annotation(self) -> str:
-        return self.annotations.measured_restart_cost
-
-    @property
-    def paused_annotation(self) -> str:
-        return self.annotations.paused
-
-    @property
-    def paddle_elastic_annotation(self) -> str:
-        return self.annotations.paddle_elastic
 
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ import yaml
 
 from .fields import BadField, parse_time
 from .model import ClusterSnapshot, Plugin, QueueState, Reason, VolcanoQueue
+from .options import ReadOptions
 from .parse import RawObjects, build_snapshot
-from .settings import Settings
 
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
 
@@ -43,10 +43,10 @@ class SnapshotFile:
     raw: RawObjects
     plugin: Plugin | None = None
 
-    def snapshot(self, settings: Settings) -> ClusterSnapshot:
+    def snapshot(self, options: ReadOptions) -> ClusterSnapshot:
         # Node objects bound even given free GPUs by the nodes' idle GPUs
         plugin = self.plugin or (Plugin.GIVEN if self.raw.nodes else None)
-        return build_snapshot(self.raw, self.free, settings, plugin=plugin)
+        return build_snapshot(self.raw, self.free, options, plugin=plugin)
 
 
 _VOLCANO_FIELDS = ("allocated", "request", "inqueue", "real_capacity", "deserved")

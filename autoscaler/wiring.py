@@ -53,7 +53,7 @@ def build_sources(
         settings.kube_options(),
         api_client,
         on_change,
-        decode=decoders(settings),
+        decode=decoders(settings.read_options()),
         job_kinds=[k.resource for k in job_kinds(settings)],
         watch_nodes=True,
         watch_pods=settings.node_fit,
@@ -189,7 +189,7 @@ def build(
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),
-        LiveSource(settings, kube, prometheus, metrics),
+        LiveSource(settings.source_options(), kube, prometheus, metrics),
         actuator or build_actuator(settings, api_client, out),
         metrics,
         may_write=lambda: elector.is_leader,

@@ -144,7 +144,8 @@ def main() -> int:
         raw_objects = RawObjects(jobs=tuple(raw))
         plan_s = timed(lambda snap=snap: plan(snap, settings.planner_policy(), NOW), args.repeat)
         parse_s = timed(
-            lambda r=raw_objects, s=states: build_snapshot(r, s, settings), max(1, args.repeat // 2)
+            lambda r=raw_objects, s=states: build_snapshot(r, s, settings.read_options()),
+            max(1, args.repeat // 2),
         )
         actions = len(plan(snap, settings.planner_policy(), NOW).actions)
         print(

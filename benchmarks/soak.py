@@ -772,7 +772,9 @@ def run_soak(
         snapshot = world.snapshot(free, problem, message)
         result = planner(snapshot, planner_policy, now)
         if mode == "parse":
-            parsed = build_snapshot(world.raw(), free, policy, problem=problem, message=message)
+            parsed = build_snapshot(
+                world.raw(), free, policy.read_options(), problem=problem, message=message
+            )
             from_raw = planner(parsed, planner_policy, now)
             if _plan_key(from_raw) != _plan_key(result):
                 diff = set(_plan_key(from_raw)[0]) ^ set(_plan_key(result)[0])

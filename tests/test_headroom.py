@@ -505,7 +505,7 @@ def test_nodes_count_bound_unfinished_pods_and_only_schedulable_nodes():
             _pod("", gpus=(8,)),  # not bound
             _pod("e", gpus=(2,), phase="Pending"),  # bound, not running yet: holds its GPUs
         ],
-        make_settings(),
+        make_settings().read_options(),
     )
     by_name = {n.name: n for n in got}
     assert by_name["a"] == NodeGpus("a", 8, 8, True)
@@ -532,7 +532,7 @@ def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
     states = {
         "busy": QueueState("busy", None, volcano=VolcanoQueue("busy", allocated=2, request=2))
     }
-    snap = build_snapshot(raw, states, make_settings(), plugin=Plugin.PROPORTION)
+    snap = build_snapshot(raw, states, make_settings().read_options(), plugin=Plugin.PROPORTION)
     assert snap.volcano is not None and snap.volcano.queues["idle"] == VolcanoQueue("idle")
     snap = replace(
         snap,
@@ -549,7 +549,7 @@ def test_nodes_and_pods_are_kept_as_their_gpus_and_give_what_whole_ones_give():
     from autoscaler.model import PodUse
     from autoscaler.parse import decode_node, decode_pod, nodes_in_use, parse_nodes
 
-    s = make_settings()
+    s = make_settings().read_options()
     nodes = [_node("a", "8"), _node("b", "4", taints=[{"key": "k", "effect": "NoSchedule"}])]
     pods = [_pod("a", gpus=(1, 2)), _pod("a", init=(4,)), _pod("b", phase="Failed")]
     for p in pods:

@@ -41,7 +41,7 @@ PS = {
 
 
 def parsed(obj):
-    return parse_job(obj, S, NOPRIO)
+    return parse_job(obj, S.read_options(), NOPRIO)
 
 
 def test_every_kind_is_registered_once_and_known_to_settings():
@@ -229,7 +229,7 @@ def test_a_batch_v1_job_is_not_a_volcano_job():
 
 def test_same_name_in_two_kinds_is_two_jobs_not_a_duplicate():
     raw = RawObjects.from_objects([pytorchjob("a"), vcjob("a"), paddlejob("a")])
-    s = build_snapshot(raw, free_gpu_states({"team-a": 4}), S)
+    s = build_snapshot(raw, free_gpu_states({"team-a": 4}), S.read_options())
     assert sorted(j.ref.kind for j in s.jobs) == ["Job", "PaddleJob", "PyTorchJob"]
     assert not s.unmanaged
 
@@ -273,7 +273,7 @@ def test_the_cache_record_of_each_kind_is_what_parsing_the_whole_object_gives(ob
     whole["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
         "x" * 5000
     )
-    assert decoders(S)[whole["kind"]](whole).job == parsed(whole)
+    assert decoders(S.read_options())[whole["kind"]](whole).job == parsed(whole)
 
 
 @pytest.mark.parametrize("kind", ["Job", "PaddleJob", "PyTorchJob"])

@@ -213,7 +213,7 @@ async def test_a_read_where_no_cache_changed_does_not_assemble_again(
         settings = settings_for(prom.url)
         async with running(client, **settings.model_dump(exclude_unset=True)) as source:
             prometheus = PrometheusSource(settings)
-            live = LiveSource(settings, source, prometheus)
+            live = LiveSource(settings.source_options(), source, prometheus)
             try:
                 first = await live.read(NOW)
                 second = await live.read(NOW)

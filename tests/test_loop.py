@@ -404,7 +404,7 @@ def test_next_start_debounces_triggers():
 def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, early):
     from autoscaler.parse import decoders
 
-    record = decoders(Settings())[kind](copy.deepcopy(obj))  # what the cache holds
+    record = decoders(Settings().read_options())[kind](copy.deepcopy(obj))  # what the cache holds
     assert wants_early_cycle(kind, etype, record) is early
 
 

@@ -41,7 +41,7 @@ OPT_IN = "elastic-autoscaler.io/paddle-elastic"
 
 
 def _parse(obj: dict[str, Any]) -> ElasticJob | UnmanagedJob:
-    return parse_job(obj, S, NOPRIO)
+    return parse_job(obj, S.read_options(), NOPRIO)
 
 
 def _no_min_available(obj: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def test_pkg_controller_v1_pytorch_hpa_go_ReconcileHPA_leaves_its_hpa_behind(
     HPA it made outlives the field (and users make their own). Any HPA scaling the job
     takes it out of our hands, named in the message."""
     job = pytorchjob("job")  # no metrics
-    snapshot = build_snapshot(RawObjects(jobs=(job,), hpas=tuple(hpas)), {}, S)
+    snapshot = build_snapshot(RawObjects(jobs=(job,), hpas=tuple(hpas)), {}, S.read_options())
     if not skipped:
         assert [j.ref.name for j in snapshot.jobs] == ["job"]
         return
@@ -229,7 +229,7 @@ def test_an_hpa_of_a_volcano_job_is_matched_by_its_api_group() -> None:
     mine = hpa("h", target="vc", kind="Job", api_version="batch.volcano.sh/v1alpha1")
     batch = hpa("k8s", target="vc", kind="Job", api_version="batch/v1")  # not a Volcano Job
     assert hpa_targets([mine, batch]) == {("ml", "Job", "vc"): ["h"]}
-    snapshot = build_snapshot(RawObjects(jobs=(vc,), hpas=(batch,)), {}, S)
+    snapshot = build_snapshot(RawObjects(jobs=(vc,), hpas=(batch,)), {}, S.read_options())
     assert [j.ref.name for j in snapshot.jobs] == ["vc"]
 
 
@@ -237,20 +237,20 @@ def test_an_hpa_does_not_hide_why_a_job_is_not_managed_anyway() -> None:
     """Finished, invalid or not-elastic jobs keep their own reason: the HPA matters only
     for a job we would resize."""
     done = pytorchjob("job", conditions=[{"type": "Succeeded", "status": "True"}])
-    snapshot = build_snapshot(RawObjects(jobs=(done,), hpas=(OPERATOR_HPA,)), {}, S)
+    snapshot = build_snapshot(RawObjects(jobs=(done,), hpas=(OPERATOR_HPA,)), {}, S.read_options())
     assert snapshot.unmanaged[0].reason is Reason.FINISHED
 
 
 def test_an_hpa_that_appears_later_is_seen_though_the_job_did_not_change() -> None:
     """A job is decoded once, when it arrives; an HPA comes and goes on its own, and
     is resolved against the job's record when the snapshot is assembled."""
-    record = decode_job(pytorchjob("job"), S)
-    first = build_snapshot(Records(jobs=(record,)), {}, S)
+    record = decode_job(pytorchjob("job"), S.read_options())
+    first = build_snapshot(Records(jobs=(record,)), {}, S.read_options())
     assert [j.ref.name for j in first.jobs] == ["job"]
     hpas = (decode_hpa(OPERATOR_HPA),)
-    second = build_snapshot(Records(jobs=(record,), hpas=hpas), {}, S)
+    second = build_snapshot(Records(jobs=(record,), hpas=hpas), {}, S.read_options())
     assert second.jobs == () and second.unmanaged[0].reason is Reason.OPERATOR_HPA
-    third = build_snapshot(Records(jobs=(record,)), {}, S)
+    third = build_snapshot(Records(jobs=(record,)), {}, S.read_options())
     assert [j.ref.name for j in third.jobs] == ["job"]
 
 
@@ -274,7 +274,7 @@ def test_a_snapshot_file_takes_hpas_and_bad_ones_are_ignored() -> None:
     }
     loaded = parse_snapshot_data(data)
     assert len(loaded.raw.hpas) == 3
-    snapshot = loaded.snapshot(S)
+    snapshot = loaded.snapshot(S.read_options())
     assert snapshot.unmanaged[0].reason is Reason.OPERATOR_HPA
     assert plan(snapshot, policy(), NOW).actions == ()
 

@@ -29,7 +29,7 @@ NOPRIO = Priorities({})
 
 
 def parsed(obj, settings=P, prio=NOPRIO):
-    return parse_job(obj, settings, prio)
+    return parse_job(obj, settings.read_options(), prio)
 
 
 def test_elastic_job_fields():
@@ -338,7 +338,7 @@ def test_finished_job_holds_nothing():
     ],
 )
 def test_waiting_podgroups(obj, gpus, phase):
-    g = parse_podgroup(obj, P, NOPRIO)
+    g = parse_podgroup(obj, P.read_options(), NOPRIO)
     assert isinstance(g, PendingGroup) and g.gpus == gpus and g.phase == phase
 
 
@@ -352,18 +352,20 @@ def test_waiting_podgroups(obj, gpus, phase):
     ],
 )
 def test_podgroups_that_need_no_room(obj):
-    assert parse_podgroup(obj, P, NOPRIO) is None
+    assert parse_podgroup(obj, P.read_options(), NOPRIO) is None
 
 
 def test_podgroup_owner_priority_and_queue():
     prio = Priorities.parse([priority_class("high", 1000)])
-    g = parse_podgroup(podgroup(owner="trainer", priority_class="high", queue="team-z"), P, prio)
+    g = parse_podgroup(
+        podgroup(owner="trainer", priority_class="high", queue="team-z"), P.read_options(), prio
+    )
     assert g.owner.name == "trainer" and g.owner.kind == "PyTorchJob"
     assert g.priority == 1000 and g.queue == "team-z"
 
 
 def test_podgroup_with_garbage_min_resources():
-    g = parse_podgroup(podgroup(gpus="lots"), P, NOPRIO)
+    g = parse_podgroup(podgroup(gpus="lots"), P.read_options(), NOPRIO)
     assert isinstance(g, InvalidGroup) and "spec.minResources[nvidia.com/gpu]" in g.message
 
 
@@ -378,7 +380,7 @@ def test_snapshot_marks_queues_without_a_reading_unknown():
             queue_obj("team-c", "Closed"),
         ]
     )
-    snap = build_snapshot(raw, free_gpu_states({"team-a": 2, "team-c": 5}), P)
+    snap = build_snapshot(raw, free_gpu_states({"team-a": 2, "team-c": 5}), P.read_options())
     assert snap.queues["team-a"].free_gpus == 2
     assert snap.queues["team-b"].free_gpus is None
     assert snap.queues["team-b"].problem is Reason.METRICS_MISSING
@@ -389,7 +391,7 @@ def test_duplicates_are_reported_and_same_name_in_other_namespace_is_distinct():
     raw = RawObjects.from_objects(
         [pytorchjob("a", "ns1"), pytorchjob("a", "ns1"), pytorchjob("a", "ns2")]
     )
-    snap = build_snapshot(raw, free_gpu_states({"team-a": 2}), P)
+    snap = build_snapshot(raw, free_gpu_states({"team-a": 2}), P.read_options())
     assert len(snap.jobs) == 2
     assert [u.reason for u in snap.unmanaged] == [Reason.DUPLICATE]
 
@@ -418,12 +420,12 @@ def test_a_priority_class_resolves_on_records_decoded_before_it_came():
 
     free = free_gpu_states({"team-a": 2})
     a, b = pytorchjob("a"), pytorchjob("b")
-    records = Records(jobs=(decode_job(a, P), decode_job(b, P)))
-    first = build_snapshot(records, free, P)
+    records = Records(jobs=(decode_job(a, P.read_options()), decode_job(b, P.read_options())))
+    first = build_snapshot(records, free, P.read_options())
     assert first.jobs[0] is records.jobs[0].job  # nothing to resolve: the record itself
-    assert first == build_snapshot(RawObjects.from_objects([a, b]), free, P)
+    assert first == build_snapshot(RawObjects.from_objects([a, b]), free, P.read_options())
     later = replace(records, priorities=(PriorityValue("x", 1, True),))
-    second = build_snapshot(later, free, P)
+    second = build_snapshot(later, free, P.read_options())
     assert [j.priority for j in second.jobs] == [1, 1]
     assert second == build_snapshot(
         RawObjects.from_objects([a, b, priority_class("x", 1, True)]), free, P
@@ -441,7 +443,7 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
 
     free = free_gpu_states({"agree": 4, "near": 5, "off": 12, "no-spec": 3})
     queues = [q("agree", 8, "4"), q("near", "8", 4), q("off", 8, 4), queue_obj("no-spec")]
-    out = cross_check_free(free, [decode_queue(o, P) for o in queues], P)
+    out = cross_check_free(free, [decode_queue(o, P.read_options()) for o in queues])
     assert out["agree"].free_gpus == 4 and out["near"].free_gpus == 5
     assert out["no-spec"].free_gpus == 3
     assert out["off"].free_gpus is None and out["off"].problem is Reason.METRICS_INVALID
@@ -462,7 +464,7 @@ def test_cross_check_compares_the_allocated_metric_with_queue_status():
 
     free = {"agree": state("agree", 4), "near": state("near", 5), "off": state("off", 12)}
     queues = [q("agree", "4"), q("near", "4"), q("off", "4")]
-    out = cross_check_free(free, [decode_queue(o, P) for o in queues], P)
+    out = cross_check_free(free, [decode_queue(o, P.read_options()) for o in queues])
     assert out["agree"] is free["agree"] and out["near"] is free["near"]
     assert out["off"].problem is Reason.METRICS_INVALID
     assert "Prometheus says 12 GPUs allocated" in out["off"].message
@@ -490,14 +492,14 @@ def test_what_a_cache_keeps_is_what_a_snapshot_file_gives(obj):
     annotations = whole["metadata"].get("annotations")
     if isinstance(annotations, dict):  # kubectl apply's copy of the whole object
         annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{" + "x" * 5000 + "}"
-    record = decoders(P)[whole["kind"]](whole)
+    record = decoders(P.read_options())[whole["kind"]](whole)
     free = free_gpu_states({"team-a": 2})
     if whole.get("kind") == "PodGroup":
-        assert record.group == parse_podgroup(whole, P, NOPRIO)
+        assert record.group == parse_podgroup(whole, P.read_options(), NOPRIO)
         cached = Records(groups=(record,))
     else:
         assert record.job == parsed(whole)
         cached = Records(jobs=(record,))
-    assert build_snapshot(cached, free, P) == build_snapshot(
+    assert build_snapshot(cached, free, P.read_options()) == build_snapshot(
         RawObjects.from_objects([whole]), free, P
     )

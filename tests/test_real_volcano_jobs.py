@@ -153,7 +153,7 @@ async def _until(
 
 
 def _parsed(live: dict[str, Any]) -> ElasticJob:
-    job = parse_job(live, Settings(), Priorities({}))
+    job = parse_job(live, Settings().read_options(), Priorities({}))
     assert isinstance(job, ElasticJob), job
     return job
 

@@ -67,13 +67,13 @@ def reasons(p):
     ],
 )
 def test_restart_cost_is_read_from_the_job(notes, cost, source):
-    job = parse_job(pytorchjob(annotations=notes), S, Priorities({}))
+    job = parse_job(pytorchjob(annotations=notes), S.read_options(), Priorities({}))
     assert job.restart_cost_seconds == cost and job.restart_cost_source == source
 
 
 @pytest.mark.parametrize("value", ["fast", "-5", "nan", "1e9", True])
 def test_a_bad_restart_cost_annotation_names_the_field(value):
-    job = parse_job(pytorchjob(annotations={COST: value}), S, Priorities({}))
+    job = parse_job(pytorchjob(annotations={COST: value}), S.read_options(), Priorities({}))
     assert isinstance(job, UnmanagedJob) and job.reason is Reason.INVALID_ANNOTATION
     assert f"metadata.annotations[{COST}]" in job.message
 
@@ -258,6 +258,6 @@ def test_a_resized_job_whose_workers_all_run_triggers_an_early_cycle(notes, acti
     from autoscaler.parse import decode_job
 
     obj = pytorchjob(replicas=2, active=active, annotations=notes)
-    record = decode_job(obj, S)
+    record = decode_job(obj, S.read_options())
     assert restart_done(record) is early
     assert record.awaits_restart_measure is early

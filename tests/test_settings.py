@@ -27,7 +27,7 @@ def test_defaults_match_the_documented_policy():
     assert s.growth_policy == "fill" and s.min_step_workers == 1
     assert s.reserve_gpus_per_queue == 0 and s.gpu_resource_names == ["nvidia.com/gpu"]
     assert s.annotation_prefix == "elastic-autoscaler.io" and s.interval_seconds == 120
-    assert s.last_scale_annotation == "elastic-autoscaler.io/last-scale-time"
+    assert s.annotations.last_scale == "elastic-autoscaler.io/last-scale-time"
 
 
 def test_env_over_file_over_defaults(tmp_path, monkeypatch):
@@ -126,6 +126,8 @@ def test_each_component_gets_its_own_frozen_section():
         s.loop_options(),
         s.status_options(),
         s.server_options(),
+        s.read_options(),
+        s.source_options(),
     ]
     for section in sections:
         for f in dataclasses.fields(section):
@@ -134,12 +136,14 @@ def test_each_component_gets_its_own_frozen_section():
             if f.name in Settings.model_fields and f.name != "leader_election":
                 own = getattr(s, f.name)
                 assert value == (tuple(own) if isinstance(own, list) else own), f.name
-            else:  # derived at the edge: the annotation names, whether to elect
-                assert f.name in ("annotations", "leader_election"), f.name
+            else:  # derived at the edge: the annotation names, whether to elect, a part
+                assert f.name in ("annotations", "leader_election", "read"), f.name
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(section, dataclasses.fields(section)[0].name, None)
     assert s.kube_options().namespaces == ("a", "b")
     assert s.actuator_options().annotations.last_scale == "example.com/last-scale-time"
+    assert s.read_options().annotations.paused == "example.com/paused"
+    assert s.source_options().read == s.read_options()
     # the switch, written once: a dry run never elects (it writes nothing, the Lease too)
     assert s.leader_options().leader_election is True
     assert Settings(dry_run=True).leader_options().leader_election is False

@@ -178,7 +178,7 @@ def test_a_steady_cycle_is_not_a_change_but_a_new_reason_is():
 def test_the_configmap_data_round_trips_and_garbage_is_named():
     example = load_snapshot_file(ROOT / "config" / "example-snapshot.yaml")
     settings = Settings()
-    snapshot = example.snapshot(settings)
+    snapshot = example.snapshot(settings.read_options())
     doc = cycle(snapshot, at=example.now, identity="pod-1", version="1.2.3")
     data = to_data(doc)
     assert list(data) == [DATA_KEY]
@@ -200,7 +200,7 @@ def test_every_job_of_the_example_is_explained():
     """The views: `status` lists what is not settled, `explain` says why each job of the
     example is (not) growing."""
     example = load_snapshot_file(ROOT / "config" / "example-snapshot.yaml")
-    snapshot = example.snapshot(Settings())
+    snapshot = example.snapshot(Settings().read_options())
     doc = cycle(snapshot, at=example.now)
     table = status_table(doc)
     assert "nlp/bert-pretrain" in table and "requested 8->4" in table

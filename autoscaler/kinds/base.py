@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from ..fields import BadField, gpus_per_worker, int_field
 from ..model import Reason
+from ..options import ReadOptions
 from ..resources import ResourceKind
-from ..settings import Settings
 
 
 class NotManaged(Exception):
@@ -60,11 +60,11 @@ class JobKind(Protocol):
     def finished(self, obj: Mapping[str, Any]) -> tuple[Reason, str] | None:
         """FINISHED or SUSPENDED with why, or None for a job that may run."""
 
-    def workers(self, obj: Mapping[str, Any], settings: Settings) -> Workers:
+    def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         """The worker group; raises NotManaged (naming the field) when it cannot be read."""
 
     def bounds(
-        self, obj: Mapping[str, Any], workers: Workers, settings: Settings
+        self, obj: Mapping[str, Any], workers: Workers, options: ReadOptions
     ) -> tuple[int, int]:
         """min and max workers; raises NotManaged (NOT_ELASTIC, INVALID_POLICY, ...)."""
 
@@ -90,7 +90,7 @@ def read_workers(
     default_replicas: int,
     active: Any,
     active_field: str,
-    settings: Settings,
+    options: ReadOptions,
     at: str = "",
 ) -> Workers:
     """A worker group (`group` at `where`: its replicas and pod template) and the count
@@ -101,7 +101,7 @@ def read_workers(
         raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
     try:
         gpw = gpus_per_worker(
-            group.get("template"), settings.gpu_resource_names, f"{where}.template"
+            group.get("template"), options.gpu_resource_names, f"{where}.template"
         )
     except BadField as exc:
         raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None

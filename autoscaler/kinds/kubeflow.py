@@ -16,6 +16,7 @@ from typing import Any
 
 from ..fields import BadField, dig, int_field
 from ..model import Reason
+from ..options import ReadOptions
 from ..resources import (
     FINISHED_CONDITIONS,
     MERGE_PATCH,
@@ -24,7 +25,6 @@ from ..resources import (
     VOLCANO_QUEUE_ANNOTATION,
     ResourceKind,
 )
-from ..settings import Settings
 from .base import NotManaged, Workers, Write, read_workers
 
 DEFAULT_QUEUE = "default"
@@ -63,32 +63,32 @@ class KubeflowJob:
             return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
         return None
 
-    def workers(self, obj: Mapping[str, Any], settings: Settings) -> Workers:
+    def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         where = f"spec.{self.replica_specs}.Worker"
         worker = dig(obj, "spec", self.replica_specs, "Worker")
         if not isinstance(worker, Mapping):
             raise NotManaged(Reason.INVALID_SPEC, f"{where} is missing")
         active = dig(obj, "status", "replicaStatuses", "Worker", "active")
         return read_workers(
-            worker, where, 1, active, "status.replicaStatuses.Worker.active", settings
+            worker, where, 1, active, "status.replicaStatuses.Worker.active", options
         )
 
     def bounds(
-        self, obj: Mapping[str, Any], workers: Workers, settings: Settings
+        self, obj: Mapping[str, Any], workers: Workers, options: ReadOptions
     ) -> tuple[int, int]:
         elastic = dig(obj, "spec", "elasticPolicy")
         if elastic is None:
             raise NotManaged(Reason.NOT_ELASTIC, "spec.elasticPolicy is not set")
         if not isinstance(elastic, Mapping):
             raise NotManaged(Reason.INVALID_POLICY, "spec.elasticPolicy must be a mapping")
-        self._check_elastic(obj, elastic, settings)
+        self._check_elastic(obj, elastic, options)
         try:
             return _elastic_bounds(elastic, workers.replicas)
         except BadField as exc:
             raise NotManaged(Reason.INVALID_POLICY, str(exc), range_error=True) from None
 
     def _check_elastic(
-        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], settings: Settings
+        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], options: ReadOptions
     ) -> None:
         """What besides elasticPolicy the kind needs before it may be resized."""
         # pytorch/hpa.go ReconcileHPA: elasticPolicy.metrics makes an HPA of the same name
@@ -170,11 +170,11 @@ class PaddleJob(KubeflowJob):
         return "PaddleJob()"
 
     def _check_elastic(
-        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], settings: Settings
+        self, obj: Mapping[str, Any], elastic: Mapping[str, Any], options: ReadOptions
     ) -> None:
         # no ReconcileHPA for PaddleJob: elasticPolicy.metrics makes no HPA; a user's HPA
         # is found by the HPA cache like any other
-        key = settings.paddle_elastic_annotation
+        key = options.annotations.paddle_elastic
         annotations = dig(obj, "metadata", "annotations")
         value = annotations.get(key) if isinstance(annotations, Mapping) else None
         if value is None:

@@ -26,8 +26,8 @@ from typing import Any
 
 from ..fields import BadField, dig, int_field
 from ..model import Reason
+from ..options import ReadOptions
 from ..resources import JSON_PATCH, VCJOB
-from ..settings import Settings
 from .base import NotManaged, Workers, Write, read_workers
 
 DEFAULT_QUEUE = "default"
@@ -56,21 +56,21 @@ class VolcanoJob:
             return Reason.SUSPENDED, f"status.state.phase is {phase}"
         return None
 
-    def workers(self, obj: Mapping[str, Any], settings: Settings) -> Workers:
+    def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         tasks = _tasks(obj)
-        index, _ = self._elastic_task(obj, tasks, settings)
+        index, _ = self._elastic_task(obj, tasks, options)
         task = tasks[index]
         name = task["name"]
         where = f"spec.tasks[{index}]"
         active = dig(obj, "status", "taskStatusCount", name, "phase", "Running")
         field = f"status.taskStatusCount[{name}].phase.Running"
-        return read_workers(task, where, 0, active, field, settings, f"{index}:{name}")
+        return read_workers(task, where, 0, active, field, options, f"{index}:{name}")
 
     def bounds(
-        self, obj: Mapping[str, Any], workers: Workers, settings: Settings
+        self, obj: Mapping[str, Any], workers: Workers, options: ReadOptions
     ) -> tuple[int, int]:
         tasks = _tasks(obj)
-        index, max_r = self._elastic_task(obj, tasks, settings)
+        index, max_r = self._elastic_task(obj, tasks, options)
         task = tasks[index]
         where = f"spec.tasks[{index}]"
         try:
@@ -89,7 +89,7 @@ class VolcanoJob:
         if max_r < min_r:
             raise NotManaged(
                 Reason.INVALID_ANNOTATION,
-                f"annotation {_annotation(settings)} says at most {max_r} worker(s), below "
+                f"annotation {_annotation(options)} says at most {max_r} worker(s), below "
                 f"the {min_r} that {where} needs (spec.minAvailable={gang_min}, "
                 f"{others} replica(s) in other tasks)",
                 range_error=True,
@@ -148,10 +148,10 @@ class VolcanoJob:
     # ---- the elastic task ---------------------------------------------------------------
 
     def _elastic_task(
-        self, obj: Mapping[str, Any], tasks: list[Mapping[str, Any]], settings: Settings
+        self, obj: Mapping[str, Any], tasks: list[Mapping[str, Any]], options: ReadOptions
     ) -> tuple[int, int]:
         """(index of the elastic task, its max) from the max-replicas annotation."""
-        key = _annotation(settings)
+        key = _annotation(options)
         annotations = dig(obj, "metadata", "annotations")
         if annotations is not None and not isinstance(annotations, Mapping):
             raise NotManaged(Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping")
@@ -201,8 +201,8 @@ class VolcanoJob:
         return index, max_r
 
 
-def _annotation(settings: Settings) -> str:
-    return settings.annotations.max_replicas
+def _annotation(options: ReadOptions) -> str:
+    return options.annotations.max_replicas
 
 
 def _tasks(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -728,7 +728,7 @@ class KubeSource:
             self._backoff,
             # a LIST of big objects is parsed page by page: only one page is held raw at once
             page_size or settings.kube_list_page_size,
-            decode or decoders(Settings.model_validate({})),
+            decode or decoders(Settings.model_validate({}).read_options()),
         )
         namespaces = namespace_scopes(settings.namespaces)
         selector = settings.label_selector.strip()

@@ -11,8 +11,8 @@ import structlog
 
 from ..metrics import Metrics
 from ..model import ClusterSnapshot, Plugin, QueueSpec, QueueState, Reason
+from ..options import SourceOptions
 from ..parse import Assembled, Records, assemble, build_snapshot
-from ..settings import Settings
 from .prom_answer import FreeGpuReading, PromError
 
 log = structlog.get_logger("autoscaler.sources.live")
@@ -24,10 +24,10 @@ class LiveSource:
     """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
 
     def __init__(
-        self, settings: Settings, kube: Any, prometheus: Any, metrics: Metrics | None = None
+        self, options: SourceOptions, kube: Any, prometheus: Any, metrics: Metrics | None = None
     ) -> None:
-        self.settings, self.kube, self.prometheus, self.metrics = (
-            settings,
+        self.options, self.kube, self.prometheus, self.metrics = (
+            options,
             kube,
             prometheus,
             metrics,
@@ -56,9 +56,9 @@ class LiveSource:
             self._assembled = (records, assemble(records))
         problem, message = reading.problem, reading.message
         free = reading.queues
-        if self.settings.cross_check_queue_status:
-            free = cross_check_free(free, objects.queues, self.settings)
-        stale = objects.failing_seconds > self.settings.kube_max_stale_seconds
+        if self.options.cross_check_queue_status:
+            free = cross_check_free(free, objects.queues)
+        stale = objects.failing_seconds > self.options.kube_max_stale_seconds
         if not objects.synced or stale:
             # half a picture could hide a pending gang or a job's real size: hold
             problem = Reason.METRICS_UNAVAILABLE
@@ -72,7 +72,7 @@ class LiveSource:
         return build_snapshot(
             records,
             free,
-            self.settings,
+            self.options.read,
             problem=problem,
             message=message,
             assembled=self._assembled[1],
@@ -89,10 +89,10 @@ class LiveSource:
         log.info(
             "headroom.plugin",
             plugin=str(plugin),
-            setting=str(self.settings.headroom_plugin),
+            setting=str(self.options.headroom_plugin),
             previous=str(self.plugin) if self.plugin is not None else None,
             note="auto: capacity when real-capacity series are exported, else proportion"
-            if self.settings.headroom_plugin == "auto"
+            if self.options.headroom_plugin == "auto"
             else "as set",
         )
         self.plugin = plugin
@@ -121,7 +121,7 @@ class LiveSource:
 
 
 def cross_check_free(
-    free: Mapping[str, QueueState], queues: Iterable[QueueSpec], settings: Settings
+    free: Mapping[str, QueueState], queues: Iterable[QueueSpec]
 ) -> dict[str, QueueState]:
     """Hold a queue whose reading disagrees by more than one GPU with what the API says.
     Catches a query that no longer matches the scheduler (renamed metrics, wrong units).
