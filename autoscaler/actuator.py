@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kinds import BY_NAME, KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
-from .model import Decision, Measurement, Plan, Reason, Refusal
+from .model import Decision, Measurement, ObjectRef, Plan, Reason, Refusal
 from .options import ActuatorOptions
 from .pacing import Attempt, Item, Pacer, Verdict, drain
 from .parse import measured_value
@@ -54,6 +54,12 @@ EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried th
 WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
 EVENT_MESSAGE_MAX = 1024  # what kubectl shows comfortably; the API keeps it short too
 NAME_MAX = 253
+
+# A job's identity for everything the actuator remembers of it (back-off, refusals, who
+# paused the writes, a Retry-After): API group, kind, namespace, name. Never the name
+# alone: a PyTorchJob and a Volcano Job of one name are two jobs, and one's failures
+# must not hold the other.
+JobKey = tuple[str, str, str, str]
 
 
 class Outcome(StrEnum):
@@ -133,6 +139,14 @@ def refusal(decision: Decision, kinds: Mapping[str, JobKind] = BY_NAME) -> str |
     if target < 0:
         return f"target {target} is negative"
     return None
+
+
+def _ref_order(ref: ObjectRef) -> tuple[str, str, str]:
+    return (ref.namespace, ref.name, ref.kind)
+
+
+def _event_ref(ref: ObjectRef) -> str:
+    return f"{ref.kind} {ref.namespace}/{ref.name}"
 
 
 def _log_result(result: ActionResult) -> None:
@@ -235,22 +249,27 @@ class KubeActuator:
         remember_client(api_client.configuration)
         self._component = component
         self._instance = settings.identity or socket.gethostname()
-        self._backoff: dict[tuple[str, str], _Backoff] = {}
+        self._backoff: dict[JobKey, _Backoff] = {}
         # the server's state outlives a cycle: the window and any pause carry over
         self.pacer = pacer or Pacer(settings.max_parallel_writes)
-        self._refusals: dict[tuple[str, str, str], Refusal] = {}
+        self._refusals: dict[JobKey, Refusal] = {}
         self._events: deque[_Event] = deque()
         self.events_dropped = 0  # carried Events dropped (queue full or failing): ever
         self._landed_at: float | None = None  # pacer clock of the last write that landed
         self._down_since: float | None = None  # pacer clock of the server's first failure
         # jobs whose failures paused every write: (pacer clock of the failure, cycle time)
-        self._suspects: dict[tuple[str, str], tuple[float, datetime]] = {}
+        self._suspects: dict[JobKey, tuple[float, datetime]] = {}
         # a throttled write carried over is not sent before its Retry-After (pacer clock)
-        self._not_before: dict[tuple[str, str], float] = {}
+        self._not_before: dict[JobKey, float] = {}
 
-    def backoff_until(self, namespace: str, name: str) -> datetime | None:
+    def key(self, ref: ObjectRef) -> JobKey:
+        """The job's identity: its kind's API group and kind, namespace and name."""
+        kind = self._kinds.get(ref.kind)
+        return (kind.resource.group if kind else "", ref.kind, ref.namespace, ref.name)
+
+    def backoff_until(self, ref: ObjectRef) -> datetime | None:
         """When the job may be written again after its own failures; None: not backing off."""
-        entry = self._backoff.get((namespace, name))
+        entry = self._backoff.get(self.key(ref))
         return entry.until if entry else None
 
     def refusals(self, now: datetime) -> tuple[Refusal, ...]:
@@ -260,7 +279,7 @@ class KubeActuator:
         horizon = now - timedelta(seconds=self._settings.refusal_retry_seconds)
         for key in [k for k, r in self._refusals.items() if r.at <= horizon]:
             del self._refusals[key]
-        return tuple(self._refusals[k] for k in sorted(self._refusals))
+        return tuple(sorted(self._refusals.values(), key=lambda r: _ref_order(r.ref)))
 
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
@@ -285,7 +304,7 @@ class KubeActuator:
             if early is not None:
                 run.results[i] = early
                 continue
-            key = (decision.ref.namespace, decision.ref.name)
+            key = self.key(decision.ref)
             order = i + suspects if key in self._suspects else i
             m = measured.pop(decision.ref, None)
             item = Item(order, self._patch_sender(run, i, decision, m), payload=i)
@@ -321,7 +340,7 @@ class KubeActuator:
             i = item.payload
             ref = actions[i].ref
             if item.ready > clock():
-                self._not_before[(ref.namespace, ref.name)] = item.ready
+                self._not_before[self.key(ref)] = item.ready
             why = (
                 "the API server is failing"
                 if self.pacer.down
@@ -357,7 +376,7 @@ class KubeActuator:
         why = refusal(decision, self._kinds)
         if why is not None:
             return ActionResult(decision, Outcome.REFUSED, why)
-        backoff = self._backoff.get((decision.ref.namespace, decision.ref.name))
+        backoff = self._backoff.get(self.key(decision.ref))
         if backoff is not None and now < backoff.until:
             return ActionResult(
                 decision,
@@ -385,7 +404,7 @@ class KubeActuator:
         self, run: _Run, i: int, decision: Decision, measurement: Measurement | None
     ) -> Attempt:
         now, clock = run.now, self.pacer.clock
-        key = (decision.ref.namespace, decision.ref.name)
+        key, ref = self.key(decision.ref), decision.ref
         sent = clock()
         try:
             response = await self._patch(decision, now, measurement)
@@ -396,12 +415,18 @@ class KubeActuator:
             if failure.outcome is Outcome.ERROR and not isinstance(
                 exc, (ApiException, TimeoutError, aiohttp.ClientError)
             ):
-                log.error("scale-unexpected", namespace=key[0], name=key[1], exc_info=True)
+                log.error(
+                    "scale-unexpected",
+                    namespace=ref.namespace,
+                    name=ref.name,
+                    kind=ref.kind,
+                    exc_info=True,
+                )
             return self._failed(run, i, decision, failure, sent)
 
         self._landed(sent, clock())
         self._backoff.pop(key, None)
-        self._refusals.pop((*key, decision.ref.kind), None)
+        self._refusals.pop(key, None)
         message = ""
         if not run.may_write():
             message = "event skipped: leadership lost"
@@ -410,7 +435,7 @@ class KubeActuator:
             if isinstance(response, dict):
                 rv = str((response.get("metadata") or {}).get("resourceVersion") or "")
             run.new_events.append(
-                _Event(key[0], self.event_body(decision, now, rv), ref=f"{key[0]}/{key[1]}")
+                _Event(ref.namespace, self.event_body(decision, now, rv), ref=_event_ref(ref))
             )
         run.results[i] = ActionResult(decision, Outcome.APPLIED, message)
         return Attempt(Verdict.DONE, landed=True)
@@ -419,7 +444,7 @@ class KubeActuator:
         self, run: _Run, i: int, decision: Decision, failure: _Failure, sent: float
     ) -> Attempt:
         now, clock = run.now, self.pacer.clock
-        key = (decision.ref.namespace, decision.ref.name)
+        key = self.key(decision.ref)
         outcome, message = failure.outcome, failure.message
         if outcome is Outcome.THROTTLED:
             # provisional: replaced when the retry is answered, or by THROTTLED if carried
@@ -473,9 +498,7 @@ class KubeActuator:
     def _refuse(self, run: _Run, decision: Decision, message: str) -> None:
         """Remember the refusal (the planner holds the job) and say so on the job, once."""
         ref = decision.ref
-        self._refusals[(ref.namespace, ref.name, ref.kind)] = Refusal(
-            ref, decision.resource_version, message, run.now
-        )
+        self._refusals[self.key(ref)] = Refusal(ref, decision.resource_version, message, run.now)
         if not run.may_write():
             return
         kind = self._kinds[ref.kind]
@@ -492,7 +515,7 @@ class KubeActuator:
                 "goes to other jobs"
             )[:EVENT_MESSAGE_MAX],
         )
-        run.new_events.append(_Event(ref.namespace, body, ref=f"{ref.namespace}/{ref.name}"))
+        run.new_events.append(_Event(ref.namespace, body, ref=_event_ref(ref)))
 
     def _event_sender(self, run: _Run, ev: _Event) -> Callable[[], Any]:
         async def send() -> Attempt:
@@ -528,7 +551,7 @@ class KubeActuator:
             log.warning("event-dropped", job=dropped.ref, reason="too many Events waiting")
         self._events.append(ev)
 
-    def _fail(self, key: tuple[str, str], now: datetime, at: float) -> datetime:
+    def _fail(self, key: JobKey, now: datetime, at: float) -> datetime:
         previous = self._backoff.get(key)
         failures = (previous.failures if previous else 0) + 1
         delay = min(BACKOFF_INITIAL_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)

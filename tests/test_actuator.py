@@ -7,6 +7,7 @@ import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from builders import vcjob
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 
@@ -198,7 +199,7 @@ async def test_stale_resource_version_is_a_conflict_and_leaves_job_alone(
     assert replicas(kube, "a") == 2
     assert kube.objects("events") == []
     # a conflict is not a failure to back off from: the next cycle tries again
-    assert actuator.backoff_until(NS, "a") is None
+    assert actuator.backoff_until(ObjectRef(NS, "a")) is None
     fresh = kube.get("pytorchjobs", NS, "a")
     assert fresh is not None
     again = await actuator.apply(plan(decide(fresh, 4)), NOW + timedelta(seconds=1))
@@ -213,7 +214,7 @@ async def test_deleted_job_is_gone(kube: FakeKubeApi, actuator: KubeActuator) ->
     assert outcomes(result) == [Outcome.GONE]
     assert kube.get("pytorchjobs", NS, "a") is None
     assert kube.count(verb="create") == 0  # no Event about a job that is gone
-    assert actuator.backoff_until(NS, "a") is None
+    assert actuator.backoff_until(ObjectRef(NS, "a")) is None
 
 
 async def test_a_throttled_write_past_the_budget_is_carried_and_waits_its_retry_after(
@@ -234,7 +235,7 @@ async def test_a_throttled_write_past_the_budget_is_carried_and_waits_its_retry_
     assert not first.ok  # throttled with nothing landed: no progress
     assert first.retry_in == 100 and first.throttles == 1
     assert first.window == 4  # halved
-    assert actuator.backoff_until(NS, "a") is None  # the server's state, not the job's
+    assert actuator.backoff_until(ObjectRef(NS, "a")) is None  # the server's state, not the job's
 
     kube.reset_requests()
     t[0] += 50
@@ -262,7 +263,7 @@ async def test_server_error_backs_off_one_job_while_others_proceed(
     assert "500" in result.results[0].message
     assert (replicas(kube, "a"), replicas(kube, "b")) == (2, 3)
     # b landed while a failed: the server works, a's failure is its own
-    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=10)
+    assert actuator.backoff_until(ObjectRef(NS, "a")) == NOW + timedelta(seconds=10)
 
     # within the backoff: no request for a
     kube.reset_requests()
@@ -275,12 +276,49 @@ async def test_server_error_backs_off_one_job_while_others_proceed(
     t2 = NOW + timedelta(seconds=10)
     second = await actuator.apply(plan(decide(a, 4)), t2)
     assert outcomes(second) == [Outcome.ERROR]
-    assert actuator.backoff_until(NS, "a") == t2 + timedelta(seconds=20)
+    assert actuator.backoff_until(ObjectRef(NS, "a")) == t2 + timedelta(seconds=20)
 
     t3 = t2 + timedelta(seconds=20)
     third = await actuator.apply(plan(decide(a, 4)), t3)
     assert outcomes(third) == [Outcome.APPLIED]
     assert replicas(kube, "a") == 4
+
+
+async def test_backoff_is_kept_per_object_kind_included(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    """Back-off belongs to one object, kind and API group included: a PyTorchJob whose
+    own writes fail must not hold a Volcano Job (nor a PaddleJob) of the same name in
+    the same namespace."""
+    torch, other = kube.put(job("a")), kube.put(job("b"))
+    vc = kube.put(vcjob("a", NS, replicas=2, max_replicas=8))
+    kube.fail_next("PATCH", r"/pytorchjobs/a$", 500, times=1)
+    failed = await actuator.apply(plan(decide(torch, 4), decide(other, 3)), NOW)
+    assert outcomes(failed) == [Outcome.ERROR, Outcome.APPLIED]  # the PyTorchJob's own
+    torch_ref = ObjectRef(NS, "a", "PyTorchJob")
+    assert actuator.backoff_until(torch_ref) == NOW + timedelta(seconds=10)
+    vc_ref = ObjectRef(NS, "a", "Job", uid=vc["metadata"]["uid"])
+    assert actuator.backoff_until(vc_ref) is None
+    assert actuator.backoff_until(ObjectRef(NS, "a", "PaddleJob")) is None
+
+    resize = Decision(
+        ref=vc_ref,
+        queue="vision",
+        current=2,
+        target=4,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="2 workers",
+        min_replicas=1,
+        max_replicas=8,
+        gpus_per_worker=1,
+        resource_version=vc["metadata"]["resourceVersion"],
+        workers_at="0:worker",
+    )
+    later = NOW + timedelta(seconds=1)  # within the PyTorchJob's back-off
+    result = await actuator.apply(plan(resize, decide(torch, 4)), later)
+    assert outcomes(result) == [Outcome.APPLIED, Outcome.BACKOFF], result.results
+    stored = kube.get("jobs", NS, "a")
+    assert stored is not None and stored["spec"]["tasks"][0]["replicas"] == 4
 
 
 async def test_backoff_is_capped(kube: FakeKubeApi, actuator: KubeActuator) -> None:
@@ -293,7 +331,7 @@ async def test_backoff_is_capped(kube: FakeKubeApi, actuator: KubeActuator) -> N
         b = decide(other, 3 + step % 2, rv="")  # lands every time
         result = await actuator.apply(plan(decide(stored, 4), b), now)
         assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
-        until = actuator.backoff_until(NS, "a")
+        until = actuator.backoff_until(ObjectRef(NS, "a"))
         assert until is not None
         waits.append((until - now).total_seconds())
         now = until
@@ -324,8 +362,8 @@ async def test_a_failing_server_pauses_every_write_and_no_job_backs_off(
         assert kube.count(verb="patch") == 1  # one probe at a time, nothing piled on
         assert result.retry_in is not None
         pauses.append(result.retry_in)
-        assert actuator.backoff_until(NS, "a") is None
-        assert actuator.backoff_until(NS, "b") is None
+        assert actuator.backoff_until(ObjectRef(NS, "a")) is None
+        assert actuator.backoff_until(ObjectRef(NS, "b")) is None
         # paused: the next cycle before it ends sends nothing
         early = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
         assert outcomes(early) == [Outcome.DEFERRED] * 2 and kube.count(verb="patch") == 1
@@ -350,7 +388,7 @@ async def test_timeout_is_an_error_and_the_plan_goes_on(
     assert outcomes(result) == [Outcome.ERROR, Outcome.APPLIED]
     assert "timed out" in result.results[0].message
     assert replicas(kube, "b") == 3
-    assert actuator.backoff_until(NS, "a") == NOW + timedelta(seconds=10)
+    assert actuator.backoff_until(ObjectRef(NS, "a")) == NOW + timedelta(seconds=10)
 
 
 async def test_leadership_lost_mid_plan_stops_all_writes(
@@ -445,7 +483,7 @@ async def test_event_failure_does_not_fail_the_action(
     result = await actuator.apply(plan(decide(a, 4)), NOW)
     assert outcomes(result) == [Outcome.APPLIED]
     assert replicas(kube, "a") == 4
-    assert actuator.backoff_until(NS, "a") is None
+    assert actuator.backoff_until(ObjectRef(NS, "a")) is None
     assert result.events_waiting == 1  # the server failed it: carried, not lost
     assert kube.objects("events", NS) == []
     later = await actuator.apply(plan(), NOW)  # no resize: the Event still goes

@@ -261,5 +261,5 @@ async def test_no_write_back_off_outlives_an_api_server_outage(
         await _until(lambda: actuator.pacer.retry_in() == 0, 5, "the 1 s pause over")
         back = await actuator.apply(plan, now + timedelta(seconds=2))
         assert [r.outcome for r in back.results] == [Outcome.APPLIED], back.results
-        assert actuator.backoff_until(real_ns, "j") is None
+        assert actuator.backoff_until(ObjectRef(real_ns, "j")) is None
     assert _replicas(envtest, real_ns, "j") == 4
