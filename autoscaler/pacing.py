@@ -18,7 +18,9 @@ like TCP congestion control:
 - a throttled write is sent again after its Retry-After, in order with the rest; only
   a throttle at a window of one (nothing left to shrink) pauses every write;
 - a failure that is the server's (5xx, timeout, unreachable) pauses every write, from
-  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again.
+  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again;
+- Events (`Item.side`) go beside the window, as many again, while it is whole and
+  nothing is paused: a resize's slot is not held for the Event that follows it.
 
 Pure asyncio and a clock: no Kubernetes here. The actuator says what an answer means.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -60,6 +63,7 @@ class Item:
     ready: float = 0.0  # clock time before which it is not sent (a Retry-After)
     throttled: int = 0  # times the server throttled it
     payload: object = None  # for the caller: what this item is
+    side: bool = False  # may go beside the window while the server keeps up (Events)
     _seq: int = field(default_factory=itertools.count().__next__)
 
 
@@ -139,19 +143,107 @@ async def drain(
     answered, the server is down (the rest are left), or `until` (clock time) would be
     passed waiting (the rest are left, for the next cycle). Writes in flight are always
     awaited, never cancelled. `on_answer` runs as each answer arrives (before the next
-    write is chosen) and returns items to add (e.g. the Event of a write that landed)."""
+    write is chosen) and returns items to add (e.g. the Event of a write that landed).
 
-    clock = pacer.clock
-    ready: list[tuple[int, int, Item]] = []
-    waiting: list[tuple[float, int, int, Item]] = []
-    for item in items:
-        _queue(item, ready, waiting, clock())
-    inflight: dict[asyncio.Task[Attempt], tuple[Item, int]] = {}
-    done: list[tuple[Item, Attempt]] = []
+    Items marked `side` (Events) go beside the window, as many again, while the server
+    neither throttles nor fails (the window is whole and nothing is paused): a resize
+    then never waits for an Event, nor an Event for the last resize. Otherwise they
+    take the window's slots, behind every write of a lower order."""
+    return await _Drain(pacer, until, on_answer).run(items)
 
-    async def run(item: Item, ticket: int) -> Attempt:
+
+class _Drain:
+    """One drain's queues: ready (by order) and waiting for a Retry-After (by time),
+    the side lane's ready queue apart, and the writes in flight."""
+
+    def __init__(
+        self,
+        pacer: Pacer,
+        until: float,
+        on_answer: Callable[[Item, Attempt], list[Item]],
+    ) -> None:
+        self.pacer, self.until, self.on_answer = pacer, until, on_answer
+        self.ready: list[tuple[int, int, Item]] = []
+        self.side: list[tuple[int, int, Item]] = []
+        self.waiting: list[tuple[float, int, int, Item]] = []
+        self.inflight: dict[asyncio.Task[Attempt], bool] = {}  # task -> sent beside
+        self.items: dict[asyncio.Task[Attempt], Item] = {}
+        self.done: list[tuple[Item, Attempt]] = []
+
+    async def run(self, items: list[Item]) -> Drained:
+        for item in items:
+            self._queue(item)
+        try:
+            while self.ready or self.side or self.waiting or self.inflight:
+                if not await self._step():
+                    break
+        finally:
+            # never abandon a write in flight: its answer decides what the job is now
+            while self.inflight:
+                await self._answers(None)
+        left = sorted(
+            [e[-1] for e in self.ready]
+            + [e[-1] for e in self.side]
+            + [e[-1] for e in self.waiting],
+            key=lambda i: (i.order, i._seq),
+        )
+        return Drained(self.done, left)
+
+    async def _step(self) -> bool:
+        """Send what may go, then wait for an answer or a Retry-After; False: stop."""
+        pacer, now = self.pacer, self.pacer.clock()
+        while self.waiting and self.waiting[0][0] <= now:
+            self._push(heapq.heappop(self.waiting)[-1])
+        # time is up, or the server failed: nothing more is sent (what is in flight
+        # is still answered, and a landing there lifts the server's pause)
+        stopping = now >= self.until or (pacer.down and pacer.paused_until > now)
+        if stopping and not self.inflight:
+            return False
+        if not stopping:
+            self._send(now)
+        pending = self.ready or self.side
+        wake = min(
+            self.waiting[0][0] if self.waiting else math.inf,
+            pacer.paused_until if pending and pacer.paused_until > now else math.inf,
+        )
+        if not self.inflight:
+            if wake == math.inf or wake > self.until:
+                return False
+            await asyncio.sleep(wake - now)
+            return True
+        await self._answers(None if stopping or wake == math.inf else max(0.0, wake - now))
+        return True
+
+    def _send(self, now: float) -> None:
+        pacer = self.pacer
+        if pacer.paused_until > now:
+            return
+        in_window = sum(1 for beside in self.inflight.values() if not beside)
+        while in_window < pacer.slots and (self.ready or self.side):
+            # the window serves the lowest order of both queues
+            lane = (
+                self.ready
+                if not self.side or (self.ready and self.ready[0][:2] < self.side[0][:2])
+                else self.side
+            )
+            self._start(heapq.heappop(lane)[-1], beside=False)
+            in_window += 1
+        if pacer.window < pacer.ceiling:
+            return  # the server throttled: Events share the window again
+        beside = len(self.inflight) - in_window
+        while self.side and beside < pacer.ceiling:
+            self._start(heapq.heappop(self.side)[-1], beside=True)
+            beside += 1
+
+    def _start(self, item: Item, *, beside: bool) -> None:
+        task = asyncio.ensure_future(self._attempt(item, self.pacer.ticket()))
+        self.inflight[task] = beside
+        self.items[task] = item
+
+    async def _attempt(self, item: Item, ticket: int) -> Attempt:
         attempt = await item.send()
         # the pacer hears each answer the moment it arrives, in the order they arrive
+        pacer = self.pacer
         if attempt.verdict is Verdict.THROTTLED:
             item.throttled += 1
             item.ready = pacer.throttled(ticket, attempt.retry_after)
@@ -161,67 +253,26 @@ async def drain(
             pacer.answered(attempt.landed)
         return attempt
 
-    def answer(task: asyncio.Task[Attempt]) -> None:
-        item, _ = inflight.pop(task)
-        attempt = task.result()
-        if attempt.verdict is Verdict.THROTTLED:
-            _queue(item, ready, waiting, clock())
+    async def _answers(self, within: float | None) -> None:
+        finished, _ = await asyncio.wait(
+            self.inflight, timeout=within, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in finished:
+            del self.inflight[task]
+            item = self.items.pop(task)
+            attempt = task.result()
+            if attempt.verdict is Verdict.THROTTLED:
+                self._queue(item)
+            else:
+                self.done.append((item, attempt))
+            for added in self.on_answer(item, attempt):
+                self._queue(added)
+
+    def _queue(self, item: Item) -> None:
+        if item.ready <= self.pacer.clock():
+            self._push(item)
         else:
-            done.append((item, attempt))
-        for added in on_answer(item, attempt):
-            _queue(added, ready, waiting, clock())
+            heapq.heappush(self.waiting, (item.ready, item.order, item._seq, item))
 
-    try:
-        while ready or waiting or inflight:
-            now = clock()
-            while waiting and waiting[0][0] <= now:
-                item = heapq.heappop(waiting)[-1]
-                heapq.heappush(ready, (item.order, item._seq, item))
-            # time is up, or the server failed: nothing more is sent (what is in flight
-            # is still answered, and a landing there lifts the server's pause)
-            stopping = now >= until or (pacer.down and pacer.paused_until > now)
-            if stopping and not inflight:
-                break
-            if not stopping:
-                while ready and len(inflight) < pacer.slots and pacer.paused_until <= now:
-                    _, _, item = heapq.heappop(ready)
-                    ticket = pacer.ticket()
-                    inflight[asyncio.ensure_future(run(item, ticket))] = (item, ticket)
-            wake = min(
-                waiting[0][0] if waiting else float("inf"),
-                pacer.paused_until if ready and pacer.paused_until > now else float("inf"),
-            )
-            if not inflight:
-                if wake == float("inf") or wake > until:
-                    break
-                await asyncio.sleep(wake - now)
-                continue
-            timeout = None if stopping or wake == float("inf") else max(0.0, wake - now)
-            finished, _ = await asyncio.wait(
-                inflight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in finished:
-                answer(task)
-    finally:
-        # never abandon a write in flight: its answer decides what the job is now
-        while inflight:
-            finished, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-            for task in finished:
-                answer(task)
-    left = sorted(
-        [entry[-1] for entry in ready] + [entry[-1] for entry in waiting],
-        key=lambda i: (i.order, i._seq),
-    )
-    return Drained(done, left)
-
-
-def _queue(
-    item: Item,
-    ready: list[tuple[int, int, Item]],
-    waiting: list[tuple[float, int, int, Item]],
-    now: float,
-) -> None:
-    if item.ready <= now:
-        heapq.heappush(ready, (item.order, item._seq, item))
-    else:
-        heapq.heappush(waiting, (item.ready, item.order, item._seq, item))
+    def _push(self, item: Item) -> None:
+        heapq.heappush(self.side if item.side else self.ready, (item.order, item._seq, item))

@@ -321,11 +321,12 @@ class Settings(BaseSettings):
         8,
         ge=1,
         le=64,
-        description="The most job patches and Events in flight at once. The number "
-        "really in flight adapts to the API server: it halves on a 429 (or 503 with "
-        "Retry-After) and grows back as writes land; a throttled write is sent again "
-        "after its Retry-After, and what does not fit in the cycle goes in an early next "
-        "cycle.",
+        description="The most job patches in flight at once; Events go beside them, as "
+        "many again, while the API server neither throttles nor fails, else they share "
+        "these slots behind the patches. The number really in flight adapts to the API "
+        "server: it halves on a 429 (or 503 with Retry-After) and grows back as writes "
+        "land; a throttled write is sent again after its Retry-After, and what does not "
+        "fit in the cycle goes in an early next cycle.",
     )
     refusal_retry_seconds: float = Field(
         600,

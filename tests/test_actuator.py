@@ -541,6 +541,23 @@ async def test_writes_go_out_in_parallel_up_to_the_bound(
     assert kube.max_delayed == 4  # serial would be 1, unbounded 12
 
 
+async def test_events_go_beside_the_patches_while_the_server_keeps_up(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
+    """An Event does not take a resize's write slot: with 2 patches allowed in flight and
+    every write held 0.2 s at the server, the Events of the first resizes go while the
+    next patches are in flight (at most 2 of each), so 4 resizes take 2 rounds of
+    patches, not 4 rounds of writes. Once the server throttles they share the window."""
+    stored = [kube.put(job(f"j{i}")) for i in range(4)]
+    kube.fail_next("PATCH", r"/pytorchjobs/j\d$", 0, times=4, delay=0.2)
+    kube.fail_next("POST", r"/events$", 0, times=4, delay=0.2)
+    actuator = KubeActuator(settings(max_parallel_writes=2), api_client)
+    result = await actuator.apply(plan(*(decide(s, 4) for s in stored)), NOW)
+    assert outcomes(result) == [Outcome.APPLIED] * 4
+    assert len(kube.objects("events", NS)) == 4
+    assert kube.max_delayed == 4  # 2 patches and 2 Events; in one window: 2
+
+
 async def test_a_429_halves_the_window_and_the_write_goes_again_in_order(
     kube: FakeKubeApi, api_client: ApiClient
 ) -> None:
