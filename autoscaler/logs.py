@@ -42,6 +42,8 @@ def configure_logging(settings: Settings) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
+        # structlog types `file` as TextIO but calls only write and flush, which is all
+        # _Stderr has (a TextIO subclass would have to stub thirty methods)
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )

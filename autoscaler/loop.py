@@ -23,7 +23,7 @@ import structlog
 
 from .actuator import Actuator, ApplyResult, Outcome
 from .metrics import Metrics, package_version, start_at_zero
-from .model import ClusterSnapshot, Plan, Reason, Refusal
+from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
@@ -121,7 +121,7 @@ class Controller:
         # the simulator runs thousands of cycles a second and passes a quiet logger
         self.log = log if logger is None else logger
         self.health = Health(started=clock())
-        self._last_logged: dict[Any, tuple[Reason, int | None]] = {}
+        self._last_logged: dict[ObjectRef, Decision] = {}
         # what the cluster refused, as the actuator remembers it (none for a dry run):
         # an input of the next plan, so a refused job stops holding its queue's share
         self.refusals: Callable[[datetime], tuple[Refusal, ...]] = getattr(
@@ -261,29 +261,28 @@ class Controller:
 
     def _log_decisions(self, plan: Plan) -> None:
         """One line per decision whose reason or target changed since the last cycle (every
-        action is logged); the rest at debug, so a steady cluster does not flood the log."""
+        action is logged); the rest at debug, so a steady cluster does not flood the log:
+        the lines of a cycle grow with what changed, not with the jobs. (The status
+        object and the metrics still say where every job stands.)"""
 
         # a line's fields are built only when it will be written: at 10k jobs a steady
-        # cycle would otherwise build 10k dicts for the debug level nobody has on
+        # cycle would otherwise build 10k dicts for the debug level nobody has on. The
+        # decisions themselves are kept to compare with (a 20k-job cycle allocating 20k
+        # (reason, target) tuples to remember them cost a full garbage collection a cycle)
         info, debug = _enabled(self.log, logging.INFO), _enabled(self.log, logging.DEBUG)
         last = self._last_logged
-        seen: dict[Any, tuple[Reason, int | None]] = {}
-        for d in plan.decisions:
-            key = (d.ref.namespace, d.ref.name, d.ref.kind)
-            state = (d.reason, d.target)
-            seen[key] = state
-            news = d.changed or last.get(key) != state
-            if (info and news) or debug:
-                (self.log.info if news else self.log.debug)(
-                    "decision",
-                    namespace=d.ref.namespace,
-                    name=d.ref.name,
-                    queue=d.queue,
-                    reason=d.reason.value,
-                    current=d.current,
-                    target=d.target,
-                    message=d.message,
+        seen = {d.ref: d for d in plan.decisions}
+        if info or debug:
+            for d in plan.decisions:
+                before = last.get(d.ref)
+                news = (
+                    before is None
+                    or before.reason is not d.reason
+                    or before.target != d.target
+                    or d.changed
                 )
+                if news or debug:
+                    self._log_decision(d, news)
         if debug:
             for g in plan.gangs:
                 self.log.debug(
@@ -296,6 +295,18 @@ class Controller:
                     message=g.message,
                 )
         self._last_logged = seen
+
+    def _log_decision(self, d: Decision, news: bool) -> None:
+        (self.log.info if news else self.log.debug)(
+            "decision",
+            namespace=d.ref.namespace,
+            name=d.ref.name,
+            queue=d.queue,
+            reason=d.reason.value,
+            current=d.current,
+            target=d.target,
+            message=d.message,
+        )
 
     def _record_applied(self, applied: ApplyResult) -> None:
         self.metrics.write_throttles.inc(applied.throttles)

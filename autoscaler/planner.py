@@ -26,6 +26,7 @@ from typing import Any
 
 from .headroom import NodePool, PluginLimit, plugin_limit
 from .model import (
+    Action,
     Bound,
     ClusterSnapshot,
     Decision,
@@ -343,10 +344,9 @@ class _VictimPool:
             prio = w.job.priority
             self._by_priority[prio] = self._by_priority.get(prio, 0) + _extra_gpus(w)
         self._by_heap = policy.victim_order is VictimOrder.MOST_WORKERS
-        self._heap: list[tuple[int, int, tuple[str, str, str], _Job]] = []
-        if self._by_heap:
-            self._heap = [_heap_entry(w) for w in jobs]
-            heapq.heapify(self._heap)
+        # built at the first reclaim: most cycles reclaim nothing, and at 20k jobs the
+        # heap of every job above its minimum was a tenth of the plan
+        self._heap: list[tuple[int, int, tuple[str, str, str], _Job]] | None = None
 
     def reclaimable(self, max_priority: float) -> int:
         """GPUs the jobs of priority <= max_priority could still give up."""
@@ -375,14 +375,21 @@ class _VictimPool:
         """`workers` of w's are gone (w.target already lowered)."""
         self._by_priority[w.job.priority] -= workers * w.job.gpus_per_worker
         if self._by_heap and w.target > w.job.min_replicas:  # still a victim for later gangs
-            heapq.heappush(self._heap, _heap_entry(w))
+            heapq.heappush(self._victim_heap(), _heap_entry(w))
+
+    def _victim_heap(self) -> list[tuple[int, int, tuple[str, str, str], _Job]]:
+        if self._heap is None:
+            self._heap = [_heap_entry(w) for w in self._jobs]
+            heapq.heapify(self._heap)
+        return self._heap
 
     def _next(self, left: list[_Job], shortfall: int, max_priority: float) -> _Job | None:
         if self._by_heap:
             # lowest priority, then the most reclaimable workers: as few jobs as possible
             # restart
-            if self._heap and self._heap[0][0] <= max_priority:
-                return heapq.heappop(self._heap)[3]
+            heap = self._victim_heap()
+            if heap and heap[0][0] <= max_priority:
+                return heapq.heappop(heap)[3]
             return None
         # least-work-lost: the rank depends on the shortfall, so each pick scans
         if not left:
@@ -480,7 +487,7 @@ class _QueuePlanner:
         # positional, costs inline: this runs once per job per cycle
         default_cost = self.policy.restart_cost_seconds
         return [
-            Decision(
+            (Action if w.target != j.replicas else Decision)(
                 j.ref,
                 j.queue,
                 j.replicas,
@@ -560,7 +567,9 @@ class _QueuePlanner:
         inflight += sum(
             u.inflight_gpus for u in self.unmanaged if not _waits_for_own_gang(u.ref, own_waiting)
         )
-        free = math.floor(self.state.free_gpus + _EPS)  # type: ignore[operator]
+        known = self.state.free_gpus
+        assert known is not None  # else _hold_reason held the queue
+        free = math.floor(known + _EPS)
         summary_inflight, summary_releasing = inflight, releasing
 
         inflight -= self._trim()

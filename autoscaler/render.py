@@ -102,9 +102,9 @@ def _s(value: object) -> str:
 def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
     rows = []
     for d in plan.decisions:
-        target = _s(d.target)
-        if d.changed:
-            target = f"{d.target} ({'+' if d.direction == 'up' else ''}{d.target - d.current})"  # type: ignore[operator]
+        target, current = _s(d.target), d.current
+        if d.target is not None and current is not None and d.target != current:
+            target = f"{d.target} ({'+' if d.target > current else ''}{d.target - current})"
         rows.append(
             [
                 f"{d.ref.namespace}/{d.ref.name}",

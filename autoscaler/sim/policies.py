@@ -196,7 +196,7 @@ class _SimActuator:
         for d in plan.actions:
             why = refusal(d)
             if why is None:
-                cluster.resize(by_name[d.ref.name], d.target)  # type: ignore[arg-type]
+                cluster.resize(by_name[d.ref.name], d.target)
                 results.append(ActionResult(d, Outcome.APPLIED, "resized"))
             else:
                 results.append(ActionResult(d, Outcome.REFUSED, why))
