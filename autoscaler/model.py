@@ -340,13 +340,18 @@ class VolcanoView:
     nodes: tuple[NodeGpus, ...] | None = None
     # the cluster's GPUs when the nodes' idle GPUs are not tracked (node_fit off)
     cluster_gpus: int | None = None
+    # Volcano's cluster total: allocatable GPUs of every schedulable node (cluster_gpus
+    # without nodes). Summed once: every queue's headroom reads it, and a sum over 40k
+    # nodes per queue made the plan grow with jobs x queues
+    total_gpus: int | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def total_gpus(self) -> int | None:
-        """Volcano's cluster total: allocatable GPUs of every schedulable node."""
-        if self.nodes is None:
-            return self.cluster_gpus
-        return sum(n.allocatable for n in self.nodes if n.schedulable)
+    def __post_init__(self) -> None:
+        total = (
+            self.cluster_gpus
+            if self.nodes is None
+            else sum(n.allocatable for n in self.nodes if n.schedulable)
+        )
+        object.__setattr__(self, "total_gpus", total)
 
 
 @dataclass(frozen=True, slots=True)

@@ -429,6 +429,30 @@ def _waits_for_own_gang(ref: ObjectRef, own_waiting: set[tuple[str, str, str]]) 
     )
 
 
+def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
+    """One worker at a time to the job with the fewest (then priority, smaller workers,
+    age, name) that is below its max and whose worker fits in what is left. A heap: a
+    job whose worker no longer fits never will (what is left only shrinks), so it
+    leaves the heap; O(workers granted x log jobs), not a scan of every job per worker."""
+    grants = {w: 0 for w in candidates}
+    heap = [
+        (w.job.replicas, -w.job.priority, w.job.gpus_per_worker, w.job.created, w.skey, w)
+        for w in candidates
+        if w.job.replicas < w.job.max_replicas
+    ]
+    heapq.heapify(heap)
+    left = pool
+    while heap:
+        size, prio, gpus, created, skey, w = heapq.heappop(heap)
+        if gpus > left:
+            continue
+        grants[w] += 1
+        left -= gpus
+        if size + 1 < w.job.max_replicas:
+            heapq.heappush(heap, (size + 1, prio, gpus, created, skey, w))
+    return grants
+
+
 def _extra_gpus(w: _Job) -> int:
     return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
 
@@ -891,6 +915,8 @@ class _QueuePlanner:
         """Few jobs, one step each: smallest job first, each up to its max."""
 
         grants: dict[_Job, int] = {}
+        if pool <= 0:
+            return grants  # a full queue: no order to find
         order = sorted(
             growable,
             key=lambda w: (
@@ -901,6 +927,8 @@ class _QueuePlanner:
             ),
         )
         for w in order:
+            if pool <= 0:
+                break  # nothing left: no job gets a worker (the rest keep their holds)
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
             if extra > 0 and self.nodes is not None:
@@ -960,24 +988,10 @@ class _QueuePlanner:
     def _fair_round(self, candidates: list[_Job], pool: int) -> tuple[dict[_Job, int], list[_Job]]:
         all_dropped: list[_Job] = []
         while True:
-            grants = {w: 0 for w in candidates}
-            left = pool
-            while True:
-                best = None
-                for w in candidates:
-                    j = w.job
-                    size = j.replicas + grants[w]
-                    if size >= j.max_replicas or j.gpus_per_worker > left:
-                        continue
-                    rank = (size, -j.priority, j.gpus_per_worker, j.created, w.skey)
-                    if best is None or rank < best[0]:
-                        best = (rank, w)
-                if best is None:
-                    break
-                grants[best[1]] += 1
-                left -= best[1].job.gpus_per_worker
+            grants = _water_fill(candidates, pool)
             dropped = [w for w in candidates if grants[w] and not self._step_ok(w, grants[w])]
             if not dropped:
                 return {k: v for k, v in grants.items() if v}, all_dropped
             all_dropped += dropped
-            candidates = [w for w in candidates if w not in dropped]
+            gone = set(dropped)
+            candidates = [w for w in candidates if w not in gone]
