@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .kinds import BY_NAME, KINDS, JobKind, Write
 from .kubeapi import ApiFailure, classify, error_text, retry_after
-from .model import Decision, Measurement, ObjectRef, Plan, Reason, Refusal
+from .model import Action, Decision, Measurement, ObjectRef, Plan, Reason, Refusal
 from .options import ActuatorOptions
 from .pacing import Attempt, Item, Pacer, Verdict, drain
 from .parse import measured_value
@@ -223,7 +223,9 @@ class _Run:
 
     now: datetime
     may_write: Callable[[], bool]
+    actions: tuple[Action, ...] = ()
     results: dict[int, ActionResult] = field(default_factory=dict)
+    next_order: int = 0  # the drain order of the next Event (behind every resize)
     leading: bool = True
     new_events: list[_Event] = field(default_factory=list)
 
@@ -291,69 +293,14 @@ class KubeActuator:
         if not plan.actions and not self._events:
             await self._record(measured.values(), now, may_write)
             return ApplyResult(window=self.pacer.window)
-        run = _Run(now, may_write)
+        run = _Run(now, may_write, plan.actions)
         throttles = self.pacer.throttles
-        # Resizes first, in plan order (a job whose failure paused writes goes last, so the
-        # write that probes a recovering server is not the one most likely to fail
-        # again), then Events carried over, then this cycle's.
-        items: list[Item] = []
-        actions = plan.actions
-        suspects = len(actions)
-        for i, decision in enumerate(actions):
-            early = self._precheck(decision, now)
-            if early is not None:
-                run.results[i] = early
-                continue
-            key = self.key(decision.ref)
-            order = i + suspects if key in self._suspects else i
-            m = measured.pop(decision.ref, None)
-            item = Item(order, self._patch_sender(run, i, decision, m), payload=i)
-            item.ready = self._not_before.pop(key, 0.0)
-            items.append(item)
-        carried, self._events = list(self._events), deque()
-        base = 2 * len(actions)
-        items += [
-            Item(base + k, self._event_sender(run, ev), payload=ev, side=True)
-            for k, ev in enumerate(carried)
-        ]
-        next_order = [base + len(carried)]
-
-        def on_answer(item: Item, attempt: Attempt) -> list[Item]:
-            # the Events of writes that just landed (or were refused) go out behind the resizes
-            added = []
-            for ev in run.new_events:
-                added.append(
-                    Item(next_order[0], self._event_sender(run, ev), payload=ev, side=True)
-                )
-                next_order[0] += 1
-            run.new_events.clear()
-            return added
-
         clock = self.pacer.clock
         until = clock() + WRITE_BUDGET_FRACTION * self._settings.cycle_deadline_seconds
-        drained = await drain(self.pacer, items, until, on_answer)
-
-        retry_at: float | None = None
-        for item in drained.left:
-            retry_at = item.ready if retry_at is None else min(retry_at, item.ready)
-            if isinstance(item.payload, _Event):
-                self._carry(item.payload)
-                continue
-            assert isinstance(item.payload, int)
-            i = item.payload
-            ref = actions[i].ref
-            if item.ready > clock():
-                self._not_before[self.key(ref)] = item.ready
-            why = (
-                "the API server is failing"
-                if self.pacer.down
-                else "the API server throttled our writes"
-            )
-            run.results[i] = ActionResult(
-                actions[i],
-                Outcome.THROTTLED if item.throttled else Outcome.DEFERRED,
-                f"not written this cycle: {why}; carried to the next cycle",
-            )
+        drained = await drain(
+            self.pacer, self._items(run, measured), until, lambda *_: self._new_events(run)
+        )
+        retry_at = self._carry_left(run, drained.left)
         for ev in run.new_events:  # refused or landed as the drain stopped
             self._carry(ev)
         retry_in: float | None = None
@@ -373,6 +320,67 @@ class KubeActuator:
             window=self.pacer.window,
             events_waiting=len(self._events),
         )
+
+    def _items(self, run: _Run, measured: dict[ObjectRef, Measurement]) -> list[Item]:
+        """The writes to drain: resizes first, in plan order (a job whose failure paused
+        writes goes last, so the write that probes a recovering server is not the one
+        most likely to fail again), then the Events carried over. A resize takes its
+        job's measurement along (popped from `measured`)."""
+        items: list[Item] = []
+        actions = run.actions
+        for i, decision in enumerate(actions):
+            early = self._precheck(decision, run.now)
+            if early is not None:
+                run.results[i] = early
+                continue
+            key = self.key(decision.ref)
+            order = i + len(actions) if key in self._suspects else i
+            m = measured.pop(decision.ref, None)
+            item = Item(order, self._patch_sender(run, i, decision, m), payload=i)
+            item.ready = self._not_before.pop(key, 0.0)
+            items.append(item)
+        carried, self._events = list(self._events), deque()
+        run.next_order = 2 * len(actions)
+        for ev in carried:
+            items.append(self._event_item(run, ev))
+        return items
+
+    def _new_events(self, run: _Run) -> list[Item]:
+        """The Events of writes that just landed (or were refused): behind the resizes."""
+        added = [self._event_item(run, ev) for ev in run.new_events]
+        run.new_events.clear()
+        return added
+
+    def _event_item(self, run: _Run, ev: _Event) -> Item:
+        run.next_order += 1
+        return Item(run.next_order, self._event_sender(run, ev), payload=ev, side=True)
+
+    def _carry_left(self, run: _Run, left: list[Item]) -> float | None:
+        """What the drain left goes to the next cycle: Events queued, resizes answered
+        THROTTLED or DEFERRED (and not sent before their Retry-After). Returns the
+        soonest any of them may go (pacer clock), None if nothing was left."""
+        retry_at: float | None = None
+        clock = self.pacer.clock
+        why = (
+            "the API server is failing"
+            if self.pacer.down
+            else "the API server throttled our writes"
+        )
+        for item in left:
+            retry_at = item.ready if retry_at is None else min(retry_at, item.ready)
+            if isinstance(item.payload, _Event):
+                self._carry(item.payload)
+                continue
+            assert isinstance(item.payload, int)
+            i = item.payload
+            if item.ready > clock():
+                self._not_before[self.key(run.actions[i].ref)] = item.ready
+            run.results[i] = ActionResult(
+                run.actions[i],
+                Outcome.THROTTLED if item.throttled else Outcome.DEFERRED,
+                f"not written this cycle: {why}; carried to the next cycle",
+            )
+        return retry_at
 
     def _precheck(self, decision: Decision, now: datetime) -> ActionResult | None:
         """An answer without a request: a planner bug, or a job backing off."""

@@ -19,10 +19,10 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .headroom import NodePool, PluginLimit, plugin_limit
 from .model import (
@@ -67,15 +67,9 @@ class _Job:
 
 
 def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Plan:
-    jobs_by_queue: dict[str, list[ElasticJob]] = {}
-    for job in snapshot.jobs:
-        jobs_by_queue.setdefault(job.queue, []).append(job)
-    unmanaged_by_queue: dict[str, list[UnmanagedJob]] = {}
-    for u in snapshot.unmanaged:
-        unmanaged_by_queue.setdefault(u.queue, []).append(u)
-    pending_by_queue: dict[str, list[PendingGroup]] = {}
-    for g in snapshot.pending:
-        pending_by_queue.setdefault(g.queue, []).append(g)
+    jobs_by_queue = _by_queue(snapshot.jobs)
+    unmanaged_by_queue = _by_queue(snapshot.unmanaged)
+    pending_by_queue = _by_queue(snapshot.pending)
 
     decisions: list[Decision] = []
     gangs: list[GangDecision] = [
@@ -114,16 +108,7 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         if headroom is not None:
             summary = headroom.summary(summary, queue_plan.node_fit_limited)
         summaries[name] = summary
-        # queues in name order, each job list already in (namespace, name) order: merge in
-        # the few unmanaged jobs instead of sorting everything
-        unmanaged = sorted(
-            (_unmanaged_decision(u) for u in unmanaged_by_queue.get(name, ())), key=_decision_order
-        )
-        decisions.extend(
-            heapq.merge(queue_plan.decisions(), unmanaged, key=_decision_order)
-            if unmanaged
-            else queue_plan.decisions()
-        )
+        decisions.extend(_with_unmanaged(queue_plan.decisions(), unmanaged_by_queue.get(name, ())))
         gangs.extend(queue_plan.gangs)
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
@@ -132,17 +117,41 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         decisions=tuple(decisions),
         gangs=tuple(gangs),
         queues=summaries,
-        measurements=tuple(
-            sorted(
-                (
-                    m
-                    for j in snapshot.jobs
-                    if (m := _measure(j, now, policy.unplaced_timeout_seconds)) is not None
-                ),
-                key=lambda m: (m.ref.namespace, m.ref.name, m.ref.kind),
-            )
-        ),
+        measurements=_measurements(snapshot.jobs, now, policy.unplaced_timeout_seconds),
     )
+
+
+class _Queued(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+
+_T = TypeVar("_T", bound=_Queued)
+
+
+def _by_queue(items: Iterable[_T]) -> dict[str, list[_T]]:
+    """Items by their queue, each list in the items' order."""
+    out: dict[str, list[_T]] = {}
+    for item in items:
+        out.setdefault(item.queue, []).append(item)
+    return out
+
+
+def _with_unmanaged(
+    decisions: list[Decision], unmanaged: Iterable[UnmanagedJob]
+) -> Iterable[Decision]:
+    """A queue's decisions with its unmanaged jobs' merged in, in (namespace, name) order:
+    the job list is already in that order, so the few unmanaged ones are merged in
+    rather than everything sorted."""
+    reports = sorted((_unmanaged_decision(u) for u in unmanaged), key=_decision_order)
+    return heapq.merge(decisions, reports, key=_decision_order) if reports else decisions
+
+
+def _measurements(
+    jobs: Iterable[ElasticJob], now: datetime, limit: float
+) -> tuple[Measurement, ...]:
+    found = (m for j in jobs if (m := _measure(j, now, limit)) is not None)
+    return tuple(sorted(found, key=lambda m: (m.ref.namespace, m.ref.name, m.ref.kind)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,20 +547,56 @@ class _QueuePlanner:
         hold = self._hold_reason()
         pending_gpus = sum(g.gpus for g in self.pending)
         if hold is not None:
-            reason, message = hold
-            for w in self.work:
-                self._settle(w, w.job.replicas, reason, message)
-            self.gangs = [
-                GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending
-            ]
-            return QueueSummary(
-                self.state.name,
-                self.state.free_gpus,
-                pending_gpus=pending_gpus,
-                reason=reason,
-                message=message,
-            )
+            return self._held(*hold, pending_gpus)
 
+        inflight, releasing = self._account()
+        known = self.state.free_gpus
+        assert known is not None  # else _hold_reason held the queue
+        free = math.floor(known + _EPS)
+        summary_inflight, summary_releasing = inflight, releasing
+
+        inflight -= self._trim()
+        idle = free - inflight  # may be negative: promised more than Prometheus shows free
+        before = idle
+        idle, releasing, starving = self._serve_gangs(idle, releasing)
+        if self.nodes is not None:
+            # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
+            # admitted gangs were credited, will be
+            self.nodes.take(max(0, before - max(idle, 0)) + self.credited)
+        pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
+        self._grow(pool, starving, capped)
+
+        return QueueSummary(
+            self.state.name,
+            self.state.free_gpus,
+            inflight_gpus=summary_inflight,
+            releasing_gpus=summary_releasing,
+            pending_gpus=pending_gpus,
+            granted_gpus=self.granted,
+            reclaimed_gpus=self.reclaimed,
+            trimmed_gpus=self.trimmed,
+            reason=Reason.GANG_STARVING if starving else None,
+            message=starving or "",
+        )
+
+    def _held(self, reason: Reason, message: str, pending_gpus: int) -> QueueSummary:
+        """Rule 9: the whole queue holds (missing or bad data, a closed queue)."""
+        for w in self.work:
+            self._settle(w, w.job.replicas, reason, message)
+        self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending]
+        return QueueSummary(
+            self.state.name,
+            self.state.free_gpus,
+            pending_gpus=pending_gpus,
+            reason=reason,
+            message=message,
+        )
+
+    def _account(self) -> tuple[int, int]:
+        """GPUs in flight and being released (rule 2: promised but not running is not
+        free, whoever asked); locks the jobs that hold alone: their own gang waits (then
+        counted once, as that gang), a clock skew, a refused resize."""
+        p = self.policy
         own_waiting = self._own_waiting()
         refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in self.snapshot.refusals}
         inflight = releasing = 0
@@ -565,7 +610,6 @@ class _QueuePlanner:
                     "its own PodGroup is waiting to be scheduled",
                 )
                 continue  # counted once, as that gang
-            # Rule 2: GPUs promised but not running are not free, whoever asked for them.
             if j.replicas > j.active:
                 inflight += (j.replicas - j.active) * j.gpus_per_worker
             elif j.replicas < j.active:
@@ -591,42 +635,18 @@ class _QueuePlanner:
         inflight += sum(
             u.inflight_gpus for u in self.unmanaged if not _waits_for_own_gang(u.ref, own_waiting)
         )
-        known = self.state.free_gpus
-        assert known is not None  # else _hold_reason held the queue
-        free = math.floor(known + _EPS)
-        summary_inflight, summary_releasing = inflight, releasing
+        return inflight, releasing
 
-        inflight -= self._trim()
-        idle = free - inflight  # may be negative: promised more than Prometheus shows free
-        before = idle
-        idle, releasing, starving = self._serve_gangs(idle, releasing)
-        if self.nodes is not None:
-            # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
-            # admitted gangs were credited, will be
-            self.nodes.take(max(0, before - max(idle, 0)) + self.credited)
-        pool = max(0, idle - p.reserve_gpus_per_queue)
-        capped = ""
+    def _capped(self, pool: int) -> tuple[int, str]:
+        """The growth pool cut to what the Queue object's capability still allows, and
+        why, when it cut."""
         room = self._room_by_capacity()
         cap = self.state.capacity_gpus
-        if room is not None and cap is not None and room < pool:
-            pool = max(0, room)
-            capped = (
-                f"queue {self.state.name} may hold {cap} GPU(s) by its Queue object; its "
-                f"jobs and admitted gangs would hold {cap - room}"
-            )
-        self._grow(pool, starving, capped)
-
-        return QueueSummary(
-            self.state.name,
-            self.state.free_gpus,
-            inflight_gpus=summary_inflight,
-            releasing_gpus=summary_releasing,
-            pending_gpus=pending_gpus,
-            granted_gpus=self.granted,
-            reclaimed_gpus=self.reclaimed,
-            trimmed_gpus=self.trimmed,
-            reason=Reason.GANG_STARVING if starving else None,
-            message=starving or "",
+        if room is None or cap is None or room >= pool:
+            return pool, ""
+        return max(0, room), (
+            f"queue {self.state.name} may hold {cap} GPU(s) by its Queue object; its "
+            f"jobs and admitted gangs would hold {cap - room}"
         )
 
     def _hold_reason(self) -> tuple[Reason, str] | None:
@@ -702,13 +722,7 @@ class _QueuePlanner:
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
-            need = g.gpus
-            if g.phase == "Inqueue" and self.admitted > 0:
-                # admitted by the scheduler: its GPUs are already out of `free`
-                credit = min(self.admitted, need)
-                self.admitted -= credit
-                self.credited += credit
-                need -= credit
+            need = self._uncredited(g)
             if need <= idle + releasing:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
                 self._gang(
@@ -722,53 +736,81 @@ class _QueuePlanner:
             # extra workers may go (lowest priority first), whatever the gang's priority.
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
             if pool.reclaimable(limit) < shortfall:
-                waited = (self.now - g.created).total_seconds()
-                message = (
-                    f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
-                    f"capacity fall {shortfall} short: skipped"
-                )
-                if waited > p.max_gang_wait_seconds and not starving:
-                    starving = (
-                        f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
-                        f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
-                        "grows until it fits"
-                    )
-                    message = starving
-                self._gang(g, Reason.GANG_UNCOVERABLE, message)
+                starving = self._uncoverable(g, shortfall, starving)
                 continue
-            victims = pool.take(shortfall, limit)
-            gained = 0
-            for w, workers in victims:
-                j = w.job
-                # Workers never placed come back as idle; running ones are released.
-                unplaced = min(workers, max(0, w.target - j.active))
-                idle += unplaced * j.gpus_per_worker
-                releasing += (workers - unplaced) * j.gpus_per_worker
-                gained += workers * j.gpus_per_worker
-                w.target -= workers
-                w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
-                self._settle(
-                    w,
-                    w.target,
-                    Reason.RECLAIM_FOR_PENDING,
-                    f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
-                    f"{', '.join(w.victim_of)}",
-                )
-                pool.taken(w, workers)
-            self.reclaimed += gained
+            idle, releasing = self._reclaim(g, pool.take(shortfall, limit), pool, idle, releasing)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
-            self._gang(
-                g,
-                Reason.GANG_COVERED,
-                f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from "
-                f"{len(victims)} elastic job(s)",
-                tuple(w.key for w, _ in victims),
-            )
         # A gang served from idle GPUs before a later reclaim released more than that gang
         # needed (whole workers) could as well have taken released ones: trade them, so
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _uncredited(self, g: PendingGroup) -> int:
+        """GPUs the gang still needs: an admitted (Inqueue) gang's are already out of
+        `free` (the capacity plugin's inqueue), as far as they go."""
+        need = g.gpus
+        if g.phase == "Inqueue" and self.admitted > 0:
+            credit = min(self.admitted, need)
+            self.admitted -= credit
+            self.credited += credit
+            need -= credit
+        return need
+
+    def _uncoverable(self, g: PendingGroup, shortfall: int, starving: str) -> str:
+        """The gang cannot be covered: skipped, so the small ones behind it may fit; one
+        that has waited too long starves its queue's growth. Returns the starving gang."""
+        p = self.policy
+        waited = (self.now - g.created).total_seconds()
+        message = (
+            f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
+            f"capacity fall {shortfall} short: skipped"
+        )
+        if waited > p.max_gang_wait_seconds and not starving:
+            starving = (
+                f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
+                f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
+                "grows until it fits"
+            )
+            message = starving
+        self._gang(g, Reason.GANG_UNCOVERABLE, message)
+        return starving
+
+    def _reclaim(
+        self,
+        g: PendingGroup,
+        victims: list[tuple[_Job, int]],
+        pool: _VictimPool,
+        idle: int,
+        releasing: int,
+    ) -> tuple[int, int]:
+        """Take the victims' workers for gang `g`: those never placed come back as idle,
+        running ones are released. Returns the new idle and releasing GPUs."""
+        gained = 0
+        for w, workers in victims:
+            j = w.job
+            unplaced = min(workers, max(0, w.target - j.active))
+            idle += unplaced * j.gpus_per_worker
+            releasing += (workers - unplaced) * j.gpus_per_worker
+            gained += workers * j.gpus_per_worker
+            w.target -= workers
+            w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
+            self._settle(
+                w,
+                w.target,
+                Reason.RECLAIM_FOR_PENDING,
+                f"{j.replicas} -> {w.target} worker(s) to make room for PodGroup "
+                f"{', '.join(w.victim_of)}",
+            )
+            pool.taken(w, workers)
+        self.reclaimed += gained
+        self._gang(
+            g,
+            Reason.GANG_COVERED,
+            f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from {len(victims)} elastic job(s)",
+            tuple(w.key for w, _ in victims),
+        )
+        return idle, releasing
 
     def _gang(
         self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
@@ -806,45 +848,8 @@ class _QueuePlanner:
     # ---- rules 4, 6, 7: growth ------------------------------------------------------------
 
     def _grow(self, pool: int, starving: str, capped: str = "") -> None:
-        p = self.policy
-        growable: list[_Job] = []
-        for w in self.work:
-            if w.locked:
-                continue
-            j, since = w.job, w.since
-            if j.replicas >= j.max_replicas:
-                self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
-            elif j.gang_grows and not p.grow_without_min_available:
-                # only shrunk: shrinking lowers the gang, which never blocks it
-                self._hold(w, Reason.NO_MIN_AVAILABLE, j.gang_grows)
-            elif j.grow_blocked:
-                self._hold(w, Reason.IN_FLIGHT, j.grow_blocked)
-            elif j.replicas > j.active:
-                self._hold(
-                    w,
-                    Reason.IN_FLIGHT,
-                    f"{j.replicas - j.active} worker(s) asked for are not running yet",
-                )
-            elif j.replicas < j.active:
-                self._hold(
-                    w,
-                    Reason.RELEASING,
-                    f"{j.active - j.replicas} worker(s) are still being released",
-                )
-            elif since is not None and (since < (cool := self._cooldown(j)) or since <= 0):
-                # even with no cooldown, a job resized at `now` is not resized again at `now`
-                why = f"resized {since:.0f}s ago; cooldown {cool:.0f}s"
-                if cool > p.cooldown_seconds:
-                    why += (
-                        f" ({p.cooldown_restart_cost_factor:g} x its restart cost "
-                        f"{self._restart_cost(j):.0f}s)"
-                    )
-                self._hold(w, Reason.COOLDOWN, why)
-            elif starving:
-                self._hold(w, Reason.GANG_STARVING, starving)
-            else:
-                growable.append(w)
-        if p.growth_policy is GrowthPolicy.FAIR:
+        growable = [w for w in self.work if not w.locked and self._may_grow(w, starving)]
+        if self.policy.growth_policy is GrowthPolicy.FAIR:
             grants = self._place_fair(self._fair(growable, pool))
         else:
             grants = self._fill(growable, pool)
@@ -868,6 +873,43 @@ class _QueuePlanner:
                     Reason.NO_IDLE_GPUS,
                     f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)",
                 )
+
+    def _may_grow(self, w: _Job, starving: str) -> bool:
+        """Whether the job may be grown this cycle; if not, it holds with the reason."""
+        p, j, since = self.policy, w.job, w.since
+        if j.replicas >= j.max_replicas:
+            self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
+        elif j.gang_grows and not p.grow_without_min_available:
+            # only shrunk: shrinking lowers the gang, which never blocks it
+            self._hold(w, Reason.NO_MIN_AVAILABLE, j.gang_grows)
+        elif j.grow_blocked:
+            self._hold(w, Reason.IN_FLIGHT, j.grow_blocked)
+        elif j.replicas > j.active:
+            self._hold(
+                w,
+                Reason.IN_FLIGHT,
+                f"{j.replicas - j.active} worker(s) asked for are not running yet",
+            )
+        elif j.replicas < j.active:
+            self._hold(
+                w,
+                Reason.RELEASING,
+                f"{j.active - j.replicas} worker(s) are still being released",
+            )
+        elif since is not None and (since < (cool := self._cooldown(j)) or since <= 0):
+            # even with no cooldown, a job resized at `now` is not resized again at `now`
+            why = f"resized {since:.0f}s ago; cooldown {cool:.0f}s"
+            if cool > p.cooldown_seconds:
+                why += (
+                    f" ({p.cooldown_restart_cost_factor:g} x its restart cost "
+                    f"{self._restart_cost(j):.0f}s)"
+                )
+            self._hold(w, Reason.COOLDOWN, why)
+        elif starving:
+            self._hold(w, Reason.GANG_STARVING, starving)
+        else:
+            return True
+        return False
 
     def _cooldown(self, j: ElasticJob) -> float:
         return self.policy.cooldown_for(self._restart_cost(j))
