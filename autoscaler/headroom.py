@@ -102,23 +102,7 @@ def plugin_limit(
     total = view.total_gpus
     total_guarantee = sum(v.guarantee for v in view.queues.values())
     if view.plugin is Plugin.CAPACITY:
-        real = q.real_capacity
-        if real is None:
-            if total is None:
-                return None
-            real = real_capability(q, total, total_guarantee)
-        room = real - q.allocated - q.inqueue
-        bound = (
-            Bound.CAPABILITY
-            if q.capability is not None and abs(real - q.capability) <= _EPS
-            else Bound.REAL_CAPACITY
-        )
-        figures = {
-            "real_capacity": real,
-            "allocated": q.allocated,
-            "inqueue": q.inqueue,
-        }
-        return PluginLimit(room, bound, figures)
+        return _capacity_limit(q, total, total_guarantee)
     if total is None:
         return None
     rows = []
@@ -147,6 +131,25 @@ def plugin_limit(
     if q.capability is not None:
         figures["capability"] = q.capability
     return PluginLimit(share - q.allocated, bound, figures)
+
+
+def _capacity_limit(
+    q: VolcanoQueue, total: float | None, total_guarantee: float
+) -> PluginLimit | None:
+    """The capacity plugin: real capacity (the scheduler's series, else computed from the
+    cluster total) less allocated and inqueue; None without either."""
+    real = q.real_capacity
+    if real is None:
+        if total is None:
+            return None
+        real = real_capability(q, total, total_guarantee)
+    bound = (
+        Bound.CAPABILITY
+        if q.capability is not None and abs(real - q.capability) <= _EPS
+        else Bound.REAL_CAPACITY
+    )
+    figures = {"real_capacity": real, "allocated": q.allocated, "inqueue": q.inqueue}
+    return PluginLimit(real - q.allocated - q.inqueue, bound, figures)
 
 
 class NodePool:

@@ -103,21 +103,11 @@ def parse_query_result(
     answer is invalid (the query or `queue_label` is wrong).
     """
     try:
-        result = _vector_result(body_or_result)
-    except _Garbage as exc:
-        return failed_reading(Reason.METRICS_INVALID, PromError.GARBAGE, f"garbage answer: {exc}")
-    except _NonVector as exc:
-        return failed_reading(
-            Reason.METRICS_INVALID,
-            PromError.NON_VECTOR,
-            f"query returned a {exc} result, not an instant vector by {settings.queue_label}",
-        )
-    if not result:
+        samples = _samples(body_or_result, settings)
+    except _Failed as exc:
+        return exc.reading
+    if not samples:
         return FreeGpuReading(queues={}, message="empty result: the query returned no series")
-    try:
-        samples = [_sample(item) for item in result]
-    except _Garbage as exc:
-        return failed_reading(Reason.METRICS_INVALID, PromError.GARBAGE, f"garbage sample: {exc}")
 
     label = settings.queue_label
     by_queue: dict[str, list[_Series]] = {}
@@ -143,17 +133,60 @@ def parse_query_result(
 
     if not settings.free_gpus_query:
         queues, part_errors = _parts_by_queue(by_queue, settings, now.timestamp())
-        errors.extend(part_errors)
-        return FreeGpuReading(
-            queues=queues,
-            message=_unlabelled_note(unlabelled, label),
-            errors=tuple(errors),
-            plugin=resolve_plugin(settings, by_queue),
-        )
+        plugin = resolve_plugin(settings, by_queue)
+    else:
+        queues, part_errors = _given_by_queue(by_queue, settings, now.timestamp())
+        plugin = Plugin.GIVEN
+    return FreeGpuReading(
+        queues=queues,
+        message=_unlabelled_note(unlabelled, label),
+        errors=(*errors, *part_errors),
+        plugin=plugin,
+    )
 
-    queues = {}
+
+class _Failed(Exception):
+    """The whole answer is unusable: `reading` says why."""
+
+    def __init__(self, reading: FreeGpuReading) -> None:
+        super().__init__(reading.message)
+        self.reading = reading
+
+
+def _samples(
+    body_or_result: bytes | str | Mapping[str, Any] | Sequence[Any], settings: Settings
+) -> list[_Series]:
+    """The answer's samples; raises _Failed when it is no instant vector of samples."""
+    try:
+        result = _vector_result(body_or_result)
+    except _Garbage as exc:
+        raise _Failed(
+            failed_reading(Reason.METRICS_INVALID, PromError.GARBAGE, f"garbage answer: {exc}")
+        ) from exc
+    except _NonVector as exc:
+        raise _Failed(
+            failed_reading(
+                Reason.METRICS_INVALID,
+                PromError.NON_VECTOR,
+                f"query returned a {exc} result, not an instant vector by {settings.queue_label}",
+            )
+        ) from exc
+    try:
+        return [_sample(item) for item in result]
+    except _Garbage as exc:
+        raise _Failed(
+            failed_reading(Reason.METRICS_INVALID, PromError.GARBAGE, f"garbage sample: {exc}")
+        ) from exc
+
+
+def _given_by_queue(
+    by_queue: Mapping[str, list[_Series]], settings: Settings, now: float
+) -> tuple[dict[str, QueueState], list[PromError]]:
+    """free_gpus_query: each queue's one sample is its free GPUs, or the queue holds."""
+    queues: dict[str, QueueState] = {}
+    errors: list[PromError] = []
     for queue in sorted(by_queue):
-        problem = _sample_problem(by_queue[queue], settings, now.timestamp())
+        problem = _sample_problem(by_queue[queue], settings, now)
         if problem is None:
             value = by_queue[queue][0][1]
             assert value is not None  # _sample_problem rejects a missing value
@@ -164,13 +197,7 @@ def parse_query_result(
             queues[queue] = QueueState(
                 name=queue, free_gpus=None, problem=reason, message=f"queue {queue}: {what}"
             )
-
-    return FreeGpuReading(
-        queues=queues,
-        message=_unlabelled_note(unlabelled, label),
-        errors=tuple(errors),
-        plugin=Plugin.GIVEN,
-    )
+    return queues, errors
 
 
 def resolve_plugin(
