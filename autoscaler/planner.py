@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from .headroom import NodePool, PluginLimit, plugin_limit
+from .headroom import Limits, NodePool, PluginLimit
 from .model import (
     Action,
     Bound,
@@ -200,6 +200,7 @@ class _Cluster:
             )
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
+        self.limits = Limits(view, self.wanted)
         self.pool: NodePool | None = None
         self.inflight: dict[str, int] = {}
         # a job whose own PodGroup waits counts once, as that gang (rule 2): its workers
@@ -241,7 +242,7 @@ class _Cluster:
                 return state, None
             limit: PluginLimit | None = PluginLimit(state.free_gpus, Bound.GIVEN, {})
         else:
-            limit = plugin_limit(state.name, self.view, self.wanted)
+            limit = self.limits.limit(state.name)
         if limit is None:
             what = (
                 "no nodes to count the cluster's GPUs"
