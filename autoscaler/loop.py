@@ -121,7 +121,7 @@ class Controller:
         # the simulator runs thousands of cycles a second and passes a quiet logger
         self.log = log if logger is None else logger
         self.health = Health(started=clock())
-        self._last_logged: dict[ObjectRef, Decision] = {}
+        self._last_logged: tuple[Decision, ...] = ()
         # what the cluster refused, as the actuator remembers it (none for a dry run):
         # an input of the next plan, so a refused job stops holding its queue's share
         self.refusals: Callable[[datetime], tuple[Refusal, ...]] = getattr(
@@ -267,14 +267,21 @@ class Controller:
 
         # a line's fields are built only when it will be written: at 10k jobs a steady
         # cycle would otherwise build 10k dicts for the debug level nobody has on. The
-        # decisions themselves are kept to compare with (a 20k-job cycle allocating 20k
-        # (reason, target) tuples to remember them cost a full garbage collection a cycle)
+        # last plan's decisions are what we compare with, kept as they are: a plan lists
+        # its jobs in a stable order, and a job's ref is the same object from one cycle
+        # to the next (the caches keep parsed jobs), so the same place holds the same job
+        # and no per-job key or index is built (at 20k jobs, building them cost more
+        # than the comparing, and a full garbage collection a cycle)
         info, debug = _enabled(self.log, logging.INFO), _enabled(self.log, logging.DEBUG)
-        last = self._last_logged
-        seen = {d.ref: d for d in plan.decisions}
         if info or debug:
-            for d in plan.decisions:
-                before = last.get(d.ref)
+            last = self._last_logged
+            index: dict[ObjectRef, Decision] | None = None
+            for i, d in enumerate(plan.decisions):
+                before = last[i] if i < len(last) else None
+                if before is None or before.ref is not d.ref:
+                    if index is None:
+                        index = {p.ref: p for p in last}
+                    before = index.get(d.ref)
                 news = (
                     before is None
                     or before.reason is not d.reason
@@ -294,7 +301,7 @@ class Controller:
                     reason=g.reason.value,
                     message=g.message,
                 )
-        self._last_logged = seen
+        self._last_logged = plan.decisions
 
     def _log_decision(self, d: Decision, news: bool) -> None:
         (self.log.info if news else self.log.debug)(

@@ -66,6 +66,19 @@ class _Lines(io.StringIO):
         return len(text)
 
 
+class _GcClock:
+    """Time spent in garbage collections (a gc callback)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._start
+
+
 def steady(n: int, settings: Settings) -> ClusterSnapshot:
     snap, _, _ = planner_scale.cluster(n)
     first = plan(snap, settings.planner_policy(), planner_scale.NOW)
@@ -102,6 +115,8 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
         await controller.run_once(now)  # the first: every decision is news
         out.lines = 0
         collections = [s["collections"] for s in gc.get_stats()]
+        paused = _GcClock()
+        gc.callbacks.append(paused)
         times, actions = [], 0
         for i in range(cycles):
             start = time.process_time()
@@ -110,6 +125,7 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
             actions += len(result.plan.actions) if result.plan else 0
     finally:
         sys.stderr = real
+        gc.callbacks[:] = [c for c in gc.callbacks if not isinstance(c, _GcClock)]
     ran = [s["collections"] - c for s, c in zip(gc.get_stats(), collections, strict=True)]
     return {
         "jobs": n,
@@ -117,6 +133,7 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
         "log_lines_per_cycle": round(out.lines / cycles, 1),
         "actions_per_cycle": round(actions / cycles, 1),
         "gc_per_cycle": [round(r / cycles, 1) for r in ran],
+        "gc_ms_per_cycle": round(1000 * paused.seconds / cycles, 1),
     }
 
 

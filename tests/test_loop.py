@@ -21,7 +21,7 @@ from autoscaler.actuator import DryRunActuator, Outcome
 from autoscaler.daemon import wants_early_cycle
 from autoscaler.loop import Controller, next_start
 from autoscaler.metrics import Metrics
-from autoscaler.model import Reason
+from autoscaler.model import ClusterSnapshot, Reason
 from autoscaler.options import ServerOptions
 from autoscaler.settings import Settings
 from autoscaler.wiring import Parts, build
@@ -527,6 +527,40 @@ async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(leve
     assert lines({"info"}) == [("grow", "info")]  # every action; the unchanged hold is not
     expected_debug = [("held", "debug")] if level == "DEBUG" else []
     assert lines({"debug"}) == expected_debug
+
+
+async def test_a_steady_cycle_logs_what_changed_not_every_job() -> None:
+    """The lines of a cycle grow with what changed: a job added among 50 steady holds
+    (every later job's place in the plan moves, and every job is a new object, as when
+    the caches re-read them) is the one line; the holds are not logged again."""
+    cap = structlog.testing.LogCapture()
+    logger = structlog.wrap_logger(
+        None, processors=[cap], wrapper_class=structlog.make_filtering_bound_logger(logging.INFO)
+    ).bind()
+    names = [f"job-{i:02d}" for i in range(0, 100, 2)]
+    settings = Settings()
+
+    def cluster(extra: list[str]) -> ClusterSnapshot:
+        jobs = [ej(n, replicas=4, max=4) for n in sorted(names + extra)]
+        return snap({"q": 0}, jobs=jobs)
+
+    source = _Fixed(cluster([]))
+    controller = Controller(
+        settings.loop_options(),
+        settings.planner_policy(),
+        source,
+        DryRunActuator(),
+        Metrics(),
+        logger=logger,
+    )
+    await controller.run_once(NOW)
+    assert sum(e["event"] == "decision" for e in cap.entries) == 50
+    cap.entries.clear()
+    await controller.run_once(NOW)
+    assert [e for e in cap.entries if e["event"] == "decision"] == []
+    source.snapshot = cluster(["job-01"])  # a new job near the front
+    await controller.run_once(NOW)
+    assert [e["name"] for e in cap.entries if e["event"] == "decision"] == ["job-01"]
 
 
 async def test_build_info_and_every_counter_series_from_zero(api):

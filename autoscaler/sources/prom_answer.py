@@ -154,7 +154,7 @@ class _Failed(Exception):
 
 
 def _samples(
-    body_or_result: bytes | str | Mapping[str, Any] | Sequence[Any], settings: Settings
+    body_or_result: bytes | str | Mapping[str, Any] | Sequence[Any], settings: PrometheusOptions
 ) -> list[_Series]:
     """The answer's samples; raises _Failed when it is no instant vector of samples."""
     try:
@@ -180,7 +180,7 @@ def _samples(
 
 
 def _given_by_queue(
-    by_queue: Mapping[str, list[_Series]], settings: Settings, now: float
+    by_queue: Mapping[str, list[_Series]], settings: PrometheusOptions, now: float
 ) -> tuple[dict[str, QueueState], list[PromError]]:
     """free_gpus_query: each queue's one sample is its free GPUs, or the queue holds."""
     queues: dict[str, QueueState] = {}
