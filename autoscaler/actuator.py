@@ -232,7 +232,8 @@ class _Run:
 
 class KubeActuator:
     """Writes the plan's actions to the API server in plan order, as many at a time as the
-    server's answers allow (at most `max_parallel_writes`), then an Event per resize."""
+    server's answers allow (at most `max_parallel_writes`), each followed by an Event on its
+    job (beside the window while the server keeps up)."""
 
     def __init__(
         self,

@@ -132,7 +132,7 @@ async def _resizes(server: Any, jobs: list[dict]) -> None:
             )
         )
     async with ApiClient(server.configuration()) as client:
-        actuator = KubeActuator(settings, client)
+        actuator = KubeActuator(settings.actuator_options(), client)
         result = await actuator.apply(Plan(now=now, decisions=tuple(decisions)), now)
     if result.count(Outcome.APPLIED) != len(jobs):
         raise RuntimeError(f"not every resize landed: {result.counts()}")

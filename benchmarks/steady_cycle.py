@@ -105,7 +105,12 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
         gc.collect()
         gc.freeze()
     controller = Controller(
-        settings, _Fixed(snapshot), DryRunActuator(settings), Metrics(), status=_Sink()
+        settings.loop_options(),
+        settings.planner_policy(),
+        _Fixed(snapshot),
+        DryRunActuator(),
+        Metrics(),
+        status=_Sink(),
     )
     now = planner_scale.NOW + timedelta(minutes=1)
     out, real = _Lines(), sys.stderr
