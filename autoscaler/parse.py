@@ -380,7 +380,6 @@ def parse_job(
 ) -> ElasticJob | UnmanagedJob:
     """One job of a managed kind -> an ElasticJob the planner may resize, or why it may
     not. The kind (by the object's kind, else PyTorchJob) says where the fields live."""
-
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
     name = kind.resource.kind
     try:
@@ -407,18 +406,12 @@ def parse_job(
         return unmanaged(exc.reason, exc.message, **exc.known)
     replicas, gpw = workers.replicas, workers.gpus_per_worker
     inflight = max(0, replicas - workers.active) * gpw
-    known: dict[str, Any] = {
-        "replicas": replicas,
-        "gpus_per_worker": gpw or None,
-        "inflight_gpus": inflight,
-    }
+    known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
     try:
         min_r, max_r = _elastic_range(obj, kind, workers, options, known)
         schedule = _schedule_facts(meta.get("annotations") or {}, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **known)
-
-    rv = meta.get("resourceVersion")
     return ElasticJob(
         ref=ref,
         queue=queue,
@@ -431,7 +424,7 @@ def parse_job(
         priority=priorities.of(kind.priority_class(obj)),
         last_scale_time=schedule.last_scale,
         started=_started(obj),
-        resource_version=rv if isinstance(rv, str) else "",
+        resource_version=rv if isinstance(rv := meta.get("resourceVersion"), str) else "",
         gang_grows=kind.gang_grows(obj),
         grow_blocked=kind.grow_blocked(obj),
         workers_at=workers.at,

@@ -363,6 +363,10 @@ async def test_plan_agrees_with_what_run_then_does(scene: Scene) -> None:
         # writes a moment after the pods run (later under load): until then the job is
         # in flight and `plan` rightly grows nothing
         await wait_job_status_running(scene, name, lo, deadline_seconds=30)
+        # and the PodGroup's phase, which the scheduler writes at the end of a session
+        # (later under load): while it still says Inqueue the job waits for its own gang
+        # and `plan` rightly holds it (HoldOwnGangWaiting)
+        await wait_podgroup_phase(scene.api, scene.ns, name, "Running", deadline_seconds=30)
     await scene.volcano.wait_scraped(queue, allocated=3)
     versions = {n: get_vcjob(scene.api, scene.ns, n)["metadata"]["resourceVersion"] for n in jobs}
 

@@ -750,15 +750,8 @@ class KubeSource:
         # any HPA scaling a job takes it out of our hands (parse.hpa_targets); per namespace
         # like the jobs, and optional like them: a server without autoscaling/v2 has none
         self._hpas = [caches.make(HPA, ns, optional=True) for ns in namespaces]
-        self._caches = (
-            self._jobs
-            + self._podgroups
-            + self._queues
-            + self._priorityclasses
-            + self._nodes
-            + self._pods
-            + self._hpas
-        )
+        self._caches = [*self._jobs, *self._podgroups, *self._queues, *self._priorityclasses]
+        self._caches += [*self._nodes, *self._pods, *self._hpas]
         self._tasks: list[asyncio.Task[None]] = []
         self._memo = _Memo()
 
