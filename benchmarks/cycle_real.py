@@ -13,8 +13,10 @@ only): what the headroom's per-node bound costs at that scale.
 
 The daemon side runs in a child process per page size, so its peak RSS is its own. For
 each: initial sync (LIST of every cache), the first cycle (resizes, with their Events,
-written through the real API), steady cycles (nothing to do) with the API calls they made
-(LISTs and new watches from the cache counters, writes from the actuator).
+written through the real API), the cycle after it (the first to see those resizes in
+flight: its status object changes), then steady cycles (nothing to do) with the API calls
+they made (LISTs and new watches from the cache counters, writes from the actuator and
+the status writer).
 
 Beside each, the server's own floor, measured in the same run by another child process:
 the same LISTs (every cache's, at once, the same page size, through the same client),
@@ -121,9 +123,11 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
                 call(
                     "POST",
                     "/api/v1/namespaces",
-                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{i}"}},
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                 )
-                for i in range(NAMESPACES)
+                # the jobs' namespaces and the daemon's own (its status ConfigMap), as
+                # the chart installs it
+                for name in [*(f"ns-{i}" for i in range(NAMESPACES)), "elastic-autoscaler"]
             )
         )
         await asyncio.gather(
@@ -332,7 +336,13 @@ async def _measure(
     first = await controller.run_once(datetime.now(UTC))
     applied = first.applied.counts() if first.applied else {}
     steady_times, steady_writes = [], 0
+    await _status_written(parts, 1)
+    # the next cycle is the first to see its resizes in flight (held at their target,
+    # the queue's in-flight GPUs): its status object says so, a write of its own
+    settle = await controller.run_once(datetime.now(UTC))
+    await _status_written(parts, 2)
     after_first = kube.stats()
+    status_writes = parts.status.writes if parts.status else 0
     steady_gc = []
     for _ in range(steady):
         gc_before = gc_clock.seconds
@@ -341,6 +351,9 @@ async def _measure(
         steady_gc.append(gc_clock.seconds - gc_before)
         steady_writes += len(result.applied.results) if result.applied else 0
     end = kube.stats()
+    # the status object is written when its content changes (else on a heartbeat): a
+    # steady cycle changes nothing, so it writes nothing
+    status_writes = (parts.status.writes if parts.status else 0) - status_writes
     await running.__aexit__(None, None, None)
     await client.close()
     return {
@@ -353,6 +366,7 @@ async def _measure(
         "first_cycle_s": round(first.duration_seconds, 3),
         "first_resizes": len(first.plan.actions),
         "first_writes": {k.value: v for k, v in applied.items()},
+        "settle_cycle_ms": round(1000 * settle.duration_seconds, 1),
         "steady_cycle_ms": round(1000 * statistics.median(steady_times), 1),
         "steady_cycle_ms_range": [
             round(1000 * min(steady_times), 1),
@@ -362,9 +376,19 @@ async def _measure(
         "tune_gc": tune_gc,
         "steady_api_calls": (end["lists"] - after_first["lists"])
         + (end["watches"] - after_first["watches"])
-        + steady_writes,
+        + steady_writes
+        + status_writes,
         "peak_rss_mib": _peak_rss_mib(),
     }
+
+
+async def _status_written(parts, writes: int) -> None:
+    """Wait (at most 10 s) until the status writer has written `writes` objects: it
+    writes in the background, so a cycle's write may land during the next cycles."""
+    for _ in range(200):
+        if parts.status is None or parts.status.writes >= writes:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def _floor(kubeconfig: str, page_size: int, node_fit: bool) -> dict:
