@@ -1010,6 +1010,17 @@ class FakeKubeApi:
                 sent += 1
         return sent
 
+    def send_line(self, plural: str, line: bytes) -> int:
+        """Send `line` as it is to the open watches of `plural`: what a broken proxy or a
+        server bug would put in a stream. Returns how many got it."""
+
+        sent = 0
+        for w in list(self._watchers):
+            if w.rt.plural == plural:
+                w.queue.put_nowait(line)
+                sent += 1
+        return sent
+
     def watchers(self, plural: str | None = None) -> int:
         """How many watch streams are open (optionally of one plural)."""
 
@@ -1764,6 +1775,9 @@ class FakeKubeApi:
                     if request.transport is not None:
                         request.transport.close()
                     return response
+                if isinstance(item, bytes):
+                    await response.write(item + b"\n")
+                    continue
                 await _write_event(response, item)
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):

@@ -18,6 +18,7 @@ from fakekube import FakeKubeApi, eventually, job
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
+from structlog.testing import capture_logs
 
 from autoscaler.kubeapi import ApiFailure, classify
 from autoscaler.model import GroupRecord, HpaTarget, JobRecord, PriorityValue
@@ -461,6 +462,48 @@ async def test_oversized_objects_are_dropped_and_reported(
             lambda: names(source.objects().jobs) == ["ns1/big"], message="sizes swapped"
         )
         assert "ns1/small" in source.objects().errors[0]
+
+
+async def test_watch_event_longer_than_a_stream_buffer_is_applied(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    # the stream arrives in chunks of 64 KiB or less: an event of a 300 KB object (valid:
+    # etcd keeps up to 1.5 MiB, and under max_object_bytes) is read whole, as one event
+    kube.put(job("small"))
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="watch open")
+        big = job("big")
+        big["metadata"]["annotations"] = {"blob": "x" * 300_000}
+        kube.put(big)
+        kube.patch("pytorchjobs", "ns1", "small", {"metadata": {"labels": {"after": "big"}}})
+        await eventually(
+            lambda: names(source.objects().jobs) == ["ns1/big", "ns1/small"],
+            message="big job seen by the watch",
+        )
+        assert source.objects().errors == ()
+        assert kube.count(verb="list", plural="pytorchjobs") == 1  # no relist needed
+
+
+async def test_watch_line_that_is_not_an_event_is_an_error_and_the_cache_recovers(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    seed(kube)
+    async with running(client) as source:
+        await eventually(lambda: kube.watchers("queues") == 1, message="queue watch open")
+        with capture_logs() as logs:
+            assert kube.send_line("queues", b"<html>502 Bad Gateway</html>") == 1
+            await eventually(lambda: source.stats()["errors"]["Queue"] == 1, message="failed")
+        (failed,) = [e for e in logs if e["event"] == "kube.cache_error"]
+        assert failed["cache"] == "Queue" and "not an event: <html>502" in failed["error"]
+        # the cache watches again (from where it was: the line said nothing)
+        kube.put(queue("team-y"))
+        await eventually(
+            lambda: names(source.objects().queues) == ["team-x", "team-y"],
+            message="watch works again",
+        )
+        assert source.objects().errors == ()
+        kube.send_line("queues", b'{"type":"ERROR","object":{"kind":"Status","code":410}}')
+        await eventually(lambda: source.stats()["relists_410"] == 1, message="410 relisted")
 
 
 async def test_paginated_list(kube: FakeKubeApi, client: ApiClient) -> None:

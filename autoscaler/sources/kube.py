@@ -28,7 +28,6 @@ import msgspec
 import structlog
 import yaml
 from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
@@ -441,45 +440,42 @@ class _Cache:
         self.failing_since = None
 
     async def _watch(self) -> tuple[int, float]:
-        """One watch request from the last version; returns (events, seconds) at its end."""
+        """One watch request from the last version; returns (events, seconds) at its end.
 
+        The stream is read here, a line per event, rather than through the client's
+        Watch: that one builds an ApiClient (and its TLS context, ~25 ms of CPU) per
+        request, and decodes each event with json before we re-encode it for its size."""
         func, args, kwargs = self._call_args()
-
-        async def connect(*call_args: Any, **call_kwargs: Any) -> Any:
-            # Unpreloaded responses are not checked by the client: a 403 or 429 would be
-            # read as a stream. Raise it as the ApiException a LIST would have raised.
-            response = await func(*call_args, **call_kwargs)
-            if response.status != 200:
-                data = await response.read()
-                response.release()
-                raise _api_exception(response, data)
-            self._recovered()  # connected: whatever failed before works again
-            return response
-
         timeout = self._settings.watch_timeout_seconds
         loop = asyncio.get_running_loop()
         started = loop.time()
         events = 0
-        # `connect` has no ":rtype:" docstring, so Watch hands events over as raw dicts
-        # without a deserialisation round trip. It needs the running loop: made here.
-        stream = watch.Watch()
-        async with stream:
+        response = await func(
+            *args,
+            **kwargs,
+            watch=True,
+            resource_version=self.resource_version or None,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=True,
+            # The server ends the watch after timeout_seconds; this only catches a
+            # server (or proxy) that does not.
+            _request_timeout=timeout + max(5.0, timeout * 0.1),
+            _preload_content=False,
+        )
+        try:
+            if response.status != 200:
+                # Unpreloaded answers are not checked by the client: a 403 or 429 would
+                # be read as a stream. Raise the ApiException a LIST would have raised.
+                raise _api_exception(response, await response.read())
+            self._recovered()  # connected: whatever failed before works again
             self.counters.watches += 1
-            async for event in stream.stream(
-                connect,
-                *args,
-                **kwargs,
-                resource_version=self.resource_version,
-                timeout_seconds=timeout,
-                allow_watch_bookmarks=True,
-                # The server ends the watch after timeout_seconds; this only catches a
-                # server (or proxy) that does not.
-                _request_timeout=timeout + max(5.0, timeout * 0.1),
-            ):
+            # an empty read: the server ended the watch (its timeout). A line may be up
+            # to 4 MiB (the client's read buffer), more than etcd keeps in an object.
+            while line := await response.content.readline():
                 events += 1
-                if not isinstance(event, dict):
-                    raise ValueError(f"watch sent a line that is not JSON: {str(event)[:200]}")
-                self._apply(str(event.get("type", "")), event.get("raw_object"))
+                self._apply_line(line)
+        finally:
+            response.release()
         return events, loop.time() - started
 
     # -- applying changes ---------------------------------------------------------------
@@ -503,7 +499,24 @@ class _Cache:
         self.oversized[key] = size
         return False
 
-    def _apply(self, event_type: str, obj: Any) -> None:
+    def _apply_line(self, line: bytes) -> None:
+        """One line of a watch stream: an event, its object still encoded. An ERROR
+        event (410 Expired among them) is raised as the ApiException the client raises."""
+        try:
+            event = _EVENT.decode(line)
+            error = event.type == "ERROR" and event.object
+            status = _STATUS.decode(event.object) if error else event
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            text = line[:200].decode(errors="replace")
+            raise ValueError(f"watch sent a line that is not an event: {text}") from None
+        if event.type == "ERROR" or not event.object:
+            if status.code is None:
+                text = line[:200].decode(errors="replace")
+                raise ValueError(f"watch sent a line that is not an event: {text}")
+            raise ApiException(status=status.code, reason=f"{status.reason}: {status.message}")
+        self._apply(event.type, msgspec.json.decode(event.object), len(event.object))
+
+    def _apply(self, event_type: str, obj: Any, size: int) -> None:
         if not isinstance(obj, dict):
             log.warning("kube.watch_bad_event", cache=self.name, type=event_type)
             return
@@ -527,7 +540,7 @@ class _Cache:
                 self.version += 1
             self._notify(self.resource.kind, "DELETED", old if known else self._decode(obj))
             return
-        if not self._fits(key, len(msgspec.json.encode(obj))):
+        if not self._fits(key, size):
             self.version += 1
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
@@ -606,7 +619,25 @@ class _Names(msgspec.Struct):
     metadata: dict[str, Any] | None = None
 
 
+class _Status(msgspec.Struct):
+    """A Status: what an ERROR event carries, or a whole line from a server that failed
+    the stream after its 200."""
+
+    code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+
+class _Event(_Status):
+    """A watch event, its object left encoded (its size is its length)."""
+
+    type: str = ""
+    object: msgspec.Raw = msgspec.Raw()  # empty: the line had none
+
+
 _PAGE = msgspec.json.Decoder(_Page)
+_EVENT = msgspec.json.Decoder(_Event)
+_STATUS = msgspec.json.Decoder(_Status)
 _NAMES = msgspec.json.Decoder(_Names)
 
 
