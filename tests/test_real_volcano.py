@@ -205,6 +205,18 @@ class Daemon:
             await asyncio.sleep(0.1)
 
 
+async def settled(scene: Scene, queue: str, jobs: dict[str, int]) -> None:
+    """Until each job runs its pods, its PodGroup is Running, and Prometheus shows the
+    queue with them allocated and nothing inqueue. Until a PodGroup says Running (the
+    scheduler writes it at a session's end, later under load) the capacity plugin counts
+    its gang twice, allocated and inqueue, and a daemon started then rightly sees that
+    much less room, as the scheduler does."""
+    for name, n in jobs.items():
+        await wait_running(scene.api, scene.ns, name, n, deadline_seconds=30)
+        await wait_podgroup_phase(scene.api, scene.ns, name, "Running", deadline_seconds=30)
+    await scene.volcano.wait_scraped(queue, allocated=sum(jobs.values()), inqueue=0)
+
+
 async def running_within_two_cycles(scene: Scene, name: str, resize: dict[str, Any]) -> None:
     """Every worker of `name` the resize asked for is bound and Running within 2 cycles
     of the resize."""
@@ -241,8 +253,7 @@ async def test_grows_into_idle_gpus_and_every_worker_is_bound(scene: Scene) -> N
     the scheduler binds every worker asked for within two cycles."""
     queue = scene.queue("a")
     scene.job("train", queue, replicas=2, min_available=2, max_replicas=40)
-    await wait_running(scene.api, scene.ns, "train", 2, deadline_seconds=30)
-    await scene.volcano.wait_scraped(queue, allocated=2)
+    await settled(scene, queue, {"train": 2})
 
     async with scene.daemon() as daemon:
         resize = await daemon.resized("train")
@@ -264,8 +275,7 @@ async def test_two_queues_grow_into_what_the_scheduler_gives_them(scene: Scene) 
     for name, queue in (("left", qa), ("right", qb)):
         scene.job(name, queue, replicas=2, min_available=2, max_replicas=24)
     for name, queue in (("left", qa), ("right", qb)):
-        await wait_running(scene.api, scene.ns, name, 2, deadline_seconds=30)
-        await scene.volcano.wait_scraped(queue, allocated=2)
+        await settled(scene, queue, {name: 2})
 
     async with scene.daemon() as daemon:
         for name in ("left", "right"):
@@ -290,8 +300,7 @@ async def test_queue_capability_bounds_growth(scene: Scene) -> None:
     its max of 8, and all 6 are bound; nothing asked for is left Unschedulable."""
     queue = scene.queue("cap", capability_gpus=6)
     scene.job("capped", queue, replicas=2, min_available=2, max_replicas=8)
-    await wait_running(scene.api, scene.ns, "capped", 2, deadline_seconds=30)
-    await scene.volcano.wait_scraped(queue, allocated=2)
+    await settled(scene, queue, {"capped": 2})
 
     async with scene.daemon() as daemon:
         resize = await daemon.resized("capped")
@@ -313,8 +322,7 @@ async def test_waiting_gang_gets_elastic_workers_and_is_bound(scene: Scene) -> N
     of the gang's pods and keeps the job's 24."""
     queue = scene.queue("g")
     scene.job("elastic", queue, replicas=28, min_available=4, max_replicas=28)
-    await wait_running(scene.api, scene.ns, "elastic", 28, deadline_seconds=30)
-    await scene.volcano.wait_scraped(queue, allocated=28)
+    await settled(scene, queue, {"elastic": 28})
 
     async with scene.daemon() as daemon:
         await daemon.first_cycle()
@@ -367,7 +375,7 @@ async def test_plan_agrees_with_what_run_then_does(scene: Scene) -> None:
         # (later under load): while it still says Inqueue the job waits for its own gang
         # and `plan` rightly holds it (HoldOwnGangWaiting)
         await wait_podgroup_phase(scene.api, scene.ns, name, "Running", deadline_seconds=30)
-    await scene.volcano.wait_scraped(queue, allocated=3)
+    await scene.volcano.wait_scraped(queue, allocated=3, inqueue=0)
     versions = {n: get_vcjob(scene.api, scene.ns, n)["metadata"]["resourceVersion"] for n in jobs}
 
     planned = scene.plan()
@@ -401,8 +409,7 @@ async def test_scheduler_restart_under_the_daemon_harms_nothing(scene: Scene) ->
     queue = scene.queue("r")
     bounds = {"first": (2, 20), "second": (2, 20)}
     scene.job("first", queue, replicas=2, min_available=2, max_replicas=20)
-    await wait_running(scene.api, scene.ns, "first", 2, deadline_seconds=30)
-    await scene.volcano.wait_scraped(queue, allocated=2)
+    await settled(scene, queue, {"first": 2})
 
     async with scene.daemon() as daemon:
         resize = await daemon.resized("first")

@@ -562,10 +562,12 @@ class RealVolcano:
     async def wait_scraped(
         self, queue: str, *, deadline_seconds: float = 20, **parts: float
     ) -> None:
-        """Until Prometheus shows each `part=GPUs` for `queue` (e.g. allocated=2)."""
+        """Until Prometheus shows each `part=GPUs` for `queue` (e.g. allocated=2; a part
+        given as 0 may also have no series)."""
         started = time.monotonic()
         while True:
             seen = {part: await self.scraped_gpus(queue, part) for part in parts}
+            seen = {p: 0.0 if v is None and parts[p] == 0 else v for p, v in seen.items()}
             if seen == parts:
                 return
             if time.monotonic() - started > deadline_seconds:
