@@ -131,6 +131,9 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # the job names a queue it does not run in (an annotation its operator does not
+    # honour): which queue it does run in and how to set it; "" when none
+    queue_warning: str = ""
 
     @property
     def has_min_available(self) -> bool:
@@ -176,6 +179,7 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    queue_warning: str = ""  # as ElasticJob.queue_warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,9 @@ class JobRecord:
 
     job: ElasticJob | UnmanagedJob
     priority_class: str | None = None
+    # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
+    # checked against the queue its PodGroup names once that is known
+    queue_annotation: str | None = None
 
     @property
     def frees_gpus(self) -> bool:
@@ -232,6 +239,8 @@ class GroupRecord:
     group: PendingGroup | InvalidGroup | None
     phase: str = ""
     priority_class: str | None = None
+    queue: str = ""  # spec.queue as Volcano reads it (default when unset): where it runs
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,10 +442,13 @@ class Decision:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     resource_version: str = ""
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # shown with the decision (plan, status, explain)
     workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
     restart_cost_seconds: float | None = None  # the estimate the plan used
     restart_cost_source: str = ""  # annotation, measured or default
+    # what the job's owner must fix that is not this decision's business (also in notes):
+    # said once on the job as a Warning Event
+    warnings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -312,6 +312,8 @@ def _unmanaged_decision(u: UnmanagedJob) -> Decision:
         min_replicas=u.min_replicas,
         max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
+        notes=(u.queue_warning,) if u.queue_warning else (),
+        warnings=(u.queue_warning,) if u.queue_warning else (),
     )
 
 
@@ -324,6 +326,11 @@ _NO_MIN_AVAILABLE = (
     "gang size to all replicas, so growing raises it (grown only with "
     "grow_without_min_available)",
 )
+
+
+def _notes(j: ElasticJob) -> tuple[str, ...]:
+    notes = () if j.has_min_available else _NO_MIN_AVAILABLE
+    return (*notes, j.queue_warning) if j.queue_warning else notes
 
 
 _SKEY = operator.attrgetter("skey")
@@ -532,10 +539,11 @@ class _QueuePlanner:
                 j.max_replicas,
                 j.gpus_per_worker,
                 j.resource_version,
-                () if j.has_min_available else _NO_MIN_AVAILABLE,
+                _notes(j),
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
+                (j.queue_warning,) if j.queue_warning else (),
             )
             for w in self.work
             for j in (w.job,)
