@@ -21,6 +21,7 @@ class Reason(StrEnum):
     # actions on a job
     SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
     RECLAIM_FOR_PENDING = "ReclaimForPending"
+    RECLAIM_FOR_QUEUE = "ReclaimForQueue"  # gives back another queue's share to its gang
     TRIM_UNPLACED = "TrimUnplaced"
 
     # holds on a managed job
@@ -29,6 +30,7 @@ class Reason(StrEnum):
     COOLDOWN = "HoldCooldown"
     MIN_STEP = "HoldMinStep"
     IN_FLIGHT = "HoldInFlight"
+    NO_PODS = "HoldNoPods"  # workers asked for long ago have no pod at all
     RELEASING = "HoldReleasing"
     OWN_GANG_WAITING = "HoldOwnGangWaiting"
     NO_MIN_AVAILABLE = "HoldNoMinAvailable"
@@ -131,6 +133,9 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # the latest write to its spec or metadata we can date (creation, our last resize,
+    # metadata.managedFields): its workers without a pod have been asked for since then
+    asked_at: datetime | None = None
 
     @property
     def has_min_available(self) -> bool:
@@ -176,6 +181,7 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    asked_at: datetime | None = None  # as ElasticJob.asked_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,10 +264,12 @@ class PriorityValue:
 
 @dataclass(frozen=True, slots=True)
 class PodUse:
-    """GPUs a bound, unfinished pod holds on its node."""
+    """An unfinished pod: the GPUs it holds on its node (`node` "" while unbound), and
+    the job that made it (its controller ownerReference), if any."""
 
     node: str
     gpus: int
+    owner: ObjectRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +301,9 @@ class Bound(StrEnum):
     CLUSTER_IDLE = "cluster-idle"  # GPUs idle on schedulable nodes, after other queues' grants
     NODE_FIT = "node-fit"  # idle GPUs exist, but no node has room for a whole worker
     IN_FLIGHT = "in-flight"  # GPUs asked for and not running yet take the rest
+    # capacity: what is left for this queue once the idle GPUs are shared out, queues
+    # below their deserved first (shares.capacity_allotments)
+    FAIR_SHARE = "fair-share"
     GIVEN = "given"  # the free-GPU reading as given
 
 
@@ -313,6 +324,8 @@ class VolcanoQueue:
     guarantee: float = 0.0
     real_capacity: float | None = None
     deserved: float | None = None  # the scheduler's own figure, shown, not used
+    # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
+    spec_deserved: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +430,10 @@ class ClusterSnapshot:
     volcano: VolcanoView | None = None
     # resizes the cluster refused, as the actuator remembers them: those jobs hold
     refusals: tuple[Refusal, ...] = ()
+    # unfinished pods (bound or not) per job that made them, by (namespace, kind, name);
+    # None: pods are not watched (node_fit off, a snapshot file without pods), so no job
+    # is ever said to have none
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

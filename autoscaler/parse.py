@@ -265,21 +265,37 @@ def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> NodeGpus | None
 
 
 def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
-    """The GPUs a bound, unfinished pod holds on its node; None for any other pod."""
-    node = dig(obj, "spec", "nodeName")
-    if not isinstance(node, str) or not node:
-        return None
+    """An unfinished pod: the GPUs it holds on its node ("" while unbound) and the job
+    that made it; None for a finished pod, or one that holds no GPU and was made by no
+    kind of job we read (nothing the planner counts)."""
     if dig(obj, "status", "phase") in _FINISHED_POD_PHASES:
         return None
+    node = dig(obj, "spec", "nodeName")
+    node = node if isinstance(node, str) else ""
+    namespace = dig(obj, "metadata", "namespace")
+    owner = _owner(obj, namespace) if isinstance(namespace, str) else None
+    if owner is not None and owner.kind not in KIND_NAMES:
+        owner = None
     gpus = pod_gpus(obj, options)
-    return PodUse(node, gpus) if gpus else None
+    return PodUse(node, gpus, owner) if gpus or owner is not None else None
+
+
+def pods_by_owner(pods: Iterable[PodUse]) -> dict[tuple[str, str, str], int]:
+    """Unfinished pods, bound or not, per job that made them: (namespace, kind, name)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for p in pods:
+        if p.owner is not None:
+            key = (p.owner.namespace, p.owner.kind, p.owner.name)
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def nodes_in_use(nodes: Iterable[NodeGpus], pods: Iterable[PodUse]) -> tuple[NodeGpus, ...]:
     """Each node with what its bound pods use of its GPUs, by name."""
     used: dict[str, int] = {}
     for pod in pods:
-        used[pod.node] = used.get(pod.node, 0) + pod.gpus
+        if pod.node and pod.gpus:
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
     out = [replace(n, used=used[n.name]) if n.name in used else n for n in nodes]
     return tuple(sorted(out, key=lambda n: n.name))
 
@@ -335,7 +351,11 @@ def volcano_view(
         spec = by_name.get(name)
         if spec is not None:
             vq = replace(
-                vq, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                vq,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
@@ -346,7 +366,11 @@ def volcano_view(
     for name, spec in by_name.items():
         if name not in queues:
             queues[name] = VolcanoQueue(
-                name, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                name,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
     return VolcanoView(plugin, queues, nodes), out
 
@@ -405,8 +429,7 @@ def parse_job(
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **exc.known)
     replicas, gpw = workers.replicas, workers.gpus_per_worker
-    inflight = max(0, replicas - workers.active) * gpw
-    known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
+    known = _known(meta, workers, options)
     try:
         min_r, max_r = _elastic_range(obj, kind, workers, options, known)
         schedule = _schedule_facts(meta.get("annotations") or {}, options)
@@ -431,7 +454,40 @@ def parse_job(
         restart_cost_seconds=schedule.restart_cost,
         restart_cost_source=schedule.cost_source,
         measured_for=schedule.measured_for,
+        asked_at=known["asked_at"],
     )
+
+
+def _known(meta: Mapping[str, Any], workers: Workers, options: ReadOptions) -> dict[str, Any]:
+    """What a job holds and is owed, for its UnmanagedJob too."""
+    gpw = workers.gpus_per_worker
+    inflight = max(0, workers.replicas - workers.active) * gpw
+    return {
+        "replicas": workers.replicas,
+        "gpus_per_worker": gpw or None,
+        "inflight_gpus": inflight,
+        "asked_at": _asked_at(meta, options) if inflight else None,
+    }
+
+
+def _asked_at(meta: Mapping[str, Any], options: ReadOptions) -> datetime:
+    """The latest write to the job's spec or metadata that can be dated from the object
+    itself, so a restarted daemon dates it alike: its creation, our last-scale-time
+    annotation, and each `metadata.managedFields` entry that is not a status write (a
+    replicas edit by kubectl, the API or us moves its manager's time). Later writes only
+    make it later: the safe side (in-flight workers count longer)."""
+    times = [_created(meta)]
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        last = read_time(annotations.get(options.annotations.last_scale))
+        if last is not None:
+            times.append(last)
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, Mapping) and entry.get("subresource") != "status":
+            when = read_time(entry.get("time"))
+            if when is not None:
+                times.append(when)
+    return max(times)
 
 
 def _elastic_range(
@@ -693,6 +749,7 @@ def _hpa_skip(
         max_replicas=job.max_replicas,
         gpus_per_worker=job.gpus_per_worker,
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+        asked_at=job.asked_at,
     )
 
 
@@ -755,6 +812,9 @@ class Records:
     nodes: tuple[NodeGpus, ...] = ()
     pods: tuple[PodUse, ...] = ()
     hpas: tuple[HpaTarget, ...] = ()
+    # `pods` are every unfinished pod (a pod watch, a snapshot file with pods): a job
+    # with none there has none (HoldNoPods); else pods are unknown
+    pods_known: bool = False
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -772,6 +832,7 @@ class Records:
             nodes=each(raw.nodes, by_kind["Node"]),
             pods=each(raw.pods, by_kind["Pod"]),
             hpas=each(raw.hpas, by_kind[HPA_KIND]),
+            pods_known=bool(raw.pods),
         )
 
 
@@ -790,6 +851,7 @@ class Assembled:
     invalid: tuple[InvalidGroup, ...]
     queues: tuple[QueueSpec, ...]
     nodes: tuple[NodeGpus, ...] | None
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 def assemble(records: Records) -> Assembled:
@@ -834,6 +896,7 @@ def assemble(records: Records) -> Assembled:
         tuple(invalid),
         records.queues,
         nodes_in_use(records.nodes, records.pods) if records.nodes else None,
+        pods_by_owner(records.pods) if records.pods_known else None,
     )
 
 
@@ -882,6 +945,7 @@ def build_snapshot(
         problem=problem,
         message=message,
         volcano=view,
+        pods_by_owner=a.pods_by_owner,
     )
 
 

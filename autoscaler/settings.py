@@ -112,6 +112,16 @@ class Settings(BaseSettings):
         description="Workers we asked for that are still not running this long "
         "after our resize are cut back to what runs (never below min).",
     )
+    no_pods_timeout_seconds: float = Field(
+        300,
+        ge=0,
+        description="Workers a job asks for (any job: ours, one we leave alone, a rigid "
+        "one) that still have no pod at all this long after the job's spec was last "
+        "written (its creation, our last resize, or any other write its managedFields "
+        "date) stop counting as GPUs in flight: HoldNoPods, usually a job whose operator "
+        "is not running or refuses it. Needs the pod watch (node_fit); unbound pods "
+        "still count.",
+    )
     growth_policy: GrowthPolicy = Field(
         GrowthPolicy.FILL,
         description="fill: grow as few jobs as possible, smallest "
