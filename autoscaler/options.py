@@ -61,7 +61,7 @@ class Annotations:
     @property
     def paddle_elastic(self) -> str:
         """Set by the user on a PaddleJob ("true"): it runs Paddle's elastic launcher,
-        so resizing it is safe (README, PaddleJob)."""
+        so resizing it is safe (docs/jobs.md, PaddleJob)."""
         return f"{self.prefix}/paddle-elastic"
 
     @property

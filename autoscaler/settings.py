@@ -634,7 +634,7 @@ def check_environment(environ: Any) -> None:
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     raise SettingsError(
         f"unknown environment variable(s): {', '.join(parts)}; settings are "
-        f"{ENV_PREFIX}<FIELD> (README 'Settings')"
+        f"{ENV_PREFIX}<FIELD> (docs/settings.md)"
     )
 
 
