@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from .headroom import Limits, NodePool, PluginLimit
+from .fit import Placer
+from .headroom import Limits, PluginLimit
 from .model import (
     Action,
     Bound,
@@ -60,6 +61,7 @@ class _Job:
     message: str = ""
     locked: bool = False  # decided for this cycle: no further change
     victim_of: list[str] | None = None  # the gangs it gives workers to, once it does
+    fit_note: str = ""  # what node fit said when it bounded this job's growth
 
     @property
     def key(self) -> ObjectRef:
@@ -201,7 +203,7 @@ class _Cluster:
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.limits = Limits(view, self.wanted)
-        self.pool: NodePool | None = None
+        self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
         # a job whose own PodGroup waits counts once, as that gang (rule 2): its workers
         # are not in flight here, the queue planner takes the gang's GPUs
@@ -216,14 +218,14 @@ class _Cluster:
             u for u in snapshot.unmanaged if u.inflight_gpus and not _waits_for_own_gang(u.ref, own)
         ]
         if view.nodes is not None:
-            self.pool = NodePool(view.nodes)
+            self.pool = Placer(view.nodes, view.gpu_names)
             # workers asked for and not running yet will take node room first, whoever
-            # asked; a worker already bound is on its node's used GPUs and counts twice
+            # asked; a worker already bound is on its node's used room and counts twice
             # for the seconds until it runs (the safe side)
             for j in jobs:
-                self.pool.place(j.gpus_per_worker, j.inflight_workers)
+                self.pool.place(j.worker_shape, j.inflight_workers)
             for u in unmanaged:
-                self.pool.take(u.inflight_gpus)
+                self.pool.take_gpus(u.inflight_gpus)
         for j in jobs:
             self.inflight[j.queue] = (
                 self.inflight.get(j.queue, 0) + j.inflight_workers * j.gpus_per_worker
@@ -263,8 +265,8 @@ class _Cluster:
         limits = {str(limit.bound): limit.gpus}
         free, bound = max(0.0, limit.gpus), limit.bound
         if self.pool is not None:
-            idle = self.pool.idle + inflight
-            limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle)
+            idle = self.pool.idle_gpus + inflight
+            limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle_gpus)
             if idle <= free:  # a tie names the physical limit
                 free, bound = float(idle), Bound.CLUSTER_IDLE
         if inflight:
@@ -327,6 +329,19 @@ _NO_MIN_AVAILABLE = (
 
 
 _SKEY = operator.attrgetter("skey")
+
+
+def _notes(j: ElasticJob) -> tuple[str, ...]:
+    """What the plan says beside a job's decision: a gang it would raise, what node fit
+    does not judge of its workers."""
+    notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
+    shape = j.shape
+    if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
+        notes += (
+            f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
+            "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
+        )
+    return notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -481,7 +496,7 @@ class _QueuePlanner:
         snapshot: ClusterSnapshot,
         policy: PlannerPolicy,
         now: datetime,
-        nodes: NodePool | None = None,
+        nodes: Placer | None = None,
     ) -> None:
         self.state = state
         self.policy = policy
@@ -532,7 +547,7 @@ class _QueuePlanner:
                 j.max_replicas,
                 j.gpus_per_worker,
                 j.resource_version,
-                () if j.has_min_available else _NO_MIN_AVAILABLE,
+                _notes(j),
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
@@ -563,7 +578,7 @@ class _QueuePlanner:
         if self.nodes is not None:
             # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
             # admitted gangs were credited, will be
-            self.nodes.take(max(0, before - max(idle, 0)) + self.credited)
+            self.nodes.take_gpus(max(0, before - max(idle, 0)) + self.credited)
         pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
         self._grow(pool, starving, capped)
 
@@ -873,12 +888,15 @@ class _QueuePlanner:
             extra = grants.get(w, 0)
             if extra:
                 self.granted += extra * j.gpus_per_worker
+                why = (
+                    f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
+                    f"of queue {j.queue}"
+                )
                 self._settle(
                     w,
                     j.replicas + extra,
                     Reason.SCALE_UP_IDLE_GPUS,
-                    f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
-                    f"of queue {j.queue}",
+                    f"{why}; {w.fit_note}" if w.fit_note else why,
                 )
             elif w.reason is None and capped:
                 self._hold(w, Reason.QUEUE_CAPACITY, capped)
@@ -989,27 +1007,26 @@ class _QueuePlanner:
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
             if extra > 0 and self.nodes is not None:
-                fits = self.nodes.fits(j.gpus_per_worker, extra)
+                fits = self.nodes.fits(j.worker_shape, extra)
                 if fits < extra:
-                    self._no_node_fits(w, extra - fits)
+                    self._no_node_fits(w, fits)
                     extra = fits
             if extra <= 0 or not self._step_ok(w, extra):
                 continue
             if self.nodes is not None:
-                self.nodes.place(j.gpus_per_worker, extra)
+                self.nodes.place(j.worker_shape, extra)
             grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
 
-    def _no_node_fits(self, w: _Job, short: int) -> None:
+    def _no_node_fits(self, w: _Job, fits: int) -> None:
+        """Node fit bounds the job's growth to `fits` more workers: held, with where its
+        workers fit and why the idle GPUs elsewhere do not take them (kept as the note
+        of a smaller grant)."""
         assert self.nodes is not None
         self.node_fit_limited = True
-        self._hold(
-            w,
-            Reason.NO_NODE_FITS,
-            f"{short} worker(s) of {w.job.gpus_per_worker} GPU(s) fit on no node "
-            f"({self.nodes.idle} GPU(s) idle, spread over nodes)",
-        )
+        w.fit_note = self.nodes.explain(w.job.worker_shape, fits)
+        self._hold(w, Reason.NO_NODE_FITS, w.fit_note)
 
     def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
         """Fair shares are computed in GPUs; each grant is then placed on nodes, in the
@@ -1018,9 +1035,11 @@ class _QueuePlanner:
             return grants
         placed: dict[_Job, int] = {}
         for w in sorted(grants, key=_SKEY):
-            n = self.nodes.place(w.job.gpus_per_worker, grants[w])
-            if n < grants[w]:
-                self._no_node_fits(w, grants[w] - n)
+            shape = w.job.worker_shape
+            fits = self.nodes.fits(shape, grants[w])
+            if fits < grants[w]:
+                self._no_node_fits(w, fits)
+            n = self.nodes.place(shape, fits)
             if n:
                 placed[w] = n
         return placed
