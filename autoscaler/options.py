@@ -61,7 +61,7 @@ class Annotations:
     @property
     def paddle_elastic(self) -> str:
         """Set by the user on a PaddleJob ("true"): it runs Paddle's elastic launcher,
-        so resizing it is safe (README, PaddleJob)."""
+        so resizing it is safe (docs/jobs.md, PaddleJob)."""
         return f"{self.prefix}/paddle-elastic"
 
     @property
@@ -78,6 +78,8 @@ class ReadOptions:
     gpu_resource_names: tuple[str, ...]
     annotations: Annotations
     node_fit: bool
+    # a template's pods get the ExtendedResourceToleration plugin's tolerations
+    extended_resource_toleration: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

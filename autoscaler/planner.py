@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from .headroom import Limits, NodePool, PluginLimit, real_capability
+from .fit import Placer
+from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .model import (
     Action,
@@ -62,6 +63,7 @@ class _Job:
     message: str = ""
     locked: bool = False  # decided for this cycle: no further change
     victim_of: list[str] | None = None  # the gangs it gives workers to, once it does
+    fit_note: str = ""  # what node fit said when it bounded this job's growth
 
     @property
     def key(self) -> ObjectRef:
@@ -252,7 +254,7 @@ class _Cluster:
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.limits = Limits(view, self.wanted)
-        self.pool: NodePool | None = None
+        self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
         self._count_inflight(snapshot, jobs_by_queue, pending_by_queue, no_pods)
         # capacity: idle GPUs each queue may take, where that is less than it asks for
@@ -287,14 +289,14 @@ class _Cluster:
             and (n := u.inflight_gpus - no_pods.gpus_of(u)) > 0
         ]
         if self.view.nodes is not None:
-            self.pool = NodePool(self.view.nodes)
+            self.pool = Placer(self.view.nodes, self.view.gpu_names)
             # workers asked for and not running yet will take node room first, whoever
-            # asked; a worker already bound is on its node's used GPUs and counts twice
+            # asked; a worker already bound is on its node's used room and counts twice
             # for the seconds until it runs (the safe side)
             for j, n in jobs:
-                self.pool.place(j.gpus_per_worker, n)
+                self.pool.place(j.worker_shape, n)
             for _, gpus in unmanaged:
-                self.pool.take(gpus)
+                self.pool.take_gpus(gpus)
         for j, n in jobs:
             self.inflight[j.queue] = self.inflight.get(j.queue, 0) + n * j.gpus_per_worker
         for u, gpus in unmanaged:
@@ -327,7 +329,7 @@ class _Cluster:
                 Ask(name, used, deserved_of(q, real), q.weight, limit.gpus - inflight, want)
             )
         if self.pool is not None:
-            idle = self.pool.idle
+            idle = self.pool.idle_gpus
         else:
             idle = math.floor(total - sum(r.used for r in rows) + _EPS)
         allotted = capacity_allotments(idle, rows)
@@ -366,8 +368,8 @@ class _Cluster:
         limits = {str(limit.bound): limit.gpus}
         free, bound = max(0.0, limit.gpus), limit.bound
         if self.pool is not None:
-            idle = self.pool.idle + inflight
-            limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle)
+            idle = self.pool.idle_gpus + inflight
+            limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle_gpus)
             if idle <= free:  # a tie names the physical limit
                 free, bound = float(idle), Bound.CLUSTER_IDLE
         if state.name in self.allotments:
@@ -442,6 +444,19 @@ _NO_MIN_AVAILABLE = (
 
 
 _SKEY = operator.attrgetter("skey")
+
+
+def _notes(j: ElasticJob) -> tuple[str, ...]:
+    """What the plan says beside a job's decision: a gang it would raise, what node fit
+    does not judge of its workers."""
+    notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
+    shape = j.shape
+    if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
+        notes += (
+            f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
+            "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
+        )
+    return notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -757,7 +772,7 @@ class _QueuePlanner:
         snapshot: ClusterSnapshot,
         policy: PlannerPolicy,
         now: datetime,
-        nodes: NodePool | None = None,
+        nodes: Placer | None = None,
         shared: _Shared | None = None,
     ) -> None:
         self.state = state
@@ -803,7 +818,7 @@ class _QueuePlanner:
                 j.max_replicas,
                 j.gpus_per_worker,
                 j.resource_version,
-                () if j.has_min_available else _NO_MIN_AVAILABLE,
+                _notes(j),
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
@@ -834,7 +849,7 @@ class _QueuePlanner:
         if self.nodes is not None:
             # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
             # admitted gangs were credited, will be
-            self.nodes.take(max(0, before - max(idle, 0)) + self.credited)
+            self.nodes.take_gpus(max(0, before - max(idle, 0)) + self.credited)
         pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
         self._grow(pool, starving, capped)
 
@@ -944,15 +959,29 @@ class _QueuePlanner:
         """GPUs the queue's jobs may still grow by before they hold more than the Queue
         object allows, None without a bound. A physical cap whatever Prometheus reads:
         jobs at their planned size (or what still runs, if more), unmanaged jobs at
-        their spec, and the gangs given a share this cycle that no job here owns."""
+        their spec, and the gangs given a share this cycle that no job here owns.
+
+        A job whose own PodGroup waits is counted once, as that gang (rule 2): at its
+        spec if the gang was served this cycle (its pods will bind), not at all if not
+        (Volcano admits none of its pods; counting it anyway blocked all growth while
+        any gang could not fit, and `max_gang_wait_seconds` could never matter)."""
         cap = self.state.capacity_gpus
         if cap is None:
             return None
-        held = sum(max(w.target, w.job.active) * w.job.gpus_per_worker for w in self.work)
-        held += sum((u.replicas or 0) * (u.gpus_per_worker or 0) for u in self.unmanaged)
+        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        unserved_owners = _own_waiting([g for g in self.pending if g.ref not in served])
+        held = sum(
+            max(w.target, w.job.active) * w.job.gpus_per_worker
+            for w in self.work
+            if not _waits_for_own_gang(w.job.ref, unserved_owners)
+        )
+        held += sum(
+            (u.replicas or 0) * (u.gpus_per_worker or 0)
+            for u in self.unmanaged
+            if not _waits_for_own_gang(u.ref, unserved_owners)
+        )
         known = {(w.job.ref.namespace, w.job.ref.name) for w in self.work}
         known |= {(u.ref.namespace, u.ref.name) for u in self.unmanaged}
-        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:
@@ -1182,12 +1211,15 @@ class _QueuePlanner:
             extra = grants.get(w, 0)
             if extra:
                 self.granted += extra * j.gpus_per_worker
+                why = (
+                    f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
+                    f"of queue {j.queue}"
+                )
                 self._settle(
                     w,
                     j.replicas + extra,
                     Reason.SCALE_UP_IDLE_GPUS,
-                    f"{j.replicas} -> {j.replicas + extra} worker(s) into idle GPUs "
-                    f"of queue {j.queue}",
+                    f"{why}; {w.fit_note}" if w.fit_note else why,
                 )
             elif w.reason is None and capped:
                 self._hold(w, Reason.QUEUE_CAPACITY, capped)
@@ -1268,27 +1300,26 @@ class _QueuePlanner:
             j = w.job
             extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
             if extra > 0 and self.nodes is not None:
-                fits = self.nodes.fits(j.gpus_per_worker, extra)
+                fits = self.nodes.fits(j.worker_shape, extra)
                 if fits < extra:
-                    self._no_node_fits(w, extra - fits)
+                    self._no_node_fits(w, fits)
                     extra = fits
             if extra <= 0 or not self._step_ok(w, extra):
                 continue
             if self.nodes is not None:
-                self.nodes.place(j.gpus_per_worker, extra)
+                self.nodes.place(j.worker_shape, extra)
             grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
 
-    def _no_node_fits(self, w: _Job, short: int) -> None:
+    def _no_node_fits(self, w: _Job, fits: int) -> None:
+        """Node fit bounds the job's growth to `fits` more workers: held, with where its
+        workers fit and why the idle GPUs elsewhere do not take them (kept as the note
+        of a smaller grant)."""
         assert self.nodes is not None
         self.node_fit_limited = True
-        self._hold(
-            w,
-            Reason.NO_NODE_FITS,
-            f"{short} worker(s) of {w.job.gpus_per_worker} GPU(s) fit on no node "
-            f"({self.nodes.idle} GPU(s) idle, spread over nodes)",
-        )
+        w.fit_note = self.nodes.explain(w.job.worker_shape, fits)
+        self._hold(w, Reason.NO_NODE_FITS, w.fit_note)
 
     def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
         """Fair shares are computed in GPUs; each grant is then placed on nodes, in the
@@ -1297,9 +1328,11 @@ class _QueuePlanner:
             return grants
         placed: dict[_Job, int] = {}
         for w in sorted(grants, key=_SKEY):
-            n = self.nodes.place(w.job.gpus_per_worker, grants[w])
-            if n < grants[w]:
-                self._no_node_fits(w, grants[w] - n)
+            shape = w.job.worker_shape
+            fits = self.nodes.fits(shape, grants[w])
+            if fits < grants[w]:
+                self._no_node_fits(w, fits)
+            n = self.nodes.place(shape, fits)
             if n:
                 placed[w] = n
         return placed

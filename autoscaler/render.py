@@ -1,4 +1,4 @@
-"""A Plan as a table for people or as stable JSON for tools (format documented in README)."""
+"""A Plan as a table for people or as stable JSON for tools (format: docs/snapshot.md)."""
 
 from __future__ import annotations
 

@@ -243,10 +243,20 @@ class Settings(BaseSettings):
     )
     node_fit: bool = Field(
         True,
-        description="Bound growth by the GPUs idle on schedulable nodes and grant a worker "
-        "only where one node has room for it whole. Needs list/watch on nodes and pods "
-        "(cluster-wide: another namespace's pods use the same nodes). Off: the plugin's "
-        "room alone, and no node or pod watch.",
+        description="Grant a worker only where one node admits it as the scheduler's "
+        "filters would: every resource it requests free there (GPUs, CPU, memory, other "
+        "extended resources), its nodeSelector and required node affinity matched, every "
+        "NoSchedule/NoExecute taint tolerated, the node Ready and not cordoned, its host "
+        "ports free. Needs list/watch on nodes and pods (cluster-wide: another namespace's "
+        "pods use the same nodes). Off: the plugin's room alone, and no pod watch.",
+    )
+    extended_resource_toleration: bool = Field(
+        True,
+        description="Read a worker template as the API server's ExtendedResourceToleration "
+        "admission plugin (on in GKE, EKS and AKS) will create its pod: with a toleration "
+        "`<resource>:Exists:NoSchedule` for every extended resource it requests, so GPU "
+        "nodes tainted `nvidia.com/gpu=present:NoSchedule` admit it. Turn off where the "
+        "plugin is not enabled.",
     )
     free_gpus_query: str | None = Field(
         None,
@@ -634,7 +644,7 @@ def check_environment(environ: Any) -> None:
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     raise SettingsError(
         f"unknown environment variable(s): {', '.join(parts)}; settings are "
-        f"{ENV_PREFIX}<FIELD> (README 'Settings')"
+        f"{ENV_PREFIX}<FIELD> (docs/settings.md)"
     )
 
 

@@ -72,7 +72,7 @@ class OnChange(Protocol):
     `kind` is the Kubernetes kind (`PyTorchJob`, `PodGroup`, `Queue`, `PriorityClass`),
     `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same
     way), `record` what the cache holds for the object (for DELETED: what it held).
-    Objects the planner reads nothing of (a pod without GPUs) are not reported.
+    Objects the planner reads nothing of (a pod not bound, or finished) are not reported.
     """
 
     def __call__(self, kind: str, event_type: str, record: Any) -> None: ...
