@@ -723,15 +723,29 @@ class _QueuePlanner:
         """GPUs the queue's jobs may still grow by before they hold more than the Queue
         object allows, None without a bound. A physical cap whatever Prometheus reads:
         jobs at their planned size (or what still runs, if more), unmanaged jobs at
-        their spec, and the gangs given a share this cycle that no job here owns."""
+        their spec, and the gangs given a share this cycle that no job here owns.
+
+        A job whose own PodGroup waits is counted once, as that gang (rule 2): at its
+        spec if the gang was served this cycle (its pods will bind), not at all if not
+        (Volcano admits none of its pods; counting it anyway blocked all growth while
+        any gang could not fit, and `max_gang_wait_seconds` could never matter)."""
         cap = self.state.capacity_gpus
         if cap is None:
             return None
-        held = sum(max(w.target, w.job.active) * w.job.gpus_per_worker for w in self.work)
-        held += sum((u.replicas or 0) * (u.gpus_per_worker or 0) for u in self.unmanaged)
+        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        unserved_owners = _own_waiting([g for g in self.pending if g.ref not in served])
+        held = sum(
+            max(w.target, w.job.active) * w.job.gpus_per_worker
+            for w in self.work
+            if not _waits_for_own_gang(w.job.ref, unserved_owners)
+        )
+        held += sum(
+            (u.replicas or 0) * (u.gpus_per_worker or 0)
+            for u in self.unmanaged
+            if not _waits_for_own_gang(u.ref, unserved_owners)
+        )
         known = {(w.job.ref.namespace, w.job.ref.name) for w in self.work}
         known |= {(u.ref.namespace, u.ref.name) for u in self.unmanaged}
-        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:

@@ -441,6 +441,56 @@ def test_capacity_counts_admitted_gangs_and_workers_still_running():
     assert by_name["b"].target == 1 + (10 - 3 - 1 - 3)  # room: 10 - (3 + 1) - 3 = 3
 
 
+# A job whose own PodGroup waits counts once, as that gang: at its spec when the gang is
+# served this cycle, not at all when it is not (Volcano binds none of its pods). Queue
+# capability 10; job a runs 2 of max 8 (min 2: nothing to reclaim); job w (spec 6) waits
+# for its own 6-GPU gang. Before the fix w counted 6 GPUs whether or not its gang was
+# served, so an unserved gang blocked growth: a stayed at 2 or 4.
+@pytest.mark.parametrize(
+    ("free", "gangs", "a_target", "a_reason", "gang_reason"),
+    [
+        # own gang does not fit (5 < 6) and is not served: w holds nothing, a takes the 5
+        (5, [("w", 6, "w")], 7, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+        # own gang fits: served, so w counts at its spec: room 10 - 2 - 6 = 2
+        (10, [("w", 6, "w")], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_FITS),
+        # rows without an own gang: w runs 6 of 6. A served gang no job here owns counts
+        # its GPUs: room 10 - 2 - 6 - 3 < 0
+        (10, [("g", 3, None)], 2, Reason.QUEUE_CAPACITY, Reason.GANG_FITS),
+        # an unserved gang no job here owns counts nothing: room 10 - 2 - 6 = 2
+        (5, [("g", 6, None)], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+    ],
+)
+def test_capacity_counts_a_waiting_job_once_as_its_gang(
+    free, gangs, a_target, a_reason, gang_reason
+):
+    own = any(owner for _, _, owner in gangs)
+    w = ej("w", min=6, max=6, replicas=6, active=0 if own else 6)
+    pending = [gang(n, gpus, owner=owner) for n, gpus, owner in gangs]
+    p = _capped(free, 10, ej("a", min=2, replicas=2, max=8), w, pending=pending)
+    assert targets(p)["a"] == (a_target, a_reason)
+    assert set(gang_reasons(p).values()) == {gang_reason}
+
+
+@pytest.mark.parametrize(
+    ("waited", "a_target", "a_reason"),
+    [
+        (60, 7, Reason.SCALE_UP_IDLE_GPUS),  # a young gang that cannot fit: growth goes on
+        (4000, 2, Reason.GANG_STARVING),  # waited > max_gang_wait_seconds: growth stops
+    ],
+)
+def test_the_starvation_guard_decides_growth_under_a_queue_capability(waited, a_target, a_reason):
+    # capability 8, a at 2 (its min), w waits for its own 6-GPU gang with 5 GPUs free.
+    # Before the fix w's 6 GPUs filled the capability whatever the gang's age: a held
+    # HoldQueueCapacity at 2 in both rows, and max_gang_wait_seconds changed nothing.
+    w = ej("w", min=6, max=6, replicas=6, active=0)
+    pending = [gang("w", 6, owner="w", created=ago(waited))]
+    state = QueueState("q", 5, capacity_gpus=8)
+    s = ClusterSnapshot(queues={"q": state}, jobs=(ej("a", min=2, replicas=2, max=8), w))
+    p = plan(replace(s, pending=tuple(pending)), policy(max_gang_wait_seconds=1800), NOW)
+    assert targets(p)["a"] == (a_target, a_reason)
+    assert gang_reasons(p)["w"] == Reason.GANG_UNCOVERABLE
+
+
 def test_no_capacity_known_means_no_bound():
     p = _capped(16, None, ej("a", replicas=2, active=2, max=20))
     assert p.decisions[0].target == 18
