@@ -488,13 +488,14 @@ def test_every_granted_worker_has_a_node_that_admits_it(cluster, growth):
     nodes, jobs = cluster
     p = plan(snap(nodes, jobs), policy(growth_policy=growth), NOW)
     by_ref = {j.ref: j for j in jobs}
-    # replay the grants, in plan order, on a fresh copy of the nodes: each must fit
+    # replay the grants on a fresh copy of the nodes, in the order the planner grants
+    # (fill: smallest job first; fair: by name): each worker must find a node
     placer = Placer(nodes)
-    for d in p.actions:
-        j = by_ref[d.ref]
-        extra = d.target - d.current
-        if extra > 0:
-            assert placer.place(j.worker_shape, extra) == extra, d.message
+    grown = [(by_ref[d.ref], d.target - d.current) for d in p.actions if d.target > d.current]
+    if growth == "fill":
+        grown.sort(key=lambda g: (-g[0].priority, g[0].replicas * g[0].gpus_per_worker))
+    for j, extra in grown:
+        assert placer.place(j.worker_shape, extra) == extra, j.ref
     for d in p.decisions:
         assert d.min_replicas is not None and d.max_replicas is not None
         assert d.min_replicas <= d.target <= d.max_replicas
