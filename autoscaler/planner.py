@@ -28,6 +28,7 @@ from .fit import Placer
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .model import (
+    MILLI,
     Action,
     Bound,
     ClusterSnapshot,
@@ -488,14 +489,25 @@ class _VictimPool:
         # heap of every job above its minimum was a tenth of the plan
         self._heap: list[tuple[int, int, tuple[str, str, str], _Job]] | None = None
 
-    def reclaimable(self, max_priority: float) -> int:
-        """GPUs the jobs of priority <= max_priority could still give up."""
-        return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
+    def reclaimable(self, max_priority: float, useful: _Useful | None = None) -> int:
+        """GPUs the jobs of priority <= max_priority could still give up (with `useful`:
+        only those of workers it says free room the gang can use)."""
+        if useful is None:
+            return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
+        return sum(
+            sum(useful(w)) * w.job.gpus_per_worker
+            for w in self._jobs
+            if w.job.priority <= max_priority and w.target > w.job.min_replicas
+        )
 
-    def take(self, shortfall: int, max_priority: float) -> list[tuple[_Job, int]]:
-        """Victims and how many workers each gives; the caller applies them and reports
-        each back with `taken`."""
+    def take(
+        self, shortfall: int, max_priority: float, useful: _Useful | None = None
+    ) -> list[tuple[_Job, int]]:
+        """Victims and how many workers each gives (highest index first; with `useful`,
+        as many as it takes for enough useful ones, and no job that has none); the
+        caller applies them and reports each back with `taken`."""
         chosen: list[tuple[_Job, int]] = []
+        passed: list[_Job] = []  # popped, nothing useful: back in the heap afterwards
         left = (
             []
             if self._by_heap
@@ -506,9 +518,19 @@ class _VictimPool:
             if w is None:
                 break
             j = w.job
-            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
+            if useful is None:
+                workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
+                gained = workers * j.gpus_per_worker
+            else:
+                workers, gained = _useful_workers(useful(w), shortfall, j.gpus_per_worker)
+                if not gained:
+                    passed.append(w)
+                    continue
             chosen.append((w, workers))
-            shortfall -= workers * j.gpus_per_worker
+            shortfall -= gained
+        if self._by_heap:
+            for w in passed:
+                heapq.heappush(self._victim_heap(), _heap_entry(w))
         return chosen
 
     def taken(self, w: _Job, workers: int) -> None:
@@ -546,6 +568,21 @@ class _VictimPool:
         covered = min(reclaimable * j.gpus_per_worker, shortfall)
         lost = self._restart_cost(j) * j.active * j.gpus_per_worker
         return (j.priority, lost / covered, -reclaimable, w.skey)
+
+
+_Useful = Callable[[_Job], list[bool]]  # per reclaimable worker, highest index first
+
+
+def _useful_workers(flags: list[bool], shortfall: int, gpus_per_worker: int) -> tuple[int, int]:
+    """The fewest workers, highest index first, whose useful ones cover the shortfall
+    (or all of them): (workers, GPUs those useful ones free)."""
+    gained = 0
+    for k, flag in enumerate(flags, start=1):
+        gained += gpus_per_worker if flag else 0
+        if gained >= shortfall:
+            return k, gained
+    last = max((k for k, flag in enumerate(flags, start=1) if flag), default=0)
+    return last, gained
 
 
 def _own_waiting(pending: list[PendingGroup]) -> set[tuple[str, str, str]]:
@@ -591,6 +628,14 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
         if size + 1 < w.job.max_replicas:
             heapq.heappush(heap, (size + 1, prio, gpus, created, skey, w))
     return grants
+
+
+def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
+    """GPUs the victims' workers free where the gang can use them (all, without
+    `useful`), their targets not lowered yet."""
+    if useful is None:
+        return sum(n * w.job.gpus_per_worker for w, n in victims)
+    return sum(sum(useful(w)[:n]) * w.job.gpus_per_worker for w, n in victims)
 
 
 def _room_to_max(j: ElasticJob) -> int:
@@ -718,9 +763,12 @@ class _Lenders:
             )
         return ""
 
-    def cover(self, g: PendingGroup, short: int, limit: float) -> list[tuple[_Job, int]] | None:
+    def cover(
+        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None = None
+    ) -> list[tuple[_Job, int]] | None:
         """Victims in other queues over their share that cover `short` GPUs for g, most
-        over first, each queue's by _VictimPool's order; None when they cannot."""
+        over first, each queue's by _VictimPool's order (with `useful`: counting only
+        workers on nodes g's pods fit, as inside a queue); None when they cannot."""
         pools = []
         for name in sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n)):
             over = self._over(name)
@@ -728,16 +776,15 @@ class _Lenders:
             if over > _EPS and jobs:
                 pool = _VictimPool(jobs, self.policy, lambda j: _restart_cost_of(j, self.policy))
                 pools.append((name, over, pool))
-        if sum(min(over, pool.reclaimable(limit)) for _, over, pool in pools) < short:
+        if sum(min(over, pool.reclaimable(limit, useful)) for _, over, pool in pools) < short:
             return None
         taken: list[tuple[_Job, int]] = []
         for name, over, pool in pools:
             if short <= 0:
                 break
-            part = pool.take(math.ceil(min(short, over)), limit)
-            gpus = sum(n * w.job.gpus_per_worker for w, n in part)
-            self.held[name] -= gpus
-            short -= gpus
+            part = pool.take(math.ceil(min(short, over)), limit, useful)
+            self.held[name] -= sum(n * w.job.gpus_per_worker for w, n in part)
+            short -= _useful_gpus(part, useful)
             taken += part
         self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
         return taken
@@ -784,6 +831,7 @@ class _QueuePlanner:
         self.no_pods, self.lenders = shared.no_pods, shared.lenders
         self.admitted = math.floor(state.admitted_gpus + _EPS)
         self.credited = 0  # gang GPUs served from `admitted`: not bound yet, need nodes
+        self.placed_gang_gpus = 0  # GPUs of gangs' pods placed on nodes by their shape
         self.node_fit_limited = False
         self.work = work
         self.unmanaged = unmanaged
@@ -849,7 +897,8 @@ class _QueuePlanner:
         if self.nodes is not None:
             # gangs' pods are not on nodes yet: what they take from idle GPUs, and what
             # admitted gangs were credited, will be
-            self.nodes.take_gpus(max(0, before - max(idle, 0)) + self.credited)
+            taken = max(0, before - max(idle, 0)) + self.credited - self.placed_gang_gpus
+            self.nodes.take_gpus(max(0, taken))
         pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
         self._grow(pool, starving, capped)
 
@@ -1028,30 +1077,35 @@ class _QueuePlanner:
                 )
                 continue
             need = self._uncredited(g)
-            if need <= idle + releasing:
+            node_short = self._node_short(g)
+            if need <= idle + releasing and not node_short:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
+                self._place_gang(g)
                 self._gang(
                     g,
                     Reason.GANG_FITS,
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
                 )
                 continue
-            shortfall = need - (idle + releasing)
+            shortfall = max(need - (idle + releasing), node_short)
             # Elastic workers are created last and destroyed first: by default any job's
             # extra workers may go (lowest priority first), whatever the gang's priority.
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
+            useful = self._useful_for(g)
             lent: list[tuple[_Job, int]] = []
-            if pool.reclaimable(limit) < shortfall:
+            local = pool.reclaimable(limit, useful)
+            if local < shortfall:
                 # then from other queues holding more than their share (lent shares)
-                found, why = self._lent(g, shortfall - pool.reclaimable(limit), limit)
+                found, why = self._lent(g, shortfall - local, limit, useful)
                 if found is None:
-                    starving = self._uncoverable(g, shortfall, starving, why)
+                    starving = self._uncoverable(g, shortfall, starving, bool(node_short), why)
                     continue
                 lent = found
-            left = shortfall - sum(n * w.job.gpus_per_worker for w, n in lent)
-            victims = pool.take(left, limit) if left > 0 else []
+            left = shortfall - _useful_gpus(lent, useful)
+            victims = pool.take(left, limit, useful) if left > 0 else []
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
+            self._place_gang(g)
         # A gang served from idle GPUs before a later reclaim released more than that gang
         # needed (whole workers) could as well have taken released ones: trade them, so
         # the plan is what replanning on its result gives (idempotence).
@@ -1070,7 +1124,7 @@ class _QueuePlanner:
         return need
 
     def _lent(
-        self, g: PendingGroup, short: int, limit: float
+        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None
     ) -> tuple[list[tuple[_Job, int]] | None, str]:
         """Victims in other queues that give back what they hold of g's queue's share,
         or None and why not ("" when there are no shares to speak of)."""
@@ -1079,12 +1133,19 @@ class _QueuePlanner:
         why = self.lenders.within(g)
         if why:
             return None, why
-        found = self.lenders.cover(g, short, limit)
+        found = self.lenders.cover(g, short, limit, useful)
         if found is None:
             why = "other queues hold too little beyond their own share to give back"
         return found, why
 
-    def _uncoverable(self, g: PendingGroup, shortfall: int, starving: str, why: str = "") -> str:
+    def _uncoverable(
+        self,
+        g: PendingGroup,
+        shortfall: int,
+        starving: str,
+        by_nodes: bool = False,
+        why: str = "",
+    ) -> str:
         """The gang cannot be covered: skipped, so the small ones behind it may fit; one
         that has waited too long starves its queue's growth. Returns the starving gang."""
         p = self.policy
@@ -1093,6 +1154,9 @@ class _QueuePlanner:
             f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
             f"capacity fall {shortfall} short: skipped" + (f" ({why})" if why else "")
         )
+        if by_nodes and self.nodes is not None and g.pods:
+            shape = g.pods[0][0]
+            message += f" ({self.nodes.explain(shape, self.nodes.fits(shape))})"
         if waited > p.max_gang_wait_seconds and not starving:
             starving = (
                 f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
@@ -1120,6 +1184,7 @@ class _QueuePlanner:
         gained = 0
         for w, workers in victims:
             j = w.job
+            self._release_workers(w, workers, g)
             unplaced = min(workers, max(0, w.target - j.active))
             idle += unplaced * j.gpus_per_worker
             releasing += (workers - unplaced) * j.gpus_per_worker
@@ -1164,6 +1229,60 @@ class _QueuePlanner:
                 f"{j.queue} holds more than its own share)"
             )
         return given
+
+    # ---- node fit of gangs: their pods by shape, known when the gang says them ------------
+
+    def _node_short(self, g: PendingGroup) -> int:
+        """GPUs of the gang's pods that no node takes now (0: all fit, or its pods'
+        shapes or the nodes are unknown, when GPUs alone decide)."""
+        if self.nodes is None or not g.pods:
+            return 0
+        left = self.nodes.unplaced(g.pods)
+        names = self.nodes.gpu_names
+        return sum(
+            n * sum(shape.amount(r) for r in names) // MILLI
+            for (shape, _), n in zip(g.pods, left, strict=True)
+        )
+
+    def _place_gang(self, g: PendingGroup) -> None:
+        """The gang's pods take their nodes' room now, so later gangs and growth see it
+        taken (pods whose shapes are unknown take GPUs from the emptiest nodes later)."""
+        if self.nodes is None or not g.pods:
+            return
+        names = self.nodes.gpu_names
+        for shape, count in g.pods:
+            placed = self.nodes.place(shape, count)
+            self.placed_gang_gpus += placed * sum(shape.amount(r) for r in names) // MILLI
+
+    def _useful_for(self, g: PendingGroup) -> Callable[[_Job], list[bool]] | None:
+        """For a gang whose pods' shapes are known: which of a victim's reclaimable
+        workers, highest index first (the operators delete those first), run on a node
+        the gang's pods fit (a worker elsewhere frees nothing the gang can use). None:
+        every worker counts."""
+        nodes = self.nodes
+        if nodes is None or not g.pods:
+            return None
+        shapes = [shape for shape, _ in g.pods]
+
+        def useful(w: _Job) -> list[bool]:
+            where = w.job.worker_nodes
+            indices = range(w.target - 1, w.job.min_replicas - 1, -1)
+            return [
+                i < len(where) and any(nodes.admits_node(s, where[i]) for s in shapes)
+                for i in indices
+            ]
+
+        return useful
+
+    def _release_workers(self, w: _Job, workers: int, g: PendingGroup) -> None:
+        """The victim's `workers` highest-index workers go: their nodes' room comes back
+        for the gang (only a gang whose pods' shapes are known is placed by them)."""
+        if self.nodes is None or not g.pods:
+            return
+        where = w.job.worker_nodes
+        for i in range(w.target - 1, w.target - 1 - workers, -1):
+            if 0 <= i < len(where) and where[i]:
+                self.nodes.release(where[i], w.job.worker_shape)
 
     def _gang(
         self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()

@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
-from ..model import GroupRecord, HpaTarget, JobRecord, NodeGpus, PodUse, PriorityValue, QueueSpec
+from ..model import GroupRecord, HpaTarget, JobRecord, Node, PodUse, PriorityValue, QueueSpec
 from ..options import KubeOptions
 from ..parse import Decoder, Records, decoders
 from ..redact import remember_client
@@ -116,7 +116,7 @@ class KubeObjects:
         return self.records.priorities
 
     @property
-    def nodes(self) -> tuple[NodeGpus, ...]:
+    def nodes(self) -> tuple[Node, ...]:
         return self.records.nodes
 
     @property
