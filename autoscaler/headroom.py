@@ -13,8 +13,8 @@ on the real scheduler:
   asked for more: the same water-fill with its own request unbounded.
 - capacity: a task is bound while allocated + task <= real capacity (capability less the
   other queues' guarantees); admitted gangs (inqueue) hold their part of it.
-- both: never more than the GPUs idle on schedulable nodes, and a worker of g GPUs only
-  where one node has g idle GPUs (`NodePool`).
+- both: never more than the GPUs idle on Ready, uncordoned nodes, and a worker only where
+  one node admits it whole, by its shape (`fit.Placer`: every resource, labels, taints).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .model import Bound, NodeGpus, Plugin, VolcanoQueue, VolcanoView
+from .model import Bound, Plugin, VolcanoQueue, VolcanoView
 
 _EPS = 1e-6
 _MAX_ROUNDS = 64  # Volcano's loop ends when nothing changes; each round fills a queue or more
@@ -120,6 +120,15 @@ class Limits:
                     (q.name, max(q.weight, 0.0), q.request + extra, real, q.guarantee, asks)
                 )
 
+    def shares(self) -> dict[str, float]:
+        """Proportion: each queue's deserved when every queue asks for its request plus
+        what it wants this cycle (the plugin's water-fill with no queue unbounded): what
+        a queue is owed, and what one holding more has lent (shares.py)."""
+        if self.total is None or self.view.plugin is Plugin.CAPACITY:
+            return {}
+        rows = [(n, w, r, real, g) for n, w, r, real, g, asks in self._rows if asks]
+        return water_fill(self.total, rows)
+
     def limit(self, name: str) -> PluginLimit | None:
         """Room for queue `name` (see plugin_limit)."""
         view, total = self.view, self.total
@@ -168,60 +177,3 @@ def _capacity_limit(
     )
     figures = {"real_capacity": real, "allocated": q.allocated, "inqueue": q.inqueue}
     return PluginLimit(real - q.allocated - q.inqueue, bound, figures)
-
-
-class NodePool:
-    """GPUs idle per schedulable node, taken as this cycle grants them (every queue's
-    grants, in plan order), so a worker is granted only where one node can hold it whole.
-
-    Best fit (the fullest node that still fits), as Volcano's binpack plugin places pods:
-    it keeps whole nodes free for large workers. Nodes are counted by how many GPUs they
-    have idle (a node has a handful of GPUs), so a placement costs O(GPUs per node), not
-    O(nodes): 16k nodes and thousands of workers plan in milliseconds."""
-
-    def __init__(self, nodes: Iterable[NodeGpus]) -> None:
-        self._count: dict[int, int] = {}  # idle GPUs -> nodes with that many idle
-        for n in nodes:
-            if n.idle > 0:
-                self._count[n.idle] = self._count.get(n.idle, 0) + 1
-
-    @property
-    def idle(self) -> int:
-        return sum(idle * count for idle, count in self._count.items())
-
-    def fits(self, gpus_per_worker: int, limit: int | None = None) -> int:
-        """Workers of that size that fit, without taking them."""
-        if gpus_per_worker <= 0:
-            return 0
-        count = sum((idle // gpus_per_worker) * n for idle, n in self._count.items())
-        return count if limit is None else min(count, limit)
-
-    def place(self, gpus_per_worker: int, workers: int) -> int:
-        """Take up to `workers` workers of that size, best fit; how many were placed."""
-        placed = 0
-        while placed < workers:
-            fitting = [idle for idle in self._count if idle >= gpus_per_worker]
-            if not fitting:
-                break
-            idle = min(fitting)  # the fullest node that still fits
-            self._move(idle, idle - gpus_per_worker)
-            placed += 1
-        return placed
-
-    def take(self, gpus: int) -> None:
-        """GPUs a gang takes, pod sizes unknown: from the emptiest nodes first (the worst
-        case for later workers, so a grant never counts on room a gang may fill)."""
-        left = gpus
-        while left > 0 and self._count:
-            idle = max(self._count)
-            used = min(left, idle)
-            self._move(idle, idle - used)
-            left -= used
-
-    def _move(self, idle: int, to: int) -> None:
-        """One node's idle GPUs go from `idle` to `to`."""
-        self._count[idle] -= 1
-        if not self._count[idle]:
-            del self._count[idle]
-        if to > 0:
-            self._count[to] = self._count.get(to, 0) + 1

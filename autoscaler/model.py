@@ -21,6 +21,7 @@ class Reason(StrEnum):
     # actions on a job
     SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
     RECLAIM_FOR_PENDING = "ReclaimForPending"
+    RECLAIM_FOR_QUEUE = "ReclaimForQueue"  # gives back another queue's share to its gang
     TRIM_UNPLACED = "TrimUnplaced"
 
     # holds on a managed job
@@ -29,6 +30,7 @@ class Reason(StrEnum):
     COOLDOWN = "HoldCooldown"
     MIN_STEP = "HoldMinStep"
     IN_FLIGHT = "HoldInFlight"
+    NO_PODS = "HoldNoPods"  # workers asked for long ago have no pod at all
     RELEASING = "HoldReleasing"
     OWN_GANG_WAITING = "HoldOwnGangWaiting"
     NO_MIN_AVAILABLE = "HoldNoMinAvailable"
@@ -131,6 +133,19 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # the latest write to its spec or metadata we can date (creation, our last resize,
+    # metadata.managedFields): its workers without a pod have been asked for since then
+    asked_at: datetime | None = None
+    # one worker's pod as the scheduler will judge it (autoscaler/fit.py); None: known by
+    # its GPUs alone (then `PodShape.of_gpus(gpus_per_worker)`)
+    shape: PodShape | None = None
+    # the node each worker runs on, by worker index ("" where none is bound), from the
+    # pod watch: a reclaim counts only workers on nodes the waiting gang's pods fit
+    worker_nodes: tuple[str, ...] = ()
+
+    @property
+    def worker_shape(self) -> PodShape:
+        return self.shape if self.shape is not None else PodShape.of_gpus(self.gpus_per_worker)
 
     @property
     def has_min_available(self) -> bool:
@@ -176,6 +191,7 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    asked_at: datetime | None = None  # as ElasticJob.asked_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +206,10 @@ class PendingGroup:
     priority: int = 0
     owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
     phase: str = "Pending"
+    # its pods by shape, (shape, how many), when known (from its pods, else its owner's
+    # template); () : known by its GPUs alone, whose room is then taken from the
+    # emptiest nodes (fit.Placer.take_gpus)
+    pods: tuple[tuple[PodShape, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +217,98 @@ class InvalidGroup:
     ref: ObjectRef
     queue: str
     message: str
+
+
+# ---- shapes: what a pod asks of a node, what a node offers (autoscaler/fit.py) ---------
+
+# Resource name -> amount in milli-units (1 CPU = 1000, 1 GPU = 1000, 1 byte = 1000),
+# sorted by name: one integer arithmetic for every resource. Interned by the readers:
+# the workers of one template, or the nodes of one pool, share one tuple.
+Quantities = tuple[tuple[str, int], ...]
+Labels = tuple[tuple[str, str], ...]  # sorted by key
+MILLI = 1000
+GPU_RESOURCE = "nvidia.com/gpu"  # the GPU resource of a shape or node built from GPUs alone
+PODS = "pods"  # the node's pod count, a resource like the others (each pod asks 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule or NoExecute (PreferNoSchedule repels nothing)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # "" with Exists: every key
+    operator: str = "Equal"  # Equal or Exists
+    value: str = ""
+    effect: str = ""  # "": every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement: `key` (a label, or a field: metadata.name) with
+    In, NotIn, Exists, DoesNotExist, Gt or Lt over `values`."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One term of required node affinity: every expression (labels) and every field
+    requirement must hold; a term with neither matches no node."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    port: int
+    protocol: str = "TCP"
+    ip: str = ""  # "" or 0.0.0.0: every address of the node
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """What one pod asks of a node, as the created pod will be (the API server's
+    defaults applied: a limit alone is the request; init containers as the scheduler
+    counts them; the ExtendedResourceToleration plugin's tolerations; hostNetwork's
+    container ports as host ports). One job's workers share one shape.
+
+    `affinity` None: no required node affinity (every node); a tuple of terms: at least
+    one must match. `unmodelled`: what the pod asks that fit does not judge (inter-pod
+    affinity, topology spread, volumes), said in `plan` for its job."""
+
+    requests: Quantities = ()
+    node_selector: Labels = ()
+    affinity: tuple[SelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    unmodelled: tuple[str, ...] = ()
+
+    @classmethod
+    def of_gpus(cls, gpus: int, resource: str = GPU_RESOURCE) -> PodShape:
+        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes)."""
+        return cls(((resource, gpus * MILLI),) if gpus else ())
+
+    def amount(self, resource: str) -> int:
+        """Milli-units of `resource` it requests (0 when none)."""
+        for name, value in self.requests:
+            if name == resource:
+                return value
+        return 0
+
+
+WorkerShape = PodShape  # a job's worker is a pod: the same shape
 
 
 # ---- what the watch caches hold: each object decoded once, when it arrives -------------
@@ -258,10 +370,18 @@ class PriorityValue:
 
 @dataclass(frozen=True, slots=True)
 class PodUse:
-    """GPUs a bound, unfinished pod holds on its node."""
+    """What a bound, unfinished pod holds on its node (any pod: a data loader holds CPUs a
+    worker needs), and, for a job's worker, which worker it is (the reclaim counts only
+    workers on nodes a waiting gang's pods fit)."""
 
     node: str
     gpus: int
+    requests: Quantities = ()  # every resource, the `pods` count included
+    ports: tuple[HostPort, ...] = ()  # host ports it takes on the node
+    # the job whose worker it is: (namespace, kind, name, worker group), "" group for
+    # the pods of no job we know the groups of; index: the worker's index
+    owner: tuple[str, str, str, str] | None = None
+    index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +413,9 @@ class Bound(StrEnum):
     CLUSTER_IDLE = "cluster-idle"  # GPUs idle on schedulable nodes, after other queues' grants
     NODE_FIT = "node-fit"  # idle GPUs exist, but no node has room for a whole worker
     IN_FLIGHT = "in-flight"  # GPUs asked for and not running yet take the rest
+    # capacity: what is left for this queue once the idle GPUs are shared out, queues
+    # below their deserved first (shares.capacity_allotments)
+    FAIR_SHARE = "fair-share"
     GIVEN = "given"  # the free-GPU reading as given
 
 
@@ -313,20 +436,43 @@ class VolcanoQueue:
     guarantee: float = 0.0
     real_capacity: float | None = None
     deserved: float | None = None  # the scheduler's own figure, shown, not used
+    # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
+    spec_deserved: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class NodeGpus:
-    """A node's GPUs: allocatable, and what bound, not finished pods request there."""
+class Node:
+    """A node as the scheduler's filters see it (autoscaler/fit.py decides with it): its
+    GPUs (allocatable of every configured GPU resource, and what bound pods request of
+    them), whether it is Ready, cordoned, its labels and taints, the allocatable of
+    every resource and what every bound, unfinished pod requests there, and the host
+    ports those pods hold. `resources` () means the GPUs are all that is known (tests,
+    the simulator): they count as `nvidia.com/gpu`."""
 
     name: str
-    allocatable: int
-    used: int = 0
-    schedulable: bool = True  # Ready, not cordoned, no NoSchedule/NoExecute taint
+    allocatable: int  # GPUs
+    used: int = 0  # GPUs bound pods request
+    schedulable: bool = True  # Ready (cordoned is its own field)
+    labels: Labels = ()
+    taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute ones: those repel pods
+    resources: Quantities = ()  # allocatable, milli-units
+    requested: Quantities = ()  # what bound, unfinished pods request, `pods` included
+    ports: tuple[HostPort, ...] = ()
+    cordoned: bool = False  # spec.unschedulable
+    # its kubernetes.io/hostname label, kept apart from `labels` so that the nodes of one
+    # pool share one label tuple
+    hostname: str = ""
 
     @property
     def idle(self) -> int:
-        return max(0, self.allocatable - self.used) if self.schedulable else 0
+        """GPUs idle on it, for pods that its labels and taints admit; 0 when it is not
+        Ready or cordoned."""
+        if not self.schedulable or self.cordoned:
+            return 0
+        return max(0, self.allocatable - self.used)
+
+
+NodeGpus = Node  # the name before nodes had labels, taints and every resource
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,12 +483,15 @@ class VolcanoView:
 
     plugin: Plugin
     queues: Mapping[str, VolcanoQueue] = field(default_factory=dict)
-    nodes: tuple[NodeGpus, ...] | None = None
+    nodes: tuple[Node, ...] | None = None
     # the cluster's GPUs when the nodes' idle GPUs are not tracked (node_fit off)
     cluster_gpus: int | None = None
-    # Volcano's cluster total: allocatable GPUs of every schedulable node (cluster_gpus
-    # without nodes). Summed once: every queue's headroom reads it, and a sum over 40k
-    # nodes per queue made the plan grow with jobs x queues
+    # the resources that are GPUs (settings.gpu_resource_names), as nodes name them
+    gpu_names: tuple[str, ...] = (GPU_RESOURCE,)
+    # Volcano's cluster total: allocatable GPUs of every Ready node, tainted and cordoned
+    # ones included, as Volcano counts it (cluster_gpus without nodes). Summed once:
+    # every queue's headroom reads it, and a sum over 40k nodes per queue made the plan
+    # grow with jobs x queues
     total_gpus: int | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -417,6 +566,10 @@ class ClusterSnapshot:
     volcano: VolcanoView | None = None
     # resizes the cluster refused, as the actuator remembers them: those jobs hold
     refusals: tuple[Refusal, ...] = ()
+    # unfinished pods (bound or not) per job that made them, by (namespace, kind, name);
+    # None: pods are not watched (node_fit off, a snapshot file without pods), so no job
+    # is ever said to have none
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

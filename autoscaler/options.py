@@ -78,6 +78,8 @@ class ReadOptions:
     gpu_resource_names: tuple[str, ...]
     annotations: Annotations
     node_fit: bool
+    # a template's pods get the ExtendedResourceToleration plugin's tolerations
+    extended_resource_toleration: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

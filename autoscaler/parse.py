@@ -31,10 +31,11 @@ from .model import (
     ClusterSnapshot,
     ElasticJob,
     GroupRecord,
+    HostPort,
     HpaTarget,
     InvalidGroup,
     JobRecord,
-    NodeGpus,
+    Node,
     ObjectRef,
     PendingGroup,
     Plugin,
@@ -48,6 +49,7 @@ from .model import (
     VolcanoView,
 )
 from .options import ReadOptions
+from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use
 from .resources import WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -240,88 +242,96 @@ def queue_capacities(specs: Iterable[QueueSpec]) -> dict[str, int]:
     return {q.name: int(q.capability) for q in specs if q.capability is not None}
 
 
-_TAINTS_THAT_REPEL = frozenset({"NoSchedule", "NoExecute"})
-_FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> NodeGpus | None:
-    """A node's allocatable GPUs and whether pods may land on it: Ready, not cordoned, no
-    NoSchedule/NoExecute taint (a node tainted for GPU jobs only is left out: the safe
-    side, fewer idle GPUs). `used` is filled in when the snapshot is assembled."""
-    name = dig(obj, "metadata", "name")
-    if not isinstance(name, str) or not name:
-        return None
-    allocatable = readable_gpus(dig(obj, "status", "allocatable"), options, "allocatable")
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in dig(obj, "status", "conditions") or ()
-    )
-    repelled = any(
-        isinstance(t, Mapping) and t.get("effect") in _TAINTS_THAT_REPEL
-        for t in dig(obj, "spec", "taints") or ()
-    )
-    schedulable = ready and not repelled and dig(obj, "spec", "unschedulable") is not True
-    return NodeGpus(name, allocatable or 0, 0, schedulable)
+def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> Node | None:
+    """A node as the scheduler's filters see it (podspec.read_node): labels, taints,
+    allocatable of every resource, Ready, cordoned. What its bound pods request is
+    filled in when the snapshot is assembled."""
+    return read_node(obj, options.gpu_resource_names)
 
 
 def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
-    """The GPUs a bound, unfinished pod holds on its node; None for any other pod."""
-    node = dig(obj, "spec", "nodeName")
-    if not isinstance(node, str) or not node:
+    """What an unfinished pod holds on its node (every resource: any pod can hold what a
+    worker needs) and which worker it is; an unbound one (node "") only says which job it
+    belongs to: a job's workers with no pod at all stop counting (HoldNoPods). None for
+    a finished pod, or an unbound one of no job."""
+    use = read_pod_use(obj, options.gpu_resource_names)
+    if use is not None or dig(obj, "status", "phase") in FINISHED_POD_PHASES:
+        return use
+    owner = _owner(obj, ns) if isinstance(ns := dig(obj, "metadata", "namespace"), str) else None
+    if owner is None or owner.kind.split(".")[0] not in KIND_NAMES:
         return None
-    if dig(obj, "status", "phase") in _FINISHED_POD_PHASES:
-        return None
-    gpus = pod_gpus(obj, options)
-    return PodUse(node, gpus) if gpus else None
+    return PodUse("", 0, owner=(owner.namespace, owner.kind, owner.name, ""))
 
 
-def nodes_in_use(nodes: Iterable[NodeGpus], pods: Iterable[PodUse]) -> tuple[NodeGpus, ...]:
-    """Each node with what its bound pods use of its GPUs, by name."""
-    used: dict[str, int] = {}
+def pods_by_owner(pods: Iterable[PodUse]) -> dict[tuple[str, str, str], int]:
+    """Unfinished pods, bound or not, per job that made them: (namespace, kind, name)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for p in pods:
+        if p.owner is not None:
+            key = p.owner[:3]
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def nodes_in_use(nodes: Iterable[Node], pods: Iterable[PodUse]) -> tuple[Node, ...]:
+    """Each node with what its bound pods request of every resource, and the host ports
+    they hold, by name (sorted by name)."""
+    requested: dict[str, dict[str, int]] = {}
+    gpus: dict[str, int] = {}
+    ports: dict[str, list[HostPort]] = {}
     for pod in pods:
-        used[pod.node] = used.get(pod.node, 0) + pod.gpus
-    out = [replace(n, used=used[n.name]) if n.name in used else n for n in nodes]
+        if not pod.node:
+            continue  # unbound: holds nothing on a node yet
+        into = requested.setdefault(pod.node, {})
+        for name, value in pod.requests:
+            into[name] = into.get(name, 0) + value
+        gpus[pod.node] = gpus.get(pod.node, 0) + pod.gpus
+        if pod.ports:
+            ports.setdefault(pod.node, []).extend(pod.ports)
+    out = [
+        replace(
+            n,
+            used=gpus.get(n.name, 0),
+            requested=frozen(requested[n.name]),
+            ports=tuple(ports.get(n.name, ())),
+        )
+        if n.name in requested
+        else n
+        for n in nodes
+    ]
     return tuple(sorted(out, key=lambda n: n.name))
 
 
 def parse_nodes(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], options: ReadOptions
-) -> tuple[NodeGpus, ...]:
-    """Each node's allocatable GPUs and what its bound, unfinished pods request (a pod's
-    request: the sum of its containers', or its largest init container's if more, as the
-    scheduler counts it), from raw objects."""
+) -> tuple[Node, ...]:
+    """Each node as the scheduler sees it, with what its bound, unfinished pods request
+    (a pod's request as the scheduler counts it: podspec.pod_requests), from raw objects."""
     return nodes_in_use(
         (n for o in nodes if (n := decode_node(o, options)) is not None),
         (p for o in pods if (p := decode_pod(o, options)) is not None),
     )
 
 
-def pod_gpus(pod: Mapping[str, Any], options: ReadOptions) -> int:
-    """GPUs a pod holds on its node: its containers' requests (a limit alone counts as
-    the request, as the API server defaults it), or its largest init container's."""
-
-    def of(container: Any) -> int:
-        if not isinstance(container, Mapping):
-            return 0
-        resources = container.get("resources")
-        if not isinstance(resources, Mapping):
-            return 0
-        for part in ("requests", "limits"):
-            gpus = readable_gpus(resources.get(part), options, part)
-            if gpus is not None:
-                return gpus
-        return 0
-
-    main = sum(of(c) for c in dig(pod, "spec", "containers") or ())
-    init = max((of(c) for c in dig(pod, "spec", "initContainers") or ()), default=0)
-    return max(main, init)
+def worker_nodes(pods: Iterable[PodUse]) -> dict[tuple[str, str, str, str], tuple[str, ...]]:
+    """(namespace, kind, name, worker group) of each job -> the node of each worker by
+    index ("" where no pod of that index is bound)."""
+    found: dict[tuple[str, str, str, str], dict[int, str]] = {}
+    for pod in pods:
+        if pod.owner is not None and pod.index >= 0:
+            found.setdefault(pod.owner, {})[pod.index] = pod.node
+    return {
+        owner: tuple(by_index.get(i, "") for i in range(max(by_index) + 1))
+        for owner, by_index in found.items()
+    }
 
 
 def volcano_view(
     plugin: Plugin,
     states: Mapping[str, QueueState],
     specs: Iterable[QueueSpec],
-    nodes: tuple[NodeGpus, ...] | None,
+    nodes: tuple[Node, ...] | None,
+    gpu_names: tuple[str, ...] = ("nvidia.com/gpu",),
 ) -> tuple[VolcanoView, dict[str, QueueState]]:
     """The view headroom is computed from: each queue's metrics joined with its Queue
     object's weight, capability and guarantee (the object is what the scheduler reads)."""
@@ -335,7 +345,11 @@ def volcano_view(
         spec = by_name.get(name)
         if spec is not None:
             vq = replace(
-                vq, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                vq,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
@@ -346,9 +360,13 @@ def volcano_view(
     for name, spec in by_name.items():
         if name not in queues:
             queues[name] = VolcanoQueue(
-                name, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                name,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
-    return VolcanoView(plugin, queues, nodes), out
+    return VolcanoView(plugin, queues, nodes, gpu_names=gpu_names), out
 
 
 def readable_gpus(resources: Any, options: ReadOptions, field: str) -> int | None:
@@ -404,9 +422,7 @@ def parse_job(
         workers = kind.workers(obj, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **exc.known)
-    replicas, gpw = workers.replicas, workers.gpus_per_worker
-    inflight = max(0, replicas - workers.active) * gpw
-    known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
+    known = _known(meta, workers, options)
     try:
         min_r, max_r = _elastic_range(obj, kind, workers, options, known)
         schedule = _schedule_facts(meta.get("annotations") or {}, options)
@@ -417,9 +433,9 @@ def parse_job(
         queue=queue,
         min_replicas=min_r,
         max_replicas=max_r,
-        replicas=replicas,
+        replicas=workers.replicas,
         active=workers.active,
-        gpus_per_worker=gpw,
+        gpus_per_worker=workers.gpus_per_worker,
         created=_created(meta),
         priority=priorities.of(kind.priority_class(obj)),
         last_scale_time=schedule.last_scale,
@@ -428,10 +444,44 @@ def parse_job(
         gang_grows=kind.gang_grows(obj),
         grow_blocked=kind.grow_blocked(obj),
         workers_at=workers.at,
+        shape=workers.shape,
         restart_cost_seconds=schedule.restart_cost,
         restart_cost_source=schedule.cost_source,
         measured_for=schedule.measured_for,
+        asked_at=known["asked_at"],
     )
+
+
+def _known(meta: Mapping[str, Any], workers: Workers, options: ReadOptions) -> dict[str, Any]:
+    """What a job holds and is owed, for its UnmanagedJob too."""
+    gpw = workers.gpus_per_worker
+    inflight = max(0, workers.replicas - workers.active) * gpw
+    return {
+        "replicas": workers.replicas,
+        "gpus_per_worker": gpw or None,
+        "inflight_gpus": inflight,
+        "asked_at": _asked_at(meta, options) if inflight else None,
+    }
+
+
+def _asked_at(meta: Mapping[str, Any], options: ReadOptions) -> datetime:
+    """The latest write to the job's spec or metadata that can be dated from the object
+    itself, so a restarted daemon dates it alike: its creation, our last-scale-time
+    annotation, and each `metadata.managedFields` entry that is not a status write (a
+    replicas edit by kubectl, the API or us moves its manager's time). Later writes only
+    make it later: the safe side (in-flight workers count longer)."""
+    times = [_created(meta)]
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        last = read_time(annotations.get(options.annotations.last_scale))
+        if last is not None:
+            times.append(last)
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, Mapping) and entry.get("subresource") != "status":
+            when = read_time(entry.get("time"))
+            if when is not None:
+                times.append(when)
+    return max(times)
 
 
 def _elastic_range(
@@ -693,6 +743,7 @@ def _hpa_skip(
         max_replicas=job.max_replicas,
         gpus_per_worker=job.gpus_per_worker,
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+        asked_at=job.asked_at,
     )
 
 
@@ -752,9 +803,12 @@ class Records:
     groups: tuple[GroupRecord, ...] = ()
     queues: tuple[QueueSpec, ...] = ()
     priorities: tuple[PriorityValue, ...] = ()
-    nodes: tuple[NodeGpus, ...] = ()
+    nodes: tuple[Node, ...] = ()
     pods: tuple[PodUse, ...] = ()
     hpas: tuple[HpaTarget, ...] = ()
+    # `pods` are every unfinished pod (a pod watch, a snapshot file with pods): a job
+    # with none there has none (HoldNoPods); else pods are unknown
+    pods_known: bool = False
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -772,6 +826,7 @@ class Records:
             nodes=each(raw.nodes, by_kind["Node"]),
             pods=each(raw.pods, by_kind["Pod"]),
             hpas=each(raw.hpas, by_kind[HPA_KIND]),
+            pods_known=bool(raw.pods),
         )
 
 
@@ -789,12 +844,14 @@ class Assembled:
     pending: tuple[PendingGroup, ...]
     invalid: tuple[InvalidGroup, ...]
     queues: tuple[QueueSpec, ...]
-    nodes: tuple[NodeGpus, ...] | None
+    nodes: tuple[Node, ...] | None
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 def assemble(records: Records) -> Assembled:
     priorities = Priorities.of_records(records.priorities)
     targets = targets_of(records.hpas)
+    placed = worker_nodes(records.pods) if records.pods else {}
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
@@ -804,6 +861,7 @@ def assemble(records: Records) -> Assembled:
             value = priorities.of(record.priority_class)
             if value != job.priority:
                 job = replace(job, priority=value)
+            job = _with_worker_nodes(job, placed)
             job = _hpa_skip(job, targets)
         key = (job.ref.namespace, job.ref.name, job.ref.kind)
         if key in seen:
@@ -834,7 +892,18 @@ def assemble(records: Records) -> Assembled:
         tuple(invalid),
         records.queues,
         nodes_in_use(records.nodes, records.pods) if records.nodes else None,
+        pods_by_owner(records.pods) if records.pods_known else None,
     )
+
+
+def _with_worker_nodes(
+    job: ElasticJob, placed: Mapping[tuple[str, str, str, str], tuple[str, ...]]
+) -> ElasticJob:
+    """The job with the node of each of its workers (a new object only when it moved)."""
+    ref = job.ref
+    group = job.workers_at.partition(":")[2].lower() or "worker"
+    nodes = placed.get((ref.namespace, ref.kind, ref.name, group), ())
+    return job if nodes == job.worker_nodes else replace(job, worker_nodes=nodes)
 
 
 def build_snapshot(
@@ -866,7 +935,7 @@ def build_snapshot(
     queues = _queue_states(a, free, queues_listed)
     view = None
     if plugin is not None:
-        view, queues = volcano_view(plugin, queues, a.queues, a.nodes)
+        view, queues = volcano_view(plugin, queues, a.queues, a.nodes, options.gpu_resource_names)
         if a.nodes is not None and not options.node_fit:
             view = replace(
                 view,
@@ -882,6 +951,7 @@ def build_snapshot(
         problem=problem,
         message=message,
         volcano=view,
+        pods_by_owner=a.pods_by_owner,
     )
 
 

@@ -112,6 +112,16 @@ class Settings(BaseSettings):
         description="Workers we asked for that are still not running this long "
         "after our resize are cut back to what runs (never below min).",
     )
+    no_pods_timeout_seconds: float = Field(
+        300,
+        ge=0,
+        description="Workers a job asks for (any job: ours, one we leave alone, a rigid "
+        "one) that still have no pod at all this long after the job's spec was last "
+        "written (its creation, our last resize, or any other write its managedFields "
+        "date) stop counting as GPUs in flight: HoldNoPods, usually a job whose operator "
+        "is not running or refuses it. Needs the pod watch (node_fit); unbound pods "
+        "still count.",
+    )
     growth_policy: GrowthPolicy = Field(
         GrowthPolicy.FILL,
         description="fill: grow as few jobs as possible, smallest "
@@ -233,10 +243,20 @@ class Settings(BaseSettings):
     )
     node_fit: bool = Field(
         True,
-        description="Bound growth by the GPUs idle on schedulable nodes and grant a worker "
-        "only where one node has room for it whole. Needs list/watch on nodes and pods "
-        "(cluster-wide: another namespace's pods use the same nodes). Off: the plugin's "
-        "room alone, and no node or pod watch.",
+        description="Grant a worker only where one node admits it as the scheduler's "
+        "filters would: every resource it requests free there (GPUs, CPU, memory, other "
+        "extended resources), its nodeSelector and required node affinity matched, every "
+        "NoSchedule/NoExecute taint tolerated, the node Ready and not cordoned, its host "
+        "ports free. Needs list/watch on nodes and pods (cluster-wide: another namespace's "
+        "pods use the same nodes). Off: the plugin's room alone, and no pod watch.",
+    )
+    extended_resource_toleration: bool = Field(
+        True,
+        description="Read a worker template as the API server's ExtendedResourceToleration "
+        "admission plugin (on in GKE, EKS and AKS) will create its pod: with a toleration "
+        "`<resource>:Exists:NoSchedule` for every extended resource it requests, so GPU "
+        "nodes tainted `nvidia.com/gpu=present:NoSchedule` admit it. Turn off where the "
+        "plugin is not enabled.",
     )
     free_gpus_query: str | None = Field(
         None,

@@ -1,16 +1,19 @@
-"""Fixtures shared by the tests: the fake API server, the real one (envtest), and the real
-Volcano scheduler beside a real one (`volcano`)."""
+"""Fixtures shared by the tests: the fake API server, the real one (envtest), the real
+Volcano scheduler beside a real one (`volcano`), and the real training-operator beside
+both (`kubeflow`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest, assets_problem, envtest_server
+from operatorkit import TrainingOperator, operator_problem, training_operator
 from promserver import HAVE_PROMETHEUS, SKIP_REASON, running_prometheus
 from volcanokit import PLUGINS, RealVolcano, kit_problem, volcano_kit
 
@@ -91,3 +94,39 @@ async def volcano(request: pytest.FixtureRequest) -> AsyncIterator[RealVolcano]:
     with volcano_kit(request.param) as kit:
         async with running_prometheus(kit.targets) as prometheus:
             yield RealVolcano(kit, prometheus)
+
+
+# ---- the real training-operator beside them (the kit in $TRAINING_OPERATOR_KIT) -------------
+
+
+@dataclass
+class RealKubeflow(RealVolcano):
+    """What the `kubeflow` fixture gives a test: the Volcano kit, Prometheus scraping it,
+    and the real training-operator reconciling PyTorchJobs and PaddleJobs."""
+
+    operator: TrainingOperator | None = None
+
+
+KUBEFLOW_NODES = 6  # the seed's job: a Master and up to 5 hostNetwork Workers, one per node
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PLUGINS)
+async def kubeflow(request: pytest.FixtureRequest) -> AsyncIterator[RealKubeflow]:
+    """A fresh API server, the real Volcano scheduler (`proportion`, then `capacity`) with
+    6 kwok nodes of 8 GPUs, a real Prometheus scraping Volcano, and the real
+    training-operator (started after Volcano, `--no-webhook`); shared by a module's tests,
+    one plugin at a time. A test that needs one plugin only says so with
+    `@pytest.mark.parametrize("kubeflow", ["proportion"], indirect=True)` and shares that
+    plugin's stack.
+
+    Skips where the operator, the kit, the API server binaries or Prometheus are missing.
+    Everything is stopped when the module is done, whatever the tests did."""
+    problem = operator_problem()
+    if problem:
+        pytest.skip(f"real training-operator: {problem}")
+    if not HAVE_PROMETHEUS:
+        pytest.skip(SKIP_REASON)
+    with volcano_kit(request.param, nodes=KUBEFLOW_NODES) as kit:
+        async with running_prometheus(kit.targets) as prometheus:
+            with training_operator(kit) as operator:
+                yield RealKubeflow(kit, prometheus, operator)

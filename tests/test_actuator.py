@@ -573,3 +573,28 @@ async def test_a_429_halves_the_window_and_the_write_goes_again_in_order(
     patched = [r.name for r in kube.requests if r.verb == "patch"]
     assert patched.count("j0") == 2 and patched[-1] == "j0"  # after its Retry-After
     assert [replicas(kube, f"j{i}") for i in range(6)] == [4] * 6
+
+
+async def test_dry_run_says_each_resize_once_and_again_only_when_it_changes(
+    kube: FakeKubeApi,
+) -> None:
+    """Nothing is written, so every cycle plans the same resizes: a dry run says what
+    changed, not every planned resize every cycle."""
+    a, b = kube.put(job("a")), kube.put(job("c"))
+    out = io.StringIO()
+    dry = DryRunActuator(out)
+    await dry.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert out.getvalue().count("would scale") == 2
+    out.truncate(0), out.seek(0)
+    result = await dry.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(result) == [Outcome.DRY_RUN, Outcome.DRY_RUN]  # still reported
+    assert out.getvalue() == "(2 resize(s) as in the last cycle, not repeated)\n"
+    out.truncate(0), out.seek(0)
+    await dry.apply(plan(decide(a, 5), decide(b, 3)), NOW)  # a's target moved
+    text = out.getvalue()
+    assert f"would scale {NS}/a" in text and "2 -> 5" in text
+    assert f"{NS}/c" not in text and "(1 resize(s) as in the last cycle" in text
+    out.truncate(0), out.seek(0)
+    await dry.apply(plan(decide(a, 5)), NOW)  # c left the plan
+    await dry.apply(plan(decide(a, 5), decide(b, 3)), NOW)  # and came back: said again
+    assert f"would scale {NS}/c" in out.getvalue()

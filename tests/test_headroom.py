@@ -15,13 +15,15 @@ from builders import NOW, ej, gang, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.headroom import NodePool, plugin_limit, real_capability, water_fill
+from autoscaler.fit import Placer
+from autoscaler.headroom import plugin_limit, real_capability, water_fill
 from autoscaler.model import (
     Bound,
     ClusterSnapshot,
     NodeGpus,
     ObjectRef,
     Plugin,
+    PodShape,
     QueueState,
     Reason,
     VolcanoQueue,
@@ -168,19 +170,23 @@ def test_capacity_room_is_real_capacity_minus_allocated_minus_inqueue(queue, exp
 # ---- node fit ----------------------------------------------------------------------------
 
 
-def test_node_pool_best_fit_keeps_whole_nodes_for_large_workers():
-    pool = NodePool(nodes((8, 6), (8, 0)))  # 2 and 8 idle
-    assert pool.fits(2) == 5 and pool.fits(8) == 1 and pool.fits(4, limit=1) == 1
-    assert pool.place(2, 1) == 1  # into the node with 2 idle, not the empty one
-    assert pool.fits(8) == 1
-    assert pool.place(4, 3) == 2 and pool.idle == 0
+def g(n: int) -> PodShape:
+    return PodShape.of_gpus(n)
 
 
-def test_node_pool_ignores_unschedulable_nodes_and_gangs_take_the_emptiest_first():
-    pool = NodePool((NodeGpus("cordoned", 8, 0, schedulable=False), *nodes((8, 4), (8, 0))))
-    assert pool.idle == 12
-    pool.take(8)
-    assert pool.fits(8) == 0 and pool.idle == 4
+def test_placer_best_fit_keeps_whole_nodes_for_large_workers():
+    pool = Placer(nodes((8, 6), (8, 0)))  # 2 and 8 idle
+    assert pool.fits(g(2)) == 5 and pool.fits(g(8)) == 1 and pool.fits(g(4), limit=1) == 1
+    assert pool.place(g(2), 1) == 1  # into the node with 2 idle, not the empty one
+    assert pool.fits(g(8)) == 1
+    assert pool.place(g(4), 3) == 2 and pool.idle_gpus == 0
+
+
+def test_placer_ignores_unschedulable_nodes_and_gangs_take_the_emptiest_first():
+    pool = Placer((NodeGpus("not-ready", 8, 0, schedulable=False), *nodes((8, 4), (8, 0))))
+    assert pool.idle_gpus == 12
+    pool.take_gpus(8)
+    assert pool.fits(g(8)) == 0 and pool.idle_gpus == 4
 
 
 # ---- the planner on the view -------------------------------------------------------------
@@ -227,7 +233,9 @@ def test_two_queues_of_equal_weight_split_the_idle_cluster():
     }
 
 
-def test_second_queue_gets_only_what_the_first_left_idle():
+def test_capacity_best_effort_queues_share_idle_gpus_by_weight_not_by_name():
+    """Neither queue sets deserved: the 16 idle GPUs are split by weight (both 1), not
+    taken by the first queue planned (it got 12 and the second 4 before)."""
     view = VolcanoView(
         Plugin.CAPACITY,
         {
@@ -238,9 +246,9 @@ def test_second_queue_gets_only_what_the_first_left_idle():
     )
     jobs = [ej("ja", queue="a", replicas=0, min=0, max=12), ej("jb", queue="b", min=0, replicas=0)]
     p = plan(vsnap(view, jobs), policy(), NOW)
-    assert targets(p)["ja"] == (12, Reason.SCALE_UP_IDLE_GPUS)
-    assert targets(p)["jb"] == (4, Reason.SCALE_UP_IDLE_GPUS)
-    assert p.queues["b"].bound is Bound.CLUSTER_IDLE
+    assert targets(p)["ja"] == (8, Reason.SCALE_UP_IDLE_GPUS)
+    assert targets(p)["jb"] == (8, Reason.SCALE_UP_IDLE_GPUS)
+    assert p.queues["a"].bound is Bound.FAIR_SHARE
 
 
 def test_worker_larger_than_any_node_hole_is_held_for_node_fit():
@@ -376,10 +384,10 @@ def test_growth_never_exceeds_what_the_scheduler_binds(cluster):
     grown = [(by_ref[d.ref], d.target - d.current) for d in p.actions if d.target > d.current]
     # never more GPUs than idle on schedulable nodes, counting workers still in flight,
     # and never a worker larger than every node's idle GPUs
-    pool = NodePool(view.nodes or ())
+    pool = Placer(view.nodes or ())
     for j in sorted(jobs, key=lambda j: j.queue):  # in-flight workers are placed first
-        pool.place(j.gpus_per_worker, j.inflight_workers)
-    assert sum(n * j.gpus_per_worker for j, n in grown) <= pool.idle
+        pool.place(j.worker_shape, j.inflight_workers)
+    assert sum(n * j.gpus_per_worker for j, n in grown) <= pool.idle_gpus
     largest = max((n.idle for n in view.nodes or ()), default=0)
     assert all(j.gpus_per_worker <= largest for j, _ in grown)
     # and no queue grows past its plugin's room less what it has in flight
@@ -508,9 +516,17 @@ def test_nodes_count_bound_unfinished_pods_and_only_schedulable_nodes():
         make_settings().read_options(),
     )
     by_name = {n.name: n for n in got}
-    assert by_name["a"] == NodeGpus("a", 8, 8, True)
-    assert [by_name[n].schedulable for n in "bcd"] == [False, False, False]
-    assert by_name["e"] == NodeGpus("e", 4, 2, True)
+    assert (by_name["a"].allocatable, by_name["a"].used, by_name["a"].idle) == (8, 8, 0)
+    # not Ready; cordoned; tainted (a taint repels only the pods that do not tolerate it)
+    assert [(by_name[n].schedulable, by_name[n].cordoned) for n in "bcd"] == [
+        (False, False),
+        (True, True),
+        (True, False),
+    ]
+    assert [n.idle for n in (by_name["b"], by_name["c"], by_name["d"])] == [0, 0, 8]
+    assert [str(t) for t in by_name["d"].taints] == ["gpu:NoSchedule"]
+    assert by_name["e"].taints == ()  # PreferNoSchedule repels nothing
+    assert (by_name["e"].used, by_name["e"].idle) == (2, 2)
     assert by_name["f"].allocatable == 0  # unreadable: no GPUs counted, never a crash
 
 
@@ -554,14 +570,21 @@ def test_nodes_and_pods_are_kept_as_their_gpus_and_give_what_whole_ones_give():
     pods = [_pod("a", gpus=(1, 2)), _pod("a", init=(4,)), _pod("b", phase="Failed")]
     for p in pods:
         p["spec"]["containers"][0]["env"] = [{"name": "SECRET", "value": "x" * 100}]
-    # a pod is kept as its node and GPUs; a finished one as nothing
-    assert [decode_pod(p, s) for p in pods] == [PodUse("a", 3), PodUse("a", 4), None]
+    # a pod is kept as its node and what it requests; a finished one as nothing
+    kept = [decode_pod(p, s) for p in pods]
+    assert kept[2] is None
+    assert [(u.node, u.gpus, u.requests) for u in kept if u is not None] == [
+        ("a", 3, (("nvidia.com/gpu", 3000), ("pods", 1000))),
+        ("a", 4, (("nvidia.com/gpu", 4000), ("pods", 1000))),
+    ]
+    assert all(isinstance(u, PodUse) for u in kept[:2])
     kept_nodes = [n for o in nodes if (n := decode_node(o, s)) is not None]
     kept_pods = [u for o in pods if (u := decode_pod(o, s)) is not None]
     assert nodes_in_use(kept_nodes, kept_pods) == parse_nodes(nodes, pods, s)
-    assert [(n.name, n.used, n.schedulable) for n in parse_nodes(nodes, pods, s)] == [
-        ("a", 7, True),
-        ("b", 0, False),
+    got = parse_nodes(nodes, pods, s)
+    assert [(n.name, n.used, n.schedulable, len(n.taints)) for n in got] == [
+        ("a", 7, True, 0),
+        ("b", 0, True, 1),
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from builders import (
     DELETE,
@@ -503,3 +505,72 @@ def test_what_a_cache_keeps_is_what_a_snapshot_file_gives(obj):
     assert build_snapshot(cached, free, P.read_options()) == build_snapshot(
         RawObjects.from_objects([whole]), free, P
     )
+
+
+# ---- pods per job, and when a job's workers were asked for (HoldNoPods) ------------------
+
+
+def _pod(name: str, owner: str | None, *, node: str = "", phase: str = "Pending", gpus: int = 1):
+    meta: dict = {"name": name, "namespace": "ml"}
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": owner,
+                "controller": True,
+            }
+        ]
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def test_unbound_pods_count_for_their_job_and_only_bound_ones_use_nodes():
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    pods = [
+        _pod("w0", "job", node="n1", phase="Running"),
+        _pod("w1", "job"),  # not bound yet: it exists
+        _pod("w2", "job", phase="Succeeded"),  # finished: gone
+        _pod("other", None, node="n1", phase="Running", gpus=2),
+    ]
+    raw = RawObjects.from_objects([pytorchjob(replicas=4, active=1), node, *pods])
+    s = build_snapshot(raw, free_gpu_states({"team-a": 2}), P.read_options())
+    assert s.pods_by_owner == {("ml", "PyTorchJob", "job"): 2}
+    no_pods = build_snapshot(
+        RawObjects.from_objects([pytorchjob(replicas=4, active=1)]),
+        free_gpu_states({"team-a": 2}),
+        P.read_options(),
+    )
+    assert no_pods.pods_by_owner is None  # no pod listed: unknown, not none
+
+
+def test_asked_at_is_the_latest_dated_write_to_the_job_not_its_status():
+    job = pytorchjob(replicas=4, active=1)
+    job["metadata"]["creationTimestamp"] = "2026-11-22T08:00:00Z"
+    job["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "operation": "Update", "time": "2026-11-22T09:00:00Z"},
+        {
+            "manager": "operator",
+            "operation": "Update",
+            "subresource": "status",
+            "time": "2026-11-22T09:30:00Z",
+        },
+    ]
+    parsed = parse_job(job, P.read_options(), Priorities({}))
+    assert parsed.asked_at == datetime(2026, 11, 22, 9, 0, tzinfo=UTC)

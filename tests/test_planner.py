@@ -441,6 +441,109 @@ def test_capacity_counts_admitted_gangs_and_workers_still_running():
     assert by_name["b"].target == 1 + (10 - 3 - 1 - 3)  # room: 10 - (3 + 1) - 3 = 3
 
 
+# A job whose own PodGroup waits counts once, as that gang: at its spec when the gang is
+# served this cycle, not at all when it is not (Volcano binds none of its pods). Queue
+# capability 10; job a runs 2 of max 8 (min 2: nothing to reclaim); job w (spec 6) waits
+# for its own 6-GPU gang. Before the fix w counted 6 GPUs whether or not its gang was
+# served, so an unserved gang blocked growth: a stayed at 2 or 4.
+@pytest.mark.parametrize(
+    ("free", "gangs", "a_target", "a_reason", "gang_reason"),
+    [
+        # own gang does not fit (5 < 6) and is not served: w holds nothing, a takes the 5
+        (5, [("w", 6, "w")], 7, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+        # own gang fits: served, so w counts at its spec: room 10 - 2 - 6 = 2
+        (10, [("w", 6, "w")], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_FITS),
+        # rows without an own gang: w runs 6 of 6. A served gang no job here owns counts
+        # its GPUs: room 10 - 2 - 6 - 3 < 0
+        (10, [("g", 3, None)], 2, Reason.QUEUE_CAPACITY, Reason.GANG_FITS),
+        # an unserved gang no job here owns counts nothing: room 10 - 2 - 6 = 2
+        (5, [("g", 6, None)], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+    ],
+)
+def test_capacity_counts_a_waiting_job_once_as_its_gang(
+    free, gangs, a_target, a_reason, gang_reason
+):
+    own = any(owner for _, _, owner in gangs)
+    w = ej("w", min=6, max=6, replicas=6, active=0 if own else 6)
+    pending = [gang(n, gpus, owner=owner) for n, gpus, owner in gangs]
+    p = _capped(free, 10, ej("a", min=2, replicas=2, max=8), w, pending=pending)
+    assert targets(p)["a"] == (a_target, a_reason)
+    assert set(gang_reasons(p).values()) == {gang_reason}
+
+
+@pytest.mark.parametrize(
+    ("waited", "a_target", "a_reason"),
+    [
+        (60, 7, Reason.SCALE_UP_IDLE_GPUS),  # a young gang that cannot fit: growth goes on
+        (4000, 2, Reason.GANG_STARVING),  # waited > max_gang_wait_seconds: growth stops
+    ],
+)
+def test_the_starvation_guard_decides_growth_under_a_queue_capability(waited, a_target, a_reason):
+    # capability 8, a at 2 (its min), w waits for its own 6-GPU gang with 5 GPUs free.
+    # Before the fix w's 6 GPUs filled the capability whatever the gang's age: a held
+    # HoldQueueCapacity at 2 in both rows, and max_gang_wait_seconds changed nothing.
+    w = ej("w", min=6, max=6, replicas=6, active=0)
+    pending = [gang("w", 6, owner="w", created=ago(waited))]
+    state = QueueState("q", 5, capacity_gpus=8)
+    s = ClusterSnapshot(queues={"q": state}, jobs=(ej("a", min=2, replicas=2, max=8), w))
+    p = plan(replace(s, pending=tuple(pending)), policy(max_gang_wait_seconds=1800), NOW)
+    assert targets(p)["a"] == (a_target, a_reason)
+    assert gang_reasons(p)["w"] == Reason.GANG_UNCOVERABLE
+
+
 def test_no_capacity_known_means_no_bound():
     p = _capped(16, None, ej("a", replicas=2, active=2, max=20))
     assert p.decisions[0].target == 18
+
+
+# ---- in-flight GPUs bounded in time: workers with no pod at all (HoldNoPods) --------------
+
+
+def _no_pods_snap(pods, *, asked_seconds_ago: float, free: int = 4):
+    bad = UnmanagedJob(
+        ObjectRef("ml", "orphan", "PaddleJob"),
+        "q",
+        Reason.INVALID_POLICY,
+        "min > max",
+        replicas=3,
+        gpus_per_worker=1,
+        inflight_gpus=3,
+        asked_at=ago(asked_seconds_ago),
+    )
+    grow = ej("grow", replicas=1, max=10)
+    return replace(snap({"q": free}, [grow], [], [bad]), pods_by_owner=pods)
+
+
+@pytest.mark.parametrize(
+    ("pods", "asked", "grows_to", "noted"),
+    [
+        # no pod at all for 10 min: its 3 GPUs no longer count, the 4 free go to growth
+        pytest.param({}, 600, 5, True, id="no-pods-after-timeout"),
+        # 5 min is the timeout itself: still counted (1 free GPU left)
+        pytest.param({}, 300, 2, False, id="within-timeout"),
+        # its pods exist (unbound): they count, whatever the time
+        pytest.param({("ml", "PaddleJob", "orphan"): 3}, 600, 2, False, id="pods-exist"),
+        # one pod of 3: the two without one stop counting
+        pytest.param({("ml", "PaddleJob", "orphan"): 1}, 600, 4, True, id="some-pods"),
+        # pods not watched: nothing is said to have none
+        pytest.param(None, 600, 2, False, id="pods-unknown"),
+    ],
+)
+def test_workers_without_pods_stop_counting_after_the_timeout(pods, asked, grows_to, noted):
+    p = plan(_no_pods_snap(pods, asked_seconds_ago=asked), policy(), NOW)
+    assert targets(p)["grow"][0] == grows_to
+    orphan = next(d for d in p.decisions if d.ref.name == "orphan")
+    assert orphan.reason is Reason.INVALID_POLICY
+    assert any("HoldNoPods" in n and "is its operator running?" in n for n in orphan.notes) == noted
+
+
+def test_elastic_job_whose_workers_never_got_pods_holds_no_pods():
+    job = replace(ej("stuck", replicas=5, active=2, max=8), asked_at=ago(600))
+    grow = ej("grow", replicas=1, max=10)
+    s = replace(snap({"q": 3}, [job, grow]), pods_by_owner={("ml", "PyTorchJob", "stuck"): 2})
+    p = plan(s, policy(), NOW)
+    t, reason = targets(p)["stuck"]
+    assert (t, reason) == (5, Reason.NO_PODS)
+    d = next(d for d in p.decisions if d.ref.name == "stuck")
+    assert d.message.startswith("no pods for 3 of its workers after 10m: is its operator running?")
+    assert targets(p)["grow"][0] == 4  # the 3 free GPUs are not kept for "stuck"

@@ -260,10 +260,17 @@ def test_growth_never_takes_a_queue_above_its_capacity(snapshot, pol):
         grown = [d for d in result.actions if d.queue == name and d.target > by_ref[d.ref].replicas]
         if state.capacity_gpus is None or not grown:
             continue
+        # a job whose own gang waits unserved binds nothing this cycle (counted once,
+        # as that gang)
+        unserved = {
+            (g.owner.namespace, g.owner.name) if g.owner else (g.ref.namespace, g.ref.name)
+            for g in snapshot.pending
+            if g.queue == name and g.ref not in served
+        }
         held = sum(
             max(d.target, by_ref[d.ref].active) * by_ref[d.ref].gpus_per_worker
             for d in result.decisions
-            if d.queue == name
+            if d.queue == name and (d.ref.namespace, d.ref.name) not in unserved
         )
         held += sum(
             g.gpus

@@ -269,12 +269,47 @@ def test_gpu_time_is_conserved_and_bounded(policy: str) -> None:
     assert per_job == pytest.approx(per_queue, rel=1e-9)
     assert 0 < m.utilisation <= 1 + 1e-9
     assert m.utilisation <= m.bound + 1e-9
+    assert 0 < m.util_submitted <= 1 + 1e-9
+    assert m.allocated_gpu_hours == pytest.approx(per_queue / 3600)
+    assert 0 <= m.idle_wanted_gpu_hours <= sum(m.idle_gpu_hours.values()) + 1e-9
     for j in result.jobs:
         assert j.finish is not None and j.first_start is not None
         assert j.finish - j.spec.submit >= j.spec.best_duration() - 1e-6
         assert j.first_start >= j.spec.submit
     for s in result.samples:
         assert s.allocated <= sum(deserved.values())
+
+
+# Idle GPUs count only while wanted: a job waited for them or could have grown into them.
+@pytest.mark.parametrize(
+    ("policy", "specs", "settings", "idle_wanted", "used", "util"),
+    [
+        # 4 GPUs; `first` (3 GPUs, 0-100 s) leaves one idle that `huge` (gang 4, from t=1)
+        # waits for: 99 GPU-s idle while wanted; huge then runs 100-110 s on 4
+        (
+            "static",
+            [job("first", 0, 100, 3, 3, 3), job("huge", 1, 10, 4, 4, 4)],
+            {},
+            99.0,
+            300.0 + 40.0,
+            3 / 4,  # submissions end at t=1: 3 of 4 GPUs held from 0 to 1
+        ),
+        # volcano-default runs A at 4 GPUs (0-50 s), then B (waiting since 10) on 1 of 4
+        # for 40 s: three GPUs idle that nothing can use, so none idle while wanted
+        ("volcano-default", [A, B], {}, 0.0, 200.0 + 40.0, 1.0),
+        # the planner keeps 2 of 4 GPUs in reserve: A (max 4) could grow into them all
+        # of its 100 s at 2 GPUs; one submission: util is over the makespan
+        ("planner", [A], {"reserve_gpus_per_queue": 2}, 200.0, 200.0, 0.5),
+    ],
+)
+def test_idle_gpu_hours_count_only_while_a_job_wanted_them(
+    policy, specs, settings, idle_wanted, used, util
+) -> None:
+    result, _ = run(policy, specs, **settings)
+    m = compute(result)
+    assert m.idle_wanted_gpu_hours * 3600 == pytest.approx(idle_wanted)
+    assert m.allocated_gpu_hours * 3600 == pytest.approx(used)
+    assert m.util_submitted == pytest.approx(util)
 
 
 def test_split_capacity_sums_and_covers_every_gang() -> None:
@@ -725,7 +760,9 @@ def test_the_output_a_person_reads(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()[3:5]] == ["static", "planner"]
-    assert "util: GPU-time allocated / cluster GPU-time; bound:" in out
+    assert "util: GPU-time allocated / cluster GPU-time from the first submission" in out
+    assert "idle wanted GPU-h: GPU-hours idle while a job of the queue waited" in out
+    assert "bound" not in out.splitlines()[1]  # no per-row bound: it differed per row
     assert (tmp_path / "summary.png").stat().st_size > 10_000
 
 

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..fields import BadField, gpus_per_worker, int_field
-from ..model import Reason
+from ..fields import BadField, dig, gpus_per_worker, int_field
+from ..model import PodShape, Reason
 from ..options import ReadOptions
+from ..podspec import read_shape
 from ..resources import ResourceKind
 
 
@@ -38,6 +39,8 @@ class Workers:
     # where the group is, for the kind's own write: "" when the kind has one fixed place
     # (kubeflow jobs), "<index>:<name>" of the elastic task of a Volcano Job
     at: str = ""
+    shape: PodShape | None = None  # one worker's pod, as the scheduler will judge it
+    group: str = "worker"  # the worker group's name on its pods (podspec._worker_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +95,12 @@ def read_workers(
     active_field: str,
     options: ReadOptions,
     at: str = "",
+    default_port: tuple[str, str, int] | None = None,
 ) -> Workers:
     """A worker group (`group` at `where`: its replicas and pod template) and the count
-    of its running workers (`active`, read from `active_field`), each bad field named."""
+    of its running workers (`active`, read from `active_field`), each bad field named;
+    its worker's shape as the created pod will be (`default_port`: what its operator
+    adds to the pod, podspec.read_shape)."""
     try:
         replicas = int_field(group.get("replicas", default_replicas), f"{where}.replicas")
     except BadField as exc:
@@ -111,4 +117,10 @@ def read_workers(
         raise NotManaged(
             Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
         ) from None
-    return Workers(replicas, running, gpw, f"{where}.replicas", at)
+    shape = read_shape(
+        dig(group.get("template"), "spec"),
+        extended_resource_toleration=options.extended_resource_toleration,
+        default_port=default_port,
+    )
+    name = at.partition(":")[2].lower() or "worker"
+    return Workers(replicas, running, gpw, f"{where}.replicas", at, shape, name)

@@ -17,6 +17,7 @@ from typing import Any
 from ..fields import BadField, dig, int_field
 from ..model import Reason
 from ..options import ReadOptions
+from ..podspec import PADDLE_PORT, PYTORCH_PORT
 from ..resources import (
     FINISHED_CONDITIONS,
     MERGE_PATCH,
@@ -31,9 +32,17 @@ DEFAULT_QUEUE = "default"
 
 
 class KubeflowJob:
-    def __init__(self, resource: ResourceKind, replica_specs: str) -> None:
+    def __init__(
+        self,
+        resource: ResourceKind,
+        replica_specs: str,
+        default_port: tuple[str, str, int] | None = None,
+    ) -> None:
         self.resource = resource
         self.replica_specs = replica_specs  # e.g. pytorchReplicaSpecs
+        # the port training-operator adds to every pod's default container: with
+        # hostNetwork a host port, so such workers fit one per node
+        self.default_port = default_port
 
     def __repr__(self) -> str:
         return f"KubeflowJob({self.resource.kind})"
@@ -70,7 +79,13 @@ class KubeflowJob:
             raise NotManaged(Reason.INVALID_SPEC, f"{where} is missing")
         active = dig(obj, "status", "replicaStatuses", "Worker", "active")
         return read_workers(
-            worker, where, 1, active, "status.replicaStatuses.Worker.active", options
+            worker,
+            where,
+            1,
+            active,
+            "status.replicaStatuses.Worker.active",
+            options,
+            default_port=self.default_port,
         )
 
     def bounds(
@@ -199,5 +214,5 @@ class PaddleJob(KubeflowJob):
             )
 
 
-PYTORCHJOB_KIND = KubeflowJob(PYTORCHJOB, "pytorchReplicaSpecs")
-PADDLEJOB_KIND = PaddleJob(PADDLEJOB, "paddleReplicaSpecs")
+PYTORCHJOB_KIND = KubeflowJob(PYTORCHJOB, "pytorchReplicaSpecs", PYTORCH_PORT)
+PADDLEJOB_KIND = PaddleJob(PADDLEJOB, "paddleReplicaSpecs", PADDLE_PORT)

@@ -124,6 +124,10 @@ class Sample:
     time: float
     allocated: int  # GPUs allocated cluster-wide right after this instant
     demand: int  # GPUs of the physical bound right after this instant (capped per queue)
+    # GPUs idle while wanted right after this instant: what the scheduler would bind for
+    # a queue now (its room, within the cluster's idle GPUs) that a job of that queue
+    # could use (a waiting job up to its max, a running one from its workers to its max)
+    idle_wanted: int = 0
 
 
 @dataclass
@@ -424,16 +428,30 @@ class Cluster:
 
     def sample(self) -> None:
         demand = 0
+        wanted: dict[str, int] = {}
         for queue, cap in self.deserved.items():
-            want = sum(j.max_workers * j.gpw for j in self._by_queue[queue])
+            jobs = self._by_queue[queue]
+            want = sum(j.max_workers * j.gpw for j in jobs)
             # proportion: a queue may hold more than its weighted share (borrowing)
             demand += want if self.plugin is Plugin.PROPORTION else min(cap, want)
+            wanted[queue] = want - sum(j.active * j.gpw for j in jobs)
         demand = min(demand, self.capacity)
-        alloc = sum(self.allocated.values())
+        alloc = self._held
+        s = Sample(self.now, alloc, demand, self._idle_wanted(wanted))
         if self.samples and self.samples[-1].time == self.now:
-            self.samples[-1] = Sample(self.now, alloc, demand)
+            self.samples[-1] = s
         else:
-            self.samples.append(Sample(self.now, alloc, demand))
+            self.samples.append(s)
+
+    def _idle_wanted(self, wanted: dict[str, int]) -> int:
+        """Idle GPUs some job could use: per queue the least of its room (what the
+        scheduler would bind for it now) and what its jobs could still take, summed and
+        cut to the cluster's idle GPUs (under proportion queues share them)."""
+        if not any(w > 0 for w in wanted.values()) or self.idle() <= 0:
+            return 0
+        free = self.free_all()
+        usable = sum(min(free[q], w) for q, w in wanted.items() if w > 0)
+        return min(usable, self.idle())
 
 
 def queue_limit(plugin: Plugin, deserved: dict[str, int], queue: str) -> int:

@@ -1,15 +1,31 @@
 """Per-policy metrics of a run (all times in seconds unless the name says hours).
 
-- utilisation: allocated GPU-seconds / (capacity x makespan), over the makespan window
-  (first submit to last finish). GPUs of a job paused by a restart count as allocated.
-- bound: the physical bound on utilisation in the same window: the time integral of
-  sum over queues of min(deserved, sum of max GPUs of its submitted unfinished jobs),
-  divided by capacity x makespan. "Max" is the job's max under that policy (requested
-  for static). No policy can allocate more than this; it depends on the policy because
-  the set of unfinished jobs does.
+Every policy runs the same jobs to completion, so the same work: GPU-hours and idle
+GPU-hours compare directly between rows.
+
+- idle_wanted_gpu_hours (the headline idle figure): GPU-hours idle while wanted: the time
+  integral of the GPUs the scheduler would have bound for a queue (its room, within the
+  cluster's idle GPUs) that a job of that queue could have used (a waiting job up to its
+  max, a running one from its workers up to its max), summed over queues and cut to the
+  cluster's idle GPUs. What a policy left on the table; idle GPUs no job could use are not
+  counted (after the last submission a fast policy's cluster empties).
+- allocated_gpu_hours: GPU-hours allocated to jobs, first submit to last finish: what the
+  same work cost (a job paused by a restart still holds its GPUs). A policy that runs
+  jobs bigger on a sublinear curve spends more for the same work.
+- util_submitted: allocated GPU-seconds / (capacity x submission window), the window from
+  the first submit to the last (the makespan when every job is submitted at once): how
+  busy the cluster was while work kept arriving, the same window for every policy.
+- utilisation: allocated GPU-seconds / (capacity x makespan). Each policy's own window:
+  a policy that finishes the backlog sooner has a shorter, emptier tail; kept in
+  results.json, not in the table.
+- bound: the time integral over the makespan of sum over queues of min(deserved, sum of
+  max GPUs of its submitted unfinished jobs), / (capacity x makespan). Policy-dependent
+  (max is `requested` for static; the unfinished jobs differ), so not a common bound:
+  kept in results.json for older comparisons, not in the table.
 - jct: finish - submit. queueing delay: first start - submit. restarts per job: average
-  number of worker-count changes of a running job. idle GPU-hours per queue:
-  (deserved x makespan - allocated GPU-seconds of the queue) / 3600.
+  number of worker-count changes of a running job. idle_gpu_hours per queue:
+  (deserved x makespan - allocated GPU-seconds of the queue) / 3600, every idle GPU-hour
+  whether or not anything could use it.
 """
 
 from __future__ import annotations
@@ -19,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import RunResult
+from .engine import RunResult, Sample
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -49,6 +65,8 @@ class Metrics:
     restarts_per_job: float
     idle_gpu_hours: dict[str, float]
     allocated_gpu_hours: float
+    idle_wanted_gpu_hours: float
+    util_submitted: float
     cycles: int
     preemptions: int
 
@@ -71,11 +89,13 @@ def compute(run: RunResult) -> Metrics:
     makespan = end - start
     capacity = sum(run.deserved.values())
     allocated = sum(run.queue_gpu_seconds.values())
-    bound_area = 0.0
     s = run.samples
-    for a, b in itertools.pairwise(s):
-        bound_area += a.demand * (b.time - a.time)
+    bound_area = sum(a.demand * (b.time - a.time) for a, b in itertools.pairwise(s))
+    wanted_area = sum(a.idle_wanted * (b.time - a.time) for a, b in itertools.pairwise(s))
+    last_submit = max(j.spec.submit for j in jobs)
+    window_end = last_submit if last_submit > start else end
     denom = capacity * makespan if makespan > 0 else math.nan
+    window = capacity * (window_end - start) if window_end > start else math.nan
     jct = [j.finish - j.spec.submit for j in jobs if j.finish is not None]
     queueing = [j.first_start - j.spec.submit for j in jobs if j.first_start is not None]
     idle = {
@@ -96,9 +116,21 @@ def compute(run: RunResult) -> Metrics:
         restarts_per_job=sum(j.restarts for j in jobs) / len(jobs),
         idle_gpu_hours=idle,
         allocated_gpu_hours=allocated / 3600.0,
+        idle_wanted_gpu_hours=wanted_area / 3600.0,
+        util_submitted=_allocated_between(s, start, window_end) / window,
         cycles=run.cycles,
         preemptions=run.preemptions,
     )
+
+
+def _allocated_between(samples: tuple[Sample, ...], t0: float, t1: float) -> float:
+    """Allocated GPU-seconds in [t0, t1]: each sample's allocation holds until the next."""
+    area = 0.0
+    for a, b in itertools.pairwise(samples):
+        lo, hi = max(a.time, t0), min(b.time, t1)
+        if hi > lo:
+            area += a.allocated * (hi - lo)
+    return area
 
 
 def utilisation_series(run: RunResult, bins: int = 200) -> tuple[list[float], list[float]]:

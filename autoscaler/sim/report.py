@@ -15,7 +15,6 @@ from .workload import PROFILE_FALLBACK_SECONDS, PROFILE_RESTART_SECONDS
 COLUMNS = (
     ("policy", "{}"),
     ("util", "{:.1%}"),
-    ("bound", "{:.1%}"),
     ("avg JCT h", "{:.2f}"),
     ("p50 JCT h", "{:.2f}"),
     ("p95 JCT h", "{:.2f}"),
@@ -23,7 +22,15 @@ COLUMNS = (
     ("p95 queue h", "{:.2f}"),
     ("makespan h", "{:.1f}"),
     ("restarts/job", "{:.2f}"),
-    ("idle GPU-h", "{:.0f}"),
+    ("GPU-h used", "{:.0f}"),
+    ("idle wanted GPU-h", "{:.1f}"),
+)
+# what each column means, printed under the table (docs/simulator.md "Metrics" says more)
+LEGEND = (
+    "util: GPU-time allocated / cluster GPU-time from the first submission to the last; "
+    "GPU-h used: GPU-hours allocated to finish the same jobs (restart pauses included); "
+    "idle wanted GPU-h: GPU-hours idle while a job of the queue waited or could have "
+    "grown into them (idle GPUs no job could use are not counted)"
 )
 
 
@@ -32,8 +39,7 @@ def table(c: Comparison) -> str:
     for name, m in c.metrics.items():
         values = (
             name,
-            m.utilisation,
-            m.bound,
+            m.util_submitted,
             m.avg_jct / 3600,
             m.p50_jct / 3600,
             m.p95_jct / 3600,
@@ -41,7 +47,8 @@ def table(c: Comparison) -> str:
             m.p95_queueing / 3600,
             m.makespan / 3600,
             m.restarts_per_job,
-            sum(m.idle_gpu_hours.values()),
+            m.allocated_gpu_hours,
+            m.idle_wanted_gpu_hours,
         )
         rows.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     heads = [h for h, _ in COLUMNS]
@@ -63,11 +70,7 @@ def table(c: Comparison) -> str:
         f"queue(s), Volcano {_plugin(c)}, restart cost {_restart_costs(c)}, seed {c.seed}"
     )
     notes = [f"note: {n}" for n in c.workload.notes]
-    legend = (
-        "util: GPU-time allocated / cluster GPU-time; bound: the most any policy "
-        "could allocate given what was submitted; idle GPU-h: GPU-hours free while "
-        "jobs of the same queue waited or could have grown"
-    )
+    legend = LEGEND
     # which Volcano each baseline stands for, so nobody reads them as the same thing
     baselines = [
         f"{name}: {DESCRIPTIONS[name]}" for name in c.metrics if name.startswith("volcano-")
@@ -140,6 +143,9 @@ def plot(c: Comparison, out: Path) -> list[Path]:
     for name, run in c.runs.items():
         xs, ys = utilisation_series(run)
         ax.plot(xs, ys, label=name, linewidth=1.2)
+    # `util` in the table is over the submission window: mark where it ends
+    last_submit = max((j.submit for j in c.workload.jobs), default=0.0) / 3600
+    ax.axvline(last_submit, color="grey", linestyle="--", linewidth=0.8, label="last submission")
     ax.set_xlabel("time (h)")
     ax.set_ylabel("allocated GPUs / capacity")
     ax.set_ylim(0, 1.05)

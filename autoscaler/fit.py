@@ -1,0 +1,587 @@
+"""Fit by shape: would the scheduler bind a pod of this shape on one of these nodes, and
+how many such pods fit? Pure (no I/O, no clock), deterministic; shared by the planner
+and the simulator.
+
+The filters are the scheduler's own (kube-scheduler's, which Volcano's `predicates`
+plugin runs), judged from a node and a pod shape (model.PodShape, read by
+autoscaler/podspec.py):
+
+- NodeResourcesFit: every resource the pod requests (GPUs, CPU, memory, RDMA and other
+  extended resources, one of the node's `pods`) free on the node: allocatable less what
+  its bound, unfinished pods request;
+- NodeAffinity: the node's labels match the pod's `nodeSelector`, and one term of its
+  required node affinity (In, NotIn, Exists, DoesNotExist, Gt, Lt on labels; In, NotIn on
+  the field metadata.name); a term with no requirement matches no node;
+- TaintToleration: every NoSchedule and NoExecute taint tolerated (PreferNoSchedule
+  repels nothing);
+- NodeUnschedulable: a cordoned node only for a pod tolerating
+  node.kubernetes.io/unschedulable:NoSchedule; a node that is not Ready takes nothing;
+- NodePorts: a host port (hostNetwork pods take their container ports) free on the
+  node, so such pods fit one per node.
+
+Not judged (said in `plan` for the jobs that use them): inter-pod affinity, topology
+spread, volumes.
+
+API (plain: shapes and nodes in, placements out):
+
+    placer = Placer(nodes, gpu_names)   # model.Node, with what bound pods request
+    placer.fits(shape, limit)           # pods of `shape` that fit now; nothing taken
+    placer.place(shape, count)          # room taken for up to `count`, best fit; how many
+    placer.place_all(pods)              # a gang, [(shape, count)]: all of it or nothing
+    placer.unplaced(pods)               # how many of each find no room (nothing taken)
+    placer.admits_node(shape, name)     # the named node's filters admit the shape
+    placer.take_gpus(gpus)              # a gang known by its GPUs alone: emptiest nodes
+    placer.release(node, shape)         # a pod that goes gives its node's room back
+    placer.explain(shape, more)         # why no more than `more` fit, in words
+    placer.idle_gpus                    # GPUs free on Ready, uncordoned nodes
+    admits(shape, node)                 # the filters a node's labels, taints and state
+                                        # decide alone: None, or the Misfit
+
+Placement is best fit (the fullest node that still fits: Volcano's binpack keeps whole
+nodes for large workers), pod by pod in the caller's order: this cycle's grants and
+gangs, in plan order, each taking what it takes before the next is judged.
+
+Fast at scale: nodes are grouped into classes by what the filters read (labels but the
+hostname, taints, Ready, cordoned), the filters run once per shape and class; within a
+class, nodes with the same free room and host ports are one bucket (a name list), so a
+placement scans buckets, not nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .model import (
+    GPU_RESOURCE,
+    MILLI,
+    PODS,
+    HostPort,
+    Labels,
+    Node,
+    PodShape,
+    Quantities,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+REPEL = frozenset({"NoSchedule", "NoExecute"})
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+NAME_FIELD = "metadata.name"
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+# why a node does not take a pod, in the order the filters are tried
+NOT_READY = "not-ready"
+CORDONED = "cordoned"
+SELECTOR = "node-selector"
+AFFINITY = "node-affinity"
+TAINT = "taint"
+RESOURCES = "resources"
+PORTS = "host-ports"
+
+
+@dataclass(frozen=True, slots=True)
+class Misfit:
+    """Why a node does not take a pod: `kind` (one of the constants above) and, for a
+    taint, which; for resources, which are short."""
+
+    kind: str
+    detail: str = ""
+
+
+# ---- the filters ----------------------------------------------------------------------------
+
+
+def tolerates(t: Toleration, taint: Taint) -> bool:
+    """The toleration matches the taint (k8s ToleratesTaint): same effect or none; same
+    key, or no key with Exists; Exists, or Equal and the same value."""
+    if t.effect and t.effect != taint.effect:
+        return False
+    if not t.key:
+        return t.operator == "Exists"
+    if t.key != taint.key:
+        return False
+    if t.operator == "Exists":
+        return True
+    return t.operator in ("Equal", "") and t.value == taint.value
+
+
+def untolerated(shape: PodShape, node: Node) -> Taint | None:
+    """The first NoSchedule/NoExecute taint of the node that the pod does not tolerate."""
+    for taint in node.taints:
+        if taint.effect in REPEL and not any(tolerates(t, taint) for t in shape.tolerations):
+            return taint
+    return None
+
+
+def label(node: Node, key: str) -> str | None:
+    if key == HOSTNAME_LABEL and node.hostname:
+        return node.hostname
+    for k, v in node.labels:
+        if k == key:
+            return v
+    return None
+
+
+def requirement_matches(req: Requirement, value: str | None) -> bool:
+    """One requirement against the label's (or field's) value, None when absent."""
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
+        try:
+            have, bound = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False  # an unknown operator, or Gt/Lt without one integer: the term fails
+
+
+def term_matches(term: SelectorTerm, node: Node) -> bool:
+    if not term.expressions and not term.fields:
+        return False
+    for req in term.fields:
+        if req.key != NAME_FIELD or req.operator not in ("In", "NotIn"):
+            return False
+        if not requirement_matches(req, node.name):
+            return False
+    return all(requirement_matches(r, label(node, r.key)) for r in term.expressions)
+
+
+def matches_selector(shape: PodShape, node: Node) -> bool:
+    return all(label(node, k) == v for k, v in shape.node_selector)
+
+
+def matches_affinity(shape: PodShape, node: Node) -> bool:
+    terms = shape.affinity
+    return terms is None or any(term_matches(t, node) for t in terms)
+
+
+def admits(shape: PodShape, node: Node) -> Misfit | None:
+    """What the node's state, labels and taints decide alone (not its free room)."""
+    if not node.schedulable:
+        return Misfit(NOT_READY)
+    if node.cordoned and not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in shape.tolerations):
+        return Misfit(CORDONED)
+    if not matches_selector(shape, node):
+        return Misfit(SELECTOR)
+    if not matches_affinity(shape, node):
+        return Misfit(AFFINITY)
+    taint = untolerated(shape, node)
+    if taint is not None:
+        return Misfit(TAINT, str(taint))
+    return None
+
+
+def per_node(shape: PodShape) -> bool:
+    """The shape names single nodes (the hostname label, metadata.name): its filters run
+    per node, not once per class."""
+    if any(k == HOSTNAME_LABEL for k, _ in shape.node_selector):
+        return True
+    return any(
+        t.fields or any(r.key == HOSTNAME_LABEL for r in t.expressions)
+        for t in shape.affinity or ()
+    )
+
+
+def ports_conflict(taken: Iterable[HostPort], wanted: Iterable[HostPort]) -> bool:
+    """A wanted host port is taken (same protocol and port; same address, or either on
+    every address)."""
+    for w in wanted:
+        for t in taken:
+            if (
+                w.port == t.port
+                and w.protocol == t.protocol
+                and (w.ip == t.ip or w.ip in ("", "0.0.0.0") or t.ip in ("", "0.0.0.0"))
+            ):
+                return True
+    return False
+
+
+def how_many(free: Mapping[str, int], shape: PodShape) -> int:
+    """Pods of the shape that fit in `free` room, by resources alone (a resource the
+    node does not have is 0, but for its pod count when it gives none)."""
+    count = -1
+    for name, want in shape.requests:
+        if want <= 0:
+            continue
+        if name == PODS and PODS not in free:
+            continue
+        n = free.get(name, 0) // want
+        if n <= 0:
+            return 0
+        count = n if count < 0 else min(count, n)
+    return 1_000_000 if count < 0 else count
+
+
+def short_of(free: Mapping[str, int], shape: PodShape) -> list[str]:
+    """The resources one more pod of the shape lacks."""
+    return [
+        name
+        for name, want in shape.requests
+        if want > 0 and not (name == PODS and PODS not in free) and free.get(name, 0) < want
+    ]
+
+
+# ---- the nodes, as this cycle places pods on them --------------------------------------------
+
+_Key = tuple[Quantities, tuple[HostPort, ...]]  # free room, host ports taken
+
+
+@dataclass(slots=True)
+class _Class:
+    """Nodes the filters cannot tell apart (labels but the hostname, taints, state), by
+    free room: bucket key -> node names."""
+
+    node: Node  # one of them: what the filters read
+    buckets: dict[_Key, list[str]] = field(default_factory=dict)
+
+
+def _free(node: Node) -> Quantities:
+    alloc = dict(node.resources) if node.resources else {GPU_RESOURCE: node.allocatable * MILLI}
+    used = dict(node.requested) if node.requested or node.resources else {}
+    if not node.resources and not node.requested and node.used:
+        used = {GPU_RESOURCE: node.used * MILLI}
+    return tuple(sorted((k, v - used.get(k, 0)) for k, v in alloc.items()))
+
+
+class Placer:
+    """The nodes' free room, taken as this cycle places pods (see the module docstring)."""
+
+    def __init__(self, nodes: Iterable[Node], gpu_names: Sequence[str] = (GPU_RESOURCE,)) -> None:
+        self.gpu_names = tuple(gpu_names)
+        self._classes: dict[tuple[Labels, tuple[Taint, ...], bool, bool], _Class] = {}
+        self._nodes: dict[str, Node] = {}
+        self._where: dict[str, tuple[_Class, _Key]] = {}
+        self._dicts: dict[Quantities, dict[str, int]] = {}
+        self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
+        memo: dict[tuple[Quantities, Quantities, int, int], Quantities] = {}
+        for n in nodes:
+            ckey = (n.labels, n.taints, n.schedulable, n.cordoned)
+            cls = self._classes.get(ckey)
+            if cls is None:
+                cls = self._classes[ckey] = _Class(n)
+            mkey = (n.resources, n.requested, n.allocatable, n.used)
+            free = memo.get(mkey)
+            if free is None:
+                free = memo[mkey] = _free(n)
+            self._nodes[n.name] = n
+            self._put(cls, (free, n.ports), n.name)
+        self.version = 0  # bumped by every change: callers may cache what they read
+        self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
+        self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _dict(self, free: Quantities) -> dict[str, int]:
+        d = self._dicts.get(free)
+        if d is None:
+            d = self._dicts[free] = dict(free)
+        return d
+
+    def _misfit(self, shape: PodShape, cls: _Class) -> Misfit | None:
+        key = (shape, id(cls))
+        if key not in self._admit:
+            self._admit[key] = admits(shape, cls.node)
+        return self._admit[key]
+
+    def _room(self, shape: PodShape, cls: _Class, key: _Key) -> int:
+        """Pods of the shape one node of this bucket takes."""
+        free, ports = key
+        n = how_many(self._dict(free), shape)
+        if n and shape.host_ports:
+            n = 0 if ports_conflict(ports, shape.host_ports) else 1
+        return n
+
+    def _names(self, shape: PodShape, names: list[str], one_by_one: bool) -> list[str]:
+        if not one_by_one:
+            return names
+        return [n for n in names if admits(shape, self._nodes[n]) is None]
+
+    def fits(self, shape: PodShape, limit: int | None = None) -> int:
+        """Pods of the shape that fit now (at most `limit`), nothing taken. Remembered
+        until the next change: in a full cluster every job of a shape asks the same."""
+        cached = self._fits.get(shape)
+        if cached is not None and cached[0] == self.version:
+            count = cached[1]
+        else:
+            count = self._count(shape)
+            self._fits[shape] = (self.version, count)
+        return count if limit is None else min(count, limit)
+
+    def _count(self, shape: PodShape) -> int:
+        one_by_one, count = per_node(shape), 0
+        for cls in self._classes.values():
+            if not one_by_one and self._misfit(shape, cls) is not None:
+                continue
+            for key, names in cls.buckets.items():
+                room = self._room(shape, cls, key)
+                if room:
+                    count += room * len(self._names(shape, names, one_by_one))
+        return count
+
+    @property
+    def idle_gpus(self) -> int:
+        """GPUs free on Ready, uncordoned nodes (whatever their labels and taints)."""
+        if self._idle[0] == self.version:
+            return self._idle[1]
+        total = 0
+        for cls in self._classes.values():
+            if not cls.node.schedulable or cls.node.cordoned:
+                continue
+            for (free, _), names in cls.buckets.items():
+                d = self._dict(free)
+                total += sum(max(0, d.get(g, 0)) for g in self.gpu_names) * len(names)
+        self._idle = (self.version, total // MILLI)
+        return total // MILLI
+
+    # -- taking and giving back -------------------------------------------------------------
+
+    def _put(self, cls: _Class, key: _Key, name: str) -> None:
+        cls.buckets.setdefault(key, []).append(name)
+        self._where[name] = (cls, key)
+
+    def _move(self, name: str, free: Mapping[str, int], ports: tuple[HostPort, ...]) -> None:
+        cls, key = self._where[name]
+        names = cls.buckets[key]
+        names.remove(name)
+        if not names:
+            del cls.buckets[key]
+        self._put(cls, (tuple(sorted(free.items())), ports), name)
+        self.version += 1
+
+    def _take(self, name: str, shape: PodShape, count: int) -> None:
+        (free, ports) = self._where[name][1]
+        d = dict(free)
+        for res, want in shape.requests:
+            if res in d or res != PODS:
+                d[res] = d.get(res, 0) - want * count
+        self._move(name, d, ports + shape.host_ports)
+
+    def _best(self, shape: PodShape) -> tuple[str, int] | None:
+        """The fullest node that takes one more pod of the shape, and how many it takes."""
+        one_by_one = per_node(shape)
+        order = _rank_order(shape, self.gpu_names)
+        best: tuple[tuple[int, ...], str, int] | None = None
+        for cls in self._classes.values():
+            if not one_by_one and self._misfit(shape, cls) is not None:
+                continue
+            for key, names in cls.buckets.items():
+                room = self._room(shape, cls, key)
+                if not room:
+                    continue
+                fitting = self._names(shape, names, one_by_one)
+                if not fitting:
+                    continue
+                d = self._dict(key[0])
+                rank = tuple(d.get(r, 0) for r in order)
+                if best is None or (rank, fitting[-1]) < (best[0], best[1]):
+                    best = (rank, fitting[-1], room)
+        return None if best is None else (best[1], best[2])
+
+    def place(self, shape: PodShape, count: int) -> int:
+        """Take room for up to `count` pods of the shape, best fit; how many were placed."""
+        placed = 0
+        while placed < count:
+            found = self._best(shape)
+            if found is None:
+                break
+            name, room = found
+            n = min(room, count - placed)
+            self._take(name, shape, n)
+            placed += n
+        return placed
+
+    def place_all(self, pods: Sequence[tuple[PodShape, int]]) -> bool:
+        """A gang: room for every pod, or (nothing taken) False."""
+        return not any(self.unplaced(pods, keep=True))
+
+    def unplaced(self, pods: Sequence[tuple[PodShape, int]], *, keep: bool = False) -> list[int]:
+        """How many pods of each (shape, count) find no room, placed in order; nothing
+        is kept unless `keep` and every pod found room."""
+        saved = dict(self._where)
+        left = [count - self.place(shape, count) for shape, count in pods]
+        if any(left) or not keep:
+            self._restore(saved)
+        return left
+
+    def _restore(self, saved: Mapping[str, tuple[_Class, _Key]]) -> None:
+        for cls in self._classes.values():
+            cls.buckets.clear()
+        for name, (cls, key) in saved.items():
+            self._put(cls, key, name)
+        self.version += 1
+
+    def admits_node(self, shape: PodShape, name: str) -> bool:
+        """Node `name` (known) admits a pod of the shape, room aside."""
+        node = self._nodes.get(name)
+        return node is not None and admits(shape, node) is None
+
+    def release(self, name: str, shape: PodShape) -> None:
+        """A pod of the shape leaves node `name`: its room comes back."""
+        where = self._where.get(name)
+        if where is None:
+            return
+        free, ports = where[1]
+        d = dict(free)
+        for res, want in shape.requests:
+            if res in d:
+                d[res] += want
+        left = list(ports)
+        for p in shape.host_ports:
+            if p in left:
+                left.remove(p)
+        self._move(name, d, tuple(left))
+
+    def take_gpus(self, gpus: int) -> None:
+        """GPUs a gang takes whose pods' shapes are unknown: from the emptiest Ready,
+        uncordoned nodes first (the worst case for later workers: a grant never counts
+        on room such a gang may fill)."""
+        left = gpus * MILLI
+        while left > 0:
+            found = self._emptiest()
+            if found is None:
+                return
+            name, gpu, idle = found
+            used = min(left, idle)
+            free, ports = self._where[name][1]
+            d = dict(free)
+            d[gpu] -= used
+            self._move(name, d, ports)
+            left -= used
+
+    def _emptiest(self) -> tuple[str, str, int] | None:
+        best: tuple[int, str, str] | None = None
+        for cls in self._classes.values():
+            if not cls.node.schedulable or cls.node.cordoned:
+                continue
+            for (free, _), names in cls.buckets.items():
+                d = self._dict(free)
+                for g in self.gpu_names:
+                    idle = d.get(g, 0)
+                    if idle > 0 and (best is None or (idle, names[0]) > (best[0], best[1])):
+                        best = (idle, names[0], g)
+        return None if best is None else (best[1], best[2], best[0])
+
+    # -- telling ------------------------------------------------------------------------------
+
+    def explain(self, shape: PodShape, more: int) -> str:
+        """Why no more than `more` pods of the shape fit, in words a platform engineer
+        acts on: where they fit, and where the idle GPUs that do not take them are."""
+        return _explain(self, shape, more)
+
+
+def _rank_order(shape: PodShape, gpu_names: Sequence[str]) -> tuple[str, ...]:
+    """Best fit compares nodes by the free room of what the shape asks: GPUs first."""
+    asked = [r for r, v in shape.requests if v > 0]
+    return tuple(sorted(asked, key=lambda r: (r not in gpu_names, r)))
+
+
+# ---- explanations ---------------------------------------------------------------------------
+
+
+def describe_shape(shape: PodShape, gpu_names: Sequence[str]) -> str:
+    """`1 GPU, 8 CPU, 64Gi memory`: what one pod asks, in the units people use."""
+    parts = []
+    gpus = sum(shape.amount(g) for g in gpu_names) / MILLI
+    if gpus:
+        parts.append(f"{_num(gpus)} GPU" + ("s" if gpus != 1 else ""))
+    cpu = shape.amount("cpu") / MILLI
+    if cpu:
+        parts.append(f"{_num(cpu)} CPU")
+    memory = shape.amount("memory") / MILLI
+    if memory:
+        parts.append(f"{_num(memory / 2**30)}Gi memory")
+    for name, value in shape.requests:
+        if name not in gpu_names and name not in ("cpu", "memory", PODS) and value:
+            parts.append(f"{_num(value / MILLI)} {name}")
+    return ", ".join(parts) or "no resources"
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if x == int(x) or x >= 10 else f"{x:.2g}"
+
+
+@dataclass(slots=True)
+class _Tally:
+    fit_nodes: int = 0
+    # idle GPUs (milli) and nodes, by why they do not take the pod
+    gpus: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, why: str, gpus: int, nodes: int) -> None:
+        self.gpus[why] = self.gpus.get(why, 0) + gpus
+        self.nodes[why] = self.nodes.get(why, 0) + nodes
+
+
+def _tally(placer: Placer, shape: PodShape) -> _Tally:
+    tally = _Tally()
+    for cls in placer._classes.values():
+        for key, names in cls.buckets.items():
+            d = placer._dict(key[0])
+            idle = sum(max(0, d.get(g, 0)) for g in placer.gpu_names)
+            for name in names if per_node(shape) else names[:1]:
+                weight = 1 if per_node(shape) else len(names)
+                misfit = admits(shape, placer._nodes[name])
+                if misfit is None and placer._room(shape, cls, key):
+                    tally.fit_nodes += weight
+                    continue
+                if misfit is None:
+                    short = short_of(d, shape)
+                    misfit = Misfit(RESOURCES, ", ".join(short)) if short else Misfit(PORTS)
+                why = f"{misfit.kind}:{misfit.detail}"
+                tally.add(why, idle * weight, weight)
+    return tally
+
+
+_WHY = {
+    NOT_READY: "are on nodes that are not Ready",
+    CORDONED: "are on cordoned nodes",
+    SELECTOR: "do not match its nodeSelector",
+    AFFINITY: "do not match its required node affinity",
+}
+
+
+def _explain(placer: Placer, shape: PodShape, more: int) -> str:
+    tally = _tally(placer, shape)
+    what = describe_shape(shape, placer.gpu_names)
+    where = _where_words(shape)
+    head = (
+        f"node fit: {more} more worker(s) ({what}) fit on the {tally.fit_nodes} node(s){where}"
+        if more
+        else f"node fit: no node takes one more worker ({what})"
+    )
+    reasons = []
+    for why, milli_gpus in sorted(tally.gpus.items(), key=lambda kv: (-kv[1], kv[0])):
+        kind, _, detail = why.partition(":")
+        nodes = tally.nodes[why]
+        gpus = milli_gpus // MILLI
+        if kind == TAINT:
+            reasons.append(
+                f"{gpus} idle GPU(s) are on {nodes} node(s) tainted {detail} that its "
+                "workers do not tolerate"
+            )
+        elif kind == RESOURCES:
+            reasons.append(f"Insufficient {detail} on {nodes} node(s)")
+        elif kind == PORTS:
+            ports = ", ".join(str(p.port) for p in shape.host_ports)
+            reasons.append(f"host port {ports} already taken on {nodes} node(s)")
+        elif gpus:
+            reasons.append(f"{gpus} idle GPU(s) on {nodes} node(s) elsewhere {_WHY[kind]}")
+    return "; ".join([head, *reasons])
+
+
+def _where_words(shape: PodShape) -> str:
+    if shape.node_selector:
+        return " with " + ",".join(f"{k}={v}" for k, v in shape.node_selector)
+    if shape.affinity is not None:
+        return " its required node affinity admits"
+    return ""

@@ -1,0 +1,435 @@
+"""Pod specs and nodes read as the scheduler reads them: the one reader of a pod's shape
+(`read_shape`: a job's worker template, a gang's pod, any bound pod), of a Node
+(`read_node`) and of what a bound pod holds on its node (`read_pod_use`).
+
+Pure. A template is read as the created pod will be, with what the API server adds on
+create: a limit alone becomes the request (defaulting), hostNetwork turns container
+ports into host ports (defaulting), and, with `extended_resource_toleration`, the
+ExtendedResourceToleration admission plugin (on in GKE, EKS, AKS) adds a toleration
+`<resource>:Exists:NoSchedule` for every extended resource the pod requests. A real pod
+already carries all of that; reading it again adds nothing new.
+
+The scheduler's request of a pod (NodeResourcesFit): per resource, the larger of its
+containers' sum (plus restartable init containers: sidecars run beside them) and each
+init container's own request (plus the sidecars started before it); plus
+`spec.overhead`; plus one of the node's `pods`.
+
+Shapes, label sets and resource lists are interned: the workers of one template, and
+the nodes of one pool, share one object, so 45k pods and 26k nodes stay small.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any, TypeVar
+
+from .model import (
+    MILLI,
+    PODS,
+    HostPort,
+    Labels,
+    Node,
+    PodShape,
+    PodUse,
+    Quantities,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+REPEL = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule repels nothing
+FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# what training-operator adds to the default container of every pod it makes
+# (`setDefaultPort`): torchrun's rendezvous port, Paddle's master port
+PYTORCH_PORT = ("pytorch", "pytorchjob-port", 23456)
+PADDLE_PORT = ("paddle", "master", 36543)
+# the pod's worker, as the operators label it
+KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
+KUBEFLOW_ROLE_LABEL = "training.kubeflow.org/replica-type"
+KUBEFLOW_INDEX_LABEL = "training.kubeflow.org/replica-index"
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+VOLCANO_INDEX_ANNOTATION = "volcano.sh/task-index"
+
+_T = TypeVar("_T")
+_INTERNED: dict[Any, Any] = {}
+_INTERN_LIMIT = 200_000  # distinct shapes, label sets, resource lists: far above a cluster's
+
+
+def intern(value: _T) -> _T:
+    """One shared object per distinct value (tuples and frozen shapes)."""
+    found = _INTERNED.get(value)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if len(_INTERNED) >= _INTERN_LIMIT:  # never grows without bound on churn
+        _INTERNED.clear()
+    _INTERNED[value] = value
+    return value
+
+
+def dig(obj: Any, *path: str) -> Any:
+    """obj[path[0]][path[1]]..., None where a step is missing or not a mapping (as
+    fields.dig, which sits on this module's floor)."""
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _str(value: Any) -> str:
+    return sys.intern(value) if isinstance(value, str) else ""
+
+
+# ---- quantities -------------------------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
+)
+_SUFFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+def milli(value: Any) -> int | None:
+    """A Kubernetes quantity in milli-units, rounded up (as the scheduler rounds a
+    request); None when it is not one (the API server validated what it stored, so an
+    unreadable figure is not ours to report: it counts as absent)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value * MILLI if value >= 0 else None
+    if isinstance(value, float):
+        return math.ceil(value * MILLI) if math.isfinite(value) and value >= 0 else None
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        return None
+    try:
+        number = Decimal(match["number"])
+        if match["suffix"]:
+            number *= _SUFFIX[match["suffix"]]
+        elif match["exponent"]:
+            exponent = int(match["exponent"])
+            if abs(exponent) > 30:
+                return None
+            number = number.scaleb(exponent)
+    except InvalidOperation:
+        return None
+    if number < 0:
+        return None
+    return int((number * MILLI).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def quantities(resources: Any) -> dict[str, int]:
+    """A resource list (requests, limits, allocatable) in milli-units; unreadable
+    entries left out."""
+    if not isinstance(resources, Mapping):
+        return {}
+    out = {}
+    for name, value in resources.items():
+        amount = milli(value)
+        if isinstance(name, str) and amount is not None:
+            out[name] = amount
+    return out
+
+
+def frozen(amounts: Mapping[str, int]) -> Quantities:
+    """A resource dict as the sorted, interned tuple the model keeps (zeros dropped)."""
+    return intern(tuple(sorted((sys.intern(k), v) for k, v in amounts.items() if v)))
+
+
+def is_extended(name: str) -> bool:
+    """An extended resource (nvidia.com/gpu, rdma/hca): a domain-prefixed name outside
+    kubernetes.io, not a quota's requests.* (the API's IsExtendedResourceName)."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+# ---- the shape of a pod ------------------------------------------------------------------
+
+
+def _container_requests(container: Any) -> dict[str, int]:
+    """A container's requests as the API server defaults them: a resource with a limit
+    and no request is requested at its limit."""
+    resources = dig(container, "resources")
+    out = quantities(dig(resources, "limits"))
+    out.update(quantities(dig(resources, "requests")))
+    return out
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, value in more.items():
+        into[name] = into.get(name, 0) + value
+
+
+def pod_requests(spec: Any) -> dict[str, int]:
+    """What the scheduler counts a pod as requesting, per resource, milli-units, its
+    one `pods` included (see the module docstring)."""
+    total: dict[str, int] = {}
+    for container in dig(spec, "containers") or ():
+        _add(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for container in dig(spec, "initContainers") or ():
+        own = _container_requests(container)
+        if dig(container, "restartPolicy") == "Always":  # a sidecar: runs beside the rest
+            _add(sidecars, own)
+            continue
+        step = dict(sidecars)
+        _add(step, own)
+        for name, value in step.items():
+            peak[name] = max(peak.get(name, 0), value)
+    _add(total, sidecars)
+    for name, value in peak.items():
+        total[name] = max(total.get(name, 0), value)
+    _add(total, quantities(dig(spec, "overhead")))
+    total[PODS] = MILLI
+    return total
+
+
+def _tolerations(spec: Any, requests: Iterable[str], extended: bool) -> tuple[Toleration, ...]:
+    found = []
+    for t in dig(spec, "tolerations") or ():
+        if not isinstance(t, Mapping):
+            continue
+        found.append(
+            Toleration(
+                _str(t.get("key")),
+                _str(t.get("operator")) or "Equal",
+                _str(t.get("value")),
+                _str(t.get("effect")),
+            )
+        )
+    if extended:  # what ExtendedResourceToleration adds on create
+        found += [Toleration(name, "Exists", "", "NoSchedule") for name in requests]
+    return tuple(dict.fromkeys(found))
+
+
+def _requirements(items: Any) -> tuple[Requirement, ...]:
+    out = []
+    for r in items or ():
+        if not isinstance(r, Mapping):
+            continue
+        values = r.get("values") or ()
+        out.append(
+            Requirement(
+                _str(r.get("key")),
+                _str(r.get("operator")),
+                tuple(_str(v) for v in values) if isinstance(values, list) else (),
+            )
+        )
+    return tuple(out)
+
+
+def _affinity(spec: Any) -> tuple[SelectorTerm, ...] | None:
+    required = dig(
+        spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not isinstance(required, Mapping):
+        return None
+    terms = required.get("nodeSelectorTerms")
+    return tuple(
+        SelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+        for t in (terms if isinstance(terms, list) else ())
+        if isinstance(t, Mapping)
+    )
+
+
+def _host_ports(spec: Any, default_port: tuple[str, str, int] | None) -> tuple[HostPort, ...]:
+    """Host ports the pod takes: each container port's hostPort, or with hostNetwork its
+    containerPort (the API server defaults hostPort to it). `default_port`: (container,
+    port name, number) its operator adds to that container unless a port of that name
+    is there."""
+    host_network = dig(spec, "hostNetwork") is True
+    found: list[HostPort] = []
+    for container in dig(spec, "containers") or ():
+        ports = [p for p in dig(container, "ports") or () if isinstance(p, Mapping)]
+        if (
+            default_port is not None
+            and dig(container, "name") == default_port[0]
+            and not any(p.get("name") == default_port[1] for p in ports)
+        ):
+            ports.append({"name": default_port[1], "containerPort": default_port[2]})
+        for p in ports:
+            port = p.get("hostPort") or (p.get("containerPort") if host_network else None)
+            if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+                ip = _str(p.get("hostIP"))
+                found.append(HostPort(port, _str(p.get("protocol")) or "TCP", ip))
+    return tuple(dict.fromkeys(found))
+
+
+def _unmodelled(spec: Any) -> tuple[str, ...]:
+    """What the pod asks of the scheduler that fit does not judge."""
+    out = []
+    affinity = dig(spec, "affinity")
+    if dig(affinity, "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
+        out.append("inter-pod affinity")
+    if dig(affinity, "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
+        out.append("inter-pod anti-affinity")
+    spread = dig(spec, "topologySpreadConstraints") or ()
+    if any(dig(c, "whenUnsatisfiable") in (None, "DoNotSchedule") for c in spread):
+        out.append("topology spread")
+    volumes = dig(spec, "volumes") or ()
+    if any(
+        isinstance(v, Mapping) and ("persistentVolumeClaim" in v or "ephemeral" in v)
+        for v in volumes
+    ):
+        out.append("volumes")
+    return tuple(out)
+
+
+def read_shape(
+    spec: Any,
+    *,
+    extended_resource_toleration: bool = True,
+    default_port: tuple[str, str, int] | None = None,
+) -> PodShape:
+    """The shape of a pod of this spec (a template's `spec`, or a pod's), as the
+    created pod will be (see the module docstring). Never raises: what cannot be read
+    is left out (the API server validated it)."""
+    requests = pod_requests(spec)
+    selector = dig(spec, "nodeSelector")
+    labels: Labels = ()
+    if isinstance(selector, Mapping):
+        labels = tuple(sorted((_str(k), _str(v)) for k, v in selector.items()))
+    extended = [n for n, v in sorted(requests.items()) if v and is_extended(n)]
+    return intern(
+        PodShape(
+            frozen(requests),
+            intern(labels),
+            _affinity(spec),
+            intern(_tolerations(spec, extended, extended_resource_toleration)),
+            _host_ports(spec, default_port),
+            _unmodelled(spec),
+        )
+    )
+
+
+# ---- nodes and the pods bound to them ------------------------------------------------------
+
+
+def read_node(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> Node | None:
+    """A Node as the scheduler's filters see it; None for one without a name. What
+    bound pods request there is filled in when a snapshot is assembled."""
+    name = dig(obj, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        return None
+    allocatable = quantities(dig(obj, "status", "allocatable"))
+    gpus = sum(allocatable.get(g, 0) for g in gpu_names) // MILLI
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in dig(obj, "status", "conditions") or ()
+    )
+    taints = tuple(
+        Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
+        for t in dig(obj, "spec", "taints") or ()
+        if isinstance(t, Mapping) and t.get("effect") in REPEL
+    )
+    raw_labels = dig(obj, "metadata", "labels")
+    labels: Labels = ()
+    hostname = ""
+    if isinstance(raw_labels, Mapping):
+        hostname = _str(raw_labels.get(HOSTNAME_LABEL))
+        labels = tuple(
+            sorted((_str(k), _str(v)) for k, v in raw_labels.items() if k != HOSTNAME_LABEL)
+        )
+    return Node(
+        sys.intern(name),
+        gpus,
+        0,
+        ready,
+        intern(labels),
+        intern(taints),
+        frozen(allocatable),
+        cordoned=dig(obj, "spec", "unschedulable") is True,
+        hostname=hostname,
+    )
+
+
+def read_pod_use(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> PodUse | None:
+    """What a bound, unfinished pod holds on its node (every resource, its host ports)
+    and which job's worker it is; None for a pod not bound or finished."""
+    node = dig(obj, "spec", "nodeName")
+    if not isinstance(node, str) or not node:
+        return None
+    if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
+        return None
+    spec = obj.get("spec")
+    requests = pod_requests(spec)
+    gpus = sum(requests.get(g, 0) for g in gpu_names) // MILLI
+    owner, index = _worker_of(obj)
+    return PodUse(
+        sys.intern(node),
+        gpus,
+        frozen(requests),
+        intern(_host_ports(spec, None)),
+        owner,
+        index,
+    )
+
+
+def _worker_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str, str, str] | None, int]:
+    """(namespace, kind, name, worker group) of the job whose pod this is, and its index
+    there, from its controller reference and its operator's labels; (None, -1) for a
+    pod of no job."""
+    controller = next(
+        (
+            o
+            for o in dig(obj, "metadata", "ownerReferences") or ()
+            if isinstance(o, Mapping) and o.get("controller") is True
+        ),
+        None,
+    )
+    if controller is None:
+        return None, -1
+    labels = dig(obj, "metadata", "labels") or {}
+    annotations = dig(obj, "metadata", "annotations") or {}
+    if not isinstance(labels, Mapping) or not isinstance(annotations, Mapping):
+        return None, -1
+    if KUBEFLOW_ROLE_LABEL in labels:
+        group, index = labels.get(KUBEFLOW_ROLE_LABEL), labels.get(KUBEFLOW_INDEX_LABEL)
+    else:
+        group = annotations.get(VOLCANO_TASK_ANNOTATION)
+        index = annotations.get(VOLCANO_INDEX_ANNOTATION) or _name_index(obj)
+    try:
+        number = int(index) if isinstance(index, str | int) else -1
+    except ValueError:
+        number = -1
+    owner = (
+        _str(dig(obj, "metadata", "namespace")),
+        _str(controller.get("kind")),
+        _str(controller.get("name")),
+        _str(group).lower(),
+    )
+    return intern(owner), number
+
+
+def _name_index(obj: Mapping[str, Any]) -> str | None:
+    """A Volcano Job's pod is named <job>-<task>-<index>."""
+    name = dig(obj, "metadata", "name")
+    if isinstance(name, str):
+        tail = name.rsplit("-", 1)[-1]
+        return tail if tail.isdigit() else None
+    return None
