@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -586,25 +586,53 @@ def _useful_workers(flags: list[bool], shortfall: int, gpus_per_worker: int) -> 
     return last, gained
 
 
-def _own_waiting(pending: list[PendingGroup]) -> set[tuple[str, str, str]]:
+def _own_waiting(pending: list[PendingGroup]) -> dict[tuple[str, str, str], PendingGroup]:
     """(namespace, name, kind) of jobs whose own PodGroup is among the waiting gangs: by
     owner reference, else by name with kind "" (training-operator names the PodGroup
-    after the job)."""
+    after the job) -> that PodGroup."""
 
-    found: set[tuple[str, str, str]] = set()
+    found: dict[tuple[str, str, str], PendingGroup] = {}
     for g in pending:
         o = g.owner
         if o is None:
-            found.add((g.ref.namespace, g.ref.name, ""))
+            found[(g.ref.namespace, g.ref.name, "")] = g
         else:
-            found.add((o.namespace, o.name, o.kind))
+            found[(o.namespace, o.name, o.kind)] = g
     return found
 
 
-def _waits_for_own_gang(ref: ObjectRef, own_waiting: set[tuple[str, str, str]]) -> bool:
-    return (ref.namespace, ref.name, ref.kind) in own_waiting or (
-        (ref.namespace, ref.name, "") in own_waiting
-    )
+def _own_gang(
+    ref: ObjectRef, own_waiting: Mapping[tuple[str, str, str], PendingGroup]
+) -> PendingGroup | None:
+    found = own_waiting.get((ref.namespace, ref.name, ref.kind))
+    return found if found is not None else own_waiting.get((ref.namespace, ref.name, ""))
+
+
+def _waits_for_own_gang(
+    ref: ObjectRef, own_waiting: Mapping[tuple[str, str, str], PendingGroup]
+) -> bool:
+    return _own_gang(ref, own_waiting) is not None
+
+
+# what a job waiting for its own PodGroup is told, by the PodGroup's phase
+_OWN_GANG_PHASE = {
+    "Pending": "Volcano has not admitted its gang yet (training-operator creates no pod "
+    "until it does)",
+    "Inqueue": "Volcano admitted its gang; its pods are not all bound yet",
+    "Unknown": "its pods exist but Volcano has not placed the whole gang (some stay "
+    "Pending, the rest run): it waits for room in its queue, or for its gang to shrink",
+}
+
+
+def own_gang_words(g: PendingGroup) -> str:
+    """Why a job holds for its own PodGroup, naming it and its phase."""
+    why = _OWN_GANG_PHASE.get(g.phase, "it is waiting to be scheduled")
+    return f"its own {g.ref} is {g.phase or 'waiting'} ({g.gpus} GPU(s)): {why}"
+
+
+def _bound_workers(j: ElasticJob) -> int:
+    """Workers of the job's current size whose pod is bound to a node (pod watch)."""
+    return sum(1 for node in j.worker_nodes[: j.replicas] if node)
 
 
 def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
@@ -940,13 +968,9 @@ class _QueuePlanner:
         inflight = releasing = 0
         for w in self.work:
             j = w.job
-            if _waits_for_own_gang(j.ref, own_waiting):
-                self._settle(
-                    w,
-                    j.replicas,
-                    Reason.OWN_GANG_WAITING,
-                    "its own PodGroup is waiting to be scheduled",
-                )
+            own = _own_gang(j.ref, own_waiting) if own_waiting else None
+            if own is not None:
+                self._settle(w, j.replicas, Reason.OWN_GANG_WAITING, own_gang_words(own))
                 continue  # counted once, as that gang
             if j.replicas > j.active:
                 # workers with no pod long after they were asked for count no more
@@ -1039,7 +1063,7 @@ class _QueuePlanner:
                 held += g.gpus
         return cap - held
 
-    def _own_waiting(self) -> set[tuple[str, str, str]]:
+    def _own_waiting(self) -> dict[tuple[str, str, str], PendingGroup]:
         return _own_waiting(self.pending)
 
     # ---- rule 5: trim workers that never landed -----------------------------------------
@@ -1052,7 +1076,11 @@ class _QueuePlanner:
                 continue
             if since <= p.unplaced_timeout_seconds:
                 continue
-            target = max(j.min_replicas, j.active)
+            # placed: what the operator counts active, or what the pod watch sees bound
+            # when the operator's status lags behind its pods (a busy or restarting
+            # operator): workers that run are not unplaced, whatever the status says
+            placed = max(j.active, _bound_workers(j))
+            target = max(j.min_replicas, placed)
             if target >= j.replicas:
                 continue
             freed += (j.replicas - target) * j.gpus_per_worker
@@ -1061,7 +1089,7 @@ class _QueuePlanner:
                 w,
                 target,
                 Reason.TRIM_UNPLACED,
-                f"{j.replicas - j.active} worker(s) still unplaced {since:.0f}s after "
+                f"{j.replicas - placed} worker(s) still unplaced {since:.0f}s after "
                 f"our resize (timeout {p.unplaced_timeout_seconds:.0f}s): back to "
                 f"{target}",
             )

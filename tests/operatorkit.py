@@ -200,8 +200,9 @@ def paddlejob_body(
     min_available: int,
     opt_in: bool,
 ) -> dict[str, Any]:
-    """A collective PaddleJob (Worker only, 1 GPU each) with elasticPolicy; `opt_in`: our
-    annotation saying it runs Paddle's elastic launcher."""
+    """A collective PaddleJob (Worker only, 1 GPU each) with elasticPolicy (and its
+    `metrics`, which the PaddleJob controller never reads); `opt_in`: our annotation
+    saying it runs Paddle's elastic launcher."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if opt_in:
         meta["annotations"] = {PADDLE_OPT_IN: "true"}
@@ -212,7 +213,19 @@ def paddlejob_body(
         "kind": "PaddleJob",
         "metadata": meta,
         "spec": {
-            "elasticPolicy": {"minReplicas": 1, "maxReplicas": max_replicas},
+            "elasticPolicy": {
+                "minReplicas": 1,
+                "maxReplicas": max_replicas,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 80},
+                        },
+                    }
+                ],
+            },
             "runPolicy": {"schedulingPolicy": {"queue": queue, "minAvailable": min_available}},
             "paddleReplicaSpecs": {"Worker": {"replicas": workers, **worker}},
         },
@@ -300,17 +313,22 @@ def describe_job(api: EnvTest, namespace: str, job: str) -> str:
 
 
 async def until(
-    what: str, check: Callable[[], Any], *, seconds: float = 30, describe: str = ""
+    what: str,
+    check: Callable[[], Any],
+    *,
+    seconds: float = 30,
+    describe: Callable[[], str] | None = None,
 ) -> Any:
     """Poll `check` (a synchronous read of the real server) until it answers truthy; its
-    answer. Fails with `what` and `describe` (or the last answer)."""
+    answer. Fails with `what` and what `describe` says then (or the last answer)."""
     deadline = time.monotonic() + seconds
     while True:
         answer = check()
         if answer:
             return answer
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {seconds:g}s; {describe or answer}")
+            said = describe() if describe is not None else answer
+            raise AssertionError(f"{what}: not within {seconds:g}s; {said}")
         await asyncio.sleep(0.1)
 
 

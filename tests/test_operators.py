@@ -1,9 +1,13 @@
-"""Each job kind resized the way its real operator runs it.
+"""Each job kind resized the way its real operator runs it: the rules, as tables.
 
-training-operator cannot run here, so what it does is pinned by tables whose names cite
-the upstream file and function they follow (kubeflow/training-operator, v1 branch,
-pkg/controller.v1/...). Volcano's controller and webhook do run here: see
-tests/test_real_volcano_jobs.py. HPAs are read from a real API server below.
+The tests named after a training-operator function (kubeflow/training-operator, v1
+branch, pkg/controller.v1/...) pin what our parser and planner make of that function's
+behaviour, case by case, without a cluster. The behaviour itself is run on the REAL
+operator (v1.9, beside the real Volcano scheduler) in tests/test_real_operator.py, in a
+test of the same upstream name; each docstring here says which, and why the table stays
+(a case per input, in milliseconds, where the real operator shows one case). Volcano's
+controller and webhook: tests/test_real_volcano_jobs.py. HPAs are read from a real API
+server below.
 """
 
 from __future__ import annotations
@@ -68,7 +72,11 @@ def test_pkg_controller_v1_common_job_go_ReconcileJobs_min_member_is_all_replica
     obj: dict[str, Any], gang_grows: bool
 ) -> None:
     """`minMember := totalReplicas` unless `runPolicy.SchedulingPolicy.MinAvailable` is set:
-    growing a job without it raises its gang, and the message says what to set."""
+    growing a job without it raises its gang, and the message says what to set. On the
+    real operator: test_real_operator.py::
+    test_pkg_controller_v1_common_job_go_ReconcileJobs_without_min_available_stalls
+    (minMember 2 -> 4 with the replicas, 2 with minAvailable); this table covers every
+    kind's parse, which needs no operator."""
     job = _parse(obj)
     assert isinstance(job, ElasticJob), job
     assert bool(job.gang_grows) is gang_grows
@@ -85,7 +93,11 @@ def test_pkg_controller_v1_control_podgroup_control_go_DelayPodCreationDueToPodG
     """A grown gang the queue cannot admit turns the PodGroup Pending, and
     DelayPodCreationDueToPodGroup (Pending or no phase) stops ReconcileJobs before
     ReconcilePods: no pod is created or deleted. However many GPUs are free, a job
-    without minAvailable is held with its own reason; with one, it grows."""
+    without minAvailable is held with its own reason; with one, it grows. A planner
+    table over free-GPU readings (a reading the real stack gives one of at a time); the
+    real operator holding a grown gang's pods, and the daemon leaving that job alone, are
+    test_real_operator.py::
+    test_pkg_controller_v1_common_job_go_ReconcileJobs_without_min_available_stalls."""
     bare = _parse(pytorchjob("bare", min_available=None, replicas=1, active=1, max_replicas=8))
     gang_ok = _parse(pytorchjob("ok", min_available=1, replicas=1, active=1, max_replicas=8))
     assert isinstance(bare, ElasticJob) and isinstance(gang_ok, ElasticJob)
@@ -100,7 +112,10 @@ def test_pkg_controller_v1_control_podgroup_control_go_DelayPodCreationDueToPodG
 
 def test_pkg_controller_v1_common_job_go_ReconcileJobs_shrinking_lowers_min_member() -> None:
     """Shrinking a job without minAvailable lowers minMember with its replicas: a smaller
-    gang never blocks, so such a job still gives workers to a waiting gang."""
+    gang never blocks, so such a job still gives workers to a waiting gang. The planner's
+    side; the real operator lowering minMember when the stalled job is shrunk back (and
+    Volcano then running it) is test_real_operator.py::
+    test_pkg_controller_v1_common_job_go_ReconcileJobs_without_min_available_stalls."""
     bare = replace(ej("bare", replicas=6, min=2), gang_grows="no minAvailable")
     p = plan(snap({"q": 0}, [bare], [gang("newcomer", 3)]), policy(), NOW)
     (d,) = p.decisions
@@ -145,7 +160,11 @@ def test_pkg_controller_v1_paddlepaddle_envvar_go_setPodEnv_fixes_PADDLE_NNODES(
 ) -> None:
     """setPodEnv gives every pod PADDLE_NNODES = getTotalReplicas(job) when it is created:
     a resized PaddleJob's new workers disagree with the old ones unless the job runs
-    Paddle's elastic launcher, which only the job can say (our annotation)."""
+    Paddle's elastic launcher, which only the job can say (our annotation). The
+    annotation's parse, value by value; the real operator writing PADDLE_NNODES 1 then
+    3, 3 on a PaddleJob grown 1 -> 3, and the daemon leaving one without the opt-in
+    alone, are test_real_operator.py::
+    test_pkg_controller_v1_paddlepaddle_envvar_go_setPodEnv_a_paddlejob_needs_the_opt_in."""
     obj = paddlejob(elastic_launcher=False, annotations=annotations)
     if not elastic:
         del obj["spec"]["elasticPolicy"]
@@ -161,7 +180,9 @@ def test_pkg_controller_v1_paddlepaddle_envvar_go_setPodEnv_fixes_PADDLE_NNODES(
 
 def test_pkg_controller_v1_paddlepaddle_paddlepaddle_controller_go_Reconcile_makes_no_hpa() -> None:
     """The PaddleJob controller never calls ReconcileHPA: elasticPolicy.metrics makes no
-    HPA there, so it does not take the job from us (a real HPA would, see below)."""
+    HPA there, so it does not take the job from us (a real HPA would, see below). On the
+    real operator (a PaddleJob with metrics gets no HPA): test_real_operator.py::
+    test_pkg_controller_v1_paddlepaddle_envvar_go_setPodEnv_a_paddlejob_needs_the_opt_in."""
     obj = paddlejob()
     obj["spec"]["elasticPolicy"]["metrics"] = [{"type": "Resource"}]
     assert isinstance(_parse(obj), ElasticJob)
@@ -209,7 +230,11 @@ def test_pkg_controller_v1_pytorch_hpa_go_ReconcileHPA_leaves_its_hpa_behind(
 ) -> None:
     """ReconcileHPA returns early once elasticPolicy.metrics is nil, deleting nothing: the
     HPA it made outlives the field (and users make their own). Any HPA scaling the job
-    takes it out of our hands, named in the message."""
+    takes it out of our hands, named in the message. Which HPAs match, case by case (a
+    stored one without apiVersion the API server no longer accepts, so only a table has
+    it); the real operator leaving its HPA when metrics go, and the daemon leaving the job
+    alone until it is deleted, is test_real_operator.py::
+    test_pkg_controller_v1_pytorch_hpa_go_ReconcileHPA_leaves_its_hpa_when_metrics_go."""
     job = pytorchjob("job")  # no metrics
     snapshot = build_snapshot(RawObjects(jobs=(job,), hpas=tuple(hpas)), {}, S.read_options())
     if not skipped:

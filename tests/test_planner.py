@@ -297,6 +297,26 @@ def test_trim_unplaced_after_timeout(since, active, min_r, expected):
     assert targets(p)["a"] == expected
 
 
+@pytest.mark.parametrize(
+    ("active", "nodes", "expected"),
+    [
+        (2, ("n1", "n2", "n3", "n4", "n5", "n6"), (6, Reason.IN_FLIGHT)),  # status lags
+        (2, ("n1", "n2", "n3", "n4", "", ""), (4, Reason.TRIM_UNPLACED)),  # 2 Pending
+        (2, ("n1", "n2"), (2, Reason.TRIM_UNPLACED)),  # no pods for the rest
+        (5, ("n1", "n2", "n3", "", "", ""), (5, Reason.TRIM_UNPLACED)),  # pods not seen
+        (2, ("n1", "n2", "n3", "n4", "n5", "n6", "n7"), (6, Reason.IN_FLIGHT)),  # old extra
+    ],
+    ids=["all-bound", "two-pending", "no-pods", "active-ahead", "index-beyond"],
+)
+def test_trim_counts_workers_bound_though_the_operator_status_lags(active, nodes, expected):
+    """training-operator updates replicaStatuses.Worker.active pod by pod, seconds late
+    when it is busy (and not at all while it restarts): a worker whose pod is bound is
+    placed, whatever active says, and is never trimmed as unplaced."""
+    job = replace(ej("a", replicas=6, active=active, min=1, last=ago(400)), worker_nodes=nodes)
+    p = plan(snap({"q": 0}, [job]), policy(unplaced_timeout_seconds=300), NOW)
+    assert targets(p)["a"] == expected
+
+
 def test_trim_ignores_jobs_we_never_resized():
     p = plan(snap({"q": 0}, [ej("a", replicas=6, active=2)]), policy(), NOW)
     assert targets(p)["a"] == (6, Reason.IN_FLIGHT)
