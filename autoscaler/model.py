@@ -62,6 +62,7 @@ class Reason(StrEnum):
     GANG_FITS = "GangFits"
     GANG_COVERED = "GangCoveredByReclaim"
     GANG_UNCOVERABLE = "GangUncoverable"
+    GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
     GANG_BLOCKED = "GangBlockedByStarvingGang"
     INVALID_GANG = "InvalidPodGroup"
 
@@ -131,6 +132,11 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # what the job declares of its run (our annotations; autoscaler/payoff.py): seconds
+    # from its start it is expected to run, and the fraction of its work done; None: not
+    # declared (a reclaim from it or for it is then decided as if nothing were known)
+    expected_runtime_seconds: float | None = None
+    progress: float | None = None
     # one worker's pod as the scheduler will judge it (autoscaler/fit.py); None: known by
     # its GPUs alone (then `PodShape.of_gpus(gpus_per_worker)`)
     shape: PodShape | None = None
