@@ -52,6 +52,9 @@ SERVER_UP_RECENT_SECONDS = 2.0
 EVENTS_CARRIED_MAX = 1000  # Events waiting for a throttled server; beyond, the oldest go
 EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried this often
 WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
+# the Event reason of a decision's warnings (today one: a queue annotation the job's
+# operator does not honour, see parse.in_queue)
+WARNING_REASON = "QueueAnnotationIgnored"
 EVENT_MESSAGE_MAX = 1024  # what kubectl shows comfortably; the API keeps it short too
 NAME_MAX = 253
 
@@ -264,6 +267,8 @@ class KubeActuator:
         self._suspects: dict[JobKey, tuple[float, datetime]] = {}
         # a throttled write carried over is not sent before its Retry-After (pacer clock)
         self._not_before: dict[JobKey, float] = {}
+        # the warnings already said on each job (a Warning Event once, again if it changes)
+        self._warned: dict[JobKey, tuple[str, ...]] = {}
 
     def key(self, ref: ObjectRef) -> JobKey:
         """The job's identity: its kind's API group and kind, namespace and name."""
@@ -290,6 +295,7 @@ class KubeActuator:
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         self._forget_old_backoffs(now)
+        self._warn(plan, now, may_write)
         measured = {m.ref: m for m in plan.measurements}
         if not plan.actions and not self._events:
             await self._record(measured.values(), now, may_write)
@@ -568,6 +574,35 @@ class KubeActuator:
             _request_timeout=self._settings.kube_request_timeout_seconds,
         )
 
+    def _warn(self, plan: Plan, now: datetime, may_write: Callable[[], bool]) -> None:
+        """One Warning Event on each job whose decision carries a warning for its owner
+        (a queue annotation its operator does not honour), queued behind the resizes;
+        said again only when the warning changes, forgotten when it goes. Only the
+        leader says it (asked only when there is something to say)."""
+        warned: dict[JobKey, tuple[str, ...]] = {}
+        new: list[Decision] = []
+        for d in plan.decisions:
+            if not d.warnings or d.ref.kind not in self._kinds:
+                continue
+            key = self.key(d.ref)
+            warned[key] = d.warnings
+            if self._warned.get(key) != d.warnings:
+                new.append(d)
+        if new and not may_write():
+            return
+        self._warned = warned
+        for d in new:
+            body = self.event_body(d, now, d.resource_version)
+            name = body["metadata"]["name"]
+            body["metadata"]["name"] = name[:-1] + "w"  # not the name of a resize's Event
+            body.update(
+                reason=WARNING_REASON,
+                type="Warning",
+                action="Plan",
+                message="; ".join(d.warnings)[:EVENT_MESSAGE_MAX],
+            )
+            self._carry(_Event(d.ref.namespace, body, ref=_event_ref(d.ref)))
+
     def _carry(self, ev: _Event) -> None:
         if len(self._events) >= EVENTS_CARRIED_MAX:
             dropped = self._events.popleft()
@@ -711,43 +746,64 @@ class KubeActuator:
 
 
 class DryRunActuator:
-    """Writes nothing: says what it would do, in the log and optionally on `out`."""
+    """Writes nothing: says what it would do, in the log and optionally on `out`.
+
+    Nothing is written, so the next cycle plans the same resizes again: each is said
+    once, and again only when it changes (its size, target or reason) or after it left
+    the plan; a cycle whose resizes were all said before prints one line counting them.
+    A user of a dry run wants what changed, not 4,000 lines a cycle."""
 
     def __init__(self, out: TextIO | None = None) -> None:
         self._out = out
+        # what was said last cycle per job: (current, target, reason)
+        self._said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
 
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
     ) -> ApplyResult:
         results: list[ActionResult] = []
-        for decision in plan.actions:
-            why = refusal(decision)
+        said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
+        repeated = 0
+        for d in plan.actions:
+            why = refusal(d)
             if why is not None:
-                result = ActionResult(decision, Outcome.REFUSED, why)
-                _log_result(result)
+                result = ActionResult(d, Outcome.REFUSED, why)
             else:
-                result = ActionResult(decision, Outcome.DRY_RUN, "dry run: not written")
-                d = decision
-                log.info(
-                    "would scale",
-                    namespace=d.ref.namespace,
-                    name=d.ref.name,
-                    queue=d.queue,
-                    reason=d.reason.value,
-                    outcome=result.outcome.value,
-                    **{"from": d.current, "to": d.target},
-                )
-            if self._out is not None:
-                d = decision
-                line = (
-                    f"would scale {d.ref.namespace}/{d.ref.name} (queue {d.queue}): "
-                    f"{d.current} -> {d.target} [{d.reason.value}] {d.message}"
-                )
-                if result.outcome is Outcome.REFUSED:
-                    line = f"REFUSED {d.ref.namespace}/{d.ref.name}: {result.message}"
-                print(line, file=self._out)
+                result = ActionResult(d, Outcome.DRY_RUN, "dry run: not written")
             results.append(result)
+            key = (d.ref.namespace, d.ref.name, d.ref.kind)
+            said[key] = what = (d.current, d.target, d.reason.value)
+            if self._said.get(key) == what:
+                repeated += 1
+                continue
+            self._say(result)
+        self._said = said
+        if repeated and self._out is not None:
+            print(f"({repeated} resize(s) as in the last cycle, not repeated)", file=self._out)
         return ApplyResult(tuple(results))
+
+    def _say(self, result: ActionResult) -> None:
+        d = result.decision
+        if result.outcome is Outcome.REFUSED:
+            _log_result(result)
+        else:
+            log.info(
+                "would scale",
+                namespace=d.ref.namespace,
+                name=d.ref.name,
+                queue=d.queue,
+                reason=d.reason.value,
+                outcome=result.outcome.value,
+                **{"from": d.current, "to": d.target},
+            )
+        if self._out is not None:
+            line = (
+                f"would scale {d.ref.namespace}/{d.ref.name} (queue {d.queue}): "
+                f"{d.current} -> {d.target} [{d.reason.value}] {d.message}"
+            )
+            if result.outcome is Outcome.REFUSED:
+                line = f"REFUSED {d.ref.namespace}/{d.ref.name}: {result.message}"
+            print(line, file=self._out)
 
 
 __all__ = [

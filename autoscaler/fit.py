@@ -28,6 +28,8 @@ API (plain: shapes and nodes in, placements out):
     placer.fits(shape, limit)           # pods of `shape` that fit now; nothing taken
     placer.place(shape, count)          # room taken for up to `count`, best fit; how many
     placer.place_all(pods)              # a gang, [(shape, count)]: all of it or nothing
+    placer.unplaced(pods)               # how many of each find no room (nothing taken)
+    placer.admits_node(shape, name)     # the named node's filters admit the shape
     placer.take_gpus(gpus)              # a gang known by its GPUs alone: emptiest nodes
     placer.release(node, shape)         # a pod that goes gives its node's room back
     placer.explain(shape, more)         # why no more than `more` fit, in words
@@ -400,20 +402,28 @@ class Placer:
 
     def place_all(self, pods: Sequence[tuple[PodShape, int]]) -> bool:
         """A gang: room for every pod, or (nothing taken) False."""
-        saved = {name: where for name, where in self._where.items()}
-        version = self.version
-        for shape, count in pods:
-            if self.place(shape, count) < count:
-                self._restore(saved)
-                self.version = version + 1
-                return False
-        return True
+        return not any(self.unplaced(pods, keep=True))
+
+    def unplaced(self, pods: Sequence[tuple[PodShape, int]], *, keep: bool = False) -> list[int]:
+        """How many pods of each (shape, count) find no room, placed in order; nothing
+        is kept unless `keep` and every pod found room."""
+        saved = dict(self._where)
+        left = [count - self.place(shape, count) for shape, count in pods]
+        if any(left) or not keep:
+            self._restore(saved)
+        return left
 
     def _restore(self, saved: Mapping[str, tuple[_Class, _Key]]) -> None:
         for cls in self._classes.values():
             cls.buckets.clear()
         for name, (cls, key) in saved.items():
             self._put(cls, key, name)
+        self.version += 1
+
+    def admits_node(self, shape: PodShape, name: str) -> bool:
+        """Node `name` (known) admits a pod of the shape, room aside."""
+        node = self._nodes.get(name)
+        return node is not None and admits(shape, node) is None
 
     def release(self, name: str, shape: PodShape) -> None:
         """A pod of the shape leaves node `name`: its room comes back."""

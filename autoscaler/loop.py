@@ -273,6 +273,7 @@ class Controller:
         # and no per-job key or index is built (at 20k jobs, building them cost more
         # than the comparing, and a full garbage collection a cycle)
         info, debug = _enabled(self.log, logging.INFO), _enabled(self.log, logging.DEBUG)
+        dry_run = self.settings.dry_run
         if info or debug:
             last = self._last_logged
             index: dict[ObjectRef, Decision] | None = None
@@ -286,7 +287,9 @@ class Controller:
                     before is None
                     or before.reason is not d.reason
                     or before.target != d.target
-                    or d.changed
+                    # an action again: a write that failed, or (dry run: nothing is
+                    # written) the same resize planned again, said once
+                    or (d.changed and not (dry_run and before.current == d.current))
                 )
                 if news or debug:
                     self._log_decision(d, news)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from builders import NOW, ej, policy
+from builders import NOW, ej, gang, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -488,13 +488,14 @@ def test_every_granted_worker_has_a_node_that_admits_it(cluster, growth):
     nodes, jobs = cluster
     p = plan(snap(nodes, jobs), policy(growth_policy=growth), NOW)
     by_ref = {j.ref: j for j in jobs}
-    # replay the grants, in plan order, on a fresh copy of the nodes: each must fit
+    # replay the grants on a fresh copy of the nodes, in the order the planner grants
+    # (fill: smallest job first; fair: by name): each worker must find a node
     placer = Placer(nodes)
-    for d in p.actions:
-        j = by_ref[d.ref]
-        extra = d.target - d.current
-        if extra > 0:
-            assert placer.place(j.worker_shape, extra) == extra, d.message
+    grown = [(by_ref[d.ref], d.target - d.current) for d in p.actions if d.target > d.current]
+    if growth == "fill":
+        grown.sort(key=lambda g: (-g[0].priority, g[0].replicas * g[0].gpus_per_worker))
+    for j, extra in grown:
+        assert placer.place(j.worker_shape, extra) == extra, j.ref
     for d in p.decisions:
         assert d.min_replicas is not None and d.max_replicas is not None
         assert d.min_replicas <= d.target <= d.max_replicas
@@ -509,3 +510,62 @@ def test_queue_plugin_total_counts_tainted_and_cordoned_nodes():
     )
     view = VolcanoView(Plugin.PROPORTION, {"q": VolcanoQueue("q")}, nodes)
     assert view.total_gpus == 16
+
+
+# ---- gangs and reclaim by shape -------------------------------------------------------------
+
+
+def test_a_reclaim_counts_only_workers_on_nodes_the_gangs_pods_fit():
+    """A gang of 4 a100 pods waits; the queue is full. Job `on-h100` has the most
+    reclaimable workers but runs on h100 nodes, where the gang's pods do not go: its
+    workers free nothing the gang can use. Job `on-a100` gives its 4 highest workers."""
+    a100, h100 = {"accelerator": "a100"}, {"accelerator": "h100"}
+    nodes = [
+        node("a1", used_gpus=8, labels=a100),
+        node("a2", used_gpus=8, labels=a100),
+        node("h1", used_gpus=8, labels=h100),
+        node("h2", used_gpus=8, labels=h100),
+    ]
+    on_h100 = replace(
+        ej("on-h100", min=2, max=16, replicas=16),
+        shape=shape(),
+        worker_nodes=("h1",) * 8 + ("h2",) * 8,
+    )
+    on_a100 = replace(
+        ej("on-a100", min=8, max=16, replicas=16),
+        shape=shape(),
+        worker_nodes=("a1",) * 8 + ("a2",) * 8,
+    )
+    pending = replace(gang("wants-a100", 4), pods=((shape(selector=a100), 4),))
+    view = VolcanoView(Plugin.GIVEN, {}, tuple(nodes))
+    snapshot = ClusterSnapshot(
+        queues={"q": QueueState("q", 0)},
+        jobs=(on_h100, on_a100),
+        pending=(pending,),
+        volcano=view,
+    )
+    p = plan(snapshot, policy(), NOW)
+    by_name = {d.ref.name: (d.target, d.reason) for d in p.decisions}
+    assert by_name["on-a100"] == (12, Reason.RECLAIM_FOR_PENDING)
+    assert by_name["on-h100"][0] == 16
+    (g,) = p.gangs
+    assert g.reason is Reason.GANG_COVERED and [v.name for v in g.victims] == ["on-a100"]
+    # without node fit the job with the most reclaimable workers would have gone
+    blind = plan(replace(snapshot, volcano=None), policy(), NOW)
+    assert {d.ref.name: d.target for d in blind.decisions}["on-h100"] == 12
+
+
+def test_a_gang_whose_pods_fit_no_node_is_not_counted_as_fitting_on_idle_gpus():
+    """8 GPUs idle, all on h100 nodes; the gang's pods want a100: it does not fit on
+    them, and no worker runs where it could go: uncoverable, said with node fit's words."""
+    a100, h100 = {"accelerator": "a100"}, {"accelerator": "h100"}
+    nodes = [node("a1", used_gpus=8, labels=a100), node("h1", labels=h100)]
+    pending = replace(gang("wants-a100", 4), pods=((shape(selector=a100), 4),))
+    snapshot = ClusterSnapshot(
+        queues={"q": QueueState("q", 8)},
+        pending=(pending,),
+        volcano=VolcanoView(Plugin.GIVEN, {}, tuple(nodes)),
+    )
+    (g,) = plan(snapshot, policy(), NOW).gangs
+    assert g.reason is Reason.GANG_UNCOVERABLE
+    assert "do not match its nodeSelector" in g.message

@@ -563,6 +563,40 @@ async def test_a_steady_cycle_logs_what_changed_not_every_job() -> None:
     assert [e["name"] for e in cap.entries if e["event"] == "decision"] == ["job-01"]
 
 
+async def test_a_dry_run_logs_a_planned_resize_once_not_every_cycle() -> None:
+    """A dry run writes nothing, so the next cycle plans the same resize: it is logged
+    once, and again when its target moves; a live daemon logs an action that repeats
+    (its write failed) every cycle."""
+    cap = structlog.testing.LogCapture()
+    logger = structlog.wrap_logger(
+        None, processors=[cap], wrapper_class=structlog.make_filtering_bound_logger(logging.INFO)
+    ).bind()
+    source = _Fixed(snap({"q": 2}, jobs=[ej("grow", replicas=1, max=3)]))
+
+    def decisions() -> list[tuple[str, int]]:
+        found = [(e["name"], e["target"]) for e in cap.entries if e["event"] == "decision"]
+        cap.entries.clear()
+        return found
+
+    for dry_run, again in ((True, []), (False, [("grow", 3)])):
+        settings = Settings(dry_run=dry_run)
+        controller = Controller(
+            settings.loop_options(),
+            settings.planner_policy(),
+            source,
+            DryRunActuator(),
+            Metrics(),
+            logger=logger,
+        )
+        await controller.run_once(NOW)
+        assert decisions() == [("grow", 3)]
+        await controller.run_once(NOW)
+        assert decisions() == again
+    source.snapshot = snap({"q": 1}, jobs=[ej("grow", replicas=1, max=3)])
+    await controller.run_once(NOW)
+    assert decisions() == [("grow", 2)]
+
+
 async def test_build_info_and_every_counter_series_from_zero(api):
     """Before any cycle: which build runs, and each result/outcome/error series at 0, so
     rate() and alerts see the first increment."""

@@ -235,15 +235,17 @@ def _serves(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def volcano_kit(plugin: str, *, nodes: int = 4, gpus_per_node: int = 8) -> Iterator[VolcanoKit]:
-    """A fresh API server and the kit beside it; both stopped (and the folder removed)
-    on exit, whatever happened inside."""
+def volcano_kit(
+    plugin: str, *, nodes: int = 4, gpus_per_node: int = 8, api_args: tuple[str, ...] = ()
+) -> Iterator[VolcanoKit]:
+    """A fresh API server (with `api_args`, more kube-apiserver flags) and the kit beside
+    it; both stopped (and the folder removed) on exit, whatever happened inside."""
     problem = kit_problem()
     if problem:
         raise RuntimeError(problem)
     root = Path(tempfile.mkdtemp(prefix=f"volcano-{plugin}-"))
     try:
-        with EnvTest(Path(os.environ[ASSETS_ENV]), root / "api") as api:
+        with EnvTest(Path(os.environ[ASSETS_ENV]), root / "api", extra_args=list(api_args)) as api:
             kit = VolcanoKit(
                 Path(os.environ[KIT_ENV]),
                 api,
