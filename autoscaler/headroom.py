@@ -120,6 +120,15 @@ class Limits:
                     (q.name, max(q.weight, 0.0), q.request + extra, real, q.guarantee, asks)
                 )
 
+    def shares(self) -> dict[str, float]:
+        """Proportion: each queue's deserved when every queue asks for its request plus
+        what it wants this cycle (the plugin's water-fill with no queue unbounded): what
+        a queue is owed, and what one holding more has lent (shares.py)."""
+        if self.total is None or self.view.plugin is Plugin.CAPACITY:
+            return {}
+        rows = [(n, w, r, real, g) for n, w, r, real, g, asks in self._rows if asks]
+        return water_fill(self.total, rows)
+
     def limit(self, name: str) -> PluginLimit | None:
         """Room for queue `name` (see plugin_limit)."""
         view, total = self.view, self.total

@@ -22,6 +22,7 @@ class Reason(StrEnum):
     # actions on a job
     SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
     RECLAIM_FOR_PENDING = "ReclaimForPending"
+    RECLAIM_FOR_QUEUE = "ReclaimForQueue"  # gives back another queue's share to its gang
     TRIM_UNPLACED = "TrimUnplaced"
 
     # holds on a managed job
@@ -30,6 +31,7 @@ class Reason(StrEnum):
     COOLDOWN = "HoldCooldown"
     MIN_STEP = "HoldMinStep"
     IN_FLIGHT = "HoldInFlight"
+    NO_PODS = "HoldNoPods"  # workers asked for long ago have no pod at all
     RELEASING = "HoldReleasing"
     OWN_GANG_WAITING = "HoldOwnGangWaiting"
     NO_MIN_AVAILABLE = "HoldNoMinAvailable"
@@ -132,6 +134,12 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # the job names a queue it does not run in (an annotation its operator does not
+    # honour): which queue it does run in and how to set it; "" when none
+    queue_warning: str = ""
+    # the latest write to its spec or metadata we can date (creation, our last resize,
+    # metadata.managedFields): its workers without a pod have been asked for since then
+    asked_at: datetime | None = None
     # one worker's pod as the scheduler will judge it (autoscaler/fit.py); None: known by
     # its GPUs alone (then `PodShape.of_gpus(gpus_per_worker)`)
     shape: PodShape | None = None
@@ -187,6 +195,8 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    queue_warning: str = ""  # as ElasticJob.queue_warning
+    asked_at: datetime | None = None  # as ElasticJob.asked_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +356,9 @@ class JobRecord:
 
     job: ElasticJob | UnmanagedJob
     priority_class: str | None = None
+    # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
+    # checked against the queue its PodGroup names once that is known
+    queue_annotation: str | None = None
 
     @property
     def frees_gpus(self) -> bool:
@@ -367,6 +380,8 @@ class GroupRecord:
     group: PendingGroup | InvalidGroup | None
     phase: str = ""
     priority_class: str | None = None
+    queue: str = ""  # spec.queue as Volcano reads it (default when unset): where it runs
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +451,9 @@ class Bound(StrEnum):
     CLUSTER_IDLE = "cluster-idle"  # GPUs idle on schedulable nodes, after other queues' grants
     NODE_FIT = "node-fit"  # idle GPUs exist, but no node has room for a whole worker
     IN_FLIGHT = "in-flight"  # GPUs asked for and not running yet take the rest
+    # capacity: what is left for this queue once the idle GPUs are shared out, queues
+    # below their deserved first (shares.capacity_allotments)
+    FAIR_SHARE = "fair-share"
     GIVEN = "given"  # the free-GPU reading as given
 
 
@@ -456,6 +474,8 @@ class VolcanoQueue:
     guarantee: float = 0.0
     real_capacity: float | None = None
     deserved: float | None = None  # the scheduler's own figure, shown, not used
+    # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
+    spec_deserved: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,6 +604,10 @@ class ClusterSnapshot:
     volcano: VolcanoView | None = None
     # resizes the cluster refused, as the actuator remembers them: those jobs hold
     refusals: tuple[Refusal, ...] = ()
+    # unfinished pods (bound or not) per job that made them, by (namespace, kind, name);
+    # None: pods are not watched (node_fit off, a snapshot file without pods), so no job
+    # is ever said to have none
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,10 +624,13 @@ class Decision:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     resource_version: str = ""
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # shown with the decision (plan, status, explain)
     workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
     restart_cost_seconds: float | None = None  # the estimate the plan used
     restart_cost_source: str = ""  # annotation, measured or default
+    # what the job's owner must fix that is not this decision's business (also in notes):
+    # said once on the job as a Warning Event
+    warnings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:

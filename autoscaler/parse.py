@@ -49,8 +49,8 @@ from .model import (
     VolcanoView,
 )
 from .options import ReadOptions
-from .podspec import frozen, read_node, read_pod_use
-from .resources import WAITING_PHASES, rfc3339
+from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use
+from .resources import VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HPA_KIND = "HorizontalPodAutoscaler"
@@ -250,9 +250,27 @@ def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> Node | None:
 
 
 def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
-    """What a bound, unfinished pod holds on its node (every resource: any pod can hold
-    what a worker needs) and which worker it is; None for any other pod."""
-    return read_pod_use(obj, options.gpu_resource_names)
+    """What an unfinished pod holds on its node (every resource: any pod can hold what a
+    worker needs) and which worker it is; an unbound one (node "") only says which job it
+    belongs to: a job's workers with no pod at all stop counting (HoldNoPods). None for
+    a finished pod, or an unbound one of no job."""
+    use = read_pod_use(obj, options.gpu_resource_names)
+    if use is not None or dig(obj, "status", "phase") in FINISHED_POD_PHASES:
+        return use
+    owner = _owner(obj, ns) if isinstance(ns := dig(obj, "metadata", "namespace"), str) else None
+    if owner is None or owner.kind.split(".")[0] not in KIND_NAMES:
+        return None
+    return PodUse("", 0, owner=(owner.namespace, owner.kind, owner.name, ""))
+
+
+def pods_by_owner(pods: Iterable[PodUse]) -> dict[tuple[str, str, str], int]:
+    """Unfinished pods, bound or not, per job that made them: (namespace, kind, name)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for p in pods:
+        if p.owner is not None:
+            key = p.owner[:3]
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def nodes_in_use(nodes: Iterable[Node], pods: Iterable[PodUse]) -> tuple[Node, ...]:
@@ -262,6 +280,8 @@ def nodes_in_use(nodes: Iterable[Node], pods: Iterable[PodUse]) -> tuple[Node, .
     gpus: dict[str, int] = {}
     ports: dict[str, list[HostPort]] = {}
     for pod in pods:
+        if not pod.node:
+            continue  # unbound: holds nothing on a node yet
         into = requested.setdefault(pod.node, {})
         for name, value in pod.requests:
             into[name] = into.get(name, 0) + value
@@ -325,7 +345,11 @@ def volcano_view(
         spec = by_name.get(name)
         if spec is not None:
             vq = replace(
-                vq, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                vq,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
@@ -336,7 +360,11 @@ def volcano_view(
     for name, spec in by_name.items():
         if name not in queues:
             queues[name] = VolcanoQueue(
-                name, weight=spec.weight, capability=spec.capability, guarantee=spec.guarantee
+                name,
+                weight=spec.weight,
+                capability=spec.capability,
+                guarantee=spec.guarantee,
+                spec_deserved=None if spec.deserved is None else float(spec.deserved),
             )
     return VolcanoView(plugin, queues, nodes, gpu_names=gpu_names), out
 
@@ -394,9 +422,7 @@ def parse_job(
         workers = kind.workers(obj, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **exc.known)
-    replicas, gpw = workers.replicas, workers.gpus_per_worker
-    inflight = max(0, replicas - workers.active) * gpw
-    known = {"replicas": replicas, "gpus_per_worker": gpw or None, "inflight_gpus": inflight}
+    known = _known(meta, workers, options)
     try:
         min_r, max_r = _elastic_range(obj, kind, workers, options, known)
         schedule = _schedule_facts(meta.get("annotations") or {}, options)
@@ -407,9 +433,9 @@ def parse_job(
         queue=queue,
         min_replicas=min_r,
         max_replicas=max_r,
-        replicas=replicas,
+        replicas=workers.replicas,
         active=workers.active,
-        gpus_per_worker=gpw,
+        gpus_per_worker=workers.gpus_per_worker,
         created=_created(meta),
         priority=priorities.of(kind.priority_class(obj)),
         last_scale_time=schedule.last_scale,
@@ -422,7 +448,40 @@ def parse_job(
         restart_cost_seconds=schedule.restart_cost,
         restart_cost_source=schedule.cost_source,
         measured_for=schedule.measured_for,
+        asked_at=known["asked_at"],
     )
+
+
+def _known(meta: Mapping[str, Any], workers: Workers, options: ReadOptions) -> dict[str, Any]:
+    """What a job holds and is owed, for its UnmanagedJob too."""
+    gpw = workers.gpus_per_worker
+    inflight = max(0, workers.replicas - workers.active) * gpw
+    return {
+        "replicas": workers.replicas,
+        "gpus_per_worker": gpw or None,
+        "inflight_gpus": inflight,
+        "asked_at": _asked_at(meta, options) if inflight else None,
+    }
+
+
+def _asked_at(meta: Mapping[str, Any], options: ReadOptions) -> datetime:
+    """The latest write to the job's spec or metadata that can be dated from the object
+    itself, so a restarted daemon dates it alike: its creation, our last-scale-time
+    annotation, and each `metadata.managedFields` entry that is not a status write (a
+    replicas edit by kubectl, the API or us moves its manager's time). Later writes only
+    make it later: the safe side (in-flight workers count longer)."""
+    times = [_created(meta)]
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        last = read_time(annotations.get(options.annotations.last_scale))
+        if last is not None:
+            times.append(last)
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, Mapping) and entry.get("subresource") != "status":
+            when = read_time(entry.get("time"))
+            if when is not None:
+                times.append(when)
+    return max(times)
 
 
 def _elastic_range(
@@ -684,6 +743,8 @@ def _hpa_skip(
         max_replicas=job.max_replicas,
         gpus_per_worker=job.gpus_per_worker,
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+        queue_warning=job.queue_warning,
+        asked_at=job.asked_at,
     )
 
 
@@ -693,22 +754,70 @@ def _hpa_skip(
 def decode_job(
     obj: Mapping[str, Any], options: ReadOptions, kind: JobKind | None = None
 ) -> JobRecord:
-    """parse_job, with the priority left to resolve: the PriorityClass may come later."""
+    """parse_job, with the priority left to resolve: the PriorityClass may come later;
+    and the queue annotation, checked against the queue the job runs in."""
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
     job = parse_job(obj, options, NO_PRIORITIES, kind)
     name = kind.priority_class(obj)
-    return JobRecord(job, name if isinstance(name, str) else None)
+    annotation = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+    annotation = annotation if isinstance(annotation, str) and annotation else None
+    if annotation is not None:
+        job = in_queue(job, job.queue, annotation, from_podgroup=False)
+    return JobRecord(job, name if isinstance(name, str) else None, annotation)
+
+
+def in_queue(
+    job: ElasticJob | UnmanagedJob, queue: str, annotation: str | None, *, from_podgroup: bool
+) -> ElasticJob | UnmanagedJob:
+    """The job in `queue`, the one Volcano runs it in (its PodGroup's spec.queue once
+    that exists, else what its operator will write there), warned when its annotation
+    scheduling.volcano.sh/queue-name names another: Volcano reads a job's queue from its
+    PodGroup's spec, never from that annotation, so a user who set it expects a queue
+    the job does not get (and `plan` would otherwise look at the wrong one)."""
+    warning = ""
+    if annotation is not None and annotation != queue:
+        kind = BY_NAME.get(job.ref.kind)
+        field = kind.queue_field if kind else "the job's queue field"
+        owner = kind.operator if kind else "its operator"
+        where = (
+            f"its PodGroup's spec.queue is {queue}"
+            if from_podgroup
+            else f"{field} is {'unset' if queue == DEFAULT_QUEUE else queue}, so {owner} "
+            f"writes {queue} into its PodGroup's spec.queue"
+        )
+        warning = (
+            f"metadata.annotations[{VOLCANO_QUEUE_ANNOTATION}]={annotation} is not the queue "
+            f"this job runs in: {where} ({owner} does not read that annotation as the queue), "
+            f"so Volcano schedules it in queue {queue} and it is planned there; to run it in "
+            f"{annotation}, set {field}: {annotation}"
+        )
+    if queue == job.queue and warning == job.queue_warning:
+        return job
+    return replace(job, queue=queue, queue_warning=warning)
+
+
+def podgroup_queues(groups: Iterable[GroupRecord]) -> dict[tuple[str, str, str], str]:
+    """(namespace, kind, name) of the job that made each PodGroup -> its spec.queue."""
+    return {
+        (g.owner.namespace, g.owner.kind, g.owner.name): g.queue
+        for g in groups
+        if g.owner is not None and g.queue
+    }
 
 
 def decode_podgroup(obj: Mapping[str, Any], options: ReadOptions) -> GroupRecord:
     phase = dig(obj, "status", "phase")
     name = dig(obj, "spec", "priorityClassName")
     group = parse_podgroup(obj, options, NO_PRIORITIES)
+    queue = dig(obj, "spec", "queue")
+    namespace = dig(obj, "metadata", "namespace")
     return GroupRecord(
         group.ref if group is not None else _fallback_ref(obj, "PodGroup"),
         group,
         phase if isinstance(phase, str) else "",
         name if isinstance(name, str) else None,
+        queue if isinstance(queue, str) and queue else DEFAULT_QUEUE,
+        _owner(obj, namespace) if isinstance(namespace, str) else None,
     )
 
 
@@ -746,6 +855,9 @@ class Records:
     nodes: tuple[Node, ...] = ()
     pods: tuple[PodUse, ...] = ()
     hpas: tuple[HpaTarget, ...] = ()
+    # `pods` are every unfinished pod (a pod watch, a snapshot file with pods): a job
+    # with none there has none (HoldNoPods); else pods are unknown
+    pods_known: bool = False
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -763,6 +875,7 @@ class Records:
             nodes=each(raw.nodes, by_kind["Node"]),
             pods=each(raw.pods, by_kind["Pod"]),
             hpas=each(raw.hpas, by_kind[HPA_KIND]),
+            pods_known=bool(raw.pods),
         )
 
 
@@ -781,17 +894,22 @@ class Assembled:
     invalid: tuple[InvalidGroup, ...]
     queues: tuple[QueueSpec, ...]
     nodes: tuple[Node, ...] | None
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
 def assemble(records: Records) -> Assembled:
     priorities = Priorities.of_records(records.priorities)
     targets = targets_of(records.hpas)
+    group_queues = podgroup_queues(records.groups)
     placed = worker_nodes(records.pods) if records.pods else {}
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
     for record in records.jobs:
         job = record.job
+        queue = group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
+        if queue is not None:  # where Volcano runs it, whatever the job says
+            job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
         if isinstance(job, ElasticJob):
             value = priorities.of(record.priority_class)
             if value != job.priority:
@@ -827,6 +945,7 @@ def assemble(records: Records) -> Assembled:
         tuple(invalid),
         records.queues,
         nodes_in_use(records.nodes, records.pods) if records.nodes else None,
+        pods_by_owner(records.pods) if records.pods_known else None,
     )
 
 
@@ -885,6 +1004,7 @@ def build_snapshot(
         problem=problem,
         message=message,
         volcano=view,
+        pods_by_owner=a.pods_by_owner,
     )
 
 

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from .fit import Placer
-from .headroom import Limits, PluginLimit
+from .headroom import Limits, PluginLimit, real_capability
+from .inflight import NoPods
 from .model import (
     MILLI,
     Action,
@@ -45,6 +46,7 @@ from .model import (
     UnmanagedJob,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 _EPS = 1e-9
@@ -74,44 +76,40 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     unmanaged_by_queue = _by_queue(snapshot.unmanaged)
     pending_by_queue = _by_queue(snapshot.pending)
 
-    decisions: list[Decision] = []
     gangs: list[GangDecision] = [
         GangDecision(g.ref, g.queue, 0, Reason.INVALID_GANG, g.message)
         for g in snapshot.invalid_groups
     ]
-    summaries: dict[str, QueueSummary] = {}
     names = sorted(
         set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue) | set(unmanaged_by_queue)
     )
+    no_pods = NoPods(snapshot.pods_by_owner, policy.no_pods_timeout_seconds, now)
+    work = {name: _work(jobs_by_queue.get(name, ()), now) for name in names}
     cluster = (
-        _Cluster(snapshot, jobs_by_queue, pending_by_queue)
+        _Cluster(
+            snapshot,
+            jobs_by_queue,
+            pending_by_queue,
+            lambda j: _growth_block(j, _seconds(j.last_scale_time, now), policy) is None,
+            no_pods,
+        )
         if snapshot.volcano is not None
         else None
     )
-    for name in names:
-        state = snapshot.queues.get(name) or QueueState(
-            name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading"
-        )
-        headroom = None
-        if cluster is not None and (
-            state.volcano is not None or cluster.view.plugin is Plugin.GIVEN
-        ):
-            state, headroom = cluster.queue_state(state)
-        queue_plan = _QueuePlanner(
-            state,
-            jobs_by_queue.get(name, []),
-            unmanaged_by_queue.get(name, []),
-            pending_by_queue.get(name, []),
-            snapshot,
-            policy,
-            now,
-            cluster.pool if cluster is not None else None,
-        )
-        summary = queue_plan.run()
-        if headroom is not None:
-            summary = headroom.summary(summary, queue_plan.node_fit_limited)
-        summaries[name] = summary
-        decisions.extend(_with_unmanaged(queue_plan.decisions(), unmanaged_by_queue.get(name, ())))
+    lenders = _Lenders.of(snapshot, cluster, work, policy) if cluster is not None else None
+    shared = _Shared(no_pods, lenders)
+    by_queue = (unmanaged_by_queue, pending_by_queue)
+    planners = [
+        _plan_queue(name, snapshot, cluster, work[name], by_queue, shared, policy, now)
+        for name in names
+    ]
+    summaries = {p.state.name: summary for p, summary in planners}
+    # decisions once every queue ran: a gang of a later queue may take a job's workers
+    # back from an earlier one (lent shares, _Lenders)
+    decisions: list[Decision] = []
+    for queue_plan, _ in planners:
+        unmanaged = unmanaged_by_queue.get(queue_plan.state.name, ())
+        decisions.extend(_with_unmanaged(queue_plan.decisions(), unmanaged, no_pods))
         gangs.extend(queue_plan.gangs)
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
@@ -121,6 +119,58 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         gangs=tuple(gangs),
         queues=summaries,
         measurements=_measurements(snapshot.jobs, now, policy.unplaced_timeout_seconds),
+    )
+
+
+def _plan_queue(
+    name: str,
+    snapshot: ClusterSnapshot,
+    cluster: _Cluster | None,
+    work: list[_Job],
+    by_queue: tuple[dict[str, list[UnmanagedJob]], dict[str, list[PendingGroup]]],
+    shared: _Shared,
+    policy: PlannerPolicy,
+    now: datetime,
+) -> tuple[_QueuePlanner, QueueSummary]:
+    """One queue planned, and its summary; queues are planned in name order,
+    each taking from the cluster's idle GPUs what it is given."""
+    state = snapshot.queues.get(name) or QueueState(
+        name, None, Reason.METRICS_MISSING, f"queue {name} has no free-GPU reading"
+    )
+    headroom = None
+    if cluster is not None and (state.volcano is not None or cluster.view.plugin is Plugin.GIVEN):
+        state, headroom = cluster.queue_state(state)
+    unmanaged, pending = by_queue
+    queue_plan = _QueuePlanner(
+        state,
+        work,
+        unmanaged.get(name, []),
+        pending.get(name, []),
+        snapshot,
+        policy,
+        now,
+        cluster.pool if cluster is not None else None,
+        shared,
+    )
+    summary = queue_plan.run()
+    if headroom is not None:
+        summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    return queue_plan, summary
+
+
+def _work(jobs: Iterable[ElasticJob], now: datetime) -> list[_Job]:
+    """A queue's jobs as the planner works on them, in stable order."""
+    return sorted(
+        (
+            _Job(
+                j,
+                j.replicas,
+                None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
+                (j.ref.namespace, j.ref.name, j.ref.kind),
+            )
+            for j in jobs
+        ),
+        key=_SKEY,
     )
 
 
@@ -141,12 +191,12 @@ def _by_queue(items: Iterable[_T]) -> dict[str, list[_T]]:
 
 
 def _with_unmanaged(
-    decisions: list[Decision], unmanaged: Iterable[UnmanagedJob]
+    decisions: list[Decision], unmanaged: Iterable[UnmanagedJob], no_pods: NoPods
 ) -> Iterable[Decision]:
     """A queue's decisions with its unmanaged jobs' merged in, in (namespace, name) order:
     the job list is already in that order, so the few unmanaged ones are merged in
     rather than everything sorted."""
-    reports = sorted((_unmanaged_decision(u) for u in unmanaged), key=_decision_order)
+    reports = sorted((_unmanaged_decision(u, no_pods) for u in unmanaged), key=_decision_order)
     return heapq.merge(decisions, reports, key=_decision_order) if reports else decisions
 
 
@@ -183,13 +233,16 @@ class _Headroom:
 class _Cluster:
     """What the queues of one cycle share: Volcano's view of every queue, and the GPUs idle
     on schedulable nodes, taken by in-flight workers first, then queue by queue (name
-    order) as gangs and growth are granted."""
+    order) as gangs and growth are granted; under the capacity plugin, how those idle
+    GPUs are shared out between the queues (shares.capacity_allotments)."""
 
     def __init__(
         self,
         snapshot: ClusterSnapshot,
         jobs_by_queue: dict[str, list[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
+        asks: Callable[[ElasticJob], bool],
+        no_pods: NoPods,
     ) -> None:
         view = snapshot.volcano
         assert view is not None
@@ -198,41 +251,91 @@ class _Cluster:
         # elastic jobs, and its waiting gangs (a Pending PodGroup adds nothing to request).
         self.wanted: dict[str, float] = {}
         for name, jobs in jobs_by_queue.items():
-            self.wanted[name] = float(
-                sum(max(0, j.max_replicas - j.replicas) * j.gpus_per_worker for j in jobs)
-            )
+            self.wanted[name] = float(sum(_room_to_max(j) for j in jobs))
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.limits = Limits(view, self.wanted)
         self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
+        self._count_inflight(snapshot, jobs_by_queue, pending_by_queue, no_pods)
+        # capacity: idle GPUs each queue may take, where that is less than it asks for
+        self.allotments: dict[str, int] = {}
+        if view.plugin is Plugin.CAPACITY:
+            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks)
+
+    def _count_inflight(
+        self,
+        snapshot: ClusterSnapshot,
+        jobs_by_queue: dict[str, list[ElasticJob]],
+        pending_by_queue: dict[str, list[PendingGroup]],
+        no_pods: NoPods,
+    ) -> None:
         # a job whose own PodGroup waits counts once, as that gang (rule 2): its workers
-        # are not in flight here, the queue planner takes the gang's GPUs
+        # are not in flight here, the queue planner takes the gang's GPUs; workers with
+        # no pod long after they were asked for count no more (HoldNoPods)
         own = _own_waiting([g for groups in pending_by_queue.values() for g in groups])
         jobs = [
-            j
+            (j, n)
             for _, queue_jobs in sorted(jobs_by_queue.items())
             for j in queue_jobs
-            if j.inflight_workers and not _waits_for_own_gang(j.ref, own)
+            if j.inflight_workers
+            and not _waits_for_own_gang(j.ref, own)
+            and (n := j.inflight_workers - no_pods.of_job(j)) > 0
         ]
         unmanaged = [
-            u for u in snapshot.unmanaged if u.inflight_gpus and not _waits_for_own_gang(u.ref, own)
+            (u, n)
+            for u in snapshot.unmanaged
+            if u.inflight_gpus
+            and not _waits_for_own_gang(u.ref, own)
+            and (n := u.inflight_gpus - no_pods.gpus_of(u)) > 0
         ]
-        if view.nodes is not None:
-            self.pool = Placer(view.nodes, view.gpu_names)
+        if self.view.nodes is not None:
+            self.pool = Placer(self.view.nodes, self.view.gpu_names)
             # workers asked for and not running yet will take node room first, whoever
             # asked; a worker already bound is on its node's used room and counts twice
             # for the seconds until it runs (the safe side)
-            for j in jobs:
-                self.pool.place(j.worker_shape, j.inflight_workers)
-            for u in unmanaged:
-                self.pool.take_gpus(u.inflight_gpus)
-        for j in jobs:
-            self.inflight[j.queue] = (
-                self.inflight.get(j.queue, 0) + j.inflight_workers * j.gpus_per_worker
+            for j, n in jobs:
+                self.pool.place(j.worker_shape, n)
+            for _, gpus in unmanaged:
+                self.pool.take_gpus(gpus)
+        for j, n in jobs:
+            self.inflight[j.queue] = self.inflight.get(j.queue, 0) + n * j.gpus_per_worker
+        for u, gpus in unmanaged:
+            self.inflight[u.queue] = self.inflight.get(u.queue, 0) + gpus
+
+    def _allot(
+        self,
+        jobs_by_queue: dict[str, list[ElasticJob]],
+        pending_by_queue: dict[str, list[PendingGroup]],
+        asks: Callable[[ElasticJob], bool],
+    ) -> dict[str, int]:
+        """Idle GPUs each queue may take this cycle under the capacity plugin: owed ones
+        first (docs/design.md "Sharing a cluster between queues"). A queue asks for the
+        room to max of its jobs that may grow now and for its gangs not yet admitted
+        (an Inqueue gang's GPUs are in `inqueue` already)."""
+        view, total = self.view, self.view.total_gpus
+        if total is None:
+            return {}
+        rows = []
+        for name, q in sorted(view.queues.items()):
+            limit = self.limits.limit(name)
+            if limit is None:
+                continue
+            inflight = self.inflight.get(name, 0)
+            want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
+            want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
+            real = real_capability(q, total, self.limits.total_guarantee)
+            used = q.allocated + q.inqueue + inflight
+            rows.append(
+                Ask(name, used, deserved_of(q, real), q.weight, limit.gpus - inflight, want)
             )
-        for u in unmanaged:
-            self.inflight[u.queue] = self.inflight.get(u.queue, 0) + u.inflight_gpus
+        if self.pool is not None:
+            idle = self.pool.idle_gpus
+        else:
+            idle = math.floor(total - sum(r.used for r in rows) + _EPS)
+        allotted = capacity_allotments(idle, rows)
+        # where a queue gets all it asks for, its headroom stays the scheduler's room
+        return {r.name: allotted[r.name] for r in rows if allotted[r.name] < r.most}
 
     def queue_state(self, state: QueueState) -> tuple[QueueState, _Headroom | None]:
         """The queue's state with `free_gpus` = its headroom before in-flight workers:
@@ -270,6 +373,12 @@ class _Cluster:
             limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle_gpus)
             if idle <= free:  # a tie names the physical limit
                 free, bound = float(idle), Bound.CLUSTER_IDLE
+        if state.name in self.allotments:
+            # capacity: the queues below their deserved are served first (shares.py)
+            allot = self.allotments[state.name]
+            limits[str(Bound.FAIR_SHARE)] = float(allot)
+            if allot + inflight < free:
+                free, bound = float(allot + inflight), Bound.FAIR_SHARE
         if inflight:
             limits[str(Bound.IN_FLIGHT)] = float(inflight)
             if inflight >= free > 0:
@@ -304,7 +413,12 @@ def _measure(j: ElasticJob, now: datetime, limit: float) -> Measurement | None:
     return Measurement(j.ref, took, resized, j.resource_version)
 
 
-def _unmanaged_decision(u: UnmanagedJob) -> Decision:
+def _unmanaged_decision(u: UnmanagedJob, no_pods: NoPods) -> Decision:
+    gone = no_pods.gpus_of(u)
+    notes: tuple[str, ...] = ()
+    if gone:
+        workers = gone // (u.gpus_per_worker or 1)
+        notes = (f"{Reason.NO_PODS}: {no_pods.words(workers, u.asked_at)}",)
     return Decision(
         ref=u.ref,
         queue=u.queue,
@@ -315,6 +429,8 @@ def _unmanaged_decision(u: UnmanagedJob) -> Decision:
         min_replicas=u.min_replicas,
         max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
+        notes=(*notes, u.queue_warning) if u.queue_warning else notes,
+        warnings=(u.queue_warning,) if u.queue_warning else (),
     )
 
 
@@ -334,7 +450,7 @@ _SKEY = operator.attrgetter("skey")
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
     """What the plan says beside a job's decision: a gang it would raise, what node fit
-    does not judge of its workers."""
+    does not judge of its workers, a queue it names but does not run in."""
     notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
     shape = j.shape
     if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
@@ -342,7 +458,7 @@ def _notes(j: ElasticJob) -> tuple[str, ...]:
             f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
-    return notes
+    return (*notes, j.queue_warning) if j.queue_warning else notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -515,6 +631,18 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
     return grants
 
 
+def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
+    """GPUs the victims' workers free where the gang can use them (all, without
+    `useful`), their targets not lowered yet."""
+    if useful is None:
+        return sum(n * w.job.gpus_per_worker for w, n in victims)
+    return sum(sum(useful(w)[:n]) * w.job.gpus_per_worker for w, n in victims)
+
+
+def _room_to_max(j: ElasticJob) -> int:
+    return max(0, j.max_replicas - j.replicas) * j.gpus_per_worker
+
+
 def _extra_gpus(w: _Job) -> int:
     return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
 
@@ -523,41 +651,190 @@ def _heap_entry(w: _Job) -> tuple[int, int, tuple[str, str, str], _Job]:
     return (w.job.priority, w.job.min_replicas - w.target, w.skey, w)
 
 
+def _restart_cost_of(j: ElasticJob, policy: PlannerPolicy) -> float:
+    """The job's own estimate (its annotation, else our measurement), else the policy's."""
+    return policy.restart_cost_seconds if j.restart_cost_seconds is None else j.restart_cost_seconds
+
+
+def _growth_block(
+    j: ElasticJob, since: float | None, p: PlannerPolicy, no_pods: str = ""
+) -> tuple[Reason, str] | None:
+    """Why the job may not grow this cycle, whatever its queue has free; None: it may.
+    `no_pods`: why its workers asked for count no longer (HoldNoPods), "" if they do."""
+    if j.replicas >= j.max_replicas:
+        return Reason.AT_MAX, f"at maxReplicas={j.max_replicas}"
+    if j.gang_grows and not p.grow_without_min_available:
+        # only shrunk: shrinking lowers the gang, which never blocks it
+        return Reason.NO_MIN_AVAILABLE, j.gang_grows
+    if j.grow_blocked:
+        return Reason.IN_FLIGHT, j.grow_blocked
+    if j.replicas > j.active:
+        if no_pods:
+            return Reason.NO_PODS, no_pods
+        return Reason.IN_FLIGHT, f"{j.replicas - j.active} worker(s) asked for are not running yet"
+    if j.replicas < j.active:
+        return Reason.RELEASING, f"{j.active - j.replicas} worker(s) are still being released"
+    cost = _restart_cost_of(j, p)
+    if since is not None and (since < (cool := p.cooldown_for(cost)) or since <= 0):
+        # even with no cooldown, a job resized at `now` is not resized again at `now`
+        why = f"resized {since:.0f}s ago; cooldown {cool:.0f}s"
+        if cool > p.cooldown_seconds:
+            why += f" ({p.cooldown_restart_cost_factor:g} x its restart cost {cost:.0f}s)"
+        return Reason.COOLDOWN, why
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What every queue planner of one plan reads beside its own queue."""
+
+    no_pods: NoPods
+    lenders: _Lenders | None
+
+
+_NOT_VICTIMS = frozenset({Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING})
+
+
+class _Lenders:
+    """Lent shares come back (docs/design.md "Sharing a cluster between queues"): a
+    queue holding more than its own share lent the rest while nobody asked; a waiting
+    gang of a queue within its share takes elastic workers back from such queues, by the
+    rules of reclaim inside a queue (_VictimPool), never taking a queue below its share
+    by more than part of one worker. Volcano's default actions never reclaim across
+    queues: without this, the gang waits until the lender's jobs end."""
+
+    def __init__(
+        self,
+        shares: dict[str, float],
+        best_effort: set[str],
+        held: dict[str, float],
+        usable: set[str],
+        work: dict[str, list[_Job]],
+        policy: PlannerPolicy,
+        snapshot: ClusterSnapshot,
+    ) -> None:
+        self.shares, self.best_effort, self.held = shares, best_effort, held
+        self.usable, self.work, self.policy = usable, work, policy
+        # what locks a job in its own queue's accounting (_account), known before that
+        # queue is planned: a job taken here must not be locked there at its old size
+        self.own = _own_waiting(list(snapshot.pending))
+        self.refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in snapshot.refusals}
+
+    @classmethod
+    def of(
+        cls,
+        snapshot: ClusterSnapshot,
+        cluster: _Cluster,
+        work: dict[str, list[_Job]],
+        policy: PlannerPolicy,
+    ) -> _Lenders | None:
+        """Each queue's share and what it holds (allocated + admitted), by its plugin:
+        capacity, its deserved (shares.deserved_of; a best-effort queue is owed
+        nothing); proportion, the water-fill of everyone's asks (Limits.shares)."""
+        view, total = cluster.view, cluster.view.total_gpus
+        if view.plugin is Plugin.GIVEN or total is None:
+            return None
+        shares, best_effort = cluster.limits.shares(), set()
+        if view.plugin is Plugin.CAPACITY:
+            for name, q in view.queues.items():
+                real = real_capability(q, total, cluster.limits.total_guarantee)
+                deserved = deserved_of(q, real)
+                shares[name] = deserved or 0.0
+                if deserved is None:
+                    best_effort.add(name)
+        held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
+        usable = {
+            name
+            for name, state in snapshot.queues.items()
+            if state.usable and state.state not in CLOSED_STATES and name in held
+        }
+        return cls(shares, best_effort, held, usable, work, policy, snapshot)
+
+    def within(self, g: PendingGroup) -> str:
+        """ "" when g's queue, with g, stays within its share; else why not."""
+        q = g.queue
+        if q not in self.shares or q in self.best_effort:
+            return f"queue {q} is owed no share (no deserved, no guarantee)"
+        adds = 0 if g.phase == "Inqueue" else g.gpus  # an admitted gang is in inqueue
+        held, share = self.held.get(q, 0.0), self.shares[q]
+        if held + adds > share + _EPS:
+            return (
+                f"queue {q} would hold {held + adds:g} GPU(s) with it, beyond its share "
+                f"{share:g}: nothing is taken back from other queues for it"
+            )
+        return ""
+
+    def cover(
+        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None = None
+    ) -> list[tuple[_Job, int]] | None:
+        """Victims in other queues over their share that cover `short` GPUs for g, most
+        over first, each queue's by _VictimPool's order (with `useful`: counting only
+        workers on nodes g's pods fit, as inside a queue); None when they cannot."""
+        pools = []
+        for name in sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n)):
+            over = self._over(name)
+            jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
+            if over > _EPS and jobs:
+                pool = _VictimPool(jobs, self.policy, lambda j: _restart_cost_of(j, self.policy))
+                pools.append((name, over, pool))
+        if sum(min(over, pool.reclaimable(limit, useful)) for _, over, pool in pools) < short:
+            return None
+        taken: list[tuple[_Job, int]] = []
+        for name, over, pool in pools:
+            if short <= 0:
+                break
+            part = pool.take(math.ceil(min(short, over)), limit, useful)
+            self.held[name] -= sum(n * w.job.gpus_per_worker for w, n in part)
+            short -= _useful_gpus(part, useful)
+            taken += part
+        self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
+        return taken
+
+    def _over(self, name: str) -> float:
+        return self.held.get(name, 0.0) - self.shares.get(name, 0.0)
+
+    def _may_lend(self, w: _Job) -> bool:
+        """A job whose extra workers may go, as _QueuePlanner._victims, and not one its
+        own queue already decided on (grown, trimmed, held with its queue)."""
+        reclaimed = w.reason in (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE)
+        p, since = self.policy, w.since
+        refusal = self.refusals.get(w.skey)
+        return (
+            w.target > w.job.min_replicas
+            and (not w.locked or reclaimed)
+            and (since is None or since >= p.reclaim_cooldown_seconds)
+            and w.reason not in _NOT_VICTIMS
+            and not _waits_for_own_gang(w.job.ref, self.own)
+            and not (since is not None and -since > p.clock_skew_seconds)
+            and not (refusal is not None and refusal.applies_to(w.job))
+        )
+
+
 class _QueuePlanner:
     def __init__(
         self,
         state: QueueState,
-        jobs: list[ElasticJob],
+        work: list[_Job],
         unmanaged: list[UnmanagedJob],
         pending: list[PendingGroup],
         snapshot: ClusterSnapshot,
         policy: PlannerPolicy,
         now: datetime,
         nodes: Placer | None = None,
+        shared: _Shared | None = None,
     ) -> None:
         self.state = state
         self.policy = policy
         self.now = now
         self.snapshot = snapshot
         self.nodes = nodes  # shared by every queue of the cycle
+        shared = shared or _Shared(NoPods(None, 0, now), None)
+        self.no_pods, self.lenders = shared.no_pods, shared.lenders
         self.admitted = math.floor(state.admitted_gpus + _EPS)
         self.credited = 0  # gang GPUs served from `admitted`: not bound yet, need nodes
         self.placed_gang_gpus = 0  # GPUs of gangs' pods placed on nodes by their shape
         self.node_fit_limited = False
-        self.work = sorted(
-            (
-                _Job(
-                    j,
-                    j.replicas,
-                    None
-                    if j.last_scale_time is None
-                    else (now - j.last_scale_time).total_seconds(),
-                    (j.ref.namespace, j.ref.name, j.ref.kind),
-                )
-                for j in jobs
-            ),
-            key=_SKEY,
-        )
+        self.work = work
         self.unmanaged = unmanaged
         self.pending = sorted(
             pending, key=lambda g: (-g.priority, g.created, g.ref.namespace, g.ref.name)
@@ -566,6 +843,11 @@ class _QueuePlanner:
         self.granted = self.reclaimed = self.trimmed = 0
 
     # ---- bookkeeping ------------------------------------------------------------------
+
+    def pods_missing(self, j: ElasticJob) -> str:
+        """HoldNoPods' message when some of j's workers have had no pod for too long."""
+        n = self.no_pods.of_job(j)
+        return self.no_pods.words(n, j.asked_at) if n else ""
 
     def _settle(self, w: _Job, target: int, reason: Reason, message: str) -> None:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
@@ -589,6 +871,7 @@ class _QueuePlanner:
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
+                (j.queue_warning,) if j.queue_warning else (),
             )
             for w in self.work
             for j in (w.job,)
@@ -666,7 +949,9 @@ class _QueuePlanner:
                 )
                 continue  # counted once, as that gang
             if j.replicas > j.active:
-                inflight += (j.replicas - j.active) * j.gpus_per_worker
+                # workers with no pod long after they were asked for count no more
+                counted = j.replicas - j.active - self.no_pods.of_job(j)
+                inflight += counted * j.gpus_per_worker
             elif j.replicas < j.active:
                 releasing += (j.active - j.replicas) * j.gpus_per_worker
             if w.since is not None and -w.since > p.clock_skew_seconds:
@@ -688,7 +973,9 @@ class _QueuePlanner:
                     f"its resize was refused at {r.at:%Y-%m-%dT%H:%M:%SZ}: {r.message}",
                 )
         inflight += sum(
-            u.inflight_gpus for u in self.unmanaged if not _waits_for_own_gang(u.ref, own_waiting)
+            u.inflight_gpus - self.no_pods.gpus_of(u)
+            for u in self.unmanaged
+            if not _waits_for_own_gang(u.ref, own_waiting)
         )
         return inflight, releasing
 
@@ -807,11 +1094,18 @@ class _QueuePlanner:
             # extra workers may go (lowest priority first), whatever the gang's priority.
             limit = math.inf if p.reclaim_from_higher_priority else g.priority
             useful = self._useful_for(g)
-            if pool.reclaimable(limit, useful) < shortfall:
-                starving = self._uncoverable(g, shortfall, starving, bool(node_short))
-                continue
-            victims = pool.take(shortfall, limit, useful)
-            idle, releasing = self._reclaim(g, victims, pool, idle, releasing)
+            lent: list[tuple[_Job, int]] = []
+            local = pool.reclaimable(limit, useful)
+            if local < shortfall:
+                # then from other queues holding more than their share (lent shares)
+                found, why = self._lent(g, shortfall - local, limit, useful)
+                if found is None:
+                    starving = self._uncoverable(g, shortfall, starving, bool(node_short), why)
+                    continue
+                lent = found
+            left = shortfall - _useful_gpus(lent, useful)
+            victims = pool.take(left, limit, useful) if left > 0 else []
+            idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
             self._place_gang(g)
         # A gang served from idle GPUs before a later reclaim released more than that gang
@@ -831,8 +1125,28 @@ class _QueuePlanner:
             need -= credit
         return need
 
+    def _lent(
+        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None
+    ) -> tuple[list[tuple[_Job, int]] | None, str]:
+        """Victims in other queues that give back what they hold of g's queue's share,
+        or None and why not ("" when there are no shares to speak of)."""
+        if self.lenders is None:
+            return None, ""
+        why = self.lenders.within(g)
+        if why:
+            return None, why
+        found = self.lenders.cover(g, short, limit, useful)
+        if found is None:
+            why = "other queues hold too little beyond their own share to give back"
+        return found, why
+
     def _uncoverable(
-        self, g: PendingGroup, shortfall: int, starving: str, by_nodes: bool = False
+        self,
+        g: PendingGroup,
+        shortfall: int,
+        starving: str,
+        by_nodes: bool = False,
+        why: str = "",
     ) -> str:
         """The gang cannot be covered: skipped, so the small ones behind it may fit; one
         that has waited too long starves its queue's growth. Returns the starving gang."""
@@ -840,7 +1154,7 @@ class _QueuePlanner:
         waited = (self.now - g.created).total_seconds()
         message = (
             f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
-            f"capacity fall {shortfall} short: skipped"
+            f"capacity fall {shortfall} short: skipped" + (f" ({why})" if why else "")
         )
         if by_nodes and self.nodes is not None and g.pods:
             shape = g.pods[0][0]
@@ -862,9 +1176,13 @@ class _QueuePlanner:
         pool: _VictimPool,
         idle: int,
         releasing: int,
+        lent: Iterable[tuple[_Job, int]] = (),
     ) -> tuple[int, int]:
         """Take the victims' workers for gang `g`: those never placed come back as idle,
-        running ones are released. Returns the new idle and releasing GPUs."""
+        running ones are released; `lent`'s, other queues', are all the gang's (what
+        they free is not this queue's idle). Returns the new idle and releasing GPUs."""
+        given = self._give_back(g, lent)
+        releasing += given
         gained = 0
         for w, workers in victims:
             j = w.job
@@ -883,14 +1201,36 @@ class _QueuePlanner:
                 f"{', '.join(w.victim_of)}",
             )
             pool.taken(w, workers)
-        self.reclaimed += gained
-        self._gang(
-            g,
-            Reason.GANG_COVERED,
-            f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from {len(victims)} elastic job(s)",
-            tuple(w.key for w, _ in victims),
+        self.reclaimed += gained + given
+        message = (
+            f"{g.ref} needs {g.gpus} GPU(s): {gained} reclaimed from {len(victims)} elastic job(s)"
         )
+        lent = list(lent)
+        if lent:
+            queues = sorted({w.job.queue for w, _ in lent})
+            message += (
+                f", {given} given back from {len(lent)} job(s) of queue(s) "
+                f"{', '.join(queues)} holding more than their share"
+            )
+        self._gang(g, Reason.GANG_COVERED, message, tuple(w.key for w, _ in (*victims, *lent)))
         return idle, releasing
+
+    def _give_back(self, g: PendingGroup, lent: Iterable[tuple[_Job, int]]) -> int:
+        """Lent shares come back: each job of another queue gives its workers to g."""
+        given = 0
+        for w, workers in lent:
+            j = w.job
+            gpus = workers * j.gpus_per_worker
+            given += gpus
+            w.target -= workers
+            w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
+            w.target, w.reason, w.locked = w.target, Reason.RECLAIM_FOR_QUEUE, True
+            w.message = (
+                f"{j.replicas} -> {w.target} worker(s): gives back {gpus} GPU(s) of queue "
+                f"{g.queue}'s share to its gang {g.ref.namespace}/{g.ref.name} (queue "
+                f"{j.queue} holds more than its own share)"
+            )
+        return given
 
     # ---- node fit of gangs: their pods by shape, known when the gang says them ------------
 
@@ -1013,43 +1353,13 @@ class _QueuePlanner:
 
     def _may_grow(self, w: _Job, starving: str) -> bool:
         """Whether the job may be grown this cycle; if not, it holds with the reason."""
-        p, j, since = self.policy, w.job, w.since
-        if j.replicas >= j.max_replicas:
-            self._hold(w, Reason.AT_MAX, f"at maxReplicas={j.max_replicas}")
-        elif j.gang_grows and not p.grow_without_min_available:
-            # only shrunk: shrinking lowers the gang, which never blocks it
-            self._hold(w, Reason.NO_MIN_AVAILABLE, j.gang_grows)
-        elif j.grow_blocked:
-            self._hold(w, Reason.IN_FLIGHT, j.grow_blocked)
-        elif j.replicas > j.active:
-            self._hold(
-                w,
-                Reason.IN_FLIGHT,
-                f"{j.replicas - j.active} worker(s) asked for are not running yet",
-            )
-        elif j.replicas < j.active:
-            self._hold(
-                w,
-                Reason.RELEASING,
-                f"{j.active - j.replicas} worker(s) are still being released",
-            )
-        elif since is not None and (since < (cool := self._cooldown(j)) or since <= 0):
-            # even with no cooldown, a job resized at `now` is not resized again at `now`
-            why = f"resized {since:.0f}s ago; cooldown {cool:.0f}s"
-            if cool > p.cooldown_seconds:
-                why += (
-                    f" ({p.cooldown_restart_cost_factor:g} x its restart cost "
-                    f"{self._restart_cost(j):.0f}s)"
-                )
-            self._hold(w, Reason.COOLDOWN, why)
-        elif starving:
-            self._hold(w, Reason.GANG_STARVING, starving)
-        else:
+        block = _growth_block(w.job, w.since, self.policy, self.pods_missing(w.job))
+        if block is None and starving:
+            block = Reason.GANG_STARVING, starving
+        if block is None:
             return True
+        self._hold(w, *block)
         return False
-
-    def _cooldown(self, j: ElasticJob) -> float:
-        return self.policy.cooldown_for(self._restart_cost(j))
 
     @staticmethod
     def _hold(w: _Job, reason: Reason, message: str) -> None:

@@ -29,6 +29,7 @@ class PlannerPolicy:
     max_gang_wait_seconds: float = 1800
     starving_gang_blocks_later_gangs: bool = False
     unplaced_timeout_seconds: float = 300
+    no_pods_timeout_seconds: float = 300
     growth_policy: GrowthPolicy = GrowthPolicy.FILL
     min_step_workers: int = 1
     reserve_gpus_per_queue: int = 0

@@ -35,6 +35,9 @@ NODE = ResourceKind("Node", "", "v1", "nodes", namespaced=False)
 POD = ResourceKind("Pod", "", "v1", "pods", namespaced=True)
 # bound pods that still hold their node's GPUs: finished pods do not
 BOUND_POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# every unfinished pod, bound or not: what bound ones use of their nodes, and whether the
+# workers a job asked for have pods at all (HoldNoPods)
+UNFINISHED_POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 HPA = ResourceKind(
     "HorizontalPodAutoscaler",
     "autoscaling",

@@ -77,6 +77,9 @@ PRIORITIES = {"low": 0, "mid": 10, "high": 100}
 GPU = "nvidia.com/gpu"
 ANNOTATION = "elastic-autoscaler.io/last-scale-time"
 PAUSED = "elastic-autoscaler.io/paused"
+# the reasons a job may shrink by: for a gang of its queue, of another (lent shares), or
+# workers that never landed
+_SHRINKS = (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE, Reason.TRIM_UNPLACED)
 
 
 # ---- the simulated cluster -------------------------------------------------------------
@@ -593,10 +596,10 @@ def check_plan(
             if since is not None and (since < policy.cooldown_seconds or since <= 0):
                 bad("cooldown", f"{ref.name}: grown {since:.0f}s after its last resize")
         else:
-            if d.reason not in (Reason.RECLAIM_FOR_PENDING, Reason.TRIM_UNPLACED):
+            if d.reason not in _SHRINKS:
                 bad("bounds", f"{ref.name}: shrunk with reason {d.reason.value}")
             if (
-                d.reason is Reason.RECLAIM_FOR_PENDING
+                d.reason in (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE)
                 and since is not None
                 and since < policy.reclaim_cooldown_seconds
             ):

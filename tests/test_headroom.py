@@ -233,7 +233,9 @@ def test_two_queues_of_equal_weight_split_the_idle_cluster():
     }
 
 
-def test_second_queue_gets_only_what_the_first_left_idle():
+def test_capacity_best_effort_queues_share_idle_gpus_by_weight_not_by_name():
+    """Neither queue sets deserved: the 16 idle GPUs are split by weight (both 1), not
+    taken by the first queue planned (it got 12 and the second 4 before)."""
     view = VolcanoView(
         Plugin.CAPACITY,
         {
@@ -244,9 +246,9 @@ def test_second_queue_gets_only_what_the_first_left_idle():
     )
     jobs = [ej("ja", queue="a", replicas=0, min=0, max=12), ej("jb", queue="b", min=0, replicas=0)]
     p = plan(vsnap(view, jobs), policy(), NOW)
-    assert targets(p)["ja"] == (12, Reason.SCALE_UP_IDLE_GPUS)
-    assert targets(p)["jb"] == (4, Reason.SCALE_UP_IDLE_GPUS)
-    assert p.queues["b"].bound is Bound.CLUSTER_IDLE
+    assert targets(p)["ja"] == (8, Reason.SCALE_UP_IDLE_GPUS)
+    assert targets(p)["jb"] == (8, Reason.SCALE_UP_IDLE_GPUS)
+    assert p.queues["a"].bound is Bound.FAIR_SHARE
 
 
 def test_worker_larger_than_any_node_hole_is_held_for_node_fit():

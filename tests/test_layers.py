@@ -46,9 +46,9 @@ def test_pure_modules_import_no_io_library(module):
 FLOORS: dict[int, tuple[str, ...]] = {
     # vocabulary, no logic; options: each component's section of the settings
     0: ("model", "policy", "resources", "errors", "redact", "options"),
-    # what Volcano binds; settings; readers; pod specs and nodes as the scheduler reads
-    # them; fit by shape
-    1: ("headroom", "settings", "fields", "podspec", "fit"),
+    # what Volcano binds, how queues share a cluster, in-flight workers; settings;
+    # readers; pod specs and nodes as the scheduler reads them; fit by shape
+    1: ("headroom", "shares", "inflight", "settings", "fields", "podspec", "fit"),
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
     # the edges; status: the status document (pure, but it tells in render's words);

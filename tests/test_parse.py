@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from builders import (
     DELETE,
+    NOW,
     edit,
     podgroup,
+    policy,
     priority_class,
     pytorchjob,
     queue_obj,
@@ -22,6 +26,7 @@ from autoscaler.parse import (
     parse_job,
     parse_podgroup,
 )
+from autoscaler.planner import plan
 from autoscaler.snapshot_file import free_gpu_states
 
 P = settings()
@@ -77,19 +82,75 @@ def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds
         assert (job.min_replicas, job.max_replicas) == bounds
 
 
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _annotated(queue: str | None, annotation: str | None, paused: bool = False) -> dict:
+    notes = {QUEUE_ANNOTATION: annotation} if annotation else {}
+    if paused:
+        notes["elastic-autoscaler.io/paused"] = "true"
+    return pytorchjob("job", queue=queue, annotations=notes)
+
+
 @pytest.mark.parametrize(
-    ("obj", "queue"),
+    ("obj", "group_queue", "queue", "warned"),
     [
-        (pytorchjob(queue="team-x"), "team-x"),
+        (_annotated("team-x", None), None, "team-x", ""),
+        (_annotated(None, None), None, "default", ""),
+        # the annotation: training-operator copies it onto the PodGroup's annotations only
         (
-            pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
-            "team-y",
+            _annotated(None, "team-y"),
+            None,
+            "default",
+            "spec.runPolicy.schedulingPolicy.queue is unset",
         ),
-        (pytorchjob(queue=None), "default"),
+        (
+            _annotated("team-x", "team-y"),
+            None,
+            "team-x",
+            "spec.runPolicy.schedulingPolicy.queue is team-x",
+        ),
+        (_annotated("team-y", "team-y"), None, "team-y", ""),
+        # once the PodGroup exists, its spec.queue is where Volcano runs the job
+        (_annotated(None, "team-y"), "default", "default", "its PodGroup's spec.queue is default"),
+        (_annotated("team-x", None), "team-z", "team-z", ""),
+        (_annotated("team-y", "team-y"), "team-y", "team-y", ""),
+        # a job we do not manage is warned too (its GPUs count in the queue it runs in)
+        (_annotated(None, "team-y", paused=True), "default", "default", "PodGroup"),
+    ],
+    ids=[
+        "spec",
+        "nothing",
+        "annotation-only",
+        "both-differ",
+        "both-agree",
+        "podgroup-default",
+        "podgroup-moved",
+        "podgroup-agrees",
+        "unmanaged",
     ],
 )
-def test_queue_resolution(obj, queue):
-    assert parsed(obj).queue == queue
+def test_a_kubeflow_jobs_queue_is_the_one_volcano_runs_it_in(obj, group_queue, queue, warned):
+    """Its PodGroup's spec.queue once the PodGroup exists, else what training-operator
+    writes there (runPolicy.schedulingPolicy.queue, else default); an annotation
+    scheduling.volcano.sh/queue-name naming another queue is a warning on the job that
+    says where it runs and how to set it (plan, status and an Event carry it)."""
+    groups = ()
+    if group_queue is not None:
+        groups = (podgroup("job", queue=group_queue, phase="Running", owner="job"),)
+    snapshot = build_snapshot(RawObjects(jobs=(obj,), podgroups=groups), {}, P.read_options())
+    (job,) = snapshot.jobs + snapshot.unmanaged
+    assert job.queue == queue
+    assert list(snapshot.queues) == [queue]
+    if not warned:
+        assert job.queue_warning == ""
+        return
+    assert warned in job.queue_warning
+    assert f"Volcano schedules it in queue {queue}" in job.queue_warning
+    assert "set spec.runPolicy.schedulingPolicy.queue: team-y" in job.queue_warning
+    (d,) = plan(snapshot, policy(), NOW).decisions  # shown with it, said as an Event
+    assert d.queue == queue
+    assert d.warnings == (job.queue_warning,) and job.queue_warning in d.notes
 
 
 def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():
@@ -503,3 +564,72 @@ def test_what_a_cache_keeps_is_what_a_snapshot_file_gives(obj):
     assert build_snapshot(cached, free, P.read_options()) == build_snapshot(
         RawObjects.from_objects([whole]), free, P
     )
+
+
+# ---- pods per job, and when a job's workers were asked for (HoldNoPods) ------------------
+
+
+def _pod(name: str, owner: str | None, *, node: str = "", phase: str = "Pending", gpus: int = 1):
+    meta: dict = {"name": name, "namespace": "ml"}
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": owner,
+                "controller": True,
+            }
+        ]
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def test_unbound_pods_count_for_their_job_and_only_bound_ones_use_nodes():
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    pods = [
+        _pod("w0", "job", node="n1", phase="Running"),
+        _pod("w1", "job"),  # not bound yet: it exists
+        _pod("w2", "job", phase="Succeeded"),  # finished: gone
+        _pod("other", None, node="n1", phase="Running", gpus=2),
+    ]
+    raw = RawObjects.from_objects([pytorchjob(replicas=4, active=1), node, *pods])
+    s = build_snapshot(raw, free_gpu_states({"team-a": 2}), P.read_options())
+    assert s.pods_by_owner == {("ml", "PyTorchJob", "job"): 2}
+    no_pods = build_snapshot(
+        RawObjects.from_objects([pytorchjob(replicas=4, active=1)]),
+        free_gpu_states({"team-a": 2}),
+        P.read_options(),
+    )
+    assert no_pods.pods_by_owner is None  # no pod listed: unknown, not none
+
+
+def test_asked_at_is_the_latest_dated_write_to_the_job_not_its_status():
+    job = pytorchjob(replicas=4, active=1)
+    job["metadata"]["creationTimestamp"] = "2026-11-22T08:00:00Z"
+    job["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "operation": "Update", "time": "2026-11-22T09:00:00Z"},
+        {
+            "manager": "operator",
+            "operation": "Update",
+            "subresource": "status",
+            "time": "2026-11-22T09:30:00Z",
+        },
+    ]
+    parsed = parse_job(job, P.read_options(), Priorities({}))
+    assert parsed.asked_at == datetime(2026, 11, 22, 9, 0, tzinfo=UTC)

@@ -494,3 +494,56 @@ def test_the_starvation_guard_decides_growth_under_a_queue_capability(waited, a_
 def test_no_capacity_known_means_no_bound():
     p = _capped(16, None, ej("a", replicas=2, active=2, max=20))
     assert p.decisions[0].target == 18
+
+
+# ---- in-flight GPUs bounded in time: workers with no pod at all (HoldNoPods) --------------
+
+
+def _no_pods_snap(pods, *, asked_seconds_ago: float, free: int = 4):
+    bad = UnmanagedJob(
+        ObjectRef("ml", "orphan", "PaddleJob"),
+        "q",
+        Reason.INVALID_POLICY,
+        "min > max",
+        replicas=3,
+        gpus_per_worker=1,
+        inflight_gpus=3,
+        asked_at=ago(asked_seconds_ago),
+    )
+    grow = ej("grow", replicas=1, max=10)
+    return replace(snap({"q": free}, [grow], [], [bad]), pods_by_owner=pods)
+
+
+@pytest.mark.parametrize(
+    ("pods", "asked", "grows_to", "noted"),
+    [
+        # no pod at all for 10 min: its 3 GPUs no longer count, the 4 free go to growth
+        pytest.param({}, 600, 5, True, id="no-pods-after-timeout"),
+        # 5 min is the timeout itself: still counted (1 free GPU left)
+        pytest.param({}, 300, 2, False, id="within-timeout"),
+        # its pods exist (unbound): they count, whatever the time
+        pytest.param({("ml", "PaddleJob", "orphan"): 3}, 600, 2, False, id="pods-exist"),
+        # one pod of 3: the two without one stop counting
+        pytest.param({("ml", "PaddleJob", "orphan"): 1}, 600, 4, True, id="some-pods"),
+        # pods not watched: nothing is said to have none
+        pytest.param(None, 600, 2, False, id="pods-unknown"),
+    ],
+)
+def test_workers_without_pods_stop_counting_after_the_timeout(pods, asked, grows_to, noted):
+    p = plan(_no_pods_snap(pods, asked_seconds_ago=asked), policy(), NOW)
+    assert targets(p)["grow"][0] == grows_to
+    orphan = next(d for d in p.decisions if d.ref.name == "orphan")
+    assert orphan.reason is Reason.INVALID_POLICY
+    assert any("HoldNoPods" in n and "is its operator running?" in n for n in orphan.notes) == noted
+
+
+def test_elastic_job_whose_workers_never_got_pods_holds_no_pods():
+    job = replace(ej("stuck", replicas=5, active=2, max=8), asked_at=ago(600))
+    grow = ej("grow", replicas=1, max=10)
+    s = replace(snap({"q": 3}, [job, grow]), pods_by_owner={("ml", "PyTorchJob", "stuck"): 2})
+    p = plan(s, policy(), NOW)
+    t, reason = targets(p)["stuck"]
+    assert (t, reason) == (5, Reason.NO_PODS)
+    d = next(d for d in p.decisions if d.ref.name == "stuck")
+    assert d.message.startswith("no pods for 3 of its workers after 10m: is its operator running?")
+    assert targets(p)["grow"][0] == 4  # the 3 free GPUs are not kept for "stuck"

@@ -39,7 +39,6 @@ from ..options import KubeOptions
 from ..parse import Decoder, Records, decoders
 from ..redact import remember_client
 from ..resources import (
-    BOUND_POD_FIELD_SELECTOR,
     HPA,
     JOB_RESOURCES,
     NODE,
@@ -48,6 +47,7 @@ from ..resources import (
     PRIORITY_CLASS,
     PYTORCHJOB,
     QUEUE,
+    UNFINISHED_POD_FIELD_SELECTOR,
     ResourceKind,
 )
 from ..settings import Settings
@@ -776,11 +776,11 @@ class KubeSource:
         self._queues = [caches.make(QUEUE, None)]
         self._priorityclasses = [caches.make(PRIORITY_CLASS, None)]
         # the cluster's GPUs (nodes) and, for node fit, what bound pods use of them: every
-        # namespace's pods, whatever `namespaces` says (they share the nodes)
+        # namespace's pods, whatever `namespaces` says (they share the nodes); unbound ones
+        # too: a job's workers with no pod at all stop counting as in flight (HoldNoPods)
         self._nodes = [caches.make(NODE, None)] if watch_nodes else []
-        self._pods = (
-            [caches.make(POD, None, field_selector=BOUND_POD_FIELD_SELECTOR)] if watch_pods else []
-        )
+        unfinished = UNFINISHED_POD_FIELD_SELECTOR
+        self._pods = [caches.make(POD, None, field_selector=unfinished)] if watch_pods else []
         # any HPA scaling a job takes it out of our hands (parse.hpa_targets); per namespace
         # like the jobs, and optional like them: a server without autoscaling/v2 has none
         self._hpas = [caches.make(HPA, ns, optional=True) for ns in namespaces]
@@ -887,6 +887,7 @@ class KubeSource:
             nodes=_merged(self._nodes),
             pods=_merged(self._pods),
             hpas=_merged(self._hpas),
+            pods_known=bool(self._pods),
         )
         memo.records_versions, memo.records = versions, records
         return records
