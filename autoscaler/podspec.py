@@ -312,10 +312,7 @@ def _unmodelled(spec: Any) -> tuple[str, ...]:
     if any(dig(c, "whenUnsatisfiable") in (None, "DoNotSchedule") for c in spread):
         out.append("topology spread")
     volumes = spec.get("volumes") or ()
-    if any(
-        is_map(v) and ("persistentVolumeClaim" in v or "ephemeral" in v)
-        for v in volumes
-    ):
+    if any(is_map(v) and ("persistentVolumeClaim" in v or "ephemeral" in v) for v in volumes):
         out.append("volumes")
     return tuple(out)
 
