@@ -210,6 +210,10 @@ class PendingGroup:
     # template); () : known by its GPUs alone, whose room is then taken from the
     # emptiest nodes (fit.Placer.take_gpus)
     pods: tuple[tuple[PodShape, int], ...] = ()
+    # where `gpus` was read: "pods" (its pods' requests, a limit counting as the
+    # request), "template" (its owner's pod templates, as its operator counts the gang),
+    # "minResources" (the PodGroup's own spec)
+    need_from: str = "minResources"
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,6 +636,16 @@ class GangDecision:
     reason: Reason
     message: str
     victims: tuple[ObjectRef, ...] = ()
+    owner: ObjectRef | None = None  # the job whose gang it is (PendingGroup.owner)
+    need_from: str = ""  # PendingGroup.need_from
+    # for a gang not covered: each elastic job above its min that did not give way, why
+    blockers: tuple[str, ...] = ()
+
+    @property
+    def job(self) -> str:
+        """The job whose gang it is, kind/namespace/name; "" for a PodGroup of no job."""
+        o = self.owner
+        return f"{o.kind}/{o.namespace}/{o.name}" if o is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

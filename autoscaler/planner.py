@@ -919,7 +919,10 @@ class _QueuePlanner:
         """Rule 9: the whole queue holds (missing or bad data, a closed queue)."""
         for w in self.work:
             self._settle(w, w.job.replicas, reason, message)
-        self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending]
+        self.gangs = [
+            GangDecision(g.ref, g.queue, g.gpus, reason, message, (), g.owner, g.need_from)
+            for g in self.pending
+        ]
         return QueueSummary(
             self.state.name,
             self.state.free_gpus,
@@ -1164,7 +1167,7 @@ class _QueuePlanner:
                 "grows until it fits"
             )
             message = starving
-        self._gang(g, Reason.GANG_UNCOVERABLE, message)
+        self._gang(g, Reason.GANG_UNCOVERABLE, message, blockers=self._blockers(g))
         return starving
 
     def _reclaim(
@@ -1285,9 +1288,18 @@ class _QueuePlanner:
                 self.nodes.release(where[i], w.job.worker_shape)
 
     def _gang(
-        self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
+        self,
+        g: PendingGroup,
+        reason: Reason,
+        message: str,
+        victims: tuple[ObjectRef, ...] = (),
+        blockers: tuple[str, ...] = (),
     ) -> None:
-        self.gangs.append(GangDecision(g.ref, g.queue, g.gpus, reason, message, victims))
+        self.gangs.append(
+            GangDecision(
+                g.ref, g.queue, g.gpus, reason, message, victims, g.owner, g.need_from, blockers
+            )
+        )
 
     def _victims(self) -> list[_Job]:
         """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
@@ -1304,6 +1316,29 @@ class _QueuePlanner:
             and w.reason is not Reason.WRITE_REFUSED
             and w.reason is not Reason.OWN_GANG_WAITING
         ]
+
+    def _blockers(self, g: PendingGroup, most: int = 10) -> tuple[str, ...]:
+        """For a gang not covered: each elastic job of its queue above its min, and why
+        its extra workers did not give way (the first `most`)."""
+        p, out = self.policy, []
+        cool = p.reclaim_cooldown_seconds
+        for w in self.work:
+            j, extra = w.job, w.target - w.job.min_replicas
+            if extra <= 0:
+                continue
+            what = f"{j.ref.namespace}/{j.ref.name}: {extra} worker(s) above its min"
+            if w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
+                why = f"held ({w.reason})"
+            elif w.since is not None and w.since < cool:
+                why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"
+            elif j.priority > g.priority and not p.reclaim_from_higher_priority:
+                why = f"priority {j.priority} above the gang's {g.priority}"
+            else:
+                why = "could give way, but all such workers together do not cover the gang"
+            out.append(f"{what}: {why}")
+            if len(out) >= most:
+                break
+        return tuple(out) or (f"no elastic job of queue {g.queue} is above its minimum",)
 
     def _restart_cost(self, j: ElasticJob) -> float:
         """The job's own estimate (its annotation, else our measurement), else the policy's."""
