@@ -214,6 +214,7 @@ class PendingGroup:
     # request), "template" (its owner's pod templates, as its operator counts the gang),
     # "minResources" (the PodGroup's own spec)
     need_from: str = "minResources"
+    min_member: int = 0  # spec.minMember: pods the gang needs at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +328,11 @@ class JobRecord:
 
     job: ElasticJob | UnmanagedJob
     priority_class: str | None = None
+    # the pods its gang holds, by shape, as its operator counts them (kinds.gang): what
+    # its waiting PodGroup needs when neither its pods nor its minResources say; None:
+    # its templates could not be read
+    gang: tuple[tuple[PodShape, int], ...] | None = None
+    gang_gpus: int = 0  # the GPUs of those pods (gpu_resource_names)
 
     @property
     def frees_gpus(self) -> bool:
@@ -386,6 +392,8 @@ class PodUse:
     # the pods of no job we know the groups of; index: the worker's index
     owner: tuple[str, str, str, str] | None = None
     index: int = -1
+    group: str = ""  # its PodGroup, namespace/name (annotation scheduling.k8s.io/group-name)
+    shape: PodShape | None = None  # an unbound pod's shape: what its gang still needs placed
 
 
 @dataclass(frozen=True, slots=True)

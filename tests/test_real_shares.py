@@ -13,17 +13,19 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_real_volcano import (  # noqa: F401 - `scene` is the fixture
+import test_real_volcano
+from test_real_volcano import (
     INTERVAL,
     Scene,
     running_within_two_cycles,
-    scene,
     settled,
     stamp,
 )
 from volcanokit import podgroup_phases, unschedulable_pods, wait_running
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
+
+scene = test_real_volcano.scene  # the fixture: a namespace and queues of its own
 
 
 def owed_queues(scene: Scene, deserved: dict[str, int]) -> dict[str, str]:
@@ -121,3 +123,25 @@ async def test_a_lent_share_comes_back_to_its_queues_gang(scene: Scene) -> None:
         await daemon.cycles_pass(1)
         assert scene.workers("lender") == 22  # not grown back into the gang's GPUs
         assert podgroup_phases(scene.api, scene.ns).get("too-big") in ("Pending", "Inqueue")
+
+
+@pytest.mark.timeout(120)
+async def test_a_gang_with_gpus_in_limits_only_gets_its_room(scene: Scene) -> None:
+    """Most manifests write `limits: {nvidia.com/gpu: 1}` only: Volcano's controller then
+    writes the PodGroup's minResources with no GPU in it. The daemon reads the gang's need
+    from its Job's template: an elastic job holding 28 of 32 GPUs (min 4) gives back the
+    4 workers the gang of 8 lacks, and the scheduler runs all 8 of the gang's pods."""
+    queue = scene.queue("lim")
+    scene.job("elastic", queue, replicas=28, min_available=4, max_replicas=28)
+    await settled(scene, queue, {"elastic": 28})
+
+    async with scene.daemon() as daemon:
+        await daemon.first_cycle()
+        scene.job("gang", queue, replicas=8, min_available=8, limits_only=True)
+        resize = await daemon.resized("elastic", cycles=4)
+        assert (resize["reason"], resize["to"]) == ("ReclaimForPending", 24), daemon.why("elastic")
+        left = stamp(resize) + 2 * INTERVAL - time.time()
+        await wait_running(scene.api, scene.ns, "gang", 8, deadline_seconds=max(left, 1))
+        await daemon.cycles_pass(1)
+        assert scene.workers("elastic") == 24
+        assert unschedulable_pods(scene.api, scene.ns) == []
