@@ -106,14 +106,24 @@ async def _api_client(settings: Settings) -> ApiClient:
         raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
 
 
+# SIGTERM/SIGINT to exit, whatever the daemon waits on (the chart's grace period is 30 s;
+# a rollout must never end in SIGKILL): a cycle under way may finish within the grace,
+# then whatever is still waited on (cache sync, Prometheus, a cycle, a write drain) is
+# cancelled, and the last status and the Lease release get what is left before the stop.
+STOP_GRACE_SECONDS = 1.0
+STOP_SECONDS = 1.6
+STOP_RECANCEL_SECONDS = 0.1
+
+
 async def _daemon(settings: Settings) -> int:
     api_client = await _api_client(settings)
     try:
         parts = build(settings, api_client)
         ProcessCollector(registry=parts.metrics.registry)
+        stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, parts.driver.stop)
+            loop.add_signal_handler(sig, _on_signal, parts, stopping, sig)
         log.info(
             "starting",
             dry_run=settings.dry_run,
@@ -122,10 +132,44 @@ async def _daemon(settings: Settings) -> int:
             namespaces=settings.namespaces or "all",
             port=settings.listen_port,
         )
-        await _serve(parts)
+        await _until_stopped(asyncio.create_task(_serve(parts), name="serve"), stopping)
     finally:
         await api_client.close()
     return 0
+
+
+def _on_signal(parts: Parts, stopping: asyncio.Event, sig: signal.Signals) -> None:
+    if not stopping.is_set():
+        log.info("stopping", signal=sig.name, within_s=STOP_SECONDS)
+        parts.stop_by = time.monotonic() + STOP_SECONDS
+    stopping.set()
+    parts.driver.stop()
+
+
+async def _until_stopped(serve: asyncio.Task[None], stopping: asyncio.Event) -> None:
+    """Run the daemon until it ends or a signal stops it: the cycle under way gets
+    STOP_GRACE_SECONDS to finish, then whatever the daemon waits on is cancelled (its
+    parts stop in order, within the stop's deadline, whatever is cancelled)."""
+    signalled = asyncio.create_task(stopping.wait(), name="signalled")
+    try:
+        await asyncio.wait({serve, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        if not serve.done():
+            await asyncio.wait({serve}, timeout=STOP_GRACE_SECONDS)
+        if not serve.done():
+            log.info("stopping now", note="cancelling what the daemon waits on")
+        while not serve.done():
+            # again until it ends: a write drain takes one cancel to stop sending and a
+            # second to abandon the writes in flight; the parts' shutdown is shielded
+            serve.cancel()
+            await asyncio.wait({serve}, timeout=STOP_RECANCEL_SECONDS)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve
+    finally:
+        signalled.cancel()
+        if not serve.done():  # cancelled from outside: take the daemon down with us
+            serve.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serve
 
 
 async def _serve(parts: Parts) -> None:
@@ -133,19 +177,23 @@ async def _serve(parts: Parts) -> None:
     then run cycles until a signal stops the driver."""
     settings = parts.settings
     synced_at = time.monotonic()
-    async with parts.running():
-        log.info("listening", host=settings.listen_host, port=parts.server.port)
-        log.info("waiting for the Kubernetes API", url=parts.api_client.configuration.host)
-        reporter = asyncio.create_task(_report_synced(parts, synced_at), name="report-synced")
-        try:
-            await check_prometheus(parts.prometheus)
-            with contextlib.suppress(TimeoutError):
-                await parts.kube.wait_synced(settings.cycle_deadline_seconds)
-            await parts.driver.run()
-        finally:
-            reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reporter
+    try:
+        async with parts.running():
+            log.info("listening", host=settings.listen_host, port=parts.server.port)
+            log.info("waiting for the Kubernetes API", url=parts.api_client.configuration.host)
+            reporter = asyncio.create_task(_report_synced(parts, synced_at), name="report-synced")
+            try:
+                await check_prometheus(parts.prometheus)
+                with contextlib.suppress(TimeoutError):
+                    await parts.kube.wait_synced(settings.cycle_deadline_seconds)
+                await parts.driver.run()
+            finally:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
+    except asyncio.CancelledError:  # stopped by a signal while it waited
+        log.info("stopped", cycles=parts.driver.cycles)
+        raise
     log.info("stopped", cycles=parts.driver.cycles)
 
 

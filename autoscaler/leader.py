@@ -77,6 +77,7 @@ class LeaderElector:
         self._deadline = settings.lease_renew_deadline_seconds
         self._retry = settings.lease_retry_period_seconds
         self._timeout = settings.kube_request_timeout_seconds
+        self._release_limit = math.inf  # a stop's deadline lowers it (limit_release)
         self._clock = clock
         self._sleep = sleep
         self._wall = wall
@@ -127,6 +128,10 @@ class LeaderElector:
             log.warning("leader-lost", lease=self.name, identity=self.identity, why=why)
 
     # ---- main loop ------------------------------------------------------------------
+
+    def limit_release(self, seconds: float) -> None:
+        """Give the release at the next cancel at most `seconds` (a stop's deadline)."""
+        self._release_limit = seconds
 
     async def run(self) -> None:
         """Acquire and renew until cancelled; on cancel stop leading, then release."""
@@ -296,7 +301,7 @@ class LeaderElector:
         if self._lease is None or self.holder != self.identity:
             return
         # Past one lease duration the Lease has expired anyway: never hold up shutdown longer.
-        limit = min(self._timeout, self._duration)
+        limit = min(self._timeout, self._duration, self._release_limit)
         try:
             async with asyncio.timeout(limit):
                 released = await self._release_lease(limit)
@@ -354,6 +359,9 @@ class AlwaysLeader:
     @property
     def is_leader(self) -> bool:
         return True
+
+    def limit_release(self, seconds: float) -> None:
+        """Nothing to release."""
 
     async def run(self) -> None:
         if self._on_change is not None:

@@ -133,6 +133,9 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # the job names a queue it does not run in (an annotation its operator does not
+    # honour): which queue it does run in and how to set it; "" when none
+    queue_warning: str = ""
     # the latest write to its spec or metadata we can date (creation, our last resize,
     # metadata.managedFields): its workers without a pod have been asked for since then
     asked_at: datetime | None = None
@@ -191,6 +194,7 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    queue_warning: str = ""  # as ElasticJob.queue_warning
     asked_at: datetime | None = None  # as ElasticJob.asked_at
 
 
@@ -328,6 +332,9 @@ class JobRecord:
 
     job: ElasticJob | UnmanagedJob
     priority_class: str | None = None
+    # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
+    # checked against the queue its PodGroup names once that is known
+    queue_annotation: str | None = None
     # the pods its gang holds, by shape, as its operator counts them (kinds.gang): what
     # its waiting PodGroup needs when neither its pods nor its minResources say; None:
     # its templates could not be read
@@ -354,6 +361,8 @@ class GroupRecord:
     group: PendingGroup | InvalidGroup | None
     phase: str = ""
     priority_class: str | None = None
+    queue: str = ""  # spec.queue as Volcano reads it (default when unset): where it runs
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,10 +607,13 @@ class Decision:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     resource_version: str = ""
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # shown with the decision (plan, status, explain)
     workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
     restart_cost_seconds: float | None = None  # the estimate the plan used
     restart_cost_source: str = ""  # annotation, measured or default
+    # what the job's owner must fix that is not this decision's business (also in notes):
+    # said once on the job as a Warning Event
+    warnings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:

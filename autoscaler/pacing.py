@@ -141,9 +141,10 @@ async def drain(
 ) -> Drained:
     """Send `items` lowest `order` first under the pacer's window until every one is
     answered, the server is down (the rest are left), or `until` (clock time) would be
-    passed waiting (the rest are left, for the next cycle). Writes in flight are always
-    awaited, never cancelled. `on_answer` runs as each answer arrives (before the next
-    write is chosen) and returns items to add (e.g. the Event of a write that landed).
+    passed waiting (the rest are left, for the next cycle). Writes in flight are awaited,
+    even when the drain is cancelled; a second cancel abandons them. `on_answer` runs as
+    each answer arrives (before the next write is chosen) and returns items to add (e.g.
+    the Event of a write that landed).
 
     Items marked `side` (Events) go beside the window, as many again, while the server
     neither throttles nor fails (the window is whole and nothing is paused): a resize
@@ -178,9 +179,17 @@ class _Drain:
                 if not await self._step():
                     break
         finally:
-            # never abandon a write in flight: its answer decides what the job is now
-            while self.inflight:
-                await self._answers(None)
+            # never abandon a write in flight when a cycle ends or times out: its answer
+            # decides what the job is now. A second cancel (a daemon stopping, which
+            # cannot wait for a server that does not answer) abandons them: each is
+            # pinned to its resourceVersion, so it lands whole or not at all
+            try:
+                while self.inflight:
+                    await self._answers(None)
+            except asyncio.CancelledError:
+                for task in self.inflight:
+                    task.cancel()
+                raise
         left = sorted(
             [e[-1] for e in self.ready]
             + [e[-1] for e in self.side]

@@ -52,7 +52,7 @@ from .model import (
 )
 from .options import ReadOptions
 from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use, read_shape
-from .resources import WAITING_PHASES, rfc3339
+from .resources import VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HPA_KIND = "HorizontalPodAutoscaler"
@@ -765,6 +765,7 @@ def _hpa_skip(
         max_replicas=job.max_replicas,
         gpus_per_worker=job.gpus_per_worker,
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+        queue_warning=job.queue_warning,
         asked_at=job.asked_at,
     )
 
@@ -775,14 +776,19 @@ def _hpa_skip(
 def decode_job(
     obj: Mapping[str, Any], options: ReadOptions, kind: JobKind | None = None
 ) -> JobRecord:
-    """parse_job, with the priority left to resolve: the PriorityClass may come later."""
+    """parse_job, with the priority left to resolve: the PriorityClass may come later;
+    and the queue annotation, checked against the queue the job runs in."""
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
     job = parse_job(obj, options, NO_PRIORITIES, kind)
     name = kind.priority_class(obj)
+    annotation = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+    annotation = annotation if isinstance(annotation, str) and annotation else None
+    if annotation is not None:
+        job = in_queue(job, job.queue, annotation, from_podgroup=False)
     done = isinstance(job, UnmanagedJob) and job.reason in (Reason.FINISHED, Reason.SUSPENDED)
     gang = None if done else kind.gang(obj, options)
     gpus = 0 if gang is None else sum(n * shape_gpus(s, options) for s, n in gang)
-    return JobRecord(job, name if isinstance(name, str) else None, gang, gpus)
+    return JobRecord(job, name if isinstance(name, str) else None, annotation, gang, gpus)
 
 
 def shape_gpus(shape: PodShape, options: ReadOptions) -> int:
@@ -790,15 +796,58 @@ def shape_gpus(shape: PodShape, options: ReadOptions) -> int:
     return sum(shape.amount(name) for name in options.gpu_resource_names) // MILLI
 
 
+def in_queue(
+    job: ElasticJob | UnmanagedJob, queue: str, annotation: str | None, *, from_podgroup: bool
+) -> ElasticJob | UnmanagedJob:
+    """The job in `queue`, the one Volcano runs it in (its PodGroup's spec.queue once
+    that exists, else what its operator will write there), warned when its annotation
+    scheduling.volcano.sh/queue-name names another: Volcano reads a job's queue from its
+    PodGroup's spec, never from that annotation, so a user who set it expects a queue
+    the job does not get (and `plan` would otherwise look at the wrong one)."""
+    warning = ""
+    if annotation is not None and annotation != queue:
+        kind = BY_NAME.get(job.ref.kind)
+        field = kind.queue_field if kind else "the job's queue field"
+        owner = kind.operator if kind else "its operator"
+        where = (
+            f"its PodGroup's spec.queue is {queue}"
+            if from_podgroup
+            else f"{field} is {'unset' if queue == DEFAULT_QUEUE else queue}, so {owner} "
+            f"writes {queue} into its PodGroup's spec.queue"
+        )
+        warning = (
+            f"metadata.annotations[{VOLCANO_QUEUE_ANNOTATION}]={annotation} is not the queue "
+            f"this job runs in: {where} ({owner} does not read that annotation as the queue), "
+            f"so Volcano schedules it in queue {queue} and it is planned there; to run it in "
+            f"{annotation}, set {field}: {annotation}"
+        )
+    if queue == job.queue and warning == job.queue_warning:
+        return job
+    return replace(job, queue=queue, queue_warning=warning)
+
+
+def podgroup_queues(groups: Iterable[GroupRecord]) -> dict[tuple[str, str, str], str]:
+    """(namespace, kind, name) of the job that made each PodGroup -> its spec.queue."""
+    return {
+        (g.owner.namespace, g.owner.kind, g.owner.name): g.queue
+        for g in groups
+        if g.owner is not None and g.queue
+    }
+
+
 def decode_podgroup(obj: Mapping[str, Any], options: ReadOptions) -> GroupRecord:
     phase = dig(obj, "status", "phase")
     name = dig(obj, "spec", "priorityClassName")
     group = parse_podgroup(obj, options, NO_PRIORITIES)
+    queue = dig(obj, "spec", "queue")
+    namespace = dig(obj, "metadata", "namespace")
     return GroupRecord(
         group.ref if group is not None else _fallback_ref(obj, "PodGroup"),
         group,
         phase if isinstance(phase, str) else "",
         name if isinstance(name, str) else None,
+        queue if isinstance(queue, str) and queue else DEFAULT_QUEUE,
+        _owner(obj, namespace) if isinstance(namespace, str) else None,
     )
 
 
@@ -939,12 +988,16 @@ def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | N
 def assemble(records: Records) -> Assembled:
     priorities = Priorities.of_records(records.priorities)
     targets = targets_of(records.hpas)
+    group_queues = podgroup_queues(records.groups)
     placed = worker_nodes(records.pods) if records.pods else {}
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
     for record in records.jobs:
         job = record.job
+        queue = group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
+        if queue is not None:  # where Volcano runs it, whatever the job says
+            job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
         if isinstance(job, ElasticJob):
             value = priorities.of(record.priority_class)
             if value != job.priority:

@@ -429,7 +429,8 @@ def _unmanaged_decision(u: UnmanagedJob, no_pods: NoPods) -> Decision:
         min_replicas=u.min_replicas,
         max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
-        notes=notes,
+        notes=(*notes, u.queue_warning) if u.queue_warning else notes,
+        warnings=(u.queue_warning,) if u.queue_warning else (),
     )
 
 
@@ -449,7 +450,7 @@ _SKEY = operator.attrgetter("skey")
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
     """What the plan says beside a job's decision: a gang it would raise, what node fit
-    does not judge of its workers."""
+    does not judge of its workers, a queue it names but does not run in."""
     notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
     shape = j.shape
     if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
@@ -457,7 +458,7 @@ def _notes(j: ElasticJob) -> tuple[str, ...]:
             f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
-    return notes
+    return (*notes, j.queue_warning) if j.queue_warning else notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -870,6 +871,7 @@ class _QueuePlanner:
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
+                (j.queue_warning,) if j.queue_warning else (),
             )
             for w in self.work
             for j in (w.job,)

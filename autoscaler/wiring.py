@@ -86,6 +86,9 @@ class Parts:
     driver: Driver
     server: HealthServer
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    # set when a signal asks the daemon to stop: the monotonic time by which the last
+    # status and the Lease must be written, so a down API server cannot hold the exit
+    stop_by: float | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Parts]:
@@ -119,8 +122,31 @@ class Parts:
             ) from None
 
     async def _stop(self) -> None:
+        """Stop every part. Runs to its end even when the task running the daemon is
+        cancelled (a stop that could not wait), within `stop_by` when one is set."""
+        cleanup = asyncio.ensure_future(self._cleanup())
+        cancelled = False
+        while not cleanup.done():
+            try:
+                await asyncio.shield(cleanup)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        cleanup.result()
+
+    def _remaining(self, share: float = 1.0) -> float:
+        """Seconds a shutdown step may take: a request timeout, or at a stop's deadline
+        `share` of what is left of it."""
+        limit = self.settings.kube_request_timeout_seconds
+        if self.stop_by is None:
+            return limit
+        return max(0.05, min(limit, share * (self.stop_by - time.monotonic())))
+
+    async def _cleanup(self) -> None:
         if self.status is not None:  # the last cycle's status, before the Lease goes
-            await self.status.close(self.settings.kube_request_timeout_seconds)
+            await self.status.close(self._remaining(0.5))
+        self.elector.limit_release(self._remaining())
         for task in reversed(self.tasks):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -943,9 +943,11 @@ async def test_killed_mid_cycle_then_restarted_keeps_cooldown_and_finishes(api, 
 
 
 async def test_sigterm_during_a_cycle_finishes_it_then_exits_zero(api, tmp_path):
+    """A cycle that can end within the stop's grace (1 s) is finished; one that cannot is
+    cancelled (tests/test_real_stop.py)."""
     api.put(pytorchjob("a", queue="team-a", min_replicas=1, max_replicas=8, replicas=1, active=1))
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=1.5)  # the cycle is mid-write
+    api.fail_next("PATCH", r"/pytorchjobs/a$", 0, delay=0.5)  # the cycle is mid-write
     async with fake_prometheus(live_body(**{"team-a": 2})) as prom:
         async with daemon_process(daemon_env(tmp_path, kubeconfig, prom.url)) as proc:
             await eventually(lambda: patches(api, "a") == 1, 20, 0.02, "the patch")

@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 import pytest
 from builders import (
     DELETE,
+    NOW,
     edit,
     podgroup,
+    policy,
     priority_class,
     pytorchjob,
     queue_obj,
@@ -25,6 +27,7 @@ from autoscaler.parse import (
     parse_job,
     parse_podgroup,
 )
+from autoscaler.planner import plan
 from autoscaler.snapshot_file import free_gpu_states
 
 P = settings()
@@ -80,19 +83,75 @@ def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds
         assert (job.min_replicas, job.max_replicas) == bounds
 
 
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _annotated(queue: str | None, annotation: str | None, paused: bool = False) -> dict:
+    notes = {QUEUE_ANNOTATION: annotation} if annotation else {}
+    if paused:
+        notes["elastic-autoscaler.io/paused"] = "true"
+    return pytorchjob("job", queue=queue, annotations=notes)
+
+
 @pytest.mark.parametrize(
-    ("obj", "queue"),
+    ("obj", "group_queue", "queue", "warned"),
     [
-        (pytorchjob(queue="team-x"), "team-x"),
+        (_annotated("team-x", None), None, "team-x", ""),
+        (_annotated(None, None), None, "default", ""),
+        # the annotation: training-operator copies it onto the PodGroup's annotations only
         (
-            pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
-            "team-y",
+            _annotated(None, "team-y"),
+            None,
+            "default",
+            "spec.runPolicy.schedulingPolicy.queue is unset",
         ),
-        (pytorchjob(queue=None), "default"),
+        (
+            _annotated("team-x", "team-y"),
+            None,
+            "team-x",
+            "spec.runPolicy.schedulingPolicy.queue is team-x",
+        ),
+        (_annotated("team-y", "team-y"), None, "team-y", ""),
+        # once the PodGroup exists, its spec.queue is where Volcano runs the job
+        (_annotated(None, "team-y"), "default", "default", "its PodGroup's spec.queue is default"),
+        (_annotated("team-x", None), "team-z", "team-z", ""),
+        (_annotated("team-y", "team-y"), "team-y", "team-y", ""),
+        # a job we do not manage is warned too (its GPUs count in the queue it runs in)
+        (_annotated(None, "team-y", paused=True), "default", "default", "PodGroup"),
+    ],
+    ids=[
+        "spec",
+        "nothing",
+        "annotation-only",
+        "both-differ",
+        "both-agree",
+        "podgroup-default",
+        "podgroup-moved",
+        "podgroup-agrees",
+        "unmanaged",
     ],
 )
-def test_queue_resolution(obj, queue):
-    assert parsed(obj).queue == queue
+def test_a_kubeflow_jobs_queue_is_the_one_volcano_runs_it_in(obj, group_queue, queue, warned):
+    """Its PodGroup's spec.queue once the PodGroup exists, else what training-operator
+    writes there (runPolicy.schedulingPolicy.queue, else default); an annotation
+    scheduling.volcano.sh/queue-name naming another queue is a warning on the job that
+    says where it runs and how to set it (plan, status and an Event carry it)."""
+    groups = ()
+    if group_queue is not None:
+        groups = (podgroup("job", queue=group_queue, phase="Running", owner="job"),)
+    snapshot = build_snapshot(RawObjects(jobs=(obj,), podgroups=groups), {}, P.read_options())
+    (job,) = snapshot.jobs + snapshot.unmanaged
+    assert job.queue == queue
+    assert list(snapshot.queues) == [queue]
+    if not warned:
+        assert job.queue_warning == ""
+        return
+    assert warned in job.queue_warning
+    assert f"Volcano schedules it in queue {queue}" in job.queue_warning
+    assert "set spec.runPolicy.schedulingPolicy.queue: team-y" in job.queue_warning
+    (d,) = plan(snapshot, policy(), NOW).decisions  # shown with it, said as an Event
+    assert d.queue == queue
+    assert d.warnings == (job.queue_warning,) and job.queue_warning in d.notes
 
 
 def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():

@@ -54,6 +54,8 @@ class Write:
 
 class JobKind(Protocol):
     resource: ResourceKind
+    queue_field: str  # where the job names its queue, e.g. spec.queue
+    operator: str  # who turns the job into a PodGroup and pods, named in messages
 
     def queue(self, obj: Mapping[str, Any]) -> str:
         """The Volcano queue the job's pods are scheduled in."""

@@ -38,6 +38,8 @@ SUSPENDED_PHASES = frozenset({"Aborted", "Aborting"})
 
 class VolcanoJob:
     resource = VCJOB
+    queue_field = "spec.queue"
+    operator = "Volcano's job controller"
 
     def __repr__(self) -> str:
         return "VolcanoJob()"

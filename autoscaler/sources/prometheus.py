@@ -37,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -64,6 +65,8 @@ from .prom_answer import (
 _RETRYABLE_STATUS = frozenset({408, 429})
 _BACKOFF_SECONDS = 0.2
 _DETAIL_CHARS = 200
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 # ---- the source -----------------------------------------------------------------------
@@ -88,6 +91,36 @@ class _Progress:
 class _Outcome:
     reading: FreeGpuReading
     retryable: bool = False
+
+
+class DaemonThreads(Executor):
+    """Runs each call in a daemon thread of its own. A ThreadPoolExecutor's threads are
+    joined when the interpreter exits, so a query hanging on a Prometheus that accepts and
+    never answers would hold a stopping daemon until requests' timeout; a daemon thread
+    does not. One Prometheus query runs per cycle: a thread each costs nothing."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._closed = False
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        if self._closed:
+            raise RuntimeError("cannot run a call after close()")
+        future: Future[_T] = Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to whoever awaits the future
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name=self._name, daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._closed = True  # running calls end with their request's timeout
 
 
 class PrometheusSource:
@@ -134,9 +167,9 @@ class PrometheusSource:
             timeout=settings.prometheus_timeout_seconds,
         )
         # Attempts abandoned at the deadline may still be finishing in their thread until
-        # requests' own timeout ends them; a private pool keeps them off the loop's default
-        # executor and lets close() drop them.
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="prometheus")
+        # requests' own timeout ends them: each runs in a daemon thread of its own, off the
+        # loop's default executor, and never holds up the process's exit.
+        self._executor = DaemonThreads("prometheus")
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
