@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 
 
 class Reason(StrEnum):
@@ -303,11 +304,34 @@ class PodShape:
     tolerations: tuple[Toleration, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     unmodelled: tuple[str, ...] = ()
+    # a shape is a dict key of every cache of fit.Placer, looked up once per job: its
+    # hash is computed once, not over its nested tuples at every lookup
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.requests,
+                    self.node_selector,
+                    self.affinity,
+                    self.tolerations,
+                    self.host_ports,
+                    self.unmodelled,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of_gpus(cls, gpus: int, resource: str = GPU_RESOURCE) -> PodShape:
-        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes)."""
-        return cls(((resource, gpus * MILLI),) if gpus else ())
+        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes):
+        one shared object per size."""
+        return _gpu_shape(gpus, resource)
 
     def amount(self, resource: str) -> int:
         """Milli-units of `resource` it requests (0 when none)."""
@@ -315,6 +339,11 @@ class PodShape:
             if name == resource:
                 return value
         return 0
+
+
+@cache
+def _gpu_shape(gpus: int, resource: str) -> PodShape:
+    return PodShape(((resource, gpus * MILLI),) if gpus else ())
 
 
 WorkerShape = PodShape  # a job's worker is a pod: the same shape

@@ -260,3 +260,59 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     assert "GangUncoverable" in text and "reclaim_cooldown_seconds=60" in text
     found = gang_of(doc, "ml", "rigid-pg")
     assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
+
+
+def test_status_and_explain_say_what_node_fit_bounded():
+    """Raw objects, as `plan --snapshot` and the daemon read them: GKE-tainted GPU nodes
+    and a PyTorchJob whose pods would not tolerate the taint (the admission plugin is off
+    in this cluster): `status -o wide` and `explain` say why it does not grow in node
+    fit's words, naming the taint."""
+    from autoscaler.snapshot_file import parse_snapshot_data
+
+    def node(name: str) -> dict:
+        return {
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {
+                "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+            },
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "u", "resourceVersion": "1"},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": 8},
+            "runPolicy": {"schedulingPolicy": {"queue": "q", "minAvailable": 1}},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+                            ]
+                        }
+                    },
+                }
+            },
+        },
+        "status": {"replicaStatuses": {"Worker": {"active": 2}}},
+    }
+    data = {"free_gpus": {"q": 16}, "objects": [node("n1"), node("n2"), job]}
+    options = Settings(extended_resource_toleration=False).read_options()
+    snapshot = parse_snapshot_data(data).snapshot(options)
+    doc = cycle(snapshot)
+    train = entry(doc, "train")
+    assert train.reason == "HoldNoNodeFits"
+    taint = "nvidia.com/gpu=present:NoSchedule that its workers do not tolerate"
+    assert taint in status_table(doc, wide=True)
+    assert taint in explain_text(doc, train)
+    # with the plugin's toleration (the default), the same job grows into the 16 GPUs
+    grown = cycle(parse_snapshot_data(data).snapshot(Settings().read_options()))
+    assert entry(grown, "train").reason == "ScaleUpIdleGpus"
