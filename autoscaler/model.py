@@ -65,6 +65,7 @@ class Reason(StrEnum):
     GANG_FITS = "GangFits"
     GANG_COVERED = "GangCoveredByReclaim"
     GANG_UNCOVERABLE = "GangUncoverable"
+    GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
     GANG_BLOCKED = "GangBlockedByStarvingGang"
     INVALID_GANG = "InvalidPodGroup"
 
@@ -134,6 +135,11 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # what the job declares of its run (our annotations; autoscaler/payoff.py): seconds
+    # from its start it is expected to run, and the fraction of its work done; None: not
+    # declared (a reclaim from it or for it is then decided as if nothing were known)
+    expected_runtime_seconds: float | None = None
+    progress: float | None = None
     # the job names a queue it does not run in (an annotation its operator does not
     # honour): which queue it does run in and how to set it; "" when none
     queue_warning: str = ""

@@ -18,8 +18,10 @@ from functools import partial
 from typing import Any
 
 from .fields import (
+    MAX_RUNTIME_SECONDS,
     BadField,
     dig,
+    fraction_field,
     parse_quantity,
     parse_time,
     seconds_field,
@@ -448,6 +450,8 @@ def parse_job(
         restart_cost_seconds=schedule.restart_cost,
         restart_cost_source=schedule.cost_source,
         measured_for=schedule.measured_for,
+        expected_runtime_seconds=schedule.expected_runtime,
+        progress=schedule.progress,
         asked_at=known["asked_at"],
     )
 
@@ -532,33 +536,52 @@ def _elastic_range(
 
 @dataclass(frozen=True)
 class _Schedule:
-    """What our annotations say of a job's past resizes and their cost."""
+    """What our annotations say of a job's past resizes and their cost, and of its run."""
 
     last_scale: datetime | None = None
     restart_cost: float | None = None
     cost_source: str = ""
     measured_for: datetime | None = None
+    expected_runtime: float | None = None
+    progress: float | None = None
 
 
 def _schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
-    """The last resize and the restart cost (the user's, else our measurement); a
-    malformed one of the user's is NotManaged (INVALID_ANNOTATION), ours is measured again."""
+    """The last resize, the restart cost (the user's, else our measurement) and what the
+    job declares of its run; a malformed one of the user's is NotManaged
+    (INVALID_ANNOTATION), ours is measured again."""
+    names = options.annotations
     last_scale = None
     try:
-        raw_last = annotations.get(options.annotations.last_scale)
+        raw_last = annotations.get(names.last_scale)
         if raw_last is not None:
-            field = f"metadata.annotations[{options.annotations.last_scale}]"
-            last_scale = parse_time(raw_last, field)
-        key = options.annotations.restart_cost
+            last_scale = parse_time(raw_last, f"metadata.annotations[{names.last_scale}]")
+        run = _run_facts(annotations, options)
+        key = names.restart_cost
         if annotations.get(key) is not None:
             cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
-            return _Schedule(last_scale, cost, "annotation")
+            return _Schedule(last_scale, cost, "annotation", None, *run)
     except BadField as exc:
         raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
-    measured = read_measured(annotations.get(options.annotations.measured_restart_cost))
+    measured = read_measured(annotations.get(names.measured_restart_cost))
     if measured is not None:
-        return _Schedule(last_scale, measured[0], "measured", measured[1])
-    return _Schedule(last_scale)
+        return _Schedule(last_scale, measured[0], "measured", measured[1], *run)
+    return _Schedule(last_scale, None, "", None, *run)
+
+
+def _run_facts(
+    annotations: Mapping[str, Any], options: ReadOptions
+) -> tuple[float | None, float | None]:
+    """The job's expected run time (s) and reported progress (0..1), None where it
+    declares none; BadField for a malformed one."""
+    names = options.annotations
+    runtime = progress = None
+    if (raw := annotations.get(names.expected_runtime)) is not None:
+        field = f"metadata.annotations[{names.expected_runtime}]"
+        runtime = seconds_field(raw, field, MAX_RUNTIME_SECONDS)
+    if (raw := annotations.get(names.progress)) is not None:
+        progress = fraction_field(raw, f"metadata.annotations[{names.progress}]")
+    return runtime, progress
 
 
 def _started(obj: Mapping[str, Any]) -> datetime | None:

@@ -278,7 +278,13 @@ def _rank_of(r: Resize | None, changed: bool, reason: str) -> int:
 
 
 def _gang_rank(g: GangEntry) -> int:
-    order = ("GangCoveredByReclaim", "GangFits", "GangUncoverable", "GangBlockedByStarvingGang")
+    order = (
+        "GangCoveredByReclaim",
+        "GangFits",
+        "GangUncoverable",
+        "GangReclaimDoesNotPay",
+        "GangBlockedByStarvingGang",
+    )
     return order.index(g.reason) if g.reason in order else len(order)
 
 

@@ -130,6 +130,31 @@ def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
 
 
 @pytest.mark.parametrize(
+    ("job_info", "w_starts", "v_restarts"),
+    [
+        # nothing declared: today's rule, one of v's 2 workers goes to w at the early
+        # cycle (t=15), and v is grown twice later: 3 restarts
+        ("none", 15.0, 3),
+        # declared: w would wait 185 s for e's GPUs; v would lose two restarts and 185 s of
+        # a worker's work (its 1 left runs half as fast until e's GPUs free): w waits, and
+        # v restarts only when it grows into e's GPUs and later w's
+        ("both", 200.0, 2),
+    ],
+)
+def test_the_planner_reclaims_only_where_it_pays_when_jobs_declare_their_run(
+    job_info: str, w_starts: float, v_restarts: int
+) -> None:
+    v = job("v", 0, 4000, 2, 1, 4)
+    e = job("e", 0, 200, 2, 2, 2)
+    w = job("w", 10, 2000, 1, 1, 1)
+    controller = make_controller("planner", Settings(), job_info)
+    result = simulate([v, e, w], {"q": 4}, controller, 30.0)
+    jobs = {j.name: j for j in result.jobs}
+    assert jobs["w"].first_start == pytest.approx(w_starts)
+    assert jobs["v"].restarts == v_restarts
+
+
+@pytest.mark.parametrize(
     ("application", "seconds"),
     [
         ("ncf", 15),
@@ -984,3 +1009,18 @@ def test_cli_models_either_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exc:  # argparse: the choices, exit 2
         main([*common, "--out", str(tmp_path / "x"), "--volcano-plugin", "given"])
     assert exc.value.code == 2
+
+
+def test_cli_job_info_reaches_the_planner_and_the_output(tmp_path: Path, capsys) -> None:
+    args = ["simulate", "--no-progress", "--no-plots", "--policies", "planner"]
+    code = main([*args, "--out", str(tmp_path / "both"), "--job-info", "both"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "jobs declare their run time and progress to the planner" in out.splitlines()[0]
+    both = json.loads((tmp_path / "both" / "results.json").read_text())
+    assert both["job_info"] == "both"
+    assert main([*args, "--out", str(tmp_path / "none")]) == 0
+    none = json.loads((tmp_path / "none" / "results.json").read_text())
+    assert none["job_info"] == "none"
+    # the planner decides differently once the jobs declare their run
+    assert none["jobs"]["planner"] != both["jobs"]["planner"]

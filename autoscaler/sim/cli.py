@@ -13,7 +13,7 @@ from typing import Any
 from ..model import Plugin
 from ..settings import Settings
 from .engine import PLUGINS
-from .policies import DESCRIPTIONS, POLICIES
+from .policies import DESCRIPTIONS, JOB_INFO, POLICIES
 from .report import plot, table, write_json
 from .runner import DEFAULT_RESTART_PENALTY, compare
 from .traces import FORMATS, TraceOptions, read_trace
@@ -111,6 +111,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "each queue's GPUs are its capability, no queue uses another's idle GPUs; "
         "proportion: they are its weight, and a queue may use idle GPUs of others up to "
         "its water-filled share (no reclaim action, as in Volcano's default chart)",
+    )
+    p.add_argument(
+        "--job-info",
+        choices=JOB_INFO,
+        default="none",
+        help="what each simulated job declares of its run to the planner, as the "
+        "annotations expected-runtime-seconds and progress would: none (default: what a "
+        "cluster gives by default), runtime (its work: seconds at its requested size), "
+        "progress (the fraction done, to 0.01) or both; with it the planner reclaims "
+        "only where it pays (reclaim_payoff_factor)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -267,6 +277,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             args.seed,
             progress if bar is not None else None,
             Plugin(args.volcano_plugin),
+            args.job_info,
         )
     except ValueError as exc:  # a cluster too small for the trace
         raise _usage(str(exc)) from None

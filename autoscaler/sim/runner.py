@@ -26,6 +26,7 @@ class Comparison:
     runs: dict[str, RunResult]
     metrics: dict[str, Metrics]
     plugin: Plugin = Plugin.CAPACITY  # the Volcano queue plugin modelled
+    job_info: str = "none"  # what jobs declare of their run to the planner (JOB_INFO)
 
 
 def compare(
@@ -37,6 +38,7 @@ def compare(
     seed: int = 0,
     progress: Callable[[str, int], None] | None = None,
     plugin: Plugin = Plugin.CAPACITY,
+    job_info: str = "none",
 ) -> Comparison:
     deserved = split_capacity(gpus, workload.jobs)
     specs, capped = fit_to_queues(workload.jobs, deserved, plugin)
@@ -57,7 +59,7 @@ def compare(
     runs: dict[str, RunResult] = {}
     metrics: dict[str, Metrics] = {}
     for name in policies:
-        controller = make_controller(name, settings)
+        controller = make_controller(name, settings, job_info)
         cb = None if progress is None else (lambda _t, done, n=name: progress(n, done))
         run = simulate(
             workload.jobs,
@@ -71,7 +73,9 @@ def compare(
         )
         runs[name] = run
         metrics[name] = compute(run)
-    return Comparison(workload, gpus, deserved, restart_penalty, seed, runs, metrics, plugin)
+    return Comparison(
+        workload, gpus, deserved, restart_penalty, seed, runs, metrics, plugin, job_info
+    )
 
 
 def fit_to_queues(
