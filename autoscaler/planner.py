@@ -22,6 +22,7 @@ import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
@@ -451,15 +452,23 @@ _SKEY = operator.attrgetter("skey")
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
     """What the plan says beside a job's decision: a gang it would raise, what node fit
-    does not judge of its workers, a queue it names but does not run in."""
-    notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
+    does not judge of its workers, a queue it names but does not run in (the first two
+    one shared tuple per combination: this runs for every job every cycle)."""
     shape = j.shape
-    if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
+    unmodelled = shape.unmodelled if shape is not None and j.replicas < j.max_replicas else ()
+    notes = _notes_for(j.has_min_available, unmodelled)
+    return (*notes, j.queue_warning) if j.queue_warning else notes
+
+
+@cache
+def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+    notes: tuple[str, ...] = () if has_min_available else _NO_MIN_AVAILABLE
+    if unmodelled:
         notes += (
-            f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
+            f"node fit does not judge its workers' {', '.join(unmodelled)}: a worker "
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
-    return (*notes, j.queue_warning) if j.queue_warning else notes
+    return notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
