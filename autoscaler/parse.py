@@ -434,10 +434,8 @@ def parse_job(
 
     if not isinstance(obj.get("spec"), Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec is missing")
-    done = kind.finished(obj)
-    if done is not None:
+    if (done := kind.finished(obj)) is not None:
         return unmanaged(*done)
-
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
     try:
