@@ -22,6 +22,7 @@ import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
@@ -451,15 +452,23 @@ _SKEY = operator.attrgetter("skey")
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
     """What the plan says beside a job's decision: a gang it would raise, what node fit
-    does not judge of its workers, a queue it names but does not run in."""
-    notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
+    does not judge of its workers, a queue it names but does not run in (the first two
+    one shared tuple per combination: this runs for every job every cycle)."""
     shape = j.shape
-    if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
+    unmodelled = shape.unmodelled if shape is not None and j.replicas < j.max_replicas else ()
+    notes = _notes_for(j.has_min_available, unmodelled)
+    return (*notes, j.queue_warning) if j.queue_warning else notes
+
+
+@cache
+def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+    notes: tuple[str, ...] = () if has_min_available else _NO_MIN_AVAILABLE
+    if unmodelled:
         notes += (
-            f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
+            f"node fit does not judge its workers' {', '.join(unmodelled)}: a worker "
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
-    return (*notes, j.queue_warning) if j.queue_warning else notes
+    return notes
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -929,7 +938,10 @@ class _QueuePlanner:
         """Rule 9: the whole queue holds (missing or bad data, a closed queue)."""
         for w in self.work:
             self._settle(w, w.job.replicas, reason, message)
-        self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending]
+        self.gangs = [
+            GangDecision(g.ref, g.queue, g.gpus, reason, message, (), g.owner, g.need_from)
+            for g in self.pending
+        ]
         return QueueSummary(
             self.state.name,
             self.state.free_gpus,
@@ -1190,7 +1202,7 @@ class _QueuePlanner:
                 "grows until it fits"
             )
             message = f"{message}; {starving}" if say_why else starving
-        self._gang(g, reason, message)
+        self._gang(g, reason, message, blockers=self._blockers(g))
         return starving
 
     # ---- rule 3b: reclaim only where it pays (autoscaler/payoff.py) ---------------------
@@ -1371,9 +1383,18 @@ class _QueuePlanner:
                 self.nodes.release(where[i], w.job.worker_shape)
 
     def _gang(
-        self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
+        self,
+        g: PendingGroup,
+        reason: Reason,
+        message: str,
+        victims: tuple[ObjectRef, ...] = (),
+        blockers: tuple[str, ...] = (),
     ) -> None:
-        self.gangs.append(GangDecision(g.ref, g.queue, g.gpus, reason, message, victims))
+        self.gangs.append(
+            GangDecision(
+                g.ref, g.queue, g.gpus, reason, message, victims, g.owner, g.need_from, blockers
+            )
+        )
 
     def _victims(self) -> list[_Job]:
         """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
@@ -1390,6 +1411,29 @@ class _QueuePlanner:
             and w.reason is not Reason.WRITE_REFUSED
             and w.reason is not Reason.OWN_GANG_WAITING
         ]
+
+    def _blockers(self, g: PendingGroup, most: int = 10) -> tuple[str, ...]:
+        """For a gang not covered: each elastic job of its queue above its min, and why
+        its extra workers did not give way (the first `most`)."""
+        p, out = self.policy, []
+        cool = p.reclaim_cooldown_seconds
+        for w in self.work:
+            j, extra = w.job, w.target - w.job.min_replicas
+            if extra <= 0:
+                continue
+            what = f"{j.ref.namespace}/{j.ref.name}: {extra} worker(s) above its min"
+            if w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
+                why = f"held ({w.reason})"
+            elif w.since is not None and w.since < cool:
+                why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"
+            elif j.priority > g.priority and not p.reclaim_from_higher_priority:
+                why = f"priority {j.priority} above the gang's {g.priority}"
+            else:
+                why = "could give way, but all such workers together do not cover the gang"
+            out.append(f"{what}: {why}")
+            if len(out) >= most:
+                break
+        return tuple(out) or (f"no elastic job of queue {g.queue} is above its minimum",)
 
     def _restart_cost(self, j: ElasticJob) -> float:
         """The job's own estimate (its annotation, else our measurement), else the policy's."""
