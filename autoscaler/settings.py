@@ -100,6 +100,15 @@ class Settings(BaseSettings):
         description="A job resized less than this ago is not shrunk for a "
         "waiting gang. Shorter than cooldown_seconds: pending jobs matter more.",
     )
+    reclaim_payoff_factor: float = Field(
+        1.0,
+        ge=0,
+        description="Where jobs declare their run (annotations expected-runtime-seconds "
+        "or progress), workers are reclaimed for a waiting gang only when the time the "
+        "gang would otherwise wait exceeds this many times what its victims lose (their "
+        "restart and the work of the workers taken, while the gang runs). Jobs that "
+        "declare nothing are reclaimed from as before. 0 turns the check off.",
+    )
     max_gang_wait_seconds: float = Field(
         1800,
         ge=0,

@@ -168,7 +168,7 @@ def test_annotation_names_have_one_home():
         for n in dir(Annotations)
         if isinstance(getattr(Annotations, n), property)
     ]
-    assert len(suffixes) == 7
+    assert len(suffixes) == 9
     package = pathlib.Path(__file__).resolve().parent.parent / "autoscaler"
     for path in package.rglob("*.py"):
         if path.name == "options.py":
