@@ -833,14 +833,12 @@ def in_queue(
         where = (
             f"its PodGroup's spec.queue is {queue}"
             if from_podgroup
-            else f"{field} is {'unset' if queue == DEFAULT_QUEUE else queue}, so {owner} "
-            f"writes {queue} into its PodGroup's spec.queue"
+            else f"{field} is {'unset' if queue == DEFAULT_QUEUE else queue}"
         )
         warning = (
-            f"metadata.annotations[{VOLCANO_QUEUE_ANNOTATION}]={annotation} is not the queue "
-            f"this job runs in: {where} ({owner} does not read that annotation as the queue), "
-            f"so Volcano schedules it in queue {queue} and it is planned there; to run it in "
-            f"{annotation}, set {field}: {annotation}"
+            f"annotation {VOLCANO_QUEUE_ANNOTATION}={annotation} is not its queue ({owner} "
+            f"ignores it): {where}, so Volcano schedules it in queue {queue} and it is "
+            f"planned there; to run it in {annotation}, set {field}: {annotation}"
         )
     if queue == job.queue and warning == job.queue_warning:
         return job

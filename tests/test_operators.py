@@ -110,6 +110,26 @@ def test_pkg_controller_v1_control_podgroup_control_go_DelayPodCreationDueToPodG
     assert by["ok"].target == 1 + min(free, 7)
 
 
+@pytest.mark.parametrize(
+    ("phase", "says"),
+    [
+        ("Pending", "has not admitted its gang yet"),
+        ("Inqueue", "its pods are not all bound yet"),
+        ("Unknown", "its pods exist but Volcano has not placed the whole gang"),
+    ],
+)
+def test_a_job_held_for_its_own_podgroup_is_told_its_name_and_phase(phase: str, says: str) -> None:
+    """What `explain` says of a job whose own PodGroup waits: which PodGroup, in which
+    phase, and what that phase means for its pods (Unknown: a grown gang without
+    minAvailable, its new pods made and none bound; test_real_operator.py shows it)."""
+    job = replace(ej("job", replicas=4, active=2), gang_grows="no minAvailable")
+    own = replace(gang("job", 4, owner="job"), phase=phase)
+    (d,) = plan(snap({"q": 1}, [job], [own]), policy(), NOW).decisions
+    assert d.reason is Reason.OWN_GANG_WAITING
+    assert d.message.startswith(f"its own PodGroup ml/job is {phase} (4 GPU(s)): "), d.message
+    assert says in d.message
+
+
 def test_pkg_controller_v1_common_job_go_ReconcileJobs_shrinking_lowers_min_member() -> None:
     """Shrinking a job without minAvailable lowers minMember with its replicas: a smaller
     gang never blocks, so such a job still gives workers to a waiting gang. The planner's

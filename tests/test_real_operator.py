@@ -608,38 +608,57 @@ def offer_vendor_gpus(api: EnvTest) -> None:
 
 
 def bound_claim(api: EnvTest, namespace: str, claim: str) -> None:
-    """The seed's PersistentVolumeClaim and a volume bound to it, bound by hand (no
-    controller-manager here binds them)."""
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"{namespace}-{claim}"},
-        "spec": {
-            "capacity": {"storage": "1Ti"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": "/mnt/models"},
-            "claimRef": {"namespace": namespace, "name": claim},
+    """The seed's PersistentVolumeClaim and a volume bound to it, bound by hand as the
+    PV controller would (there is no controller-manager here): the claim names the
+    volume and says the binding is complete, the volume's claimRef names the claim."""
+    pvs = "/api/v1/persistentvolumes"
+    pvcs = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+    volume = f"{namespace}-{claim}"
+    done = {"pv.kubernetes.io/bind-completed": "yes", "pv.kubernetes.io/bound-by-controller": "yes"}
+    made = api.request(
+        "POST",
+        pvcs,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace, "annotations": done},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "1Ti"}},
+                "volumeName": volume,
+                "storageClassName": "",
+            },
         },
-    }
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim, "namespace": namespace},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": "1Ti"}},
-            "volumeName": pv["metadata"]["name"],
-            "storageClassName": "",
-        },
-    }
-    pv["spec"]["storageClassName"] = ""
-    api.create(pv)
-    api.create(pvc)
-    api.patch_status(pv, {"phase": "Bound"})
-    api.patch_status(
-        pvc, {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Ti"}}
     )
+    ref = {"namespace": namespace, "name": claim, "uid": made["metadata"]["uid"]}
+    api.request(
+        "POST",
+        pvs,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {
+                "name": volume,
+                "annotations": {"pv.kubernetes.io/bound-by-controller": "yes"},
+            },
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": "/mnt/models"},
+                "claimRef": ref,
+                "storageClassName": "",
+            },
+        },
+    )
+    claimed = {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Ti"}}
+    for path, status in ((f"{pvs}/{volume}", {"phase": "Bound"}), (f"{pvcs}/{claim}", claimed)):
+        api.request(
+            "PATCH",
+            f"{path}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
 
 
 async def vendor_scraped(kf: RealKubeflow, queue: str, allocated: int) -> None:
@@ -672,6 +691,23 @@ def rigid_gang(namespace: str) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.parametrize(
+    "kubeflow",
+    [
+        "proportion",
+        pytest.param(
+            "capacity",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="under the capacity plugin the daemon reads no room for the vendor GPU "
+                "in queue default (HoldNoIdleGpus: 'no idle GPUs for a worker of 8 GPU(s)') "
+                "with 16 idle on two free nodes: the capacity headroom of a vendor resource "
+                "added to the nodes after the scheduler started is not yet understood",
+            ),
+        ),
+    ],
+    indirect=True,
+)
 @pytest.mark.timeout(150)
 async def test_the_seeds_pytorchjob_made_elastic_is_grown_one_worker_per_node_and_shrunk(
     kubeflow: RealKubeflow, tmp_path: Path
@@ -702,7 +738,6 @@ async def test_the_seeds_pytorchjob_made_elastic_is_grown_one_worker_per_node_an
         group = await wait_podgroup(api, ns, "pytorch-multinode-job", "Running")
         assert group["spec"]["queue"] == "default"
         assert group["spec"]["minMember"] == 4  # the Master counted in the gang
-        assert VENDOR not in (group["spec"].get("minResources") or {})  # limits only
         await vendor_scraped(kubeflow, "default", 24)
 
         async with corner.daemon(gpu_resource_names=[VENDOR]) as d:
@@ -735,7 +770,7 @@ async def test_the_seeds_pytorchjob_made_elastic_is_grown_one_worker_per_node_an
             warned = decision(shrunk, "rigid")
             assert warned.queue == "default"
             (warning,) = warned.warnings
-            assert f"annotations[{QUEUE_ANNOTATION}]=s1-q" in warning
+            assert f"annotation {QUEUE_ANNOTATION}=s1-q is not its queue" in warning
             assert "set spec.runPolicy.schedulingPolicy.queue: s1-q" in warning
             assert warning in entry(d, "rigid").notes  # the status object says it too
             await wait_workers_running(api, job, 4, master=1)
