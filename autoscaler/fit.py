@@ -310,6 +310,8 @@ class Placer:
         self._where: dict[str, tuple[_Class, _Key]] | None = None
         self._undo: list[tuple[str, _Class, _Key, _Key]] | None = None
         self._dicts: dict[Quantities, dict[str, int]] = {}
+        # a bucket's free room in the order a shape compares nodes by (best fit)
+        self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
         self._classes = {
             ckey: _Class(node, {key: list(names) for key, names in buckets})
@@ -449,9 +451,11 @@ class Placer:
                 fitting = self._names(shape, names, one_by_one)
                 if not fitting:
                     continue
-                d = self._dict(key[0])
-                rank = tuple(d.get(r, 0) for r in order)
-                if best is None or (rank, fitting[-1]) < (best[0], best[1]):
+                rank = self._ranks.get((key[0], order))
+                if rank is None:
+                    d = self._dict(key[0])
+                    rank = self._ranks[(key[0], order)] = tuple([d.get(r, 0) for r in order])
+                if best is None or rank < best[0] or (rank == best[0] and fitting[-1] < best[1]):
                     best = (rank, fitting[-1], cls, key, room)
         return None if best is None else best[1:]
 
