@@ -597,14 +597,17 @@ class _Tally:
 
 
 def _tally(placer: Placer, shape: PodShape) -> _Tally:
+    """Nodes that take one more pod of the shape, and the idle GPUs of the rest by why
+    not: per class and bucket (per node only for a shape that names nodes)."""
     tally = _Tally()
+    one_by_one = per_node(shape)
     for cls in placer._classes.values():
         for key, names in cls.buckets.items():
             d = placer._dict(key[0])
             idle = sum(max(0, d.get(g, 0)) for g in placer.gpu_names)
-            for name in names if per_node(shape) else names[:1]:
-                weight = 1 if per_node(shape) else len(names)
-                misfit = admits(shape, placer._nodes[name])
+            for name in names if one_by_one else names[:1]:
+                weight = 1 if one_by_one else len(names)
+                misfit = admits(shape, placer._nodes[name] if one_by_one else cls.node)
                 if misfit is None and placer._room(shape, cls, key):
                     tally.fit_nodes += weight
                     continue
