@@ -25,6 +25,7 @@ spread, volumes.
 API (plain: shapes and nodes in, placements out):
 
     placer = Placer(nodes, gpu_names)   # model.Node, with what bound pods request
+    placer.state()                      # the room so far: Placer(nodes, names, start=it)
     placer.fits(shape, limit)           # pods of `shape` that fit now; nothing taken
     placer.place(shape, count)          # room taken for up to `count`, best fit; how many
     placer.place_all(pods)              # a gang, [(shape, count)]: all of it or nothing
@@ -302,7 +303,13 @@ def _grouped(nodes: Sequence[Node]) -> _Grouping:
 class Placer:
     """The nodes' free room, taken as this cycle places pods (see the module docstring)."""
 
-    def __init__(self, nodes: Iterable[Node], gpu_names: Sequence[str] = (GPU_RESOURCE,)) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        gpu_names: Sequence[str] = (GPU_RESOURCE,),
+        start: _Grouping | None = None,
+    ) -> None:
+        """`start`: another Placer's `state()` on these same nodes, to go on from."""
         self.gpu_names = tuple(gpu_names)
         self._all: Sequence[Node] = nodes if isinstance(nodes, tuple | list) else tuple(nodes)
         # built when first asked for (a cycle that places nothing by name needs neither)
@@ -313,9 +320,10 @@ class Placer:
         # a bucket's free room in the order a shape compares nodes by (best fit)
         self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
+        grouping = _grouped(self._all) if start is None else start
         self._classes = {
             ckey: _Class(node, {key: list(names) for key, names in buckets})
-            for ckey, (node, buckets) in _grouped(self._all).items()
+            for ckey, (node, buckets) in grouping.items()
         }
         self.version = 0  # bumped by every change: callers may cache what they read
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
@@ -337,6 +345,13 @@ class Placer:
                 for n in names
             }
         return self._where.get(name)
+
+    def state(self) -> _Grouping:
+        """The nodes' room as placed so far, for `Placer(nodes, gpu_names, start=...)`."""
+        return {
+            ckey: (cls.node, tuple((key, tuple(names)) for key, names in cls.buckets.items()))
+            for ckey, cls in self._classes.items()
+        }
 
     # -- reading --------------------------------------------------------------------------
 
