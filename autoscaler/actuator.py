@@ -52,6 +52,9 @@ SERVER_UP_RECENT_SECONDS = 2.0
 EVENTS_CARRIED_MAX = 1000  # Events waiting for a throttled server; beyond, the oldest go
 EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried this often
 WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
+# the Event reason of a decision's warnings (today one: a queue annotation the job's
+# operator does not honour, see parse.in_queue)
+WARNING_REASON = "QueueAnnotationIgnored"
 EVENT_MESSAGE_MAX = 1024  # what kubectl shows comfortably; the API keeps it short too
 NAME_MAX = 253
 
@@ -264,6 +267,8 @@ class KubeActuator:
         self._suspects: dict[JobKey, tuple[float, datetime]] = {}
         # a throttled write carried over is not sent before its Retry-After (pacer clock)
         self._not_before: dict[JobKey, float] = {}
+        # the warnings already said on each job (a Warning Event once, again if it changes)
+        self._warned: dict[JobKey, tuple[str, ...]] = {}
 
     def key(self, ref: ObjectRef) -> JobKey:
         """The job's identity: its kind's API group and kind, namespace and name."""
@@ -290,6 +295,7 @@ class KubeActuator:
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         self._forget_old_backoffs(now)
+        self._warn(plan, now, may_write)
         measured = {m.ref: m for m in plan.measurements}
         if not plan.actions and not self._events:
             await self._record(measured.values(), now, may_write)
@@ -567,6 +573,35 @@ class KubeActuator:
             _return_http_data_only=True,
             _request_timeout=self._settings.kube_request_timeout_seconds,
         )
+
+    def _warn(self, plan: Plan, now: datetime, may_write: Callable[[], bool]) -> None:
+        """One Warning Event on each job whose decision carries a warning for its owner
+        (a queue annotation its operator does not honour), queued behind the resizes;
+        said again only when the warning changes, forgotten when it goes. Only the
+        leader says it (asked only when there is something to say)."""
+        warned: dict[JobKey, tuple[str, ...]] = {}
+        new: list[Decision] = []
+        for d in plan.decisions:
+            if not d.warnings or d.ref.kind not in self._kinds:
+                continue
+            key = self.key(d.ref)
+            warned[key] = d.warnings
+            if self._warned.get(key) != d.warnings:
+                new.append(d)
+        if new and not may_write():
+            return
+        self._warned = warned
+        for d in new:
+            body = self.event_body(d, now, d.resource_version)
+            name = body["metadata"]["name"]
+            body["metadata"]["name"] = name[:-1] + "w"  # not the name of a resize's Event
+            body.update(
+                reason=WARNING_REASON,
+                type="Warning",
+                action="Plan",
+                message="; ".join(d.warnings)[:EVENT_MESSAGE_MAX],
+            )
+            self._carry(_Event(d.ref.namespace, body, ref=_event_ref(d.ref)))
 
     def _carry(self, ev: _Event) -> None:
         if len(self._events) >= EVENTS_CARRIED_MAX:

@@ -229,7 +229,14 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .status_view import explain_dict, explain_text, not_listed
+    from .status_view import (
+        explain_dict,
+        explain_gang_dict,
+        explain_gang_text,
+        explain_text,
+        gang_of,
+        not_listed,
+    )
 
     settings = _settings(args)
     namespace, name = _job_ref(args, settings)
@@ -238,6 +245,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if stale:
         print(stale, file=sys.stderr)
     found = doc.job(namespace, name)
+    gang = gang_of(doc, namespace, name) if not found else None
+    if gang is not None:  # a PodGroup's name: its gang
+        if args.output == "text":
+            sys.stdout.write(explain_gang_text(doc, gang))
+        else:
+            _write(explain_gang_dict(doc, gang), args.output)
+        return 0
     if not found:
         from .daemon import job_kinds_named
 

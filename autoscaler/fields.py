@@ -108,18 +108,39 @@ def parse_quantity(value: Any, field: str) -> int:
 MAX_RESTART_SECONDS = 86_400.0  # a day: far above any real restart
 
 
-def seconds_field(value: Any, field: str) -> float:
-    """A duration in seconds (a number, or a string of one), finite, 0 to a day."""
+MAX_RUNTIME_SECONDS = 366 * 86_400.0  # a year: a declared run time beyond is a typo
+
+
+def seconds_field(value: Any, field: str, most: float = MAX_RESTART_SECONDS) -> float:
+    """A duration in seconds (a number, or a string of one), finite, 0 to `most` (a day
+    unless said)."""
     if isinstance(value, bool):
         raise BadField(f"{field} must be a number of seconds, got {show(value)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise BadField(f"{field} must be a number of seconds, got {show(value)}") from None
-    if not math.isfinite(number) or not 0 <= number <= MAX_RESTART_SECONDS:
+    if not math.isfinite(number) or not 0 <= number <= most:
+        raise BadField(f"{field} must be between 0 and {most:.0f} seconds, got {show(value)}")
+    return number
+
+
+def fraction_field(value: Any, field: str) -> float:
+    """A fraction from 0 to 1: a number, or a string of one, or a percentage ("40%")."""
+    text = value.strip() if isinstance(value, str) else value
+    scale = 1.0
+    if isinstance(text, str) and text.endswith("%"):
+        text, scale = text[:-1], 100.0
+    try:
+        if isinstance(text, bool):
+            raise TypeError
+        number = float(text) / scale
+    except (TypeError, ValueError):
         raise BadField(
-            f"{field} must be between 0 and {MAX_RESTART_SECONDS:.0f} seconds, got {show(value)}"
-        )
+            f"{field} must be a fraction 0 to 1 or a percentage, got {show(value)}"
+        ) from None
+    if not math.isfinite(number) or not 0 <= number <= 1:
+        raise BadField(f"{field} must be between 0 and 1 (0% and 100%), got {show(value)}")
     return number
 
 

@@ -253,31 +253,88 @@ def _free(node: Node) -> Quantities:
     return tuple(sorted((k, v - used.get(k, 0)) for k, v in alloc.items()))
 
 
+_ClassKey = tuple[Labels, tuple[Taint, ...], bool, bool]
+_Grouping = dict[_ClassKey, tuple[Node, tuple[tuple[_Key, tuple[str, ...]], ...]]]
+# the last grouping, by the identity of the nodes it was made of: a steady cluster hands
+# the planner the same nodes tuple every cycle (the snapshot is assembled again only when
+# a cache changed), and grouping 20k nodes is most of a Placer's cost
+_LAST: list[tuple[Sequence[Node], _Grouping]] = []
+
+
+def _grouped(nodes: Sequence[Node]) -> _Grouping:
+    """Nodes into classes (what the filters read) and, within each, buckets of equal
+    free room and host ports. The readers intern what nodes share, so equal label sets,
+    taints and resource lists are one object: nodes are grouped by identity first (a
+    hash of a few integers per node, not of its nested tuples), then by value."""
+    if _LAST and _LAST[0][0] is nodes:
+        return _LAST[0][1]
+    same: dict[tuple[int, ...], tuple[Node, list[str]]] = {}
+    for n in nodes:
+        key = (
+            id(n.labels),
+            id(n.taints),
+            n.schedulable,
+            n.cordoned,
+            id(n.resources),
+            id(n.requested),
+            n.allocatable,
+            n.used,
+            id(n.ports),
+        )
+        found = same.get(key)
+        if found is None:
+            same[key] = (n, [n.name])
+        else:
+            found[1].append(n.name)
+    classes: dict[_ClassKey, tuple[Node, dict[_Key, list[str]]]] = {}
+    for n, names in same.values():
+        ckey = (n.labels, n.taints, n.schedulable, n.cordoned)
+        cls = classes.setdefault(ckey, (n, {}))
+        cls[1].setdefault((_free(n), n.ports), []).extend(names)
+    grouping = {
+        ckey: (node, tuple((key, tuple(names)) for key, names in buckets.items()))
+        for ckey, (node, buckets) in classes.items()
+    }
+    _LAST[:] = [(nodes, grouping)]
+    return grouping
+
+
 class Placer:
     """The nodes' free room, taken as this cycle places pods (see the module docstring)."""
 
     def __init__(self, nodes: Iterable[Node], gpu_names: Sequence[str] = (GPU_RESOURCE,)) -> None:
         self.gpu_names = tuple(gpu_names)
-        self._classes: dict[tuple[Labels, tuple[Taint, ...], bool, bool], _Class] = {}
-        self._nodes: dict[str, Node] = {}
-        self._where: dict[str, tuple[_Class, _Key]] = {}
+        self._all: Sequence[Node] = nodes if isinstance(nodes, tuple | list) else tuple(nodes)
+        # built when first asked for (a cycle that places nothing by name needs neither)
+        self._nodes_by_name: dict[str, Node] | None = None
+        self._where: dict[str, tuple[_Class, _Key]] | None = None
+        self._undo: list[tuple[str, _Class, _Key, _Key]] | None = None
         self._dicts: dict[Quantities, dict[str, int]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
-        memo: dict[tuple[Quantities, Quantities, int, int], Quantities] = {}
-        for n in nodes:
-            ckey = (n.labels, n.taints, n.schedulable, n.cordoned)
-            cls = self._classes.get(ckey)
-            if cls is None:
-                cls = self._classes[ckey] = _Class(n)
-            mkey = (n.resources, n.requested, n.allocatable, n.used)
-            free = memo.get(mkey)
-            if free is None:
-                free = memo[mkey] = _free(n)
-            self._nodes[n.name] = n
-            self._put(cls, (free, n.ports), n.name)
+        self._classes = {
+            ckey: _Class(node, {key: list(names) for key, names in buckets})
+            for ckey, (node, buckets) in _grouped(self._all).items()
+        }
         self.version = 0  # bumped by every change: callers may cache what they read
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
         self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
+        self._explained: dict[tuple[PodShape, int], tuple[int, str]] = {}
+
+    @property
+    def _nodes(self) -> dict[str, Node]:
+        if self._nodes_by_name is None:
+            self._nodes_by_name = {n.name: n for n in self._all}
+        return self._nodes_by_name
+
+    def _locate(self, name: str) -> tuple[_Class, _Key] | None:
+        if self._where is None:
+            self._where = {
+                n: (cls, key)
+                for cls in self._classes.values()
+                for key, names in cls.buckets.items()
+                for n in names
+            }
+        return self._where.get(name)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -345,32 +402,43 @@ class Placer:
 
     # -- taking and giving back -------------------------------------------------------------
 
-    def _put(self, cls: _Class, key: _Key, name: str) -> None:
-        cls.buckets.setdefault(key, []).append(name)
-        self._where[name] = (cls, key)
+    def _move(
+        self,
+        name: str,
+        cls: _Class,
+        key: _Key,
+        free: Mapping[str, int],
+        ports: tuple[HostPort, ...],
+    ) -> None:
+        """Node `name` of bucket `key` of `cls` now has `free` room and `ports` taken."""
+        self._relocate(name, cls, key, (tuple(sorted(free.items())), ports))
 
-    def _move(self, name: str, free: Mapping[str, int], ports: tuple[HostPort, ...]) -> None:
-        cls, key = self._where[name]
+    def _relocate(self, name: str, cls: _Class, key: _Key, to: _Key) -> None:
         names = cls.buckets[key]
         names.remove(name)
         if not names:
             del cls.buckets[key]
-        self._put(cls, (tuple(sorted(free.items())), ports), name)
+        cls.buckets.setdefault(to, []).append(name)
+        if self._where is not None:
+            self._where[name] = (cls, to)
+        if self._undo is not None:
+            self._undo.append((name, cls, key, to))
         self.version += 1
 
-    def _take(self, name: str, shape: PodShape, count: int) -> None:
-        (free, ports) = self._where[name][1]
+    def _take(self, name: str, cls: _Class, key: _Key, shape: PodShape, count: int) -> None:
+        free, ports = key
         d = dict(free)
         for res, want in shape.requests:
             if res in d or res != PODS:
                 d[res] = d.get(res, 0) - want * count
-        self._move(name, d, ports + shape.host_ports)
+        self._move(name, cls, key, d, ports + shape.host_ports)
 
-    def _best(self, shape: PodShape) -> tuple[str, int] | None:
-        """The fullest node that takes one more pod of the shape, and how many it takes."""
+    def _best(self, shape: PodShape) -> tuple[str, _Class, _Key, int] | None:
+        """The fullest node that takes one more pod of the shape (its name, class and
+        bucket), and how many it takes."""
         one_by_one = per_node(shape)
         order = _rank_order(shape, self.gpu_names)
-        best: tuple[tuple[int, ...], str, int] | None = None
+        best: tuple[tuple[int, ...], str, _Class, _Key, int] | None = None
         for cls in self._classes.values():
             if not one_by_one and self._misfit(shape, cls) is not None:
                 continue
@@ -384,8 +452,8 @@ class Placer:
                 d = self._dict(key[0])
                 rank = tuple(d.get(r, 0) for r in order)
                 if best is None or (rank, fitting[-1]) < (best[0], best[1]):
-                    best = (rank, fitting[-1], room)
-        return None if best is None else (best[1], best[2])
+                    best = (rank, fitting[-1], cls, key, room)
+        return None if best is None else best[1:]
 
     def place(self, shape: PodShape, count: int) -> int:
         """Take room for up to `count` pods of the shape, best fit; how many were placed."""
@@ -394,9 +462,9 @@ class Placer:
             found = self._best(shape)
             if found is None:
                 break
-            name, room = found
+            name, cls, key, room = found
             n = min(room, count - placed)
-            self._take(name, shape, n)
+            self._take(name, cls, key, shape, n)
             placed += n
         return placed
 
@@ -407,18 +475,15 @@ class Placer:
     def unplaced(self, pods: Sequence[tuple[PodShape, int]], *, keep: bool = False) -> list[int]:
         """How many pods of each (shape, count) find no room, placed in order; nothing
         is kept unless `keep` and every pod found room."""
-        saved = dict(self._where)
+        outer, self._undo = self._undo, []
         left = [count - self.place(shape, count) for shape, count in pods]
+        moves, self._undo = self._undo, outer
         if any(left) or not keep:
-            self._restore(saved)
+            for name, cls, was, now in reversed(moves):
+                self._relocate(name, cls, now, was)
+        elif outer is not None:
+            outer.extend(moves)
         return left
-
-    def _restore(self, saved: Mapping[str, tuple[_Class, _Key]]) -> None:
-        for cls in self._classes.values():
-            cls.buckets.clear()
-        for name, (cls, key) in saved.items():
-            self._put(cls, key, name)
-        self.version += 1
 
     def admits_node(self, shape: PodShape, name: str) -> bool:
         """Node `name` (known) admits a pod of the shape, room aside."""
@@ -427,10 +492,11 @@ class Placer:
 
     def release(self, name: str, shape: PodShape) -> None:
         """A pod of the shape leaves node `name`: its room comes back."""
-        where = self._where.get(name)
+        where = self._locate(name)
         if where is None:
             return
-        free, ports = where[1]
+        cls, key = where
+        free, ports = key
         d = dict(free)
         for res, want in shape.requests:
             if res in d:
@@ -439,7 +505,7 @@ class Placer:
         for p in shape.host_ports:
             if p in left:
                 left.remove(p)
-        self._move(name, d, tuple(left))
+        self._move(name, cls, key, d, tuple(left))
 
     def take_gpus(self, gpus: int) -> None:
         """GPUs a gang takes whose pods' shapes are unknown: from the emptiest Ready,
@@ -450,33 +516,37 @@ class Placer:
             found = self._emptiest()
             if found is None:
                 return
-            name, gpu, idle = found
+            name, cls, key, gpu, idle = found
             used = min(left, idle)
-            free, ports = self._where[name][1]
-            d = dict(free)
+            d = dict(key[0])
             d[gpu] -= used
-            self._move(name, d, ports)
+            self._move(name, cls, key, d, key[1])
             left -= used
 
-    def _emptiest(self) -> tuple[str, str, int] | None:
-        best: tuple[int, str, str] | None = None
+    def _emptiest(self) -> tuple[str, _Class, _Key, str, int] | None:
+        best: tuple[int, str, _Class, _Key, str] | None = None
         for cls in self._classes.values():
             if not cls.node.schedulable or cls.node.cordoned:
                 continue
-            for (free, _), names in cls.buckets.items():
-                d = self._dict(free)
+            for key, names in cls.buckets.items():
+                d = self._dict(key[0])
                 for g in self.gpu_names:
                     idle = d.get(g, 0)
                     if idle > 0 and (best is None or (idle, names[0]) > (best[0], best[1])):
-                        best = (idle, names[0], g)
-        return None if best is None else (best[1], best[2], best[0])
+                        best = (idle, names[0], cls, key, g)
+        return None if best is None else (best[1], best[2], best[3], best[4], best[0])
 
     # -- telling ------------------------------------------------------------------------------
 
     def explain(self, shape: PodShape, more: int) -> str:
         """Why no more than `more` pods of the shape fit, in words a platform engineer
-        acts on: where they fit, and where the idle GPUs that do not take them are."""
-        return _explain(self, shape, more)
+        acts on: where they fit, and where the idle GPUs that do not take them are.
+        Remembered until the next change: a full cluster says the same to every job."""
+        found = self._explained.get((shape, more))
+        if found is None or found[0] != self.version:
+            found = (self.version, _explain(self, shape, more))
+            self._explained[(shape, more)] = found
+        return found[1]
 
 
 def _rank_order(shape: PodShape, gpu_names: Sequence[str]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 
 
 class Reason(StrEnum):
@@ -64,6 +65,7 @@ class Reason(StrEnum):
     GANG_FITS = "GangFits"
     GANG_COVERED = "GangCoveredByReclaim"
     GANG_UNCOVERABLE = "GangUncoverable"
+    GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
     GANG_BLOCKED = "GangBlockedByStarvingGang"
     INVALID_GANG = "InvalidPodGroup"
 
@@ -133,6 +135,14 @@ class ElasticJob:
     restart_cost_seconds: float | None = None
     restart_cost_source: str = ""
     measured_for: datetime | None = None  # the resize our measurement belongs to
+    # what the job declares of its run (our annotations; autoscaler/payoff.py): seconds
+    # from its start it is expected to run, and the fraction of its work done; None: not
+    # declared (a reclaim from it or for it is then decided as if nothing were known)
+    expected_runtime_seconds: float | None = None
+    progress: float | None = None
+    # the job names a queue it does not run in (an annotation its operator does not
+    # honour): which queue it does run in and how to set it; "" when none
+    queue_warning: str = ""
     # the latest write to its spec or metadata we can date (creation, our last resize,
     # metadata.managedFields): its workers without a pod have been asked for since then
     asked_at: datetime | None = None
@@ -191,6 +201,7 @@ class UnmanagedJob:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     inflight_gpus: int = 0
+    queue_warning: str = ""  # as ElasticJob.queue_warning
     asked_at: datetime | None = None  # as ElasticJob.asked_at
 
 
@@ -210,6 +221,11 @@ class PendingGroup:
     # template); () : known by its GPUs alone, whose room is then taken from the
     # emptiest nodes (fit.Placer.take_gpus)
     pods: tuple[tuple[PodShape, int], ...] = ()
+    # where `gpus` was read: "pods" (its pods' requests, a limit counting as the
+    # request), "template" (its owner's pod templates, as its operator counts the gang),
+    # "minResources" (the PodGroup's own spec)
+    need_from: str = "minResources"
+    min_member: int = 0  # spec.minMember: pods the gang needs at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,11 +310,34 @@ class PodShape:
     tolerations: tuple[Toleration, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     unmodelled: tuple[str, ...] = ()
+    # a shape is a dict key of every cache of fit.Placer, looked up once per job: its
+    # hash is computed once, not over its nested tuples at every lookup
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.requests,
+                    self.node_selector,
+                    self.affinity,
+                    self.tolerations,
+                    self.host_ports,
+                    self.unmodelled,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of_gpus(cls, gpus: int, resource: str = GPU_RESOURCE) -> PodShape:
-        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes)."""
-        return cls(((resource, gpus * MILLI),) if gpus else ())
+        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes):
+        one shared object per size."""
+        return _gpu_shape(gpus, resource)
 
     def amount(self, resource: str) -> int:
         """Milli-units of `resource` it requests (0 when none)."""
@@ -306,6 +345,11 @@ class PodShape:
             if name == resource:
                 return value
         return 0
+
+
+@cache
+def _gpu_shape(gpus: int, resource: str) -> PodShape:
+    return PodShape(((resource, gpus * MILLI),) if gpus else ())
 
 
 WorkerShape = PodShape  # a job's worker is a pod: the same shape
@@ -323,6 +367,14 @@ class JobRecord:
 
     job: ElasticJob | UnmanagedJob
     priority_class: str | None = None
+    # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
+    # checked against the queue its PodGroup names once that is known
+    queue_annotation: str | None = None
+    # the pods its gang holds, by shape, as its operator counts them (kinds.gang): what
+    # its waiting PodGroup needs when neither its pods nor its minResources say; None:
+    # its templates could not be read
+    gang: tuple[tuple[PodShape, int], ...] | None = None
+    gang_gpus: int = 0  # the GPUs of those pods (gpu_resource_names)
 
     @property
     def frees_gpus(self) -> bool:
@@ -344,6 +396,8 @@ class GroupRecord:
     group: PendingGroup | InvalidGroup | None
     phase: str = ""
     priority_class: str | None = None
+    queue: str = ""  # spec.queue as Volcano reads it (default when unset): where it runs
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +436,8 @@ class PodUse:
     # the pods of no job we know the groups of; index: the worker's index
     owner: tuple[str, str, str, str] | None = None
     index: int = -1
+    group: str = ""  # its PodGroup, namespace/name (annotation scheduling.k8s.io/group-name)
+    shape: PodShape | None = None  # an unbound pod's shape: what its gang still needs placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,10 +644,13 @@ class Decision:
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
     resource_version: str = ""
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # shown with the decision (plan, status, explain)
     workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
     restart_cost_seconds: float | None = None  # the estimate the plan used
     restart_cost_source: str = ""  # annotation, measured or default
+    # what the job's owner must fix that is not this decision's business (also in notes):
+    # said once on the job as a Warning Event
+    warnings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -634,6 +693,16 @@ class GangDecision:
     reason: Reason
     message: str
     victims: tuple[ObjectRef, ...] = ()
+    owner: ObjectRef | None = None  # the job whose gang it is (PendingGroup.owner)
+    need_from: str = ""  # PendingGroup.need_from
+    # for a gang not covered: each elastic job above its min that did not give way, why
+    blockers: tuple[str, ...] = ()
+
+    @property
+    def job(self) -> str:
+        """The job whose gang it is, kind/namespace/name; "" for a PodGroup of no job."""
+        o = self.owner
+        return f"{o.kind}/{o.namespace}/{o.name}" if o is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

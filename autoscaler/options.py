@@ -49,6 +49,18 @@ class Annotations:
         return f"{self.prefix}/restart-cost-seconds"
 
     @property
+    def expected_runtime(self) -> str:
+        """Set by the user: seconds the job is expected to run from its start; a reclaim
+        from it or for it then goes ahead only where it pays (autoscaler/payoff.py)."""
+        return f"{self.prefix}/expected-runtime-seconds"
+
+    @property
+    def progress(self) -> str:
+        """Set by the job (its trainer, e.g. at each epoch): the fraction of its work
+        done, 0 to 1 ("0.4", or "40%"); what is left is extrapolated from it."""
+        return f"{self.prefix}/progress"
+
+    @property
     def measured_restart_cost(self) -> str:
         """Written by the daemon: `<seconds>@<the resize it measured>`."""
         return f"{self.prefix}/measured-restart-cost"

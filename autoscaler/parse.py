@@ -18,8 +18,10 @@ from functools import partial
 from typing import Any
 
 from .fields import (
+    MAX_RUNTIME_SECONDS,
     BadField,
     dig,
+    fraction_field,
     parse_quantity,
     parse_time,
     seconds_field,
@@ -28,6 +30,7 @@ from .kinds import BY_NAME, KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
 from .kinds.base import Workers
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
+    MILLI,
     ClusterSnapshot,
     ElasticJob,
     GroupRecord,
@@ -39,6 +42,7 @@ from .model import (
     ObjectRef,
     PendingGroup,
     Plugin,
+    PodShape,
     PodUse,
     PriorityValue,
     QueueSpec,
@@ -49,8 +53,8 @@ from .model import (
     VolcanoView,
 )
 from .options import ReadOptions
-from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use
-from .resources import WAITING_PHASES, rfc3339
+from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use, read_shape
+from .resources import VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HPA_KIND = "HorizontalPodAutoscaler"
@@ -251,16 +255,34 @@ def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> Node | None:
 
 def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
     """What an unfinished pod holds on its node (every resource: any pod can hold what a
-    worker needs) and which worker it is; an unbound one (node "") only says which job it
-    belongs to: a job's workers with no pod at all stop counting (HoldNoPods). None for
-    a finished pod, or an unbound one of no job."""
-    use = read_pod_use(obj, options.gpu_resource_names)
-    if use is not None or dig(obj, "status", "phase") in FINISHED_POD_PHASES:
-        return use
-    owner = _owner(obj, ns) if isinstance(ns := dig(obj, "metadata", "namespace"), str) else None
-    if owner is None or owner.kind.split(".")[0] not in KIND_NAMES:
+    worker needs), which worker it is and its PodGroup; an unbound one (node "") says
+    which job and gang it belongs to and its shape: a job's workers with no pod at all
+    stop counting (HoldNoPods), a gang's pods say what it needs (resolve_gangs). None
+    for a finished pod, or an unbound one of no job and no PodGroup."""
+    if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
         return None
-    return PodUse("", 0, owner=(owner.namespace, owner.kind, owner.name, ""))
+    ns = dig(obj, "metadata", "namespace")
+    ns = ns if isinstance(ns, str) else ""
+    group = dig(obj, "metadata", "annotations", _GROUP_ANNOTATION)
+    group = f"{ns}/{group}" if isinstance(group, str) and group else ""
+    use = read_pod_use(obj, options.gpu_resource_names)
+    if use is not None:
+        return replace(use, group=group) if group else use
+    owner = _owner(obj, ns) if ns else None
+    if owner is not None and owner.kind.split(".")[0] not in KIND_NAMES:
+        owner = None
+    if owner is None and not group:
+        return None
+    shape = read_shape(
+        dig(obj, "spec"), extended_resource_toleration=options.extended_resource_toleration
+    )
+    return PodUse(
+        "",
+        shape_gpus(shape, options),
+        owner=(owner.namespace, owner.kind, owner.name, "") if owner is not None else None,
+        group=group,
+        shape=shape,
+    )
 
 
 def pods_by_owner(pods: Iterable[PodUse]) -> dict[tuple[str, str, str], int]:
@@ -412,10 +434,8 @@ def parse_job(
 
     if not isinstance(obj.get("spec"), Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec is missing")
-    done = kind.finished(obj)
-    if done is not None:
+    if (done := kind.finished(obj)) is not None:
         return unmanaged(*done)
-
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
     try:
@@ -448,6 +468,8 @@ def parse_job(
         restart_cost_seconds=schedule.restart_cost,
         restart_cost_source=schedule.cost_source,
         measured_for=schedule.measured_for,
+        expected_runtime_seconds=schedule.expected_runtime,
+        progress=schedule.progress,
         asked_at=known["asked_at"],
     )
 
@@ -532,33 +554,52 @@ def _elastic_range(
 
 @dataclass(frozen=True)
 class _Schedule:
-    """What our annotations say of a job's past resizes and their cost."""
+    """What our annotations say of a job's past resizes and their cost, and of its run."""
 
     last_scale: datetime | None = None
     restart_cost: float | None = None
     cost_source: str = ""
     measured_for: datetime | None = None
+    expected_runtime: float | None = None
+    progress: float | None = None
 
 
 def _schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
-    """The last resize and the restart cost (the user's, else our measurement); a
-    malformed one of the user's is NotManaged (INVALID_ANNOTATION), ours is measured again."""
+    """The last resize, the restart cost (the user's, else our measurement) and what the
+    job declares of its run; a malformed one of the user's is NotManaged
+    (INVALID_ANNOTATION), ours is measured again."""
+    names = options.annotations
     last_scale = None
     try:
-        raw_last = annotations.get(options.annotations.last_scale)
+        raw_last = annotations.get(names.last_scale)
         if raw_last is not None:
-            field = f"metadata.annotations[{options.annotations.last_scale}]"
-            last_scale = parse_time(raw_last, field)
-        key = options.annotations.restart_cost
+            last_scale = parse_time(raw_last, f"metadata.annotations[{names.last_scale}]")
+        run = _run_facts(annotations, options)
+        key = names.restart_cost
         if annotations.get(key) is not None:
             cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
-            return _Schedule(last_scale, cost, "annotation")
+            return _Schedule(last_scale, cost, "annotation", None, *run)
     except BadField as exc:
         raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
-    measured = read_measured(annotations.get(options.annotations.measured_restart_cost))
+    measured = read_measured(annotations.get(names.measured_restart_cost))
     if measured is not None:
-        return _Schedule(last_scale, measured[0], "measured", measured[1])
-    return _Schedule(last_scale)
+        return _Schedule(last_scale, measured[0], "measured", measured[1], *run)
+    return _Schedule(last_scale, None, "", None, *run)
+
+
+def _run_facts(
+    annotations: Mapping[str, Any], options: ReadOptions
+) -> tuple[float | None, float | None]:
+    """The job's expected run time (s) and reported progress (0..1), None where it
+    declares none; BadField for a malformed one."""
+    names = options.annotations
+    runtime = progress = None
+    if (raw := annotations.get(names.expected_runtime)) is not None:
+        field = f"metadata.annotations[{names.expected_runtime}]"
+        runtime = seconds_field(raw, field, MAX_RUNTIME_SECONDS)
+    if (raw := annotations.get(names.progress)) is not None:
+        progress = fraction_field(raw, f"metadata.annotations[{names.progress}]")
+    return runtime, progress
 
 
 def _started(obj: Mapping[str, Any]) -> datetime | None:
@@ -644,8 +685,9 @@ def parse_podgroup(
                 )
     except BadField as exc:
         return InvalidGroup(ref, queue, f"{ref}: {exc}")
-    if gpus == 0:
-        return None
+    # gpus 0: minResources names no GPU, which a template with its GPUs in limits only
+    # gives too: its pods or its job's templates say what it needs (resolve_gangs)
+    min_member = spec.get("minMember")
     return PendingGroup(
         ref=ref,
         queue=queue,
@@ -654,6 +696,7 @@ def parse_podgroup(
         priority=priorities.of(spec.get("priorityClassName")),
         owner=_owner(obj, ref.namespace),
         phase=phase,
+        min_member=min_member if isinstance(min_member, int) and min_member > 0 else 0,
     )
 
 
@@ -743,6 +786,7 @@ def _hpa_skip(
         max_replicas=job.max_replicas,
         gpus_per_worker=job.gpus_per_worker,
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
+        queue_warning=job.queue_warning,
         asked_at=job.asked_at,
     )
 
@@ -753,22 +797,78 @@ def _hpa_skip(
 def decode_job(
     obj: Mapping[str, Any], options: ReadOptions, kind: JobKind | None = None
 ) -> JobRecord:
-    """parse_job, with the priority left to resolve: the PriorityClass may come later."""
+    """parse_job, with the priority left to resolve: the PriorityClass may come later;
+    and the queue annotation, checked against the queue the job runs in."""
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
     job = parse_job(obj, options, NO_PRIORITIES, kind)
     name = kind.priority_class(obj)
-    return JobRecord(job, name if isinstance(name, str) else None)
+    annotation = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+    annotation = annotation if isinstance(annotation, str) and annotation else None
+    if annotation is not None:
+        job = in_queue(job, job.queue, annotation, from_podgroup=False)
+    done = isinstance(job, UnmanagedJob) and job.reason in (Reason.FINISHED, Reason.SUSPENDED)
+    gang = None if done else kind.gang(obj, options)
+    gpus = 0 if gang is None else sum(n * shape_gpus(s, options) for s, n in gang)
+    return JobRecord(job, name if isinstance(name, str) else None, annotation, gang, gpus)
+
+
+def shape_gpus(shape: PodShape, options: ReadOptions) -> int:
+    """Whole GPUs a pod of this shape requests (gpu_resource_names)."""
+    return sum(shape.amount(name) for name in options.gpu_resource_names) // MILLI
+
+
+def in_queue(
+    job: ElasticJob | UnmanagedJob, queue: str, annotation: str | None, *, from_podgroup: bool
+) -> ElasticJob | UnmanagedJob:
+    """The job in `queue`, the one Volcano runs it in (its PodGroup's spec.queue once
+    that exists, else what its operator will write there), warned when its annotation
+    scheduling.volcano.sh/queue-name names another: Volcano reads a job's queue from its
+    PodGroup's spec, never from that annotation, so a user who set it expects a queue
+    the job does not get (and `plan` would otherwise look at the wrong one)."""
+    warning = ""
+    if annotation is not None and annotation != queue:
+        kind = BY_NAME.get(job.ref.kind)
+        field = kind.queue_field if kind else "the job's queue field"
+        owner = kind.operator if kind else "its operator"
+        where = (
+            f"its PodGroup's spec.queue is {queue}"
+            if from_podgroup
+            else f"{field} is {'unset' if queue == DEFAULT_QUEUE else queue}, so {owner} "
+            f"writes {queue} into its PodGroup's spec.queue"
+        )
+        warning = (
+            f"metadata.annotations[{VOLCANO_QUEUE_ANNOTATION}]={annotation} is not the queue "
+            f"this job runs in: {where} ({owner} does not read that annotation as the queue), "
+            f"so Volcano schedules it in queue {queue} and it is planned there; to run it in "
+            f"{annotation}, set {field}: {annotation}"
+        )
+    if queue == job.queue and warning == job.queue_warning:
+        return job
+    return replace(job, queue=queue, queue_warning=warning)
+
+
+def podgroup_queues(groups: Iterable[GroupRecord]) -> dict[tuple[str, str, str], str]:
+    """(namespace, kind, name) of the job that made each PodGroup -> its spec.queue."""
+    return {
+        (g.owner.namespace, g.owner.kind, g.owner.name): g.queue
+        for g in groups
+        if g.owner is not None and g.queue
+    }
 
 
 def decode_podgroup(obj: Mapping[str, Any], options: ReadOptions) -> GroupRecord:
     phase = dig(obj, "status", "phase")
     name = dig(obj, "spec", "priorityClassName")
     group = parse_podgroup(obj, options, NO_PRIORITIES)
+    queue = dig(obj, "spec", "queue")
+    namespace = dig(obj, "metadata", "namespace")
     return GroupRecord(
         group.ref if group is not None else _fallback_ref(obj, "PodGroup"),
         group,
         phase if isinstance(phase, str) else "",
         name if isinstance(name, str) else None,
+        queue if isinstance(queue, str) and queue else DEFAULT_QUEUE,
+        _owner(obj, namespace) if isinstance(namespace, str) else None,
     )
 
 
@@ -848,15 +948,77 @@ class Assembled:
     pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
+_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+
+
+def resolve_gangs(
+    pending: list[PendingGroup], records: Records
+) -> tuple[list[PendingGroup], list[InvalidGroup]]:
+    """Each waiting gang's need, from the first of: its pods, when at least minMember
+    of them exist (their requests, a limit counting as the request); its owner's
+    templates, as its operator counts the gang (JobRecord.gang); its spec.minResources.
+    A gang that needs no GPU by what is known leaves; one whose need cannot be known
+    (minResources names no GPU, no pods yet, its job of a kind we read but not read) is
+    shown as invalid, with why, not dropped."""
+    by_group: dict[str, list[PodUse]] = {}
+    if records.pods_known:
+        for p in records.pods:
+            if p.group:
+                by_group.setdefault(p.group, []).append(p)
+    gangs = {
+        (r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r
+        for r in records.jobs
+        if r.gang is not None
+    }
+    out: list[PendingGroup] = []
+    unknown: list[InvalidGroup] = []
+    for g in pending:
+        resolved = _need_from_pods(g, by_group.get(f"{g.ref.namespace}/{g.ref.name}", ()))
+        o = g.owner
+        record = gangs.get((o.namespace, o.kind, o.name)) if o is not None else None
+        if resolved is None and record is not None and record.gang is not None:
+            resolved = replace(g, gpus=record.gang_gpus, pods=record.gang, need_from="template")
+        resolved = resolved or g
+        if resolved.gpus > 0:
+            out.append(resolved)
+        elif o is not None and o.kind in KIND_NAMES and record is None:
+            unknown.append(
+                InvalidGroup(
+                    g.ref,
+                    g.queue,
+                    f"{g.ref}: its GPU need cannot be known: spec.minResources names no GPU, "
+                    f"its pods do not exist yet, and {o} is not read (not in a watched "
+                    "namespace, or its pod templates are unreadable)",
+                )
+            )
+    return out, unknown
+
+
+def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | None:
+    """g with its need from its pods, when at least minMember of them exist."""
+    pods = list(pods)
+    if not pods or len(pods) < max(1, g.min_member):
+        return None
+    unbound: dict[PodShape, int] = {}
+    for p in pods:
+        if not p.node and p.shape is not None:
+            unbound[p.shape] = unbound.get(p.shape, 0) + 1
+    return replace(g, gpus=sum(p.gpus for p in pods), pods=tuple(unbound.items()), need_from="pods")
+
+
 def assemble(records: Records) -> Assembled:
     priorities = Priorities.of_records(records.priorities)
     targets = targets_of(records.hpas)
+    group_queues = podgroup_queues(records.groups)
     placed = worker_nodes(records.pods) if records.pods else {}
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
     for record in records.jobs:
         job = record.job
+        queue = group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
+        if queue is not None:  # where Volcano runs it, whatever the job says
+            job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
         if isinstance(job, ElasticJob):
             value = priorities.of(record.priority_class)
             if value != job.priority:
@@ -885,6 +1047,8 @@ def assemble(records: Records) -> Assembled:
             pending.append(group if value == group.priority else replace(group, priority=value))
         elif isinstance(group, InvalidGroup):
             invalid.append(group)
+    pending, unknown = resolve_gangs(pending, records)
+    invalid += unknown
     return Assembled(
         tuple(jobs),
         tuple(unmanaged),

@@ -22,8 +22,10 @@ import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol, TypeVar
 
+from . import payoff
 from .fit import Placer
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
@@ -432,7 +434,8 @@ def _unmanaged_decision(u: UnmanagedJob, no_pods: NoPods) -> Decision:
         min_replicas=u.min_replicas,
         max_replicas=u.max_replicas,
         gpus_per_worker=u.gpus_per_worker,
-        notes=notes,
+        notes=(*notes, u.queue_warning) if u.queue_warning else notes,
+        warnings=(u.queue_warning,) if u.queue_warning else (),
     )
 
 
@@ -452,12 +455,20 @@ _SKEY = operator.attrgetter("skey")
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
     """What the plan says beside a job's decision: a gang it would raise, what node fit
-    does not judge of its workers."""
-    notes: tuple[str, ...] = () if j.has_min_available else _NO_MIN_AVAILABLE
+    does not judge of its workers, a queue it names but does not run in (the first two
+    one shared tuple per combination: this runs for every job every cycle)."""
     shape = j.shape
-    if shape is not None and shape.unmodelled and j.replicas < j.max_replicas:
+    unmodelled = shape.unmodelled if shape is not None and j.replicas < j.max_replicas else ()
+    notes = _notes_for(j.has_min_available, unmodelled)
+    return (*notes, j.queue_warning) if j.queue_warning else notes
+
+
+@cache
+def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+    notes: tuple[str, ...] = () if has_min_available else _NO_MIN_AVAILABLE
+    if unmodelled:
         notes += (
-            f"node fit does not judge its workers' {', '.join(shape.unmodelled)}: a worker "
+            f"node fit does not judge its workers' {', '.join(unmodelled)}: a worker "
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
     return notes
@@ -535,6 +546,12 @@ class _VictimPool:
             for w in passed:
                 heapq.heappush(self._victim_heap(), _heap_entry(w))
         return chosen
+
+    def put_back(self, chosen: list[tuple[_Job, int]]) -> None:
+        """Victims `take` chose but the reclaim did not happen: victims again."""
+        if self._by_heap:
+            for w, _ in chosen:
+                heapq.heappush(self._victim_heap(), _heap_entry(w))
 
     def taken(self, w: _Job, workers: int) -> None:
         """`workers` of w's are gone (w.target already lowered)."""
@@ -843,6 +860,7 @@ class _QueuePlanner:
         )
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
+        self._ends: list[tuple[float, int]] | None = None  # see _ending
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -873,6 +891,7 @@ class _QueuePlanner:
                 j.workers_at,
                 default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
                 j.restart_cost_source or "default",
+                (j.queue_warning,) if j.queue_warning else (),
             )
             for w in self.work
             for j in (w.job,)
@@ -922,7 +941,10 @@ class _QueuePlanner:
         """Rule 9: the whole queue holds (missing or bad data, a closed queue)."""
         for w in self.work:
             self._settle(w, w.job.replicas, reason, message)
-        self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending]
+        self.gangs = [
+            GangDecision(g.ref, g.queue, g.gpus, reason, message, (), g.owner, g.need_from)
+            for g in self.pending
+        ]
         return QueueSummary(
             self.state.name,
             self.state.free_gpus,
@@ -1106,6 +1128,14 @@ class _QueuePlanner:
                 lent = found
             left = shortfall - _useful_gpus(lent, useful)
             victims = pool.take(left, limit, useful) if left > 0 else []
+            # rule 3b weighs reclaims inside the queue; what other queues give back of
+            # this queue's share (lent) is owed, not traded
+            if victims and not lent:
+                trade = self._reclaim_trade(g, shortfall, victims)
+                if not trade.pays(p.reclaim_payoff_factor):
+                    pool.put_back(victims)
+                    starving = self._reclaim_unpaid(g, trade, starving)
+                    continue
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
             self._place_gang(g)
@@ -1151,8 +1181,6 @@ class _QueuePlanner:
     ) -> str:
         """The gang cannot be covered: skipped, so the small ones behind it may fit; one
         that has waited too long starves its queue's growth. Returns the starving gang."""
-        p = self.policy
-        waited = (self.now - g.created).total_seconds()
         message = (
             f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
             f"capacity fall {shortfall} short: skipped" + (f" ({why})" if why else "")
@@ -1160,15 +1188,85 @@ class _QueuePlanner:
         if by_nodes and self.nodes is not None and g.pods:
             shape = g.pods[0][0]
             message += f" ({self.nodes.explain(shape, self.nodes.fits(shape))})"
+        return self._skip_gang(g, Reason.GANG_UNCOVERABLE, message, starving)
+
+    def _skip_gang(
+        self, g: PendingGroup, reason: Reason, message: str, starving: str, say_why: bool = False
+    ) -> str:
+        """A gang not served this cycle, with why; one that has waited too long starves
+        its queue's growth (the first such), and then says so (after why, with
+        `say_why`). Returns the starving gang."""
+        p = self.policy
+        waited = (self.now - g.created).total_seconds()
         if waited > p.max_gang_wait_seconds and not starving:
             starving = (
                 f"{g.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
                 f"{p.max_gang_wait_seconds:.0f}): nothing in queue {g.queue} "
                 "grows until it fits"
             )
-            message = starving
-        self._gang(g, Reason.GANG_UNCOVERABLE, message)
+            message = f"{message}; {starving}" if say_why else starving
+        self._gang(g, reason, message, blockers=self._blockers(g))
         return starving
+
+    # ---- rule 3b: reclaim only where it pays (autoscaler/payoff.py) ---------------------
+
+    def _reclaim_trade(
+        self, g: PendingGroup, shortfall: int, victims: list[tuple[_Job, int]]
+    ) -> payoff.Trade:
+        """What the gang would gain from these victims' workers and what they would
+        lose, from what the jobs declare of their run (unknowns left out)."""
+        now = self.now
+        owner = self._gang_owner(g)
+        gang_runtime = None if owner is None else payoff.remaining_seconds(owner, now)
+        taken = sum(n * w.job.gpus_per_worker for w, n in victims)
+        # the victims are grown back once the GPUs freed cover every other waiting gang
+        # of the queue and what they gave up
+        others = sum(x.gpus for x in self.pending if x is not g)
+        back_in = payoff.gang_wait(others + taken, self._ending())
+        loss = 0.0
+        for w, workers in victims:
+            j = w.job
+            running = workers - min(workers, max(0, w.target - j.active))  # unplaced: free
+            lost = payoff.victim_loss(
+                j.active,
+                running,
+                payoff.remaining_seconds(j, now),
+                gang_runtime,
+                self._restart_cost(j),
+                back_in,
+            )
+            loss += 0.0 if lost is None else lost
+        return payoff.Trade(payoff.gang_wait(shortfall, self._ending()), loss)
+
+    def _ending(self) -> list[tuple[float, int]]:
+        """(seconds left, GPUs held) of the queue's running jobs that declared their run;
+        found at the first reclaim weighed, once per plan."""
+        if self._ends is None:
+            self._ends = [
+                (left, w.job.active * w.job.gpus_per_worker)
+                for w in self.work
+                if w.job.active > 0
+                and (left := payoff.remaining_seconds(w.job, self.now)) is not None
+            ]
+        return self._ends
+
+    def _gang_owner(self, g: PendingGroup) -> ElasticJob | None:
+        """The job whose PodGroup this is (by owner, else by name), if it is ours."""
+        ref = g.owner
+        key = (ref.namespace, ref.name) if ref is not None else (g.ref.namespace, g.ref.name)
+        for w in self.work:
+            if (w.job.ref.namespace, w.job.ref.name) == key:
+                return w.job
+        return None
+
+    def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
+        """The reclaim would cost its victims more than the gang gains: it waits."""
+        message = (
+            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
+            f"({trade.describe()}, reclaim_payoff_factor="
+            f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
+        )
+        return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 
     def _reclaim(
         self,
@@ -1288,9 +1386,18 @@ class _QueuePlanner:
                 self.nodes.release(where[i], w.job.worker_shape)
 
     def _gang(
-        self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
+        self,
+        g: PendingGroup,
+        reason: Reason,
+        message: str,
+        victims: tuple[ObjectRef, ...] = (),
+        blockers: tuple[str, ...] = (),
     ) -> None:
-        self.gangs.append(GangDecision(g.ref, g.queue, g.gpus, reason, message, victims))
+        self.gangs.append(
+            GangDecision(
+                g.ref, g.queue, g.gpus, reason, message, victims, g.owner, g.need_from, blockers
+            )
+        )
 
     def _victims(self) -> list[_Job]:
         """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
@@ -1307,6 +1414,29 @@ class _QueuePlanner:
             and w.reason is not Reason.WRITE_REFUSED
             and w.reason is not Reason.OWN_GANG_WAITING
         ]
+
+    def _blockers(self, g: PendingGroup, most: int = 10) -> tuple[str, ...]:
+        """For a gang not covered: each elastic job of its queue above its min, and why
+        its extra workers did not give way (the first `most`)."""
+        p, out = self.policy, []
+        cool = p.reclaim_cooldown_seconds
+        for w in self.work:
+            j, extra = w.job, w.target - w.job.min_replicas
+            if extra <= 0:
+                continue
+            what = f"{j.ref.namespace}/{j.ref.name}: {extra} worker(s) above its min"
+            if w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
+                why = f"held ({w.reason})"
+            elif w.since is not None and w.since < cool:
+                why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"
+            elif j.priority > g.priority and not p.reclaim_from_higher_priority:
+                why = f"priority {j.priority} above the gang's {g.priority}"
+            else:
+                why = "could give way, but all such workers together do not cover the gang"
+            out.append(f"{what}: {why}")
+            if len(out) >= most:
+                break
+        return tuple(out) or (f"no elastic job of queue {g.queue} is above its minimum",)
 
     def _restart_cost(self, j: ElasticJob) -> float:
         """The job's own estimate (its annotation, else our measurement), else the policy's."""

@@ -25,6 +25,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from .model import (
@@ -73,11 +74,17 @@ def intern(value: _T) -> _T:
     return value
 
 
+def is_map(obj: Any) -> bool:
+    # JSON gives plain dicts: test that first, the abstract Mapping check costs ten
+    # times more, and a template is a few dozen such checks
+    return type(obj) is dict or isinstance(obj, Mapping)
+
+
 def dig(obj: Any, *path: str) -> Any:
     """obj[path[0]][path[1]]..., None where a step is missing or not a mapping (as
     fields.dig, which sits on this module's floor)."""
     for key in path:
-        if not isinstance(obj, Mapping):
+        if not is_map(obj):
             return None
         obj = obj.get(key)
     return obj
@@ -124,6 +131,11 @@ def milli(value: Any) -> int | None:
         return math.ceil(value * MILLI) if math.isfinite(value) and value >= 0 else None
     if not isinstance(value, str) or len(value) > 64:
         return None
+    return _milli_text(value)
+
+
+@lru_cache(maxsize=4096)  # a cluster's requests are a few dozen distinct strings
+def _milli_text(value: str) -> int | None:
     match = _QUANTITY.match(value.strip())
     if match is None:
         return None
@@ -146,7 +158,7 @@ def milli(value: Any) -> int | None:
 def quantities(resources: Any) -> dict[str, int]:
     """A resource list (requests, limits, allocatable) in milli-units; unreadable
     entries left out."""
-    if not isinstance(resources, Mapping):
+    if not is_map(resources):
         return {}
     out = {}
     for name, value in resources.items():
@@ -173,9 +185,11 @@ def is_extended(name: str) -> bool:
 def _container_requests(container: Any) -> dict[str, int]:
     """A container's requests as the API server defaults them: a resource with a limit
     and no request is requested at its limit."""
-    resources = dig(container, "resources")
-    out = quantities(dig(resources, "limits"))
-    out.update(quantities(dig(resources, "requests")))
+    resources: Any = container.get("resources") if is_map(container) else None
+    if not is_map(resources):
+        return {}
+    out = quantities(resources.get("limits"))
+    out.update(quantities(resources.get("requests")))
     return out
 
 
@@ -187,12 +201,14 @@ def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
 def pod_requests(spec: Any) -> dict[str, int]:
     """What the scheduler counts a pod as requesting, per resource, milli-units, its
     one `pods` included (see the module docstring)."""
+    if not is_map(spec):
+        spec = {}
     total: dict[str, int] = {}
-    for container in dig(spec, "containers") or ():
+    for container in spec.get("containers") or ():
         _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
-    for container in dig(spec, "initContainers") or ():
+    for container in spec.get("initContainers") or ():
         own = _container_requests(container)
         if dig(container, "restartPolicy") == "Always":  # a sidecar: runs beside the rest
             _add(sidecars, own)
@@ -204,15 +220,15 @@ def pod_requests(spec: Any) -> dict[str, int]:
     _add(total, sidecars)
     for name, value in peak.items():
         total[name] = max(total.get(name, 0), value)
-    _add(total, quantities(dig(spec, "overhead")))
+    _add(total, quantities(spec.get("overhead")))
     total[PODS] = MILLI
     return total
 
 
 def _tolerations(spec: Any, requests: Iterable[str], extended: bool) -> tuple[Toleration, ...]:
     found = []
-    for t in dig(spec, "tolerations") or ():
-        if not isinstance(t, Mapping):
+    for t in spec.get("tolerations") or ():
+        if not is_map(t):
             continue
         found.append(
             Toleration(
@@ -230,7 +246,7 @@ def _tolerations(spec: Any, requests: Iterable[str], extended: bool) -> tuple[To
 def _requirements(items: Any) -> tuple[Requirement, ...]:
     out = []
     for r in items or ():
-        if not isinstance(r, Mapping):
+        if not is_map(r):
             continue
         values = r.get("values") or ()
         out.append(
@@ -247,13 +263,13 @@ def _affinity(spec: Any) -> tuple[SelectorTerm, ...] | None:
     required = dig(
         spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"
     )
-    if not isinstance(required, Mapping):
+    if not is_map(required):
         return None
     terms = required.get("nodeSelectorTerms")
     return tuple(
         SelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
         for t in (terms if isinstance(terms, list) else ())
-        if isinstance(t, Mapping)
+        if is_map(t)
     )
 
 
@@ -262,13 +278,15 @@ def _host_ports(spec: Any, default_port: tuple[str, str, int] | None) -> tuple[H
     containerPort (the API server defaults hostPort to it). `default_port`: (container,
     port name, number) its operator adds to that container unless a port of that name
     is there."""
-    host_network = dig(spec, "hostNetwork") is True
+    host_network = spec.get("hostNetwork") is True
     found: list[HostPort] = []
-    for container in dig(spec, "containers") or ():
-        ports = [p for p in dig(container, "ports") or () if isinstance(p, Mapping)]
+    for container in spec.get("containers") or ():
+        if not is_map(container):
+            continue
+        ports = [p for p in container.get("ports") or () if is_map(p)]
         if (
             default_port is not None
-            and dig(container, "name") == default_port[0]
+            and container.get("name") == default_port[0]
             and not any(p.get("name") == default_port[1] for p in ports)
         ):
             ports.append({"name": default_port[1], "containerPort": default_port[2]})
@@ -283,19 +301,18 @@ def _host_ports(spec: Any, default_port: tuple[str, str, int] | None) -> tuple[H
 def _unmodelled(spec: Any) -> tuple[str, ...]:
     """What the pod asks of the scheduler that fit does not judge."""
     out = []
-    affinity = dig(spec, "affinity")
+    affinity = spec.get("affinity")
+    if affinity is None:
+        affinity = {}
     if dig(affinity, "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
         out.append("inter-pod affinity")
     if dig(affinity, "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
         out.append("inter-pod anti-affinity")
-    spread = dig(spec, "topologySpreadConstraints") or ()
+    spread = spec.get("topologySpreadConstraints") or ()
     if any(dig(c, "whenUnsatisfiable") in (None, "DoNotSchedule") for c in spread):
         out.append("topology spread")
-    volumes = dig(spec, "volumes") or ()
-    if any(
-        isinstance(v, Mapping) and ("persistentVolumeClaim" in v or "ephemeral" in v)
-        for v in volumes
-    ):
+    volumes = spec.get("volumes") or ()
+    if any(is_map(v) and ("persistentVolumeClaim" in v or "ephemeral" in v) for v in volumes):
         out.append("volumes")
     return tuple(out)
 
@@ -309,10 +326,12 @@ def read_shape(
     """The shape of a pod of this spec (a template's `spec`, or a pod's), as the
     created pod will be (see the module docstring). Never raises: what cannot be read
     is left out (the API server validated it)."""
+    if not is_map(spec):
+        spec = {}
     requests = pod_requests(spec)
-    selector = dig(spec, "nodeSelector")
+    selector = spec.get("nodeSelector")
     labels: Labels = ()
-    if isinstance(selector, Mapping):
+    if is_map(selector):
         labels = tuple(sorted((_str(k), _str(v)) for k, v in selector.items()))
     extended = [n for n, v in sorted(requests.items()) if v and is_extended(n)]
     return intern(
@@ -339,18 +358,18 @@ def read_node(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> Node | None:
     allocatable = quantities(dig(obj, "status", "allocatable"))
     gpus = sum(allocatable.get(g, 0) for g in gpu_names) // MILLI
     ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        is_map(c) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in dig(obj, "status", "conditions") or ()
     )
     taints = tuple(
         Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
         for t in dig(obj, "spec", "taints") or ()
-        if isinstance(t, Mapping) and t.get("effect") in REPEL
+        if is_map(t) and t.get("effect") in REPEL
     )
     raw_labels = dig(obj, "metadata", "labels")
     labels: Labels = ()
     hostname = ""
-    if isinstance(raw_labels, Mapping):
+    if is_map(raw_labels):
         hostname = _str(raw_labels.get(HOSTNAME_LABEL))
         labels = tuple(
             sorted((_str(k), _str(v)) for k, v in raw_labels.items() if k != HOSTNAME_LABEL)
@@ -377,6 +396,8 @@ def read_pod_use(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> PodUse | N
     if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
         return None
     spec = obj.get("spec")
+    if not is_map(spec):
+        spec = {}
     requests = pod_requests(spec)
     gpus = sum(requests.get(g, 0) for g in gpu_names) // MILLI
     owner, index = _worker_of(obj)
@@ -398,7 +419,7 @@ def _worker_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str, str, str] | None
         (
             o
             for o in dig(obj, "metadata", "ownerReferences") or ()
-            if isinstance(o, Mapping) and o.get("controller") is True
+            if is_map(o) and o.get("controller") is True
         ),
         None,
     )
@@ -406,7 +427,7 @@ def _worker_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str, str, str] | None
         return None, -1
     labels = dig(obj, "metadata", "labels") or {}
     annotations = dig(obj, "metadata", "annotations") or {}
-    if not isinstance(labels, Mapping) or not isinstance(annotations, Mapping):
+    if not is_map(labels) or not is_map(annotations):
         return None, -1
     if KUBEFLOW_ROLE_LABEL in labels:
         group, index = labels.get(KUBEFLOW_ROLE_LABEL), labels.get(KUBEFLOW_INDEX_LABEL)

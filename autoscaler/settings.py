@@ -52,6 +52,13 @@ DEFAULT_ALLOCATED_GPUS_SERIES = "volcano_queue_allocated_scalar_resources" + _GP
 DEFAULT_REQUEST_GPUS_SERIES = "volcano_queue_request_scalar_resources" + _GPU
 DEFAULT_INQUEUE_GPUS_SERIES = "volcano_queue_inqueue_scalar_resources" + _GPU
 DEFAULT_REAL_CAPACITY_GPUS_SERIES = "volcano_queue_real_capacity_scalar_resources" + _GPU
+_DEFAULT_SERIES = {
+    "deserved_gpus_series": DEFAULT_DESERVED_GPUS_SERIES,
+    "allocated_gpus_series": DEFAULT_ALLOCATED_GPUS_SERIES,
+    "request_gpus_series": DEFAULT_REQUEST_GPUS_SERIES,
+    "inqueue_gpus_series": DEFAULT_INQUEUE_GPUS_SERIES,
+    "real_capacity_gpus_series": DEFAULT_REAL_CAPACITY_GPUS_SERIES,
+}
 
 
 class LogFormat(StrEnum):
@@ -93,6 +100,15 @@ class Settings(BaseSettings):
         ge=0,
         description="A job resized less than this ago is not shrunk for a "
         "waiting gang. Shorter than cooldown_seconds: pending jobs matter more.",
+    )
+    reclaim_payoff_factor: float = Field(
+        1.0,
+        ge=0,
+        description="Where jobs declare their run (annotations expected-runtime-seconds "
+        "or progress), workers are reclaimed for a waiting gang only when the time the "
+        "gang would otherwise wait exceeds this many times what its victims lose (their "
+        "restart and the work of the workers taken, while the gang runs). Jobs that "
+        "declare nothing are reclaimed from as before. 0 turns the check off.",
     )
     max_gang_wait_seconds: float = Field(
         1800,
@@ -184,8 +200,10 @@ class Settings(BaseSettings):
     gpu_resource_names: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu"],
         min_length=1,
-        description="Extended resource names counted as GPUs in pod templates and PodGroup "
-        "minResources.",
+        description="Extended resource names counted as GPUs in pod templates, PodGroup "
+        "minResources and node allocatable, and the resource label the `*_gpus_series` "
+        "selectors match while they are left at their defaults (a vendor name alone, e.g. "
+        "baidu.com/a800_80g_cgpu, is all it takes).",
     )
     annotation_prefix: str = Field(
         "elastic-autoscaler.io",
@@ -522,7 +540,26 @@ class Settings(BaseSettings):
         return self._section(SourceOptions, read=self.read_options())
 
     def prometheus_options(self) -> PrometheusOptions:
-        return self._section(PrometheusOptions)
+        return self._section(PrometheusOptions, **self.gpu_series())
+
+    def gpu_series(self) -> dict[str, str]:
+        """The five series selectors as the source reads them: each left at its default
+        follows `gpu_resource_names` (Volcano labels a queue's scalar series by resource
+        name, so a vendor GPU's are `resource="baidu.com/a800_80g_cgpu"`, and the
+        default's nvidia.com/gpu finds none of them); one set otherwise is kept."""
+        names = self.gpu_resource_names
+        if names == ["nvidia.com/gpu"]:
+            label = _GPU
+        elif len(names) == 1:
+            label = f'{{resource="{names[0]}"}}'
+        else:  # summed by queue, as the pods' GPUs of several names are
+            alternatives = "|".join(n.replace(".", "\\\\.") for n in names)
+            label = f'{{resource=~"{alternatives}"}}'
+        return {
+            name: default.replace(_GPU, label) if value == default else value
+            for name, default in _DEFAULT_SERIES.items()
+            if (value := getattr(self, name)) is not None
+        }
 
     def kube_options(self) -> KubeOptions:
         return self._section(KubeOptions)

@@ -166,10 +166,11 @@ def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
 
 def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
     return table(
-        ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
+        ["WAITING GANG", "JOB", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
         [
             [
                 f"{g.namespace}/{g.name}",
+                g.job or "-",
                 g.queue,
                 str(g.gpus),
                 g.reason,
@@ -283,7 +284,10 @@ def explain_text(doc: StatusDoc, job: JobEntry) -> str:
         lines += _queue_lines(q)
     else:
         lines.append(f"Queue {job.queue}: not in the status (no summary for it this cycle)")
-    gangs = [g for g in doc.gangs if g.queue == job.queue]
+    own = own_gangs(doc, job)
+    for g in own:
+        lines += ["", *gang_lines(doc, g)]
+    gangs = [g for g in doc.gangs if g.queue == job.queue and g not in own]
     if gangs:
         lines += ["", f"Waiting gangs in {job.queue}, served first:"]
         me = f"{job.namespace}/{job.name}"
@@ -293,6 +297,59 @@ def explain_text(doc: StatusDoc, job: JobEntry) -> str:
                 f"  {g.namespace}/{g.name}: {g.gpus} GPU(s), waiting {age(g.since, now)}: "
                 f"{g.reason}: {g.message}{mark}"
             )
+    return "\n".join(lines) + "\n"
+
+
+def own_gangs(doc: StatusDoc, job: JobEntry) -> list[GangEntry]:
+    """The waiting gangs that are this job's own (its PodGroup, by owner)."""
+    mine = f"{job.kind}/{job.namespace}/{job.name}"
+    return [g for g in doc.gangs if g.job == mine]
+
+
+def gang_of(doc: StatusDoc, namespace: str, name: str) -> GangEntry | None:
+    """The waiting gang of this PodGroup name, if the status lists it."""
+    return next((g for g in doc.gangs if (g.namespace, g.name) == (namespace, name)), None)
+
+
+def gang_lines(doc: StatusDoc, g: GangEntry) -> list[str]:
+    """One waiting gang in words: whose it is, what it needs and from where, since when,
+    what the plan does with it and what blocks it."""
+    now = doc.time
+    whose = f"the gang of {g.job}" if g.job else "a gang of no job we read"
+    source = {
+        "pods": "its pods' requests",
+        "template": "its job's pod templates",
+        "minResources": "the PodGroup's spec.minResources",
+    }.get(g.need_from, "")
+    lines = [
+        f"Gang:      PodGroup {g.namespace}/{g.name} ({whose}) in queue {g.queue}",
+        f"           needs {g.gpus} GPU(s)" + (f", read from {source}" if source else ""),
+        f"           waiting since {rfc3339(g.since)} ({age(g.since, now)})",
+        f"           {g.reason}: {g.message}",
+    ]
+    if g.victims:
+        lines.append(f"           takes workers from: {', '.join(g.victims)}")
+    q = doc.queues.get(g.queue)
+    if q is not None and g.reason not in ("GangFits", "GangCoveredByReclaim"):
+        room = q.headroom or (f"{q.headroom_gpus:g} GPU(s)" if q.headroom_gpus is not None else "")
+        if room:
+            lines.append(f"           queue headroom: {room}")
+    if g.blockers:
+        lines.append("           elastic jobs that did not give way:")
+        lines += [f"             {b}" for b in g.blockers]
+    return lines
+
+
+def explain_gang_text(doc: StatusDoc, g: GangEntry) -> str:
+    """`explain NS/PODGROUP`: the gang alone, when no job of that name is listed."""
+    head = (
+        f"PodGroup {g.namespace}/{g.name}, as of the cycle at {rfc3339(doc.time)} "
+        f"({doc.mode}, {doc.cycle.result})"
+    )
+    lines = [head, "", *gang_lines(doc, g)]
+    q = doc.queues.get(g.queue)
+    if q is not None:
+        lines += ["", *_queue_lines(q)]
     return "\n".join(lines) + "\n"
 
 
@@ -306,6 +363,18 @@ def explain_dict(doc: StatusDoc, job: JobEntry) -> dict[str, Any]:
         "job": job_dict(job),
         "queue": queue_dict(q) if q is not None else None,
         "gangs": [gang_dict(g) for g in doc.gangs if g.queue == job.queue],
+        "own_gangs": [gang_dict(g) for g in own_gangs(doc, job)],
+    }
+
+
+def explain_gang_dict(doc: StatusDoc, g: GangEntry) -> dict[str, Any]:
+    q = doc.queues.get(g.queue)
+    return {
+        "time": rfc3339(doc.time),
+        "mode": doc.mode,
+        "cycle": doc.cycle.result,
+        "gang": gang_dict(g),
+        "queue": queue_dict(q) if q is not None else None,
     }
 
 

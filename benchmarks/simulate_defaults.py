@@ -6,6 +6,7 @@ multi-GPU). A default changes only with the row that justifies it (docs/benchmar
     PYTHONPATH=. python benchmarks/simulate_defaults.py \\
         [--candidate 'name:key=value,key=value' ...] [--json out.json]
         [--volcano-plugin capacity|proportion] [--no-queue-capability]
+        [--job-info none|runtime|progress|both]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from simulate_pollux import hide_queue_capability
 from autoscaler.model import Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_trace, bundled_traces
+from autoscaler.sim.policies import JOB_INFO
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, read_trace
 from autoscaler.sim.workload import Workload, with_restart_costs
@@ -65,11 +67,12 @@ def measure(
     settings: Settings,
     policies: tuple[str, ...],
     plugin: Plugin = Plugin.CAPACITY,
+    job_info: str = "none",
 ) -> dict:
     """Average JCT (h) and restarts per job per policy, averaged over the workloads."""
     rows: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
     for w in ws:
-        c = compare(w, gpus, settings, policies, 30.0, plugin=plugin)
+        c = compare(w, gpus, settings, policies, 30.0, plugin=plugin, job_info=job_info)
         for p in policies:
             m = c.metrics[p]
             rows[p].append((m.avg_jct / 3600, m.restarts_per_job))
@@ -92,6 +95,12 @@ def main() -> None:
     )
     ap.add_argument("--volcano-plugin", choices=["capacity", "proportion"], default="capacity")
     ap.add_argument(
+        "--job-info",
+        choices=JOB_INFO,
+        default="none",
+        help="what jobs declare of their run to the planner (simulate --job-info)",
+    )
+    ap.add_argument(
         "--no-queue-capability",
         action="store_true",
         help="do not show the planner the Queue's capability (the numbers before it was)",
@@ -113,7 +122,8 @@ def main() -> None:
         base = measure(ws, gpus, Settings(), BASELINES, plugin)
         out[scenario] = {"baselines": base, "planner": {}}
         for name, overrides in candidates.items():
-            got = measure(ws, gpus, Settings(**overrides), ("planner",), plugin)["planner"]
+            got = measure(ws, gpus, Settings(**overrides), ("planner",), plugin, args.job_info)
+            got = got["planner"]
             out[scenario]["planner"][name] = got
         print(f"\n{scenario} ({gpus} GPUs; {time.time() - t:.0f}s so far)")
         for p, m in base.items():

@@ -3,6 +3,7 @@ metrics, plus planner ablations. Used for docs/benchmarks.md.
 
     python benchmarks/simulate_pollux.py [TRACES_DIR] [--set key=value ...]
         [--volcano-plugin capacity|proportion] [--no-queue-capability] [--json out.json]
+        [--job-info none|runtime|progress|both]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from autoscaler.model import ClusterSnapshot, Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.engine import Cluster
-from autoscaler.sim.policies import POLICIES
+from autoscaler.sim.policies import JOB_INFO, POLICIES
 from autoscaler.sim.runner import compare
 from autoscaler.sim.traces import TraceOptions, read_trace
 from autoscaler.sim.workload import ElasticRule
@@ -52,11 +53,12 @@ def run_all(
     penalty: float,
     opts: TraceOptions,
     plugin: Plugin = Plugin.CAPACITY,
+    job_info: str = "none",
 ) -> dict[str, dict[str, float]]:
     per: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     for i in range(1, 9):
         w = read_trace(traces / "pollux-workloads" / f"workload-{i}.csv", opts)
-        c = compare(w, gpus, settings, policies, penalty, plugin=plugin)
+        c = compare(w, gpus, settings, policies, penalty, plugin=plugin, job_info=job_info)
         for p in policies:
             m = c.metrics[p]
             per[p].append({k: getattr(m, k) for k in KEYS})
@@ -113,6 +115,12 @@ def main() -> None:
     ap.add_argument("--speedup", default="auto")
     ap.add_argument("--volcano-plugin", choices=["capacity", "proportion"], default="capacity")
     ap.add_argument(
+        "--job-info",
+        choices=JOB_INFO,
+        default="none",
+        help="what jobs declare of their run to the planner (simulate --job-info)",
+    )
+    ap.add_argument(
         "--no-queue-capability",
         action="store_true",
         help="do not show the planner the Queue's capability (the numbers before it was)",
@@ -132,6 +140,7 @@ def main() -> None:
         args.penalty,
         opts,
         Plugin(args.volcano_plugin),
+        args.job_info,
     )
     print(show(avg))
     print(per_workload(avg))

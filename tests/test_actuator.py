@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -183,6 +184,33 @@ async def test_shrink_records_its_reason(kube: FakeKubeApi, actuator: KubeActuat
     (event,) = kube.objects("events", NS)
     assert event["reason"] == "ReclaimForPending"
     assert event["message"].startswith("Worker replicas 6 -> 3")
+
+
+async def test_a_warning_is_one_warning_event_on_the_job_said_once(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    """A decision's warning for the job's owner (a queue annotation its operator does not
+    honour) becomes a Warning Event on the job beside the resize's own, and is not said
+    again while it stands; a changed warning is said again; a follower says nothing."""
+    stored = kube.put(job("a", replicas=2))
+    warned = replace(decide(stored, 4), warnings=("annotation says q1, runs in default",))
+    await actuator.apply(plan(warned), NOW)
+    events = sorted(kube.objects("events", NS), key=lambda e: e["type"])
+    assert [(e["type"], e["reason"]) for e in events] == [
+        ("Normal", "ScaleUpIdleGpus"),
+        ("Warning", "QueueAnnotationIgnored"),
+    ]
+    assert events[1]["message"] == "annotation says q1, runs in default"
+    assert events[1]["involvedObject"]["name"] == "a"
+    held = replace(warned, target=warned.current)
+    await actuator.apply(plan(held), NOW + timedelta(seconds=5))
+    assert len(kube.objects("events", NS)) == 2
+    changed = replace(held, warnings=("annotation says q2, runs in default",))
+    await actuator.apply(plan(changed), NOW + timedelta(seconds=10), may_write=lambda: False)
+    assert len(kube.objects("events", NS)) == 2
+    await actuator.apply(plan(changed), NOW + timedelta(seconds=15))
+    assert kube.objects("events", NS)[-1]["message"] == "annotation says q2, runs in default"
+    assert len(kube.objects("events", NS)) == 3
 
 
 async def test_stale_resource_version_is_a_conflict_and_leaves_job_alone(

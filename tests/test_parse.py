@@ -7,12 +7,15 @@ from datetime import UTC, datetime
 import pytest
 from builders import (
     DELETE,
+    NOW,
     edit,
     podgroup,
+    policy,
     priority_class,
     pytorchjob,
     queue_obj,
     settings,
+    vcjob,
 )
 
 from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
@@ -24,6 +27,7 @@ from autoscaler.parse import (
     parse_job,
     parse_podgroup,
 )
+from autoscaler.planner import plan
 from autoscaler.snapshot_file import free_gpu_states
 
 P = settings()
@@ -79,19 +83,75 @@ def test_missing_bounds_default_like_the_operator(min_r, max_r, replicas, bounds
         assert (job.min_replicas, job.max_replicas) == bounds
 
 
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _annotated(queue: str | None, annotation: str | None, paused: bool = False) -> dict:
+    notes = {QUEUE_ANNOTATION: annotation} if annotation else {}
+    if paused:
+        notes["elastic-autoscaler.io/paused"] = "true"
+    return pytorchjob("job", queue=queue, annotations=notes)
+
+
 @pytest.mark.parametrize(
-    ("obj", "queue"),
+    ("obj", "group_queue", "queue", "warned"),
     [
-        (pytorchjob(queue="team-x"), "team-x"),
+        (_annotated("team-x", None), None, "team-x", ""),
+        (_annotated(None, None), None, "default", ""),
+        # the annotation: training-operator copies it onto the PodGroup's annotations only
         (
-            pytorchjob(queue=None, annotations={"scheduling.volcano.sh/queue-name": "team-y"}),
-            "team-y",
+            _annotated(None, "team-y"),
+            None,
+            "default",
+            "spec.runPolicy.schedulingPolicy.queue is unset",
         ),
-        (pytorchjob(queue=None), "default"),
+        (
+            _annotated("team-x", "team-y"),
+            None,
+            "team-x",
+            "spec.runPolicy.schedulingPolicy.queue is team-x",
+        ),
+        (_annotated("team-y", "team-y"), None, "team-y", ""),
+        # once the PodGroup exists, its spec.queue is where Volcano runs the job
+        (_annotated(None, "team-y"), "default", "default", "its PodGroup's spec.queue is default"),
+        (_annotated("team-x", None), "team-z", "team-z", ""),
+        (_annotated("team-y", "team-y"), "team-y", "team-y", ""),
+        # a job we do not manage is warned too (its GPUs count in the queue it runs in)
+        (_annotated(None, "team-y", paused=True), "default", "default", "PodGroup"),
+    ],
+    ids=[
+        "spec",
+        "nothing",
+        "annotation-only",
+        "both-differ",
+        "both-agree",
+        "podgroup-default",
+        "podgroup-moved",
+        "podgroup-agrees",
+        "unmanaged",
     ],
 )
-def test_queue_resolution(obj, queue):
-    assert parsed(obj).queue == queue
+def test_a_kubeflow_jobs_queue_is_the_one_volcano_runs_it_in(obj, group_queue, queue, warned):
+    """Its PodGroup's spec.queue once the PodGroup exists, else what training-operator
+    writes there (runPolicy.schedulingPolicy.queue, else default); an annotation
+    scheduling.volcano.sh/queue-name naming another queue is a warning on the job that
+    says where it runs and how to set it (plan, status and an Event carry it)."""
+    groups = ()
+    if group_queue is not None:
+        groups = (podgroup("job", queue=group_queue, phase="Running", owner="job"),)
+    snapshot = build_snapshot(RawObjects(jobs=(obj,), podgroups=groups), {}, P.read_options())
+    (job,) = snapshot.jobs + snapshot.unmanaged
+    assert job.queue == queue
+    assert list(snapshot.queues) == [queue]
+    if not warned:
+        assert job.queue_warning == ""
+        return
+    assert warned in job.queue_warning
+    assert f"Volcano schedules it in queue {queue}" in job.queue_warning
+    assert "set spec.runPolicy.schedulingPolicy.queue: team-y" in job.queue_warning
+    (d,) = plan(snapshot, policy(), NOW).decisions  # shown with it, said as an Event
+    assert d.queue == queue
+    assert d.warnings == (job.queue_warning,) and job.queue_warning in d.notes
 
 
 def test_gpus_limits_else_requests_summed_over_containers_and_resource_names():
@@ -350,7 +410,6 @@ def test_waiting_podgroups(obj, gpus, phase):
         podgroup(phase="Running"),
         podgroup(phase="Completed"),
         podgroup(phase="Unknown"),
-        podgroup(gpus=0),
     ],
 )
 def test_podgroups_that_need_no_room(obj):
@@ -574,3 +633,71 @@ def test_asked_at_is_the_latest_dated_write_to_the_job_not_its_status():
     ]
     parsed = parse_job(job, P.read_options(), Priorities({}))
     assert parsed.asked_at == datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+
+
+# ---- a waiting gang's need: its pods, else its job's templates, else minResources ---------
+
+
+def _gangs(*objects):
+    s = build_snapshot(RawObjects.from_objects(objects), free_gpu_states({"team-a": 0}), P)
+    return {g.ref.name: g for g in s.pending}, {g.ref.name: g.message for g in s.invalid_groups}
+
+
+def test_a_gang_with_gpus_in_limits_only_is_seen_from_its_jobs_template():
+    """Volcano's controller writes minResources from the template's requests: GPUs in
+    limits only leave none in it. The gang's need comes from its Job's template: 3 pods
+    (spec.minAvailable) of 2 GPUs."""
+    job = vcjob("rigid", replicas=4, min_available=3, max_replicas=None, gpus=2, phase="Pending")
+    pg = edit(podgroup("rigid-pg", owner="rigid", owner_kind="Job"), "spec.minResources", {})
+    pending, _ = _gangs(job, pg)
+    g = pending["rigid-pg"]
+    assert (g.gpus, g.need_from) == (6, "template")
+    assert [n for _, n in g.pods] == [3]
+
+
+@pytest.mark.parametrize(("min_available", "gpus"), [(None, 1 + 4), (3, 1 + 2)])
+def test_a_pytorchjob_gang_counts_its_master_as_the_operator_does(min_available, gpus):
+    job = pytorchjob("pt", replicas=4, active=0, min_available=min_available)
+    master = job["spec"]["pytorchReplicaSpecs"]["Worker"] | {"replicas": 1}
+    job = edit(job, "spec.pytorchReplicaSpecs.Master", master)
+    pending, _ = _gangs(job, edit(podgroup("pt", owner="pt"), "spec.minResources", {}))
+    assert (pending["pt"].gpus, pending["pt"].need_from) == (gpus, "template")
+
+
+def _gang_pod(name, group, *, gpus=1, node=""):
+    spec = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "annotations": {"scheduling.k8s.io/group-name": group},
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_gangs_pods_say_its_need_once_min_member_of_them_exist():
+    pg = edit(podgroup("plain", phase="Inqueue"), "spec.minResources", {})  # minMember 2
+    pending, _ = _gangs(pg, _gang_pod("a", "plain", gpus=2), _gang_pod("b", "plain", gpus=2))
+    assert (pending["plain"].gpus, pending["plain"].need_from) == (4, "pods")
+    assert sum(n for _, n in pending["plain"].pods) == 2
+    one, _ = _gangs(pg, _gang_pod("a", "plain", gpus=2))  # fewer than minMember: not yet
+    assert "plain" not in one  # and nothing else says it needs GPUs: GPU-free
+
+
+def test_a_gang_whose_need_cannot_be_known_is_shown_with_why():
+    pg = edit(podgroup("orphan", owner="gone"), "spec.minResources", {})
+    pending, invalid = _gangs(pg)
+    assert "orphan" not in pending
+    assert "its GPU need cannot be known" in invalid["orphan"]
+    assert "PyTorchJob ml/gone is not read" in invalid["orphan"]
+
+
+def test_a_gang_without_gpus_in_any_source_needs_no_room():
+    pending, invalid = _gangs(podgroup("cpu", gpus=0))
+    assert pending == {} and invalid == {}

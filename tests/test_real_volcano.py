@@ -116,8 +116,8 @@ class Scene:
         return daemon_env(self.volcano, self.ns, self.home)
 
     @contextlib.asynccontextmanager
-    async def daemon(self) -> AsyncIterator[Daemon]:
-        async with daemon_process(self.env()) as proc:
+    async def daemon(self, extra_env: dict[str, str] | None = None) -> AsyncIterator[Daemon]:
+        async with daemon_process({**self.env(), **(extra_env or {})}) as proc:
             daemon = Daemon(proc, self)
             try:
                 yield daemon

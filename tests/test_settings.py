@@ -168,7 +168,7 @@ def test_annotation_names_have_one_home():
         for n in dir(Annotations)
         if isinstance(getattr(Annotations, n), property)
     ]
-    assert len(suffixes) == 7
+    assert len(suffixes) == 9
     package = pathlib.Path(__file__).resolve().parent.parent / "autoscaler"
     for path in package.rglob("*.py"):
         if path.name == "options.py":
@@ -178,3 +178,33 @@ def test_annotation_names_have_one_home():
         )
         for suffix in suffixes:
             assert not re.search(rf'f?"[^"\n]*/{suffix}"', code), (path.name, suffix)
+
+
+VENDOR = "baidu.com/a800_80g_cgpu"
+
+
+@pytest.mark.parametrize(
+    ("names", "label"),
+    [
+        (["nvidia.com/gpu"], '{resource="nvidia.com/gpu"}'),
+        ([VENDOR], '{resource="baidu.com/a800_80g_cgpu"}'),
+        (
+            [VENDOR, "nvidia.com/gpu"],
+            '{resource=~"baidu\\\\.com/a800_80g_cgpu|nvidia\\\\.com/gpu"}',
+        ),
+    ],
+    ids=["default", "vendor", "both"],
+)
+def test_the_series_selectors_follow_gpu_resource_names(names, label):
+    """One setting names a vendor GPU for everything that reads GPUs: Volcano labels a
+    queue's scalar series by resource name, so the selectors left at their defaults
+    match the names of gpu_resource_names (several summed by queue, dots escaped in the
+    regex); one set by hand is kept as written."""
+    options = Settings(gpu_resource_names=names).prometheus_options()
+    for part in ("deserved", "allocated", "request", "inqueue", "real_capacity"):
+        selector = getattr(options, f"{part}_gpus_series")
+        assert selector == f"volcano_queue_{part}_scalar_resources{label}"
+    custom = 'sum by (queue_name) (my_allocated{gpu="a800"})'
+    kept = Settings(gpu_resource_names=[VENDOR], allocated_gpus_series=custom)
+    assert kept.prometheus_options().allocated_gpus_series == custom
+    assert VENDOR in kept.prometheus_options().request_gpus_series

@@ -233,3 +233,88 @@ def test_building_the_status_of_10k_jobs_is_cheap():
     elapsed = time.perf_counter() - start
     assert not changed(doc, again)
     assert elapsed < 5.0, elapsed  # measured ~0.2 s for both (docs/benchmarks.md)
+
+
+def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
+    """A rigid job's gang shows up under its job (kind/namespace/name) in the status and
+    its round trip; `explain` of the job says which gang is its own, what it needs, since
+    when, and which elastic job did not give way and why; the PodGroup's name explains
+    the gang alone."""
+    from autoscaler.model import ObjectRef, Reason, UnmanagedJob
+    from autoscaler.status_view import explain_gang_text, gang_of
+
+    rigid = UnmanagedJob(ObjectRef("ml", "rigid"), "q", Reason.NOT_ELASTIC, "no elasticPolicy")
+    jobs = [ej("cooling", min=1, replicas=4, max=4, last=ago(20))]
+    pg = replace(gang("rigid-pg", 3, owner="rigid"), need_from="template")
+    s = replace(snap({"q": 0}, jobs, [pg]), unmanaged=(rigid,))
+    doc = cycle(s)
+    (g,) = doc.gangs
+    assert g.job == "PyTorchJob/ml/rigid" and g.need_from == "template"
+    assert any(
+        "ml/cooling: 3 worker(s) above its min" in b and "resized 20s ago" in b for b in g.blockers
+    )
+    assert from_data(to_data(doc), "cm").gangs == doc.gangs
+    assert "PyTorchJob/ml/rigid" in status_table(doc)
+    text = explain_text(doc, entry(doc, "rigid"))
+    assert "Gang:      PodGroup ml/rigid-pg (the gang of PyTorchJob/ml/rigid) in queue q" in text
+    assert "needs 3 GPU(s), read from its job's pod templates" in text
+    assert f"waiting since {ago(60):%Y-%m-%dT%H:%M:%SZ} (1m)" in text
+    assert "GangUncoverable" in text and "reclaim_cooldown_seconds=60" in text
+    found = gang_of(doc, "ml", "rigid-pg")
+    assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
+
+
+def test_status_and_explain_say_what_node_fit_bounded():
+    """Raw objects, as `plan --snapshot` and the daemon read them: GKE-tainted GPU nodes
+    and a PyTorchJob whose pods would not tolerate the taint (the admission plugin is off
+    in this cluster): `status -o wide` and `explain` say why it does not grow in node
+    fit's words, naming the taint."""
+    from autoscaler.snapshot_file import parse_snapshot_data
+
+    def node(name: str) -> dict:
+        return {
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {
+                "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+            },
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "u", "resourceVersion": "1"},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": 8},
+            "runPolicy": {"schedulingPolicy": {"queue": "q", "minAvailable": 1}},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+                            ]
+                        }
+                    },
+                }
+            },
+        },
+        "status": {"replicaStatuses": {"Worker": {"active": 2}}},
+    }
+    data = {"free_gpus": {"q": 16}, "objects": [node("n1"), node("n2"), job]}
+    options = Settings(extended_resource_toleration=False).read_options()
+    snapshot = parse_snapshot_data(data).snapshot(options)
+    doc = cycle(snapshot)
+    train = entry(doc, "train")
+    assert train.reason == "HoldNoNodeFits"
+    taint = "nvidia.com/gpu=present:NoSchedule that its workers do not tolerate"
+    assert taint in status_table(doc, wide=True)
+    assert taint in explain_text(doc, train)
+    # with the plugin's toleration (the default), the same job grows into the 16 GPUs
+    grown = cycle(parse_snapshot_data(data).snapshot(Settings().read_options()))
+    assert entry(grown, "train").reason == "ScaleUpIdleGpus"

@@ -11,6 +11,7 @@ from ..model import PodShape, Reason
 from ..options import ReadOptions
 from ..podspec import read_shape
 from ..resources import ResourceKind
+from .gang import GangPods
 
 
 class NotManaged(Exception):
@@ -53,6 +54,8 @@ class Write:
 
 class JobKind(Protocol):
     resource: ResourceKind
+    queue_field: str  # where the job names its queue, e.g. spec.queue
+    operator: str  # who turns the job into a PodGroup and pods, named in messages
 
     def queue(self, obj: Mapping[str, Any]) -> str:
         """The Volcano queue the job's pods are scheduled in."""
@@ -85,6 +88,10 @@ class JobKind(Protocol):
 
     def workers_name(self, at: str) -> str:
         """The worker group for people: "Worker", "task worker"."""
+
+    def gang(self, obj: Mapping[str, Any], options: ReadOptions) -> GangPods | None:
+        """The pods its PodGroup's minMember holds, by shape, as its operator counts
+        them (kinds.gang); None when the templates cannot be read."""
 
 
 def read_workers(

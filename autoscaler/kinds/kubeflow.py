@@ -1,7 +1,9 @@
 """Kubeflow training-operator jobs: PyTorchJob and PaddleJob.
 
 Both keep their workers in `spec.<x>ReplicaSpecs.Worker`, their elastic range in
-`spec.elasticPolicy` and their queue and priority in `spec.runPolicy.schedulingPolicy`;
+`spec.elasticPolicy` and their queue and priority in `spec.runPolicy.schedulingPolicy`
+(never in the annotation `scheduling.volcano.sh/queue-name`, which training-operator
+copies only into its PodGroup's annotations);
 they differ only in the replica-spec field. A resize is one merge patch of the Worker's
 replicas and our annotations, pinned to the resourceVersion we planned on. PaddleJob's
 CRD also has a /scale subresource; we do not use it, because a /scale write cannot carry
@@ -23,10 +25,10 @@ from ..resources import (
     MERGE_PATCH,
     PADDLEJOB,
     PYTORCHJOB,
-    VOLCANO_QUEUE_ANNOTATION,
     ResourceKind,
 )
 from .base import NotManaged, Workers, Write, read_workers
+from .gang import GangPods, kubeflow_gang
 
 DEFAULT_QUEUE = "default"
 
@@ -47,11 +49,15 @@ class KubeflowJob:
     def __repr__(self) -> str:
         return f"KubeflowJob({self.resource.kind})"
 
+    queue_field = "spec.runPolicy.schedulingPolicy.queue"
+    operator = "training-operator"
+
     def queue(self, obj: Mapping[str, Any]) -> str:
+        # what training-operator writes into its PodGroup's spec.queue (common/job.go
+        # ReconcileJobs): schedulingPolicy.queue, else Volcano's default. Not the
+        # annotation scheduling.volcano.sh/queue-name: the operator copies the job's
+        # annotations onto the PodGroup's, where Volcano does not read a queue.
         queue = dig(obj, "spec", "runPolicy", "schedulingPolicy", "queue")
-        if isinstance(queue, str) and queue:
-            return queue
-        queue = dig(obj, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
         if isinstance(queue, str) and queue:
             return queue
         return DEFAULT_QUEUE
@@ -71,6 +77,9 @@ class KubeflowJob:
         if dig(obj, "spec", "runPolicy", "suspend") is True:
             return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
         return None
+
+    def gang(self, obj: Mapping[str, Any], options: ReadOptions) -> GangPods | None:
+        return kubeflow_gang(obj, self.replica_specs, options, self.default_port)
 
     def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         where = f"spec.{self.replica_specs}.Worker"

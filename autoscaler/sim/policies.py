@@ -52,6 +52,11 @@ DESCRIPTIONS = {
     "stock Volcano refuses victims of equal or higher job priority)",
     "planner": "this daemon's planner",
 }
+# what simulated jobs declare of their run to the planner, as the annotations would
+# (autoscaler/payoff.py): nothing; their expected run time (their work: seconds at the
+# size they asked for); their progress (the fraction of work done, to 0.01, as a trainer
+# reports it at epoch ends); or both
+JOB_INFO = ("none", "runtime", "progress", "both")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 as the planner's clock
 NAMESPACE = "sim"
 
@@ -106,8 +111,11 @@ class PlannerController(_Elastic):
 
     name = "planner"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, job_info: str = "none") -> None:
+        if job_info not in JOB_INFO:
+            raise ValueError(f"unknown job info {job_info!r}: choose from {', '.join(JOB_INFO)}")
         self.settings = settings
+        self.job_info = job_info
         self.interval = settings.interval_seconds
         self.min_interval = settings.min_interval_seconds
         self._next = math.inf
@@ -176,7 +184,7 @@ class _SimSource:
         if len(self._jobs) > 2 * len(cluster.live()) + 64:  # forget finished jobs
             live = {j.name for j in cluster.live()}
             self._jobs = {k: v for k, v in self._jobs.items() if k in live}
-        return snapshot_of(cluster, self._jobs)
+        return snapshot_of(cluster, self._jobs, self._owner.job_info)
 
 
 class _SimActuator:
@@ -204,7 +212,9 @@ class _SimActuator:
 
 
 def snapshot_of(
-    cluster: Cluster, cache: dict[str, tuple[tuple[object, ...], ElasticJob]] | None = None
+    cluster: Cluster,
+    cache: dict[str, tuple[tuple[object, ...], ElasticJob]] | None = None,
+    job_info: str = "none",
 ) -> ClusterSnapshot:
     """What the daemon's sources would read: Volcano's view (the plugin, each queue's
     allocated, request, inqueue, weight, capability; the cluster's GPUs) from which the
@@ -212,7 +222,8 @@ def snapshot_of(
     scheduler admits by, every live job as an ElasticJob, every job still waiting for
     its gang also as a PendingGroup owned by it. `cache` (name -> (state, ElasticJob))
     reuses a job's model object while its state is unchanged, as the daemon's parse cache
-    does by resourceVersion: most jobs do not change between cycles."""
+    does by resourceVersion: most jobs do not change between cycles. `job_info`: what
+    each job declares of its run (JOB_INFO)."""
 
     view = cluster.view()
     # as the daemon's sources build it: no free-GPU reading (the headroom replaces it);
@@ -229,7 +240,12 @@ def snapshot_of(
     cache = {} if cache is None else cache
     jobs = []
     pending = []
+    runtime = job_info in ("runtime", "both")
+    # node pools: each job's worker shape and where its workers run, as the pod watch
+    # says (unless the planner is to see GPUs alone: the old rule)
+    shapes = cluster.pool is not None and cluster.planner_sees_shapes
     for j in cluster.live():
+        progress = _progress(j) if job_info in ("progress", "both") else None
         state = (
             j.min_workers,
             j.max_workers,
@@ -237,6 +253,8 @@ def snapshot_of(
             j.active,
             j.last_scale_time,
             j.first_start,
+            progress,
+            tuple(j.nodes) if shapes else (),
         )
         hit = cache.get(j.name)
         if hit is not None and hit[0] == state:
@@ -260,6 +278,10 @@ def snapshot_of(
                 # the daemon measures it after a resize; the simulator knows it
                 restart_cost_seconds=j.spec.restart_cost,
                 restart_cost_source="" if j.spec.restart_cost is None else "measured",
+                expected_runtime_seconds=j.spec.work if runtime else None,
+                progress=progress,
+                shape=j.spec.shape if shapes else None,
+                worker_nodes=tuple(j.nodes) if shapes else (),
             )
             cache[j.name] = (state, job)
         jobs.append(job)
@@ -272,9 +294,17 @@ def snapshot_of(
                     created=sim_time(j.spec.submit),
                     priority=j.spec.priority,
                     owner=job.ref,
+                    pods=((j.spec.worker_shape, j.gang),) if shapes else (),
                 )
             )
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending), volcano=view)
+
+
+def _progress(j: SimJob) -> float | None:
+    """The fraction of its work a started job reports done, to 0.01; None before."""
+    if j.first_start is None or j.spec.work <= 0:
+        return None
+    return round(min(1.0, max(0.0, 1.0 - j.remaining / j.spec.work)), 2)
 
 
 class HpaController(_Elastic):
@@ -338,13 +368,13 @@ class HpaController(_Elastic):
         self._next = now + self.period if cluster.live() else math.inf
 
 
-def make_controller(name: str, settings: Settings) -> Controller:
+def make_controller(name: str, settings: Settings, job_info: str = "none") -> Controller:
     if name in ("static", "volcano-default", "volcano-elastic"):
         return _Passive(name)
     if name == "hpa":
         return HpaController()
     if name == "planner":
-        return PlannerController(settings)
+        return PlannerController(settings, job_info)
     raise ValueError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)}")
 
 

@@ -1,0 +1,108 @@
+"""Whether reclaiming workers for a waiting gang pays (planner rule 3, "reclaim only where
+it pays"). Pure: estimates from what jobs declare, time from the plan's `now`.
+
+A job may declare how long it runs (our `expected-runtime-seconds` annotation: seconds
+from its start) or report how far it is (our `progress` annotation: the fraction of its
+work done). From either, `remaining_seconds` estimates what is left of its run. With
+those estimates a reclaim is a trade between two jobs:
+
+- the waiting gang gains the time it would otherwise wait: until the running jobs of its
+  queue, in the order they are expected to end, free the GPUs it is short of
+  (`gang_wait`);
+- each victim loses its restart, plus the work of the workers it gives up, for as long
+  as it runs without them, at linear speedup (`victim_loss`): until the gang's job ends
+  (its GPUs come back to the queue), its own end, or the queue's running jobs have freed
+  enough for every waiting gang and for the workers taken (then it is grown back, a
+  second restart), whichever is soonest. The gang's job must declare its run (a waiting
+  job has no progress: its expected run time).
+
+The reclaim goes ahead only if the gain beats the losses (times the policy's
+`reclaim_payoff_factor`). What nobody declared is not guessed: a gang whose wait cannot be
+estimated, or a victim whose loss cannot, is reclaimed for as before (elastic workers go
+first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from .model import ElasticJob
+
+
+def remaining_seconds(job: ElasticJob, now: datetime) -> float | None:
+    """Seconds of running the job has left, from what it declared, None if it declared
+    nothing usable. Reported progress wins (extrapolated at the pace so far, which counts
+    its resizes and restarts); else the expected run time less what it has run (a job
+    not started has all of it left; one past its estimate no longer has one)."""
+    ran = None if job.started is None else (now - job.started).total_seconds()
+    p = job.progress
+    if p is not None and 0 < p and ran is not None and ran > 0:
+        return ran * (1 - min(p, 1.0)) / p
+    expected = job.expected_runtime_seconds
+    if expected is None:
+        return None
+    if ran is None:
+        return expected
+    left = expected - max(ran, 0.0)
+    return left if left > 0 else None
+
+
+def gang_wait(shortfall: int, ending: Iterable[tuple[float, int]]) -> float | None:
+    """Seconds until `shortfall` GPUs free without a reclaim: `ending` holds (seconds
+    left, GPUs held) of the queue's running jobs that declared their run; None when
+    those cannot free enough (then nothing is known of the wait)."""
+    freed = 0
+    for left, gpus in sorted(ending):
+        freed += gpus
+        if freed >= shortfall:
+            return left
+    return None
+
+
+def victim_loss(
+    workers: int,
+    taken: int,
+    remaining: float | None,
+    gang_runtime: float | None,
+    restart_seconds: float,
+    back_in: float | None = None,
+) -> float | None:
+    """Seconds the victim's end moves out when `taken` of its `workers` go: its restart,
+    plus, at linear speedup, the work those workers would have done while it runs without
+    them: until the gang's job ends (their GPUs come back to the queue), its own end, or
+    `back_in` (when the queue's jobs will have freed enough for every waiting gang and
+    for the workers taken: then it is grown back, a second restart), whichever is soonest.
+    None when the gang's run is unknown: the victim's own end alone would charge it as if
+    it never got them back, which no known run says."""
+    if gang_runtime is None:
+        return None
+    if taken <= 0:
+        return 0.0  # only workers never placed: nothing runs slower, nothing restarts
+    span = gang_runtime if remaining is None else min(remaining, gang_runtime)
+    restarts = 1
+    if back_in is not None and back_in < span:
+        span, restarts = back_in, 2
+    left = workers - taken
+    if left <= 0:  # the job stops: everything it had left waits
+        return restarts * restart_seconds + span
+    return restarts * restart_seconds + span * taken / left
+
+
+@dataclass(frozen=True, slots=True)
+class Trade:
+    """A reclaim weighed: the gang's gain and the victims' losses (seconds), the losses
+    of victims whose loss is unknown left out."""
+
+    gain: float | None
+    loss: float
+
+    def pays(self, factor: float) -> bool:
+        """Reclaim when the check is off (factor 0), the gain is unknown, or it beats
+        the losses."""
+        return factor <= 0 or self.gain is None or self.gain > factor * self.loss
+
+    def describe(self) -> str:
+        gain = "unknown" if self.gain is None else f"~{self.gain:.0f}s"
+        return f"the gang would wait {gain}; its victims would lose ~{self.loss:.0f}s"

@@ -1,0 +1,241 @@
+"""Reclaim only where it pays (autoscaler/payoff.py, planner rule 3): the estimates from
+what jobs declare of their run, the trade, and the planner's decision, one table each;
+the annotations as parse.py reads them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from builders import NOW, ago, ej, gang, policy, pytorchjob, settings, snap
+
+from autoscaler import payoff
+from autoscaler.model import Reason, UnmanagedJob
+from autoscaler.parse import Priorities, parse_job
+from autoscaler.planner import plan
+
+RUNTIME = "elastic-autoscaler.io/expected-runtime-seconds"
+PROGRESS = "elastic-autoscaler.io/progress"
+
+
+def declared(job, runtime=None, progress=None):
+    return replace(job, expected_runtime_seconds=runtime, progress=progress)
+
+
+# ---- what is left of a job ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("started", "runtime", "progress", "left"),
+    [
+        (ago(1000), None, None, None),  # declared nothing
+        (ago(1000), 4000.0, None, 3000.0),  # expected run less what it ran
+        (None, 4000.0, None, 4000.0),  # not started: all of it
+        (ago(5000), 4000.0, None, None),  # past its estimate: no estimate left
+        (ago(1000), None, 0.25, 3000.0),  # a quarter in 1000 s: 3000 s more at that pace
+        (ago(1000), 9999.0, 0.5, 1000.0),  # progress wins over the expected run time
+        (ago(1000), None, 1.0, 0.0),  # done
+        (ago(1000), None, 0.0, None),  # no progress yet says nothing of the pace
+        (None, None, 0.5, None),  # progress without a start: no pace
+        (ago(1000), 4000.0, 0.0, 3000.0),  # ... then the expected run time answers
+    ],
+)
+def test_remaining_seconds(started, runtime, progress, left):
+    job = declared(ej("a", started=started), runtime, progress)
+    assert payoff.remaining_seconds(job, NOW) == left
+
+
+@pytest.mark.parametrize(
+    ("shortfall", "ending", "wait"),
+    [
+        (2, [(600.0, 2), (60.0, 1)], 600.0),  # 1 GPU at 60 s, the second at 600 s
+        (1, [(600.0, 2), (60.0, 1)], 60.0),
+        (4, [(600.0, 2), (60.0, 1)], None),  # the declared jobs cannot free enough
+        (1, [], None),  # nobody declared: unknown
+    ],
+)
+def test_gang_wait(shortfall, ending, wait):
+    assert payoff.gang_wait(shortfall, ending) == wait
+
+
+@pytest.mark.parametrize(
+    ("workers", "taken", "remaining", "gang_runtime", "loss"),
+    [
+        (4, 2, 7200.0, 3600.0, 30 + 3600.0),  # 2 of 4 while the gang's job runs: x1
+        (4, 1, 7200.0, 3600.0, 30 + 1200.0),  # 1 of 4: the 3 left do its work 1/3 slower
+        (4, 2, 600.0, 3600.0, 30 + 600.0),  # it ends before the gang's job does
+        (4, 2, None, 3600.0, 30 + 3600.0),  # its own run unknown: the gang's
+        (4, 2, 7200.0, None, None),  # the gang's run unknown: no estimate
+        (4, 2, None, None, None),  # nothing known
+        (2, 2, 600.0, 3600.0, 30 + 600.0),  # stopped outright: it waits all it had left
+        (4, 0, 600.0, 3600.0, 0.0),  # only unplaced workers: nothing lost
+    ],
+)
+def test_victim_loss(workers, taken, remaining, gang_runtime, loss):
+    assert payoff.victim_loss(workers, taken, remaining, gang_runtime, 30.0) == loss
+
+
+@pytest.mark.parametrize(
+    ("back_in", "loss"),
+    [
+        (600.0, 2 * 30 + 600.0),  # grown back after 600 s: a second restart
+        (3600.0, 30 + 3600.0),  # not before the gang's job ends anyway
+        (None, 30 + 3600.0),  # unknown: until the gang's job ends
+    ],
+)
+def test_a_victim_grown_back_sooner_loses_less(back_in, loss):
+    assert payoff.victim_loss(4, 2, 7200.0, 3600.0, 30.0, back_in) == loss
+
+
+@pytest.mark.parametrize(
+    ("gain", "loss", "factor", "pays"),
+    [
+        (600.0, 3630.0, 1.0, False),
+        (7200.0, 3630.0, 1.0, True),
+        (7200.0, 3630.0, 2.5, False),
+        (None, 3630.0, 1.0, True),  # the wait is unknown: reclaim as before
+        (600.0, 3630.0, 0.0, True),  # the check off
+        (600.0, 0.0, 1.0, True),  # no loss known
+    ],
+)
+def test_the_trade(gain, loss, factor, pays):
+    assert payoff.Trade(gain, loss).pays(factor) is pays
+
+
+# ---- the planner's decision -------------------------------------------------------------------
+# Queue full (0 free). v runs 4 workers (min 2): the only victim. e runs 2 at its min (not a
+# victim) and ends in 600 s if it declares so. Gang g (2 GPUs) belongs to job w, expected
+# to run 3600 s. The gang would wait 600 s for e's GPUs. Taking 2 of v's 4 workers costs v
+# two restarts (30 s each: shrunk now, grown back when e's GPUs free) and 600 s of 2
+# workers' work (at linear speedup, 600 s more for the 2 left): 660 s.
+
+
+def _scene(*, v=(7200.0, None), e=(600.0, None), w=3600.0, waited=60.0, v_workers=4):
+    started = ago(3600)
+    jobs = [
+        declared(ej("v", min=2, max=8, replicas=v_workers, started=started), *_run(v, started)),
+        declared(ej("e", min=2, max=2, replicas=2, started=started), *_run(e, started)),
+        declared(ej("w", min=2, max=4, replicas=2, active=0), w, None),
+    ]
+    return jobs, [gang("w", 2, owner="w", created=ago(waited))]
+
+
+def _run(declared_left, started):
+    """(remaining, progress) as (expected run time, progress) from the start."""
+    left, progress = declared_left
+    if left is None:
+        return None, progress
+    return left + (NOW - started).total_seconds(), progress
+
+
+@pytest.mark.parametrize(
+    ("scene", "pol", "gang_reason", "v_target"),
+    [
+        # the gang would wait 600 s, v would lose 660 s: it waits
+        ({}, {}, Reason.GANG_RECLAIM_UNPAID, 4),
+        # e declares nothing: v's own end (7200 s) is the only known one: the gang would
+        # wait 7200 s, v would lose 30 s + 3600 s (w's run): reclaim
+        ({"e": (None, None)}, {}, Reason.GANG_COVERED, 2),
+        # nobody declares anything: today's rule, reclaim
+        ({"v": (None, None), "e": (None, None), "w": None}, {}, Reason.GANG_COVERED, 2),
+        # v's loss unknown (the gang's job declares no run): it counts nothing
+        ({"w": None}, {}, Reason.GANG_COVERED, 2),
+        # the check off
+        ({}, {"reclaim_payoff_factor": 0}, Reason.GANG_COVERED, 2),
+        # e ends in 3000 s: the gang would wait 3000 s, v would lose 60 + 3000 s: not at
+        # factor 1, but at 0.5
+        ({"e": (3000.0, None)}, {"reclaim_payoff_factor": 0.5}, Reason.GANG_COVERED, 2),
+        ({"e": (3000.0, None)}, {}, Reason.GANG_RECLAIM_UNPAID, 4),
+        # v reports progress: 90 % in 3600 s, so 400 s left: it would lose 30 + 400 s, but
+        # the gang would wait only 400 s (for v's own end)
+        ({"v": (None, 0.9)}, {}, Reason.GANG_RECLAIM_UNPAID, 4),
+        # the same v with 8 workers, 6 of them above min: losing 2 of 8 for 400 s costs it
+        # 30 + 400 x 2/6 s < the 400 s the gang would wait
+        ({"v": (None, 0.9), "v_workers": 8}, {}, Reason.GANG_COVERED, 6),
+    ],
+)
+def test_a_reclaim_goes_ahead_only_where_it_pays(scene, pol, gang_reason, v_target):
+    jobs, gangs = _scene(**scene)
+    p = plan(snap({"q": 0}, jobs, gangs), policy(**pol), NOW)
+    assert {g.ref.name: g.reason for g in p.gangs} == {"w": gang_reason}
+    v = next(d for d in p.decisions if d.ref.name == "v")
+    assert v.target == v_target
+    if gang_reason is Reason.GANG_RECLAIM_UNPAID:
+        assert "reclaiming for it does not pay (the gang would wait ~" in p.gangs[0].message
+    if not scene and not pol:
+        assert "wait ~600s; its victims would lose ~660s" in p.gangs[0].message
+
+
+def test_a_gang_refused_a_reclaim_still_starves_growth():
+    jobs, gangs = _scene(waited=4000)
+    gangs = [replace(gangs[0], gpus=3)]  # 1 GPU free, 2 short: the scene's trade again
+    jobs.append(ej("x", min=1, max=8, replicas=1))  # would grow into anything free
+    p = plan(snap({"q": 1}, jobs, gangs), policy(max_gang_wait_seconds=1800), NOW)
+    assert p.gangs[0].reason is Reason.GANG_RECLAIM_UNPAID
+    assert "max_gang_wait_seconds=1800" in p.gangs[0].message
+    x = next(d for d in p.decisions if d.ref.name == "x")
+    assert (x.target, x.reason) == (1, Reason.GANG_STARVING)
+
+
+def test_victims_passed_over_stay_victims_for_the_next_gang():
+    # the first gang's reclaim does not pay (with the second gang waiting too, v would
+    # get its workers back only at its own end: it loses 30 + 3600 s); a second gang,
+    # whose own job runs 60 s, may take the same victim's workers (v loses 30 + 60 s)
+    jobs, gangs = _scene()
+    short = declared(ej("s", min=2, max=2, replicas=2, active=0, created=ago(30)), 60.0, None)
+    gangs.append(gang("s", 2, owner="s", created=ago(30)))
+    p = plan(snap({"q": 0}, [*jobs, short], gangs), policy(), NOW)
+    assert {g.ref.name: g.reason for g in p.gangs} == {
+        "w": Reason.GANG_RECLAIM_UNPAID,
+        "s": Reason.GANG_COVERED,
+    }
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 2
+
+
+# ---- the annotations ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("notes", "runtime", "progress"),
+    [
+        ({}, None, None),
+        ({RUNTIME: "14400"}, 14400.0, None),
+        ({RUNTIME: 3 * 86400}, 3 * 86400.0, None),  # longer than a day is fine
+        ({PROGRESS: "0.4"}, None, 0.4),
+        ({PROGRESS: " 40% "}, None, 0.4),
+        ({PROGRESS: 1}, None, 1.0),
+        ({RUNTIME: "600", PROGRESS: "0.5"}, 600.0, 0.5),
+    ],
+)
+def test_the_run_a_job_declares_is_read_from_its_annotations(notes, runtime, progress):
+    job = parse_job(pytorchjob(annotations=notes), settings().read_options(), Priorities({}))
+    assert (job.expected_runtime_seconds, job.progress) == (runtime, progress)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (RUNTIME, "soon"),
+        (RUNTIME, "-1"),
+        (RUNTIME, "1e12"),
+        (RUNTIME, True),
+        (PROGRESS, "1.5"),
+        (PROGRESS, "-0.1"),
+        (PROGRESS, "150%"),
+        (PROGRESS, "half"),
+        (PROGRESS, "nan"),
+        (PROGRESS, False),
+    ],
+)
+def test_a_bad_run_annotation_names_the_field(key, value):
+    job = parse_job(pytorchjob(annotations={key: value}), settings().read_options(), Priorities({}))
+    assert isinstance(job, UnmanagedJob) and job.reason is Reason.INVALID_ANNOTATION
+    assert f"metadata.annotations[{key}]" in job.message
+
+
+def test_now_is_the_only_clock():
+    # the same job a minute later has a minute less left: time comes from `now`
+    job = declared(ej("a", started=ago(1000)), 4000.0)
+    later = NOW + timedelta(seconds=60)
+    assert payoff.remaining_seconds(job, later) == payoff.remaining_seconds(job, NOW) - 60
