@@ -69,6 +69,10 @@ def table(c: Comparison) -> str:
         f"{c.workload.source}: {jobs} jobs, {c.gpus} GPUs in {len(c.deserved)} "
         f"queue(s), Volcano {_plugin(c)}, restart cost {_restart_costs(c)}, seed {c.seed}"
     )
+    if c.pools:
+        pools = ", ".join(f"{p.name} {p.count}x{p.gpus} GPUs" for p in c.pools)
+        seen = "shapes" if c.planner_sees_shapes else "GPU counts alone"
+        head += f", node pools {pools} (the planner sees {seen})"
     if c.job_info != "none":
         head += f", jobs declare their {_DECLARED[c.job_info]} to the planner"
     notes = [f"note: {n}" for n in c.workload.notes]
@@ -101,6 +105,18 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
             "gpus": c.gpus,
             "deserved": dict(sorted(c.deserved.items())),
             "volcano_plugin": str(c.plugin),
+            "node_pools": [
+                {
+                    "pool": p.name,
+                    "count": p.count,
+                    "gpus": p.gpus,
+                    "cpus": p.cpus,
+                    "labels": dict(p.labels),
+                    "taints": [str(t) for t in p.taints],
+                }
+                for p in c.pools
+            ],
+            "planner_fit": "shape" if c.planner_sees_shapes else "gpus",
         },
         "restart_penalty_seconds": c.restart_penalty,
         "restart_cost": _restart_costs(c),
@@ -108,7 +124,10 @@ def to_json(c: Comparison, settings: dict[str, Any] | None = None) -> dict[str, 
         "job_info": c.job_info,  # what jobs declare of their run to the planner
         "seed": c.seed,
         "planner_settings": settings or {},
-        "policies": {name: m.to_json() for name, m in c.metrics.items()},
+        "policies": {
+            name: m.to_json() | {"unbound_asks": c.runs[name].unbound_asks}
+            for name, m in c.metrics.items()
+        },
         "jobs": {
             name: [
                 {
