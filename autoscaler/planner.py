@@ -263,7 +263,11 @@ class _Cluster:
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks)
+            # a queue that holds (unknown data, closed) asks for nothing this cycle
+            planned = {
+                n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
+            }
+            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
@@ -310,11 +314,13 @@ class _Cluster:
         jobs_by_queue: dict[str, list[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
+        planned: set[str],
     ) -> dict[str, int]:
         """Idle GPUs each queue may take this cycle under the capacity plugin: owed ones
         first (docs/design.md "Sharing a cluster between queues"). A queue asks for the
         room to max of its jobs that may grow now and for its gangs not yet admitted
-        (an Inqueue gang's GPUs are in `inqueue` already)."""
+        (an Inqueue gang's GPUs are in `inqueue` already); one not `planned` (it holds),
+        for nothing."""
         view, total = self.view, self.view.total_gpus
         if total is None:
             return {}
@@ -326,6 +332,7 @@ class _Cluster:
             inflight = self.inflight.get(name, 0)
             want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
             want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
+            want = want if name in planned else 0
             real = real_capability(q, total, self.limits.total_guarantee)
             used = q.allocated + q.inqueue + inflight
             rows.append(
@@ -647,6 +654,11 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
     return grants
 
 
+def _plans(state: QueueState) -> bool:
+    """The queue is planned this cycle: its data is known and it is open."""
+    return state.usable and state.state not in CLOSED_STATES
+
+
 def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
     """GPUs the victims' workers free where the gang can use them (all, without
     `useful`), their targets not lowered yet."""
@@ -759,11 +771,7 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
-        usable = {
-            name
-            for name, state in snapshot.queues.items()
-            if state.usable and state.state not in CLOSED_STATES and name in held
-        }
+        usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         return cls(shares, best_effort, held, usable, work, policy, snapshot)
 
     def within(self, g: PendingGroup) -> str:
