@@ -51,6 +51,10 @@ from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
+# gangs not served this cycle: they wait for the GPUs that free first
+_STILL_WAITING = frozenset(
+    {Reason.GANG_UNCOVERABLE, Reason.GANG_RECLAIM_UNPAID, Reason.GANG_BLOCKED}
+)
 _EPS = 1e-9
 
 
@@ -266,7 +270,11 @@ class _Cluster:
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks)
+            # a queue that holds (unknown data, closed) asks for nothing this cycle
+            planned = {
+                n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
+            }
+            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
@@ -313,11 +321,13 @@ class _Cluster:
         jobs_by_queue: dict[str, list[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
+        planned: set[str],
     ) -> dict[str, int]:
         """Idle GPUs each queue may take this cycle under the capacity plugin: owed ones
         first (docs/design.md "Sharing a cluster between queues"). A queue asks for the
         room to max of its jobs that may grow now and for its gangs not yet admitted
-        (an Inqueue gang's GPUs are in `inqueue` already)."""
+        (an Inqueue gang's GPUs are in `inqueue` already); one not `planned` (it holds),
+        for nothing."""
         view, total = self.view, self.view.total_gpus
         if total is None:
             return {}
@@ -329,6 +339,7 @@ class _Cluster:
             inflight = self.inflight.get(name, 0)
             want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
             want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
+            want = want if name in planned else 0
             real = real_capability(q, total, self.limits.total_guarantee)
             used = q.allocated + q.inqueue + inflight
             rows.append(
@@ -650,6 +661,11 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
     return grants
 
 
+def _plans(state: QueueState) -> bool:
+    """The queue is planned this cycle: its data is known and it is open."""
+    return state.usable and state.state not in CLOSED_STATES
+
+
 def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
     """GPUs the victims' workers free where the gang can use them (all, without
     `useful`), their targets not lowered yet."""
@@ -762,11 +778,7 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
-        usable = {
-            name
-            for name, state in snapshot.queues.items()
-            if state.usable and state.state not in CLOSED_STATES and name in held
-        }
+        usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         return cls(shares, best_effort, held, usable, work, policy, snapshot)
 
     def within(self, g: PendingGroup) -> str:
@@ -1132,7 +1144,7 @@ class _QueuePlanner:
             # this queue's share (lent) is owed, not traded
             if victims and not lent:
                 trade = self._reclaim_trade(g, shortfall, victims)
-                if not trade.pays(p.reclaim_payoff_factor):
+                if not trade.pays(p.reclaim_payoff_factor) or self._feeds_unpaid(g):
                     pool.put_back(victims)
                     starving = self._reclaim_unpaid(g, trade, starving)
                     continue
@@ -1223,6 +1235,8 @@ class _QueuePlanner:
         # of the queue and what they gave up
         others = sum(x.gpus for x in self.pending if x is not g)
         back_in = payoff.gang_wait(others + taken, self._ending())
+        # gangs ahead of it that still wait take the GPUs that free first
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1236,7 +1250,7 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        return payoff.Trade(payoff.gang_wait(shortfall, self._ending()), loss)
+        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;
@@ -1259,12 +1273,22 @@ class _QueuePlanner:
                 return w.job
         return None
 
+    def _feeds_unpaid(self, g: PendingGroup) -> bool:
+        """A gang ahead of g was refused a reclaim and needs no more than g: Volcano,
+        which serves gangs in that order, would give it what is reclaimed for g."""
+        return any(d.reason is Reason.GANG_RECLAIM_UNPAID and d.gpus <= g.gpus for d in self.gangs)
+
     def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
-        """The reclaim would cost its victims more than the gang gains: it waits."""
+        """The reclaim would cost its victims more than the gang gains, or would serve a
+        gang ahead whose reclaim did not pay: it waits."""
+        why = (
+            f"{trade.describe()}, reclaim_payoff_factor={self.policy.reclaim_payoff_factor:g}"
+            if not self._feeds_unpaid(g)
+            else "a gang ahead of it, whose reclaim does not pay, would take the GPUs freed"
+        )
         message = (
-            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
-            f"({trade.describe()}, reclaim_payoff_factor="
-            f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
+            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay ({why}): it "
+            "waits for GPUs to free"
         )
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 

@@ -262,6 +262,13 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     assert "GangUncoverable" in text and "reclaim_cooldown_seconds=60" in text
     found = gang_of(doc, "ml", "rigid-pg")
     assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
+    # `plan` names it too, and says where its need was read
+    from autoscaler.render import plan_to_dict, plan_to_table
+
+    p = plan(s, policy(), NOW)
+    (row,) = plan_to_dict(p)["gangs"]
+    assert (row["job"], row["need_from"]) == ("PyTorchJob/ml/rigid", "template")
+    assert row["blockers"] and "PyTorchJob/ml/rigid" in plan_to_table(p)
 
 
 def test_status_and_explain_say_what_node_fit_bounded():
