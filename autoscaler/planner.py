@@ -51,6 +51,10 @@ from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
+# gangs not served this cycle: they wait for the GPUs that free first
+_STILL_WAITING = frozenset(
+    {Reason.GANG_UNCOVERABLE, Reason.GANG_RECLAIM_UNPAID, Reason.GANG_BLOCKED}
+)
 _EPS = 1e-9
 
 
@@ -1137,7 +1141,7 @@ class _QueuePlanner:
             # this queue's share (lent) is owed, not traded
             if victims and not lent:
                 trade = self._reclaim_trade(g, shortfall, victims)
-                if not trade.pays(p.reclaim_payoff_factor):
+                if not trade.pays(p.reclaim_payoff_factor) or self._feeds_unpaid(g):
                     pool.put_back(victims)
                     starving = self._reclaim_unpaid(g, trade, starving)
                     continue
@@ -1228,6 +1232,8 @@ class _QueuePlanner:
         # of the queue and what they gave up
         others = sum(x.gpus for x in self.pending if x is not g)
         back_in = payoff.gang_wait(others + taken, self._ending())
+        # gangs ahead of it that still wait take the GPUs that free first
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1241,7 +1247,7 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        return payoff.Trade(payoff.gang_wait(shortfall, self._ending()), loss)
+        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;
@@ -1264,12 +1270,22 @@ class _QueuePlanner:
                 return w.job
         return None
 
+    def _feeds_unpaid(self, g: PendingGroup) -> bool:
+        """A gang ahead of g was refused a reclaim and needs no more than g: Volcano,
+        which serves gangs in that order, would give it what is reclaimed for g."""
+        return any(d.reason is Reason.GANG_RECLAIM_UNPAID and d.gpus <= g.gpus for d in self.gangs)
+
     def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
-        """The reclaim would cost its victims more than the gang gains: it waits."""
+        """The reclaim would cost its victims more than the gang gains, or would serve a
+        gang ahead whose reclaim did not pay: it waits."""
+        why = (
+            f"{trade.describe()}, reclaim_payoff_factor={self.policy.reclaim_payoff_factor:g}"
+            if not self._feeds_unpaid(g)
+            else "a gang ahead of it, whose reclaim does not pay, would take the GPUs freed"
+        )
         message = (
-            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
-            f"({trade.describe()}, reclaim_payoff_factor="
-            f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
+            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay ({why}): it "
+            "waits for GPUs to free"
         )
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 
