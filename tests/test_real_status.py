@@ -185,7 +185,7 @@ async def test_one_cycle_tells_why_each_job_of_the_example_is_or_is_not_growing(
     code, out, err = await _cli(capsys, "status", *args)
     assert code == 0, err
     assert f"{prefix}-team-b" in out and "would-resize 8->4" in out
-    assert "GangCoveredByReclaim" in out and "settled job(s) not shown" in out
+    assert "GangCoveredByReclaim" in out and "job(s) not managed (NotElastic 2" in out
     code, out, _ = await _cli(capsys, "status", *args, "-o", "wide")
     assert all(reason in out for reason in EXPECTED.values())
     code, out, _ = await _cli(capsys, "status", *args, "-o", "json", "-n", f"{prefix}-speech")
