@@ -161,6 +161,9 @@ def _plan_queue(
     summary = queue_plan.run()
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    elif state.free_gpus is None and state.volcano is None:
+        # no reading for it: nothing was given, and no plugin computed its headroom
+        summary = replace(summary, plugin=Plugin.UNKNOWN)
     return queue_plan, summary
 
 
