@@ -1144,7 +1144,7 @@ class _QueuePlanner:
             # this queue's share (lent) is owed, not traded
             if victims and not lent:
                 trade = self._reclaim_trade(g, shortfall, victims)
-                if not trade.pays(p.reclaim_payoff_factor) or self._feeds_unpaid(g):
+                if not trade.pays(p.reclaim_payoff_factor):
                     pool.put_back(victims)
                     starving = self._reclaim_unpaid(g, trade, starving)
                     continue
@@ -1273,22 +1273,12 @@ class _QueuePlanner:
                 return w.job
         return None
 
-    def _feeds_unpaid(self, g: PendingGroup) -> bool:
-        """A gang ahead of g was refused a reclaim and needs no more than g: Volcano,
-        which serves gangs in that order, would give it what is reclaimed for g."""
-        return any(d.reason is Reason.GANG_RECLAIM_UNPAID and d.gpus <= g.gpus for d in self.gangs)
-
     def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
-        """The reclaim would cost its victims more than the gang gains, or would serve a
-        gang ahead whose reclaim did not pay: it waits."""
-        why = (
-            f"{trade.describe()}, reclaim_payoff_factor={self.policy.reclaim_payoff_factor:g}"
-            if not self._feeds_unpaid(g)
-            else "a gang ahead of it, whose reclaim does not pay, would take the GPUs freed"
-        )
+        """The reclaim would cost its victims more than the gang gains: it waits."""
         message = (
-            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay ({why}): it "
-            "waits for GPUs to free"
+            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
+            f"({trade.describe()}, reclaim_payoff_factor="
+            f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
         )
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 
