@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
@@ -24,6 +24,7 @@ from .metrics import package_version
 from .model import ClusterSnapshot, Plan
 from .planner import plan as make_plan
 from .redact import redact
+from .resources import JOB_RESOURCES
 from .settings import Settings
 from .sources.kube import KubeconfigError, make_api_client, settle_gc
 from .sources.live import LiveSource
@@ -251,8 +252,9 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
     or Prometheus that did not answer usably; each a single line."""
     now = now or datetime.now(UTC)
     # the sources' log lines (which plugin the headroom follows, a kind not installed)
-    # go to stderr: stdout is the plan, and `-o json` must stay parseable
-    configure_logging(settings)
+    # are the daemon's: for people, only warnings, each a short line on stderr (stdout is
+    # the plan, and `-o json` must stay parseable)
+    configure_logging(settings, for_people=True)
     try:
         snapshot, reading = asyncio.run(live_read(settings, now))
     except KubeconfigError as exc:
@@ -317,6 +319,41 @@ def read_status(settings: Settings) -> StatusDoc:
             "--live plans now instead"
         )
     return doc
+
+
+async def _kinds_named(settings: Settings, namespace: str, name: str) -> tuple[str, ...]:
+    client = await make_api_client(settings.kube_options())
+    try:
+        api = CustomObjectsApi(client)
+        found = []
+        for r in JOB_RESOURCES:
+            try:
+                await api.get_namespaced_custom_object(
+                    r.group,
+                    r.version,
+                    namespace,
+                    r.plural,
+                    name,
+                    _request_timeout=settings.kube_request_timeout_seconds,
+                )
+            except ApiException as exc:
+                if classify(exc) is ApiFailure.NOT_FOUND:  # no such job, or no such CRD
+                    continue
+                raise
+            found.append(r.kind)
+        return tuple(found)
+    finally:
+        await client.close()
+
+
+def job_kinds_named(settings: Settings, namespace: str, name: str) -> tuple[str, ...] | None:
+    """The job kinds (PyTorchJob, PaddleJob, Job) of which an object of this name exists
+    in the namespace: `explain` tells a job that does not exist from one not managed.
+    None when the cluster cannot say (unreachable, RBAC)."""
+    try:
+        return asyncio.run(_kinds_named(settings, namespace, name))
+    except Exception:
+        return None
 
 
 def live_status(settings: Settings, now: datetime | None = None) -> StatusDoc:

@@ -221,6 +221,11 @@ class PendingGroup:
     # template); () : known by its GPUs alone, whose room is then taken from the
     # emptiest nodes (fit.Placer.take_gpus)
     pods: tuple[tuple[PodShape, int], ...] = ()
+    # where `gpus` was read: "pods" (its pods' requests, a limit counting as the
+    # request), "template" (its owner's pod templates, as its operator counts the gang),
+    # "minResources" (the PodGroup's own spec)
+    need_from: str = "minResources"
+    min_member: int = 0  # spec.minMember: pods the gang needs at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +370,11 @@ class JobRecord:
     # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
     # checked against the queue its PodGroup names once that is known
     queue_annotation: str | None = None
+    # the pods its gang holds, by shape, as its operator counts them (kinds.gang): what
+    # its waiting PodGroup needs when neither its pods nor its minResources say; None:
+    # its templates could not be read
+    gang: tuple[tuple[PodShape, int], ...] | None = None
+    gang_gpus: int = 0  # the GPUs of those pods (gpu_resource_names)
 
     @property
     def frees_gpus(self) -> bool:
@@ -426,6 +436,8 @@ class PodUse:
     # the pods of no job we know the groups of; index: the worker's index
     owner: tuple[str, str, str, str] | None = None
     index: int = -1
+    group: str = ""  # its PodGroup, namespace/name (annotation scheduling.k8s.io/group-name)
+    shape: PodShape | None = None  # an unbound pod's shape: what its gang still needs placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,11 +453,13 @@ class HpaTarget:
 class Plugin(StrEnum):
     """Which Volcano plugin decides what a queue's pods may be bound to (docs/design.md
     "Headroom"). GIVEN: the free GPUs are taken as given (a custom query, a snapshot file's
-    `free_gpus`, or the deprecated deserved - allocated)."""
+    `free_gpus`, or the deprecated deserved - allocated). UNKNOWN: a queue with no usable
+    reading, whose headroom no plugin computed (a queue summary's only, never a setting)."""
 
     PROPORTION = "proportion"
     CAPACITY = "capacity"
     GIVEN = "given"
+    UNKNOWN = "unknown"
 
 
 class Bound(StrEnum):
@@ -679,6 +693,16 @@ class GangDecision:
     reason: Reason
     message: str
     victims: tuple[ObjectRef, ...] = ()
+    owner: ObjectRef | None = None  # the job whose gang it is (PendingGroup.owner)
+    need_from: str = ""  # PendingGroup.need_from
+    # for a gang not covered: each elastic job above its min that did not give way, why
+    blockers: tuple[str, ...] = ()
+
+    @property
+    def job(self) -> str:
+        """The job whose gang it is, kind/namespace/name; "" for a PodGroup of no job."""
+        o = self.owner
+        return f"{o.kind}/{o.namespace}/{o.name}" if o is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from .kinds import BY_NAME, KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
 from .kinds.base import Workers
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
+    MILLI,
     ClusterSnapshot,
     ElasticJob,
     GroupRecord,
@@ -41,6 +42,7 @@ from .model import (
     ObjectRef,
     PendingGroup,
     Plugin,
+    PodShape,
     PodUse,
     PriorityValue,
     QueueSpec,
@@ -51,7 +53,7 @@ from .model import (
     VolcanoView,
 )
 from .options import ReadOptions
-from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use
+from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use, read_shape
 from .resources import VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -253,16 +255,34 @@ def decode_node(obj: Mapping[str, Any], options: ReadOptions) -> Node | None:
 
 def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
     """What an unfinished pod holds on its node (every resource: any pod can hold what a
-    worker needs) and which worker it is; an unbound one (node "") only says which job it
-    belongs to: a job's workers with no pod at all stop counting (HoldNoPods). None for
-    a finished pod, or an unbound one of no job."""
-    use = read_pod_use(obj, options.gpu_resource_names)
-    if use is not None or dig(obj, "status", "phase") in FINISHED_POD_PHASES:
-        return use
-    owner = _owner(obj, ns) if isinstance(ns := dig(obj, "metadata", "namespace"), str) else None
-    if owner is None or owner.kind.split(".")[0] not in KIND_NAMES:
+    worker needs), which worker it is and its PodGroup; an unbound one (node "") says
+    which job and gang it belongs to and its shape: a job's workers with no pod at all
+    stop counting (HoldNoPods), a gang's pods say what it needs (resolve_gangs). None
+    for a finished pod, or an unbound one of no job and no PodGroup."""
+    if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
         return None
-    return PodUse("", 0, owner=(owner.namespace, owner.kind, owner.name, ""))
+    ns = dig(obj, "metadata", "namespace")
+    ns = ns if isinstance(ns, str) else ""
+    group = dig(obj, "metadata", "annotations", _GROUP_ANNOTATION)
+    group = f"{ns}/{group}" if isinstance(group, str) and group else ""
+    use = read_pod_use(obj, options.gpu_resource_names)
+    if use is not None:
+        return replace(use, group=group) if group else use
+    owner = _owner(obj, ns) if ns else None
+    if owner is not None and owner.kind.split(".")[0] not in KIND_NAMES:
+        owner = None
+    if owner is None and not group:
+        return None
+    shape = read_shape(
+        dig(obj, "spec"), extended_resource_toleration=options.extended_resource_toleration
+    )
+    return PodUse(
+        "",
+        shape_gpus(shape, options),
+        owner=(owner.namespace, owner.kind, owner.name, "") if owner is not None else None,
+        group=group,
+        shape=shape,
+    )
 
 
 def pods_by_owner(pods: Iterable[PodUse]) -> dict[tuple[str, str, str], int]:
@@ -665,8 +685,9 @@ def parse_podgroup(
                 )
     except BadField as exc:
         return InvalidGroup(ref, queue, f"{ref}: {exc}")
-    if gpus == 0:
-        return None
+    # gpus 0: minResources names no GPU, which a template with its GPUs in limits only
+    # gives too: its pods or its job's templates say what it needs (resolve_gangs)
+    min_member = spec.get("minMember")
     return PendingGroup(
         ref=ref,
         queue=queue,
@@ -675,6 +696,7 @@ def parse_podgroup(
         priority=priorities.of(spec.get("priorityClassName")),
         owner=_owner(obj, ref.namespace),
         phase=phase,
+        min_member=min_member if isinstance(min_member, int) and min_member > 0 else 0,
     )
 
 
@@ -784,7 +806,25 @@ def decode_job(
     annotation = annotation if isinstance(annotation, str) and annotation else None
     if annotation is not None:
         job = in_queue(job, job.queue, annotation, from_podgroup=False)
-    return JobRecord(job, name if isinstance(name, str) else None, annotation)
+    gang = kind.gang(obj, options) if _may_wait(job) else None
+    gpus = 0 if gang is None else sum(n * shape_gpus(s, options) for s, n in gang)
+    return JobRecord(job, name if isinstance(name, str) else None, annotation, gang, gpus)
+
+
+def _may_wait(job: ElasticJob | UnmanagedJob) -> bool:
+    """Whether the job's gang may be waiting: not when it is done, nor when every worker
+    it asked for runs (the common case, and reading its templates costs a third of its
+    decoding)."""
+    if isinstance(job, ElasticJob):
+        return job.active < job.replicas
+    if job.reason in (Reason.FINISHED, Reason.SUSPENDED):
+        return False
+    return job.replicas is None or not job.gpus_per_worker or job.inflight_gpus > 0
+
+
+def shape_gpus(shape: PodShape, options: ReadOptions) -> int:
+    """Whole GPUs a pod of this shape requests (gpu_resource_names)."""
+    return sum(shape.amount(name) for name in options.gpu_resource_names) // MILLI
 
 
 def in_queue(
@@ -918,6 +958,64 @@ class Assembled:
     pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
 
 
+_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+
+
+def resolve_gangs(
+    pending: list[PendingGroup], records: Records
+) -> tuple[list[PendingGroup], list[InvalidGroup]]:
+    """Each waiting gang's need, from the first of: its pods, when at least minMember
+    of them exist (their requests, a limit counting as the request); its owner's
+    templates, as its operator counts the gang (JobRecord.gang); its spec.minResources.
+    A gang that needs no GPU by what is known leaves; one whose need cannot be known
+    (minResources names no GPU, no pods yet, its job of a kind we read but not read) is
+    shown as invalid, with why, not dropped."""
+    by_group: dict[str, list[PodUse]] = {}
+    if records.pods_known:
+        for p in records.pods:
+            if p.group:
+                by_group.setdefault(p.group, []).append(p)
+    gangs = {
+        (r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r
+        for r in records.jobs
+        if r.gang is not None
+    }
+    out: list[PendingGroup] = []
+    unknown: list[InvalidGroup] = []
+    for g in pending:
+        resolved = _need_from_pods(g, by_group.get(f"{g.ref.namespace}/{g.ref.name}", ()))
+        o = g.owner
+        record = gangs.get((o.namespace, o.kind, o.name)) if o is not None else None
+        if resolved is None and record is not None and record.gang is not None:
+            resolved = replace(g, gpus=record.gang_gpus, pods=record.gang, need_from="template")
+        resolved = resolved or g
+        if resolved.gpus > 0:
+            out.append(resolved)
+        elif o is not None and o.kind in KIND_NAMES and record is None:
+            unknown.append(
+                InvalidGroup(
+                    g.ref,
+                    g.queue,
+                    f"{g.ref}: its GPU need cannot be known: spec.minResources names no GPU, "
+                    f"its pods do not exist yet, and {o} is not read (not in a watched "
+                    "namespace, or its pod templates are unreadable)",
+                )
+            )
+    return out, unknown
+
+
+def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | None:
+    """g with its need from its pods, when at least minMember of them exist."""
+    pods = list(pods)
+    if not pods or len(pods) < max(1, g.min_member):
+        return None
+    unbound: dict[PodShape, int] = {}
+    for p in pods:
+        if not p.node and p.shape is not None:
+            unbound[p.shape] = unbound.get(p.shape, 0) + 1
+    return replace(g, gpus=sum(p.gpus for p in pods), pods=tuple(unbound.items()), need_from="pods")
+
+
 def assemble(records: Records) -> Assembled:
     priorities = Priorities.of_records(records.priorities)
     targets = targets_of(records.hpas)
@@ -959,6 +1057,8 @@ def assemble(records: Records) -> Assembled:
             pending.append(group if value == group.priority else replace(group, priority=value))
         elif isinstance(group, InvalidGroup):
             invalid.append(group)
+    pending, unknown = resolve_gangs(pending, records)
+    invalid += unknown
     return Assembled(
         tuple(jobs),
         tuple(unmanaged),

@@ -52,6 +52,10 @@ from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
+# gangs not served this cycle: they wait for the GPUs that free first
+_STILL_WAITING = frozenset(
+    {Reason.GANG_UNCOVERABLE, Reason.GANG_RECLAIM_UNPAID, Reason.GANG_BLOCKED}
+)
 _EPS = 1e-9
 
 
@@ -158,6 +162,9 @@ def _plan_queue(
     summary = queue_plan.run()
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    elif state.free_gpus is None and state.volcano is None:
+        # no reading for it: nothing was given, and no plugin computed its headroom
+        summary = replace(summary, plugin=Plugin.UNKNOWN)
     return queue_plan, summary
 
 
@@ -264,7 +271,11 @@ class _Cluster:
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks)
+            # a queue that holds (unknown data, closed) asks for nothing this cycle
+            planned = {
+                n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
+            }
+            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
@@ -304,11 +315,13 @@ class _Cluster:
         jobs_by_queue: dict[str, list[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
+        planned: set[str],
     ) -> dict[str, int]:
         """Idle GPUs each queue may take this cycle under the capacity plugin: owed ones
         first (docs/design.md "Sharing a cluster between queues"). A queue asks for the
         room to max of its jobs that may grow now and for its gangs not yet admitted
-        (an Inqueue gang's GPUs are in `inqueue` already)."""
+        (an Inqueue gang's GPUs are in `inqueue` already); one not `planned` (it holds),
+        for nothing."""
         view, total = self.view, self.view.total_gpus
         if total is None:
             return {}
@@ -320,6 +333,7 @@ class _Cluster:
             inflight = self.inflight.get(name, 0)
             want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
             want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
+            want = want if name in planned else 0
             real = real_capability(q, total, self.limits.total_guarantee)
             used = q.allocated + q.inqueue + inflight
             rows.append(
@@ -683,6 +697,11 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
     return grants
 
 
+def _plans(state: QueueState) -> bool:
+    """The queue is planned this cycle: its data is known and it is open."""
+    return state.usable and state.state not in CLOSED_STATES
+
+
 def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
     """GPUs the victims' workers free where the gang can use them (all, without
     `useful`), their targets not lowered yet."""
@@ -795,11 +814,7 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
-        usable = {
-            name
-            for name, state in snapshot.queues.items()
-            if state.usable and state.state not in CLOSED_STATES and name in held
-        }
+        usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         return cls(shares, best_effort, held, usable, work, policy, snapshot)
 
     def within(self, g: PendingGroup) -> str:
@@ -974,7 +989,10 @@ class _QueuePlanner:
         """Rule 9: the whole queue holds (missing or bad data, a closed queue)."""
         for w in self.work:
             self._settle(w, w.job.replicas, reason, message)
-        self.gangs = [GangDecision(g.ref, g.queue, g.gpus, reason, message) for g in self.pending]
+        self.gangs = [
+            GangDecision(g.ref, g.queue, g.gpus, reason, message, (), g.owner, g.need_from)
+            for g in self.pending
+        ]
         return QueueSummary(
             self.state.name,
             self.state.free_gpus,
@@ -1235,7 +1253,7 @@ class _QueuePlanner:
                 "grows until it fits"
             )
             message = f"{message}; {starving}" if say_why else starving
-        self._gang(g, reason, message)
+        self._gang(g, reason, message, blockers=self._blockers(g))
         return starving
 
     # ---- rule 3b: reclaim only where it pays (autoscaler/payoff.py) ---------------------
@@ -1253,6 +1271,8 @@ class _QueuePlanner:
         # of the queue and what they gave up
         others = sum(x.gpus for x in self.pending if x is not g)
         back_in = payoff.gang_wait(others + taken, self._ending())
+        # gangs ahead of it that still wait take the GPUs that free first
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1266,7 +1286,7 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        return payoff.Trade(payoff.gang_wait(shortfall, self._ending()), loss)
+        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;
@@ -1416,9 +1436,18 @@ class _QueuePlanner:
                 self.nodes.release(where[i], w.job.worker_shape)
 
     def _gang(
-        self, g: PendingGroup, reason: Reason, message: str, victims: tuple[ObjectRef, ...] = ()
+        self,
+        g: PendingGroup,
+        reason: Reason,
+        message: str,
+        victims: tuple[ObjectRef, ...] = (),
+        blockers: tuple[str, ...] = (),
     ) -> None:
-        self.gangs.append(GangDecision(g.ref, g.queue, g.gpus, reason, message, victims))
+        self.gangs.append(
+            GangDecision(
+                g.ref, g.queue, g.gpus, reason, message, victims, g.owner, g.need_from, blockers
+            )
+        )
 
     def _victims(self) -> list[_Job]:
         """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
@@ -1435,6 +1464,29 @@ class _QueuePlanner:
             and w.reason is not Reason.WRITE_REFUSED
             and w.reason is not Reason.OWN_GANG_WAITING
         ]
+
+    def _blockers(self, g: PendingGroup, most: int = 10) -> tuple[str, ...]:
+        """For a gang not covered: each elastic job of its queue above its min, and why
+        its extra workers did not give way (the first `most`)."""
+        p, out = self.policy, []
+        cool = p.reclaim_cooldown_seconds
+        for w in self.work:
+            j, extra = w.job, w.target - w.job.min_replicas
+            if extra <= 0:
+                continue
+            what = f"{j.ref.namespace}/{j.ref.name}: {extra} worker(s) above its min"
+            if w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
+                why = f"held ({w.reason})"
+            elif w.since is not None and w.since < cool:
+                why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"
+            elif j.priority > g.priority and not p.reclaim_from_higher_priority:
+                why = f"priority {j.priority} above the gang's {g.priority}"
+            else:
+                why = "could give way, but all such workers together do not cover the gang"
+            out.append(f"{what}: {why}")
+            if len(out) >= most:
+                break
+        return tuple(out) or (f"no elastic job of queue {g.queue} is above its minimum",)
 
     def _restart_cost(self, j: ElasticJob) -> float:
         """The job's own estimate (its annotation, else our measurement), else the policy's."""

@@ -61,6 +61,9 @@ def _gang_dict(g: GangDecision) -> dict[str, Any]:
         "reason": g.reason.value,
         "message": g.message,
         "victims": [f"{v.namespace}/{v.name}" for v in g.victims],
+        "job": g.job or None,
+        "need_from": g.need_from or None,
+        "blockers": list(g.blockers),
     }
 
 
@@ -115,7 +118,7 @@ _JOB_HEADERS = [
     "RESTART",
     "REASON",
 ]
-_GANG_HEADERS = ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS"]
+_GANG_HEADERS = ["WAITING GANG", "JOB", "QUEUE", "GPUS", "FROM", "REASON", "VICTIMS"]
 _QUEUE_HEADERS = [
     "QUEUE",
     "FREE",
@@ -169,8 +172,10 @@ def _job_row(d: Decision) -> list[str]:
 def _gang_row(g: GangDecision) -> list[str]:
     return [
         f"{g.ref.namespace}/{g.ref.name}",
+        g.job or "-",
         g.queue,
         str(g.gpus),
+        g.need_from or "-",
         g.reason.value,
         ", ".join(f"{v.namespace}/{v.name}" for v in g.victims) or "-",
     ]

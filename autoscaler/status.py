@@ -120,6 +120,9 @@ class GangEntry:
     since: datetime  # waiting since (the PodGroup's creation)
     victims: tuple[str, ...] = ()
     owner: str = ""  # the job that made it, kind/name
+    job: str = ""  # the same, kind/namespace/name
+    need_from: str = ""  # where its GPUs were read: pods, template, minResources
+    blockers: tuple[str, ...] = ()  # elastic jobs that did not give way, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +425,9 @@ def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...
                 since=p.created if p is not None else plan.now,
                 victims=tuple(f"{v.namespace}/{v.name}" for v in g.victims),
                 owner=owner,
+                job=g.job,
+                need_from=g.need_from,
+                blockers=tuple(_cut(b) for b in g.blockers),
             )
         )
     gangs.sort(key=lambda g: (_gang_rank(g), g.since, g.namespace, g.name))
@@ -565,6 +571,9 @@ def gang_dict(g: GangEntry) -> dict[str, Any]:
             "waiting_since": _t(g.since),
             "victims": list(g.victims),
             "owner": g.owner,
+            "job": g.job,
+            "need_from": g.need_from,
+            "blockers": list(g.blockers),
         }
     )
 
@@ -809,6 +818,9 @@ def _gang_from(g: Mapping[str, Any], where: str) -> GangEntry:
         since=_time(g.get("waiting_since"), f"{where}.waiting_since"),
         victims=tuple(str(v) for v in g.get("victims") or ()),
         owner=str(g.get("owner") or ""),
+        job=str(g.get("job") or ""),
+        need_from=str(g.get("need_from") or ""),
+        blockers=tuple(str(b) for b in g.get("blockers") or ()),
     )
 
 

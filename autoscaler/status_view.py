@@ -4,10 +4,12 @@ decided its size, in words). Pure: a StatusDoc in, text or a dict out."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from .model import Reason
 from .render import table
 from .resources import rfc3339
 from .status import (
@@ -31,6 +33,30 @@ def age(since: datetime, now: datetime) -> str:
         if seconds >= 2 * size or (unit == "m" and seconds >= size):
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+_NOT_MANAGED = frozenset(
+    r.value for r in Reason if r.unmanaged and not r.value.startswith("Invalid")
+)
+
+
+def not_managed(job: JobEntry) -> bool:
+    """Left alone by its own declaration or state (NotElastic, paused, an HPA's, finished):
+    not a job the autoscaler manages, so never counted as settled."""
+    return job.reason in _NOT_MANAGED
+
+
+def _left_out(jobs: Sequence[JobEntry]) -> str:
+    """The jobs a narrow table leaves out, in words: settled ones, and those not managed
+    by reason; empty when there are none."""
+    rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
+    settled = sum(1 for j in rest if not not_managed(j))
+    unmanaged = Counter(j.reason for j in rest if not_managed(j))
+    words = [f"{settled} settled job(s)"] if settled else []
+    if unmanaged:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(unmanaged.items()))
+        words.append(f"{sum(unmanaged.values())} job(s) not managed ({reasons})")
+    return " and ".join(words)
 
 
 def _s(value: object) -> str:
@@ -134,16 +160,17 @@ def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
         rows.append(row)
     if rows:
         return table(head, rows)
-    settled = len([j for j in jobs if rank(j) >= RANK_SETTLED])
-    return f"No job in flight, held, refused or invalid ({settled} settled)."
+    rest = _left_out(jobs)
+    return "No job in flight, held, refused or invalid" + (f" ({rest})." if rest else ".")
 
 
 def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
     return table(
-        ["WAITING GANG", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
+        ["WAITING GANG", "JOB", "QUEUE", "GPUS", "REASON", "VICTIMS", "WAITING"],
         [
             [
                 f"{g.namespace}/{g.name}",
+                g.job or "-",
                 g.queue,
                 str(g.gpus),
                 g.reason,
@@ -158,10 +185,9 @@ def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
 def _footnotes(doc: StatusDoc, jobs: Sequence[JobEntry], wide: bool) -> list[str]:
     """What the tables leave out, and (wide) each queue's headroom and hold in words."""
     parts: list[str] = []
-    if not wide:
-        rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
-        if rest:
-            parts += ["", f"{len(rest)} settled job(s) not shown (-o wide shows them)."]
+    rest = _left_out(jobs)
+    if not wide and rest and any(rank(j) < RANK_SETTLED for j in jobs):
+        parts += ["", f"{rest} not shown (-o wide shows them)."]
     if doc.omitted_jobs:
         words = ", ".join(f"{n} {r}" for r, n in sorted(doc.omitted_jobs.items()))
         parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
@@ -217,6 +243,8 @@ def _why_not_growing(j: JobEntry) -> str:
         return f"It does not grow now: {j.reason}: {j.message}"
     if j.reason.startswith("Invalid"):
         return f"It is left alone until fixed: {j.reason}: {j.message}"
+    if not_managed(j):
+        return f"Not managed: {j.reason}: {j.message}"
     return f"It is not resized: {j.reason}: {j.message}"
 
 
@@ -256,7 +284,10 @@ def explain_text(doc: StatusDoc, job: JobEntry) -> str:
         lines += _queue_lines(q)
     else:
         lines.append(f"Queue {job.queue}: not in the status (no summary for it this cycle)")
-    gangs = [g for g in doc.gangs if g.queue == job.queue]
+    own = own_gangs(doc, job)
+    for g in own:
+        lines += ["", *gang_lines(doc, g)]
+    gangs = [g for g in doc.gangs if g.queue == job.queue and g not in own]
     if gangs:
         lines += ["", f"Waiting gangs in {job.queue}, served first:"]
         me = f"{job.namespace}/{job.name}"
@@ -266,6 +297,59 @@ def explain_text(doc: StatusDoc, job: JobEntry) -> str:
                 f"  {g.namespace}/{g.name}: {g.gpus} GPU(s), waiting {age(g.since, now)}: "
                 f"{g.reason}: {g.message}{mark}"
             )
+    return "\n".join(lines) + "\n"
+
+
+def own_gangs(doc: StatusDoc, job: JobEntry) -> list[GangEntry]:
+    """The waiting gangs that are this job's own (its PodGroup, by owner)."""
+    mine = f"{job.kind}/{job.namespace}/{job.name}"
+    return [g for g in doc.gangs if g.job == mine]
+
+
+def gang_of(doc: StatusDoc, namespace: str, name: str) -> GangEntry | None:
+    """The waiting gang of this PodGroup name, if the status lists it."""
+    return next((g for g in doc.gangs if (g.namespace, g.name) == (namespace, name)), None)
+
+
+def gang_lines(doc: StatusDoc, g: GangEntry) -> list[str]:
+    """One waiting gang in words: whose it is, what it needs and from where, since when,
+    what the plan does with it and what blocks it."""
+    now = doc.time
+    whose = f"the gang of {g.job}" if g.job else "a gang of no job we read"
+    source = {
+        "pods": "its pods' requests",
+        "template": "its job's pod templates",
+        "minResources": "the PodGroup's spec.minResources",
+    }.get(g.need_from, "")
+    lines = [
+        f"Gang:      PodGroup {g.namespace}/{g.name} ({whose}) in queue {g.queue}",
+        f"           needs {g.gpus} GPU(s)" + (f", read from {source}" if source else ""),
+        f"           waiting since {rfc3339(g.since)} ({age(g.since, now)})",
+        f"           {g.reason}: {g.message}",
+    ]
+    if g.victims:
+        lines.append(f"           takes workers from: {', '.join(g.victims)}")
+    q = doc.queues.get(g.queue)
+    if q is not None and g.reason not in ("GangFits", "GangCoveredByReclaim"):
+        room = q.headroom or (f"{q.headroom_gpus:g} GPU(s)" if q.headroom_gpus is not None else "")
+        if room:
+            lines.append(f"           queue headroom: {room}")
+    if g.blockers:
+        lines.append("           elastic jobs that did not give way:")
+        lines += [f"             {b}" for b in g.blockers]
+    return lines
+
+
+def explain_gang_text(doc: StatusDoc, g: GangEntry) -> str:
+    """`explain NS/PODGROUP`: the gang alone, when no job of that name is listed."""
+    head = (
+        f"PodGroup {g.namespace}/{g.name}, as of the cycle at {rfc3339(doc.time)} "
+        f"({doc.mode}, {doc.cycle.result})"
+    )
+    lines = [head, "", *gang_lines(doc, g)]
+    q = doc.queues.get(g.queue)
+    if q is not None:
+        lines += ["", *_queue_lines(q)]
     return "\n".join(lines) + "\n"
 
 
@@ -279,19 +363,35 @@ def explain_dict(doc: StatusDoc, job: JobEntry) -> dict[str, Any]:
         "job": job_dict(job),
         "queue": queue_dict(q) if q is not None else None,
         "gangs": [gang_dict(g) for g in doc.gangs if g.queue == job.queue],
+        "own_gangs": [gang_dict(g) for g in own_gangs(doc, job)],
     }
 
 
-def not_listed(doc: StatusDoc, namespace: str, name: str) -> str:
-    """Why the status object has no entry for this job."""
+def explain_gang_dict(doc: StatusDoc, g: GangEntry) -> dict[str, Any]:
+    q = doc.queues.get(g.queue)
+    return {
+        "time": rfc3339(doc.time),
+        "mode": doc.mode,
+        "cycle": doc.cycle.result,
+        "gang": gang_dict(g),
+        "queue": queue_dict(q) if q is not None else None,
+    }
+
+
+def not_listed(
+    doc: StatusDoc, namespace: str, name: str, kinds: Sequence[str] | None = None
+) -> str:
+    """Why the status object has no entry for a job (`kinds`: those of which it exists,
+    None when the cluster could not say)."""
+    what = f"job {namespace}/{name}" + (f" ({', '.join(kinds)})" if kinds else "")
     left_out = sum(doc.omitted_jobs.values())
     if left_out:
         return (
-            f"job {namespace}/{name} is not listed in the status object: {left_out} settled "
+            f"{what} is not listed in the status object: {left_out} settled "
             "job(s) were left out to bound its size; `explain --live` plans it now"
         )
     return (
-        f"job {namespace}/{name} is not among the {doc.cycle.jobs} job(s) the last cycle "
-        f"({rfc3339(doc.time)}) planned: not a managed kind (PyTorchJob, PaddleJob, Volcano "
-        "Job), not in a watched namespace, or created since"
+        f"{what}: not managed: it is not among the {doc.cycle.jobs} job(s) the last cycle "
+        f"({rfc3339(doc.time)}) planned: not a managed kind (job_kinds), not in a watched "
+        "namespace (namespaces), not matching label_selector, or created since"
     )

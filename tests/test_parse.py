@@ -15,6 +15,7 @@ from builders import (
     pytorchjob,
     queue_obj,
     settings,
+    vcjob,
 )
 
 from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
@@ -409,7 +410,6 @@ def test_waiting_podgroups(obj, gpus, phase):
         podgroup(phase="Running"),
         podgroup(phase="Completed"),
         podgroup(phase="Unknown"),
-        podgroup(gpus=0),
     ],
 )
 def test_podgroups_that_need_no_room(obj):
@@ -633,3 +633,71 @@ def test_asked_at_is_the_latest_dated_write_to_the_job_not_its_status():
     ]
     parsed = parse_job(job, P.read_options(), Priorities({}))
     assert parsed.asked_at == datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+
+
+# ---- a waiting gang's need: its pods, else its job's templates, else minResources ---------
+
+
+def _gangs(*objects):
+    s = build_snapshot(RawObjects.from_objects(objects), free_gpu_states({"team-a": 0}), P)
+    return {g.ref.name: g for g in s.pending}, {g.ref.name: g.message for g in s.invalid_groups}
+
+
+def test_a_gang_with_gpus_in_limits_only_is_seen_from_its_jobs_template():
+    """Volcano's controller writes minResources from the template's requests: GPUs in
+    limits only leave none in it. The gang's need comes from its Job's template: 3 pods
+    (spec.minAvailable) of 2 GPUs."""
+    job = vcjob("rigid", replicas=4, min_available=3, max_replicas=None, gpus=2, phase="Pending")
+    pg = edit(podgroup("rigid-pg", owner="rigid", owner_kind="Job"), "spec.minResources", {})
+    pending, _ = _gangs(job, pg)
+    g = pending["rigid-pg"]
+    assert (g.gpus, g.need_from) == (6, "template")
+    assert [n for _, n in g.pods] == [3]
+
+
+@pytest.mark.parametrize(("min_available", "gpus"), [(None, 1 + 4), (3, 1 + 2)])
+def test_a_pytorchjob_gang_counts_its_master_as_the_operator_does(min_available, gpus):
+    job = pytorchjob("pt", replicas=4, active=0, min_available=min_available)
+    master = job["spec"]["pytorchReplicaSpecs"]["Worker"] | {"replicas": 1}
+    job = edit(job, "spec.pytorchReplicaSpecs.Master", master)
+    pending, _ = _gangs(job, edit(podgroup("pt", owner="pt"), "spec.minResources", {}))
+    assert (pending["pt"].gpus, pending["pt"].need_from) == (gpus, "template")
+
+
+def _gang_pod(name, group, *, gpus=1, node=""):
+    spec = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "annotations": {"scheduling.k8s.io/group-name": group},
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_gangs_pods_say_its_need_once_min_member_of_them_exist():
+    pg = edit(podgroup("plain", phase="Inqueue"), "spec.minResources", {})  # minMember 2
+    pending, _ = _gangs(pg, _gang_pod("a", "plain", gpus=2), _gang_pod("b", "plain", gpus=2))
+    assert (pending["plain"].gpus, pending["plain"].need_from) == (4, "pods")
+    assert sum(n for _, n in pending["plain"].pods) == 2
+    one, _ = _gangs(pg, _gang_pod("a", "plain", gpus=2))  # fewer than minMember: not yet
+    assert "plain" not in one  # and nothing else says it needs GPUs: GPU-free
+
+
+def test_a_gang_whose_need_cannot_be_known_is_shown_with_why():
+    pg = edit(podgroup("orphan", owner="gone"), "spec.minResources", {})
+    pending, invalid = _gangs(pg)
+    assert "orphan" not in pending
+    assert "its GPU need cannot be known" in invalid["orphan"]
+    assert "PyTorchJob ml/gone is not read" in invalid["orphan"]
+
+
+def test_a_gang_without_gpus_in_any_source_needs_no_room():
+    pending, invalid = _gangs(podgroup("cpu", gpus=0))
+    assert pending == {} and invalid == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,11 +14,12 @@ import pytest
 from autoscaler import planner
 from autoscaler.cli import main
 from autoscaler.headroom import plugin_limit
-from autoscaler.model import NodeGpus, Plugin, Reason, VolcanoQueue, VolcanoView
+from autoscaler.model import NodeGpus, Plugin, Reason, Taint, Toleration, VolcanoQueue, VolcanoView
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.engine import Cluster, SimJob, simulate, split_capacity
 from autoscaler.sim.metrics import compute, percentile
+from autoscaler.sim.nodes import PoolSpec, read_pools, worker_shape
 from autoscaler.sim.policies import (
     POLICIES,
     PlannerController,
@@ -1024,3 +1026,138 @@ def test_cli_job_info_reaches_the_planner_and_the_output(tmp_path: Path, capsys)
     assert none["job_info"] == "none"
     # the planner decides differently once the jobs declare their run
     assert none["jobs"]["planner"] != both["jobs"]["planner"]
+
+
+# ---- node pools: the cluster replayed through the daemon's fit ([placement] #27) ------------
+
+TWO_POOLS = (
+    PoolSpec("a100", 1, 8, 64, (("accelerator", "a100"),)),
+    PoolSpec("h100", 1, 8, 64, (("accelerator", "h100"),), (Taint("gpu", "h100"),)),
+)
+
+
+def pinned(name: str, pool: str, requested: int, lo: int, hi: int, work: float = 7200.0):
+    tolerate = (Toleration("gpu", "Equal", "h100"),) if pool == "h100" else ()
+    shape = worker_shape(1, 8, (("accelerator", pool),), tolerate)
+    return replace(job(name, 0, work, requested, lo, hi), shape=shape)
+
+
+@pytest.mark.parametrize(
+    ("planner_fit", "a_target", "unbound"),
+    [
+        # the planner sees the nodes as GPU counts: 8 idle (on h100) -> a grows 2 -> 8; the
+        # 6 workers it asked for never bind (a's nodeSelector), are trimmed after 300 s,
+        # and asked for again once the cooldown is over: 10 times in the 2 h a runs
+        (False, 2, 60),
+        # it sees the shapes: no a100 room, so a holds; nothing asked that cannot bind
+        (True, 2, 0),
+    ],
+)
+def test_node_pools_bind_each_pod_where_the_filters_admit_it(
+    planner_fit: bool, a_target: int, unbound: int
+) -> None:
+    specs = [pinned("x", "a100", 6, 6, 6), pinned("a", "a100", 2, 1, 8)]
+    controller = make_controller("planner", Settings())
+    result = simulate(
+        specs, {"q": 16}, controller, 30.0, pools=TWO_POOLS, planner_sees_shapes=planner_fit
+    )
+    jobs = {j.name: j for j in result.jobs}
+    assert result.unbound_asks == unbound
+    assert jobs["a"].replicas == a_target  # back at what runs, or never grown
+    assert jobs["a"].restarts == 0  # the unbindable workers never landed
+
+
+def test_a_gang_waits_for_a_node_that_admits_it() -> None:
+    # h100 is idle, but a job pinned to a100 waits for a100 room (stock Volcano)
+    specs = [pinned("x", "a100", 8, 8, 8, work=100.0), pinned("y", "a100", 2, 2, 2, 50.0)]
+    specs.append(pinned("z", "h100", 2, 2, 2, 50.0))
+    result = simulate(
+        specs, {"q": 16}, make_controller("volcano-default", Settings()), 30.0, pools=TWO_POOLS
+    )
+    jobs = {j.name: j for j in result.jobs}
+    assert jobs["z"].first_start == 0  # tolerates h100's taint
+    assert jobs["y"].first_start == pytest.approx(100.0)  # after x frees a100
+    assert all(not j.nodes for j in result.jobs)  # every pod released at the end
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("pool,count,gpus,cpus,labels,taints\na,1,x,8,,\n", "column gpus: 'x' is not a whole"),
+        ("pool,count,gpus,cpus,labels,taints\na,1,8,8,zone,\n", "'zone' is not key=value"),
+        ("pool,count,gpus,cpus,labels,taints\na,1,8,8,,gpu=h100\n", "is not key[=value]:No"),
+        ("pool,count,gpus,cpus,labels,taints\na,0,8,8,,\n", "no pool with GPUs"),
+    ],
+)
+def test_bad_pools_file_names_row_and_column(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "pools.csv"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        read_pools(path)
+
+
+def test_cli_replays_node_pools_from_files(tmp_path: Path, capsys) -> None:
+    pools = tmp_path / "pools.csv"
+    pools.write_text(
+        "pool,count,gpus,cpus,labels,taints\n"
+        "a100,1,8,64,accelerator=a100,\n"
+        "h100,1,8,64,accelerator=h100,gpu=h100:NoSchedule\n"
+    )
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,submit,duration,gpus,min_workers,max_workers,cpus,node_selector,tolerations\n"
+        "x,0,3600,6,6,6,8,accelerator=a100,\n"
+        "a,0,3600,2,1,8,8,accelerator=a100,\n"
+        "z,0,600,2,1,4,8,accelerator=h100,gpu=h100:NoSchedule\n"
+    )
+    args = ["simulate", "--no-progress", "--no-plots", "--policies", "planner"]
+    args += ["--trace", str(trace), "--nodes", str(pools)]
+    for fit, unbound in (("shape", 0), ("gpus", 6)):
+        out = tmp_path / fit
+        assert main([*args, "--planner-fit", fit, "--out", str(out)]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert "node pools a100 1x8 GPUs, h100 1x8 GPUs" in first
+        doc = json.loads((out / "results.json").read_text())
+        assert doc["cluster"]["planner_fit"] == fit
+        assert doc["policies"]["planner"]["unbound_asks"] >= unbound
+        if fit == "shape":
+            assert doc["policies"]["planner"]["unbound_asks"] == 0
+    assert main([*args, "--gpus", "8", "--out", str(tmp_path / "x")]) == 2
+    assert "differs from the 16 GPUs of --nodes" in capsys.readouterr().err
+
+
+def test_node_pools_never_overcommit_a_node_nor_break_a_filter() -> None:
+    """Checked at every planner cycle of a busy two-pool run: every node holds at most
+    its GPUs and CPUs, and every worker runs on a node its shape is admitted to."""
+    from autoscaler.fit import admits
+
+    specs = []
+    for i in range(24):
+        pool = ("a100", "h100")[i % 3 == 0]
+        requested = (1, 2, 4)[i % 3]
+        specs.append(
+            replace(
+                pinned(f"j{i:02d}", pool, requested, max(1, requested // 2), 2 * requested),
+                submit=float(i * 40),
+                work=600.0 + 97.0 * i,
+            )
+        )
+    controller = make_controller("planner", Settings())
+    checked = 0
+    inner = controller.cycle
+
+    def cycle(now: float, cluster: Cluster) -> None:
+        nonlocal checked
+        assert cluster.pool is not None
+        for n in cluster.pool.nodes:
+            assert all(v >= 0 for v in n.free().values()), n.node.name
+        for j in cluster.live():
+            assert len(j.nodes) == j.active
+            for name in j.nodes:
+                assert admits(j.spec.worker_shape, cluster.pool.by_name[name].node) is None
+        checked += 1
+        inner(now, cluster)
+
+    controller.cycle = cycle  # type: ignore[method-assign]
+    result = simulate(specs, {"q": 16}, controller, 30.0, pools=TWO_POOLS)
+    assert checked > 20 and all(j.finish is not None for j in result.jobs)

@@ -205,7 +205,9 @@ def test_every_job_of_the_example_is_explained():
     table = status_table(doc)
     assert "nlp/bert-pretrain" in table and "requested 8->4" in table
     assert "nlp/llama-eval" in table and "GangCoveredByReclaim" in table
-    assert "settled job(s) not shown" in table
+    # jobs the autoscaler does not manage are not "settled": counted apart, by reason
+    left_out = "settled job(s) and 5 job(s) not managed (NotElastic 2, SkipOperatorHpa 2, "
+    assert left_out + "SkipPaused 1) not shown (-o wide shows them)." in table
     wide = status_table(doc, wide=True)
     assert "nlp/gpt-finetune" in wide and "HoldAtMax" in wide
     reasons = {j.name: j.reason for j in doc.jobs}
@@ -231,6 +233,42 @@ def test_building_the_status_of_10k_jobs_is_cheap():
     elapsed = time.perf_counter() - start
     assert not changed(doc, again)
     assert elapsed < 5.0, elapsed  # measured ~0.2 s for both (docs/benchmarks.md)
+
+
+def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
+    """A rigid job's gang shows up under its job (kind/namespace/name) in the status and
+    its round trip; `explain` of the job says which gang is its own, what it needs, since
+    when, and which elastic job did not give way and why; the PodGroup's name explains
+    the gang alone."""
+    from autoscaler.model import ObjectRef, Reason, UnmanagedJob
+    from autoscaler.status_view import explain_gang_text, gang_of
+
+    rigid = UnmanagedJob(ObjectRef("ml", "rigid"), "q", Reason.NOT_ELASTIC, "no elasticPolicy")
+    jobs = [ej("cooling", min=1, replicas=4, max=4, last=ago(20))]
+    pg = replace(gang("rigid-pg", 3, owner="rigid"), need_from="template")
+    s = replace(snap({"q": 0}, jobs, [pg]), unmanaged=(rigid,))
+    doc = cycle(s)
+    (g,) = doc.gangs
+    assert g.job == "PyTorchJob/ml/rigid" and g.need_from == "template"
+    assert any(
+        "ml/cooling: 3 worker(s) above its min" in b and "resized 20s ago" in b for b in g.blockers
+    )
+    assert from_data(to_data(doc), "cm").gangs == doc.gangs
+    assert "PyTorchJob/ml/rigid" in status_table(doc)
+    text = explain_text(doc, entry(doc, "rigid"))
+    assert "Gang:      PodGroup ml/rigid-pg (the gang of PyTorchJob/ml/rigid) in queue q" in text
+    assert "needs 3 GPU(s), read from its job's pod templates" in text
+    assert f"waiting since {ago(60):%Y-%m-%dT%H:%M:%SZ} (1m)" in text
+    assert "GangUncoverable" in text and "reclaim_cooldown_seconds=60" in text
+    found = gang_of(doc, "ml", "rigid-pg")
+    assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
+    # `plan` names it too, and says where its need was read
+    from autoscaler.render import plan_to_dict, plan_to_table
+
+    p = plan(s, policy(), NOW)
+    (row,) = plan_to_dict(p)["gangs"]
+    assert (row["job"], row["need_from"]) == ("PyTorchJob/ml/rigid", "template")
+    assert row["blockers"] and "PyTorchJob/ml/rigid" in plan_to_table(p)
 
 
 def test_status_and_explain_say_what_node_fit_bounded():

@@ -277,9 +277,13 @@ def vcjob_body(
     gpus: int = 1,
     task_min: int | None = None,
     priority_class: str | None = None,
+    limits_only: bool = False,
 ) -> dict[str, Any]:
     """A Volcano Job of one task `worker`, `gpus` GPUs per pod. With `max_replicas` it
-    carries our annotation (elastic, min = the gang minimum); without, nobody resizes it."""
+    carries our annotation (elastic, min = the gang minimum); without, nobody resizes it.
+    `limits_only`: the GPUs in `limits` only, as most manifests write them (the API
+    server copies them to each pod's requests, but Volcano's controller computes the
+    PodGroup's minResources from the template's requests: no GPU in it)."""
     template = {
         "spec": {
             "restartPolicy": "OnFailure",
@@ -288,7 +292,7 @@ def vcjob_body(
                     "name": "train",
                     "image": "example.com/train:1",
                     "resources": {
-                        "requests": {GPU: str(gpus), "cpu": "1"},
+                        "requests": {"cpu": "1"} if limits_only else {GPU: str(gpus), "cpu": "1"},
                         "limits": {GPU: str(gpus), "cpu": "1"},
                     },
                 }
@@ -348,9 +352,13 @@ def apply_queue(
     weight: int = 1,
     capability_gpus: int | None = None,
     guarantee_gpus: int | None = None,
+    deserved_gpus: int | None = None,
 ) -> dict[str, Any]:
-    """Create or update a Queue: weight, `spec.capability` and `spec.guarantee` in GPUs."""
+    """Create or update a Queue: weight, `spec.capability`, `spec.guarantee` and
+    `spec.deserved` (what the capacity plugin owes the queue) in GPUs."""
     spec: dict[str, Any] = {"weight": weight}
+    if deserved_gpus is not None:
+        spec["deserved"] = {GPU: str(deserved_gpus)}
     if capability_gpus is not None:
         spec["capability"] = {GPU: str(capability_gpus)}
     if guarantee_gpus is not None:

@@ -11,6 +11,7 @@ from ..model import PodShape, Reason
 from ..options import ReadOptions
 from ..podspec import read_shape
 from ..resources import ResourceKind
+from .gang import GangPods
 
 
 class NotManaged(Exception):
@@ -87,6 +88,10 @@ class JobKind(Protocol):
 
     def workers_name(self, at: str) -> str:
         """The worker group for people: "Worker", "task worker"."""
+
+    def gang(self, obj: Mapping[str, Any], options: ReadOptions) -> GangPods | None:
+        """The pods its PodGroup's minMember holds, by shape, as its operator counts
+        them (kinds.gang); None when the templates cannot be read."""
 
 
 def read_workers(

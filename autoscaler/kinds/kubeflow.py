@@ -28,6 +28,7 @@ from ..resources import (
     ResourceKind,
 )
 from .base import NotManaged, Workers, Write, read_workers
+from .gang import GangPods, kubeflow_gang
 
 DEFAULT_QUEUE = "default"
 
@@ -76,6 +77,9 @@ class KubeflowJob:
         if dig(obj, "spec", "runPolicy", "suspend") is True:
             return Reason.SUSPENDED, "spec.runPolicy.suspend is true"
         return None
+
+    def gang(self, obj: Mapping[str, Any], options: ReadOptions) -> GangPods | None:
+        return kubeflow_gang(obj, self.replica_specs, options, self.default_port)
 
     def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         where = f"spec.{self.replica_specs}.Worker"

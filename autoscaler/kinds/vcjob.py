@@ -29,6 +29,7 @@ from ..model import Reason
 from ..options import ReadOptions
 from ..resources import JSON_PATCH, VCJOB
 from .base import NotManaged, Workers, Write, read_workers
+from .gang import GangPods, vcjob_gang
 
 DEFAULT_QUEUE = "default"
 FINISHED_PHASES = frozenset({"Completed", "Completing", "Failed", "Terminated", "Terminating"})
@@ -57,6 +58,9 @@ class VolcanoJob:
         if phase in SUSPENDED_PHASES:
             return Reason.SUSPENDED, f"status.state.phase is {phase}"
         return None
+
+    def gang(self, obj: Mapping[str, Any], options: ReadOptions) -> GangPods | None:
+        return vcjob_gang(obj, options)
 
     def workers(self, obj: Mapping[str, Any], options: ReadOptions) -> Workers:
         tasks = _tasks(obj)

@@ -13,6 +13,7 @@ from typing import Any
 from ..model import Plugin
 from ..settings import Settings
 from .engine import PLUGINS
+from .nodes import read_pools
 from .policies import DESCRIPTIONS, JOB_INFO, POLICIES
 from .report import plot, table, write_json
 from .runner import DEFAULT_RESTART_PENALTY, compare
@@ -122,6 +123,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "progress (the fraction done, to 0.01) or both; with it the planner reclaims "
         "only where it pays (reclaim_payoff_factor)",
     )
+    p.add_argument(
+        "--nodes",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="node pools (CSV: pool,count,gpus,cpus,labels,taints): every pod is bound on "
+        "a node the scheduler's filters admit, by the daemon's own fit; jobs' workers "
+        "from the trace's cpus_per_worker, node_selector and tolerations columns. The "
+        "cluster's GPUs are the pools' (default: no nodes, every GPU alike)",
+    )
+    p.add_argument(
+        "--planner-fit",
+        choices=("shape", "gpus"),
+        default="shape",
+        help="with --nodes, what the planner sees: shape (default: nodes' labels, taints "
+        "and CPUs, each job's worker shape) or gpus (nodes as GPU counts, the rule "
+        "before node fit by shape)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -172,6 +191,17 @@ def _options(args: argparse.Namespace) -> tuple[TraceOptions, list[str]]:
         slice_ = (start, end)
     if args.max_jobs is not None and args.max_jobs < 1:
         raise _usage("--max-jobs must be >= 1")
+    if args.nodes is not None:
+        try:
+            args.pools = read_pools(args.nodes)
+        except SpecError as exc:
+            raise _usage(str(exc)) from None
+        pool_gpus = sum(p.count * p.gpus for p in args.pools)
+        if args.gpus not in (None, pool_gpus):
+            raise _usage(f"--gpus {args.gpus} differs from the {pool_gpus} GPUs of --nodes")
+        args.gpus = pool_gpus
+    else:
+        args.pools = ()
     if args.gpus is None:
         args.gpus = DEFAULT_GPUS if args.trace is not None else BUNDLED_GPUS
     if args.gpus < 1:
@@ -278,6 +308,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             progress if bar is not None else None,
             Plugin(args.volcano_plugin),
             args.job_info,
+            args.pools,
+            args.planner_fit == "shape",
         )
     except ValueError as exc:  # a cluster too small for the trace
         raise _usage(str(exc)) from None

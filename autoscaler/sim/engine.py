@@ -36,6 +36,7 @@ from typing import Protocol
 
 from ..headroom import plugin_limit
 from ..model import NodeGpus, Plugin, VolcanoQueue, VolcanoView
+from .nodes import Nodes, PoolSpec
 from .workload import JobSpec
 
 EPS = 1e-9
@@ -67,6 +68,7 @@ class SimJob:
     gpu_seconds: float = 0.0
     last_update: float = 0.0
     changed_at: float = -math.inf  # last instant its worker count changed
+    nodes: list[str] = field(default_factory=list)  # with node pools: where each worker runs
 
     @property
     def name(self) -> str:
@@ -147,6 +149,11 @@ class Cluster:
     queue_gpu_seconds: dict[str, float] = field(default_factory=dict)
     preemptions: int = 0
     cycles: int = 0  # controller cycles run
+    unbound_asks: int = 0  # workers a resize asked for, given up before they were bound
+    # node pools (sim/nodes.py): pods bound where the fit filters admit them; None: every
+    # GPU is interchangeable (no nodes)
+    pool: Nodes | None = None
+    planner_sees_shapes: bool = True  # False: nodes shown as GPU counts (the old rule)
 
     def __post_init__(self) -> None:
         if self.plugin not in PLUGINS:
@@ -194,7 +201,9 @@ class Cluster:
         idle GPUs bound growth (queues borrow from each other) and no fragmentation."""
         queues = {q: self.volcano_queue(q) for q in sorted(self.deserved)}
         nodes = None
-        if self.plugin is Plugin.PROPORTION:
+        if self.pool is not None:  # node pools: the nodes as the daemon reads them
+            nodes = self.pool.view(self.planner_sees_shapes)
+        elif self.plugin is Plugin.PROPORTION:
             nodes = (NodeGpus("sim", self.capacity, self._held),)
         return VolcanoView(self.plugin, queues, nodes, cluster_gpus=self.capacity)
 
@@ -256,6 +265,8 @@ class Cluster:
         replicas = max(job.min_workers, min(job.max_workers, replicas))
         if replicas == job.replicas:
             return
+        # workers asked for and never bound, now given up (e.g. the planner's trim)
+        self.unbound_asks += max(0, job.replicas - max(replicas, job.active))
         self._dirty.add(job.queue)
         if job.admitted:  # its pods exist: the queue's request follows the spec
             self._request[job.queue] += (replicas - job.replicas) * job.gpw
@@ -264,9 +275,29 @@ class Cluster:
         if job.active > replicas:
             self._set_active(job, replicas)
 
+    def _bind(self, job: SimJob, workers: int = 1) -> bool:
+        """With node pools, bind `workers` more pods of the job (all or none); True
+        without pools. The caller then raises `active`."""
+        if self.pool is None:
+            return True
+        names = self.pool.place_all(job.spec.worker_shape, workers)
+        if names is None:
+            return False
+        job.nodes.extend(names)
+        return True
+
+    def _unbind(self, job: SimJob, workers: int) -> None:
+        """The highest-indexed `workers` pods go (as the operators delete them)."""
+        if self.pool is None:
+            return
+        for _ in range(min(workers, len(job.nodes))):
+            self.pool.release(job.nodes.pop(), job.spec.worker_shape)
+
     def _set_active(self, job: SimJob, workers: int) -> None:
         if workers == job.active:
             return
+        if workers < job.active:
+            self._unbind(job, job.active - workers)
         self.allocated[job.queue] += (workers - job.active) * job.gpw
         self._held += (workers - job.active) * job.gpw
         job.active = workers
@@ -318,6 +349,7 @@ class Cluster:
         return done
 
     def _set_active_no_restart(self, job: SimJob, workers: int) -> None:
+        self._unbind(job, job.active - workers)
         self.allocated[job.queue] += (workers - job.active) * job.gpw
         self._held += (workers - job.active) * job.gpw
         job.active = workers
@@ -370,7 +402,7 @@ class Cluster:
             if need > free and 0 < need - free <= spare:
                 spare -= self._preempt_for(queue, jobs, need - free)
                 free = self._free(queue, ceiling)
-            if need <= free:
+            if need <= free and self._bind(job, job.gang):  # room, and nodes that admit it
                 free -= need  # out of both the queue's room and the cluster's idle GPUs
                 job.admitted = True
                 self._request[queue] += job.replicas * job.gpw
@@ -390,8 +422,8 @@ class Cluster:
         free = self._free(queue, self._ceiling[queue])
         while heap:
             held, idx, job = heapq.heappop(heap)
-            if job.gpw > free:
-                continue
+            if job.gpw > free or not self._bind(job):
+                continue  # no room, or no node admits one more of its pods
             free -= job.gpw
             placed[idx] = placed.get(idx, 0) + 1
             if job.active + placed[idx] < job.replicas:
@@ -510,6 +542,7 @@ class RunResult:
     cycles: int
     preemptions: int
     plugin: Plugin = Plugin.CAPACITY
+    unbound_asks: int = 0
 
 
 def simulate(
@@ -521,10 +554,15 @@ def simulate(
     progress: Callable[[float, int], None] | None = None,
     horizon: float = math.inf,
     plugin: Plugin = Plugin.CAPACITY,
+    pools: tuple[PoolSpec, ...] = (),
+    planner_sees_shapes: bool = True,
 ) -> RunResult:
     """Replay `specs` on the cluster under `controller`. Pure: same input, same result.
     `deserved`: each queue's GPUs (capability under `plugin` capacity, weight under
-    proportion). A job's max is cut to what its queue can ever hold (`queue_limit`)."""
+    proportion). A job's max is cut to what its queue can ever hold (`queue_limit`).
+    `pools`: node pools every pod is bound on by the fit filters (none: no nodes);
+    `planner_sees_shapes` False shows the planner the nodes as GPU counts and the jobs
+    by their GPUs (the rule before node fit by shape)."""
 
     jobs = []
     names: set[str] = set()
@@ -547,6 +585,9 @@ def simulate(
         job.replicas = min(job.replicas, job.max_workers)
         jobs.append(job)
     cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt, plugin)
+    if pools:
+        cluster.pool = Nodes(pools)
+        cluster.planner_sees_shapes = planner_sees_shapes
     if jobs:
         cluster.now = jobs[0].spec.submit
     try:
@@ -563,6 +604,7 @@ def simulate(
         cluster.cycles,
         cluster.preemptions,
         plugin,
+        cluster.unbound_asks,
     )
 
 

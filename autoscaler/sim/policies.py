@@ -241,6 +241,9 @@ def snapshot_of(
     jobs = []
     pending = []
     runtime = job_info in ("runtime", "both")
+    # node pools: each job's worker shape and where its workers run, as the pod watch
+    # says (unless the planner is to see GPUs alone: the old rule)
+    shapes = cluster.pool is not None and cluster.planner_sees_shapes
     for j in cluster.live():
         progress = _progress(j) if job_info in ("progress", "both") else None
         state = (
@@ -251,6 +254,7 @@ def snapshot_of(
             j.last_scale_time,
             j.first_start,
             progress,
+            tuple(j.nodes) if shapes else (),
         )
         hit = cache.get(j.name)
         if hit is not None and hit[0] == state:
@@ -276,6 +280,8 @@ def snapshot_of(
                 restart_cost_source="" if j.spec.restart_cost is None else "measured",
                 expected_runtime_seconds=j.spec.work if runtime else None,
                 progress=progress,
+                shape=j.spec.shape if shapes else None,
+                worker_nodes=tuple(j.nodes) if shapes else (),
             )
             cache[j.name] = (state, job)
         jobs.append(job)
@@ -288,6 +294,7 @@ def snapshot_of(
                     created=sim_time(j.spec.submit),
                     priority=j.spec.priority,
                     owner=job.ref,
+                    pods=((j.spec.worker_shape, j.gang),) if shapes else (),
                 )
             )
     return ClusterSnapshot(queues=queues, jobs=tuple(jobs), pending=tuple(pending), volcano=view)

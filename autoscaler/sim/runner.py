@@ -10,6 +10,7 @@ from ..model import Plugin
 from ..settings import Settings
 from .engine import RunResult, queue_limit, simulate, split_capacity
 from .metrics import Metrics, compute
+from .nodes import PoolSpec
 from .policies import POLICIES, make_controller, preempts
 from .workload import JobSpec, Workload
 
@@ -27,6 +28,8 @@ class Comparison:
     metrics: dict[str, Metrics]
     plugin: Plugin = Plugin.CAPACITY  # the Volcano queue plugin modelled
     job_info: str = "none"  # what jobs declare of their run to the planner (JOB_INFO)
+    pools: tuple[PoolSpec, ...] = ()  # node pools (none: every GPU alike)
+    planner_sees_shapes: bool = True
 
 
 def compare(
@@ -39,6 +42,8 @@ def compare(
     progress: Callable[[str, int], None] | None = None,
     plugin: Plugin = Plugin.CAPACITY,
     job_info: str = "none",
+    pools: tuple[PoolSpec, ...] = (),
+    planner_sees_shapes: bool = True,
 ) -> Comparison:
     deserved = split_capacity(gpus, workload.jobs)
     specs, capped = fit_to_queues(workload.jobs, deserved, plugin)
@@ -70,11 +75,23 @@ def compare(
             progress=cb,
             horizon=math.inf,
             plugin=plugin,
+            pools=pools,
+            planner_sees_shapes=planner_sees_shapes,
         )
         runs[name] = run
         metrics[name] = compute(run)
     return Comparison(
-        workload, gpus, deserved, restart_penalty, seed, runs, metrics, plugin, job_info
+        workload,
+        gpus,
+        deserved,
+        restart_penalty,
+        seed,
+        runs,
+        metrics,
+        plugin,
+        job_info,
+        pools,
+        planner_sees_shapes,
     )
 
 

@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from .nodes import parse_labels, parse_tolerations, worker_shape
 from .profiles import AppProfile, load_profiles
 from .workload import (
     ElasticRule,
@@ -76,6 +77,10 @@ CSV_COLUMNS = {
     "speedup": ("speedup",),
     "priority": ("priority",),
     "application": ("application", "model"),
+    # a worker's pod, for a cluster of node pools (simulate --nodes; sim/nodes.py)
+    "cpus_per_worker": ("cpus_per_worker", "cpus"),
+    "node_selector": ("node_selector", "nodeselector"),
+    "tolerations": ("tolerations",),
 }
 _CSV_ALIAS = {alias: col for col, aliases in CSV_COLUMNS.items() for alias in aliases}
 
@@ -247,6 +252,16 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
                 f"(got {submit:g}, {duration:g})"
             )
         priority = int(number("priority", int)) if cell("priority") else 0
+        where = f"trace {source} row {row}"
+        cpus = number("cpus_per_worker") if cell("cpus_per_worker") else 0.0
+        if cpus < 0:
+            raise SpecError(f"{where}, column cpus_per_worker: {cpus:g} < 0")
+        shape = worker_shape(
+            gpw,
+            cpus,
+            parse_labels(cell("node_selector"), f"{where}, column node_selector"),
+            parse_tolerations(cell("tolerations"), f"{where}, column tolerations"),
+        )
         jobs.append(
             JobSpec(
                 cell("name") or f"job-{i}",
@@ -260,6 +275,7 @@ def _csv(rows: list[dict[str, str]], opts: TraceOptions, source: str) -> Workloa
                 sp,
                 cell("application"),
                 priority,
+                shape=shape,
             )
         )
     jobs.sort(key=lambda j: (j.submit, j.name))

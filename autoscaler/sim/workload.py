@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..model import PodShape
+
 
 class SpecError(ValueError):
     """A trace row or option that cannot describe a job."""
@@ -103,6 +105,13 @@ class JobSpec:
     application: str = ""
     priority: int = 0  # from the trace's priority column, if it has one
     restart_cost: float | None = None  # seconds a resize costs it; None: the run's flat cost
+    # one worker's pod (CPUs, nodeSelector, tolerations) for a cluster of node pools
+    # (sim/nodes.py); None: its GPUs alone
+    shape: PodShape | None = None
+
+    @property
+    def worker_shape(self) -> PodShape:
+        return self.shape if self.shape is not None else PodShape.of_gpus(self.gpus_per_worker)
 
     @property
     def requested_gpus(self) -> int:

@@ -1,0 +1,96 @@
+"""Two GPU pools ([placement] #27, item 6): the planner with node fit by the worker's
+shape against the rule before it (nodes as GPU counts, any worker fits any node with
+enough idle GPUs), and stock Volcano, on a cluster of node pools replayed through the
+daemon's fit (autoscaler/fit.py; simulate --nodes).
+
+Cluster: pool a100, 2 nodes x 8 GPUs, 64 CPUs, label accelerator=a100; pool h100, 2 nodes
+x 8 GPUs, 64 CPUs, label accelerator=h100. Jobs: pinned by nodeSelector, 3 of 4 to a100
+(the busy pool) and 1 of 4 to h100, workers of 1 GPU and 8 CPUs, 1-4 workers asked for,
+range 0.5..2, Amdahl 0.95, work 10 min to 1.5 h, one every 150 s on average;
+every job pays 30 s per restart. Deterministic (`--seed`).
+
+    PYTHONPATH=. nice -n 10 python benchmarks/simulate_pools.py [--jobs 120] [--seed 0,1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+
+from autoscaler.model import Labels
+from autoscaler.settings import Settings
+from autoscaler.sim.nodes import PoolSpec, worker_shape
+from autoscaler.sim.runner import compare
+from autoscaler.sim.workload import ElasticRule, JobSpec, Workload, amdahl
+
+ARRIVAL = 150.0  # seconds between submissions, on average
+POOLS = (
+    PoolSpec("a100", 2, 8, 64, (("accelerator", "a100"),)),
+    PoolSpec("h100", 2, 8, 64, (("accelerator", "h100"),)),
+)
+
+
+def workload(jobs: int, seed: int) -> Workload:
+    rng = random.Random(seed)
+    out = []
+    t = 0.0
+    for i in range(jobs):
+        t += rng.expovariate(1 / ARRIVAL)
+        pool = "a100" if rng.random() < 0.75 else "h100"
+        requested = rng.choice((1, 1, 2, 2, 4))
+        lo, hi = ElasticRule().range(requested)
+        selector: Labels = (("accelerator", pool),)
+        out.append(
+            JobSpec(
+                f"j{i:03d}-{pool}",
+                round(t, 1),
+                rng.uniform(600, 5_400),
+                requested,
+                lo,
+                hi,
+                1,
+                "q",
+                amdahl(requested, 16, 0.95),
+                restart_cost=30.0,
+                shape=worker_shape(1, 8, selector, ()),
+            )
+        )
+    return Workload(tuple(out), f"two pools #{seed}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=120)
+    ap.add_argument("--seed", default="0,1,2")
+    args = ap.parse_args()
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    gpus = sum(p.count * p.gpus for p in POOLS)
+    for seed in (int(x) for x in args.seed.split(",")):
+        w = workload(args.jobs, seed)
+        for name, policies, sees in (
+            ("volcano-default", ("volcano-default",), True),
+            ("planner, nodes as GPU counts (before)", ("planner",), False),
+            ("planner, node fit by shape (after)", ("planner",), True),
+        ):
+            c = compare(w, gpus, Settings(), policies, 30.0, pools=POOLS, planner_sees_shapes=sees)
+            m = c.metrics[policies[0]]
+            unbound = c.runs[policies[0]].unbound_asks / len(w.jobs)
+            rows.setdefault(name, []).append((m.avg_jct / 3600, m.restarts_per_job, unbound))
+            print(
+                f"seed {seed} {name:40s} avg JCT {m.avg_jct / 3600:.3f} h  "
+                f"restarts/job {m.restarts_per_job:.2f}  unbound asks/job {unbound:.2f}"
+            )
+            sys.stdout.flush()
+    print("mean over seeds:")
+    for name, r in rows.items():
+        print(
+            f"  {name:40s} avg JCT {statistics.fmean(x[0] for x in r):.3f} h  "
+            f"restarts/job {statistics.fmean(x[1] for x in r):.2f}  "
+            f"unbound asks/job {statistics.fmean(x[2] for x in r):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
