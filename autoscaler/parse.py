@@ -418,14 +418,14 @@ def parse_job(
     priorities: Priorities,
     kind: JobKind | None = None,
 ) -> ElasticJob | UnmanagedJob:
-    """One job of a managed kind -> an ElasticJob the planner may resize, or why it may
-    not. The kind (by the object's kind, else PyTorchJob) says where the fields live."""
+    """One job of a managed kind -> an ElasticJob the planner may resize, or why not;
+    its kind (by the object's kind, else PyTorchJob) says where the fields live."""
     kind = kind or kind_of(obj) or PYTORCHJOB_KIND
-    name = kind.resource.kind
     try:
-        ref = _ref(obj, name)
+        ref = _ref(obj, kind.resource.kind)
     except BadField as exc:
-        return UnmanagedJob(_fallback_ref(obj, name), DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc))
+        fallback = _fallback_ref(obj, kind.resource.kind)
+        return UnmanagedJob(fallback, DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc))
     queue = kind.queue(obj)
     meta = obj["metadata"]
 
