@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,7 +134,8 @@ async def _daemon(settings: Settings) -> int:
             namespaces=settings.namespaces or "all",
             port=settings.listen_port,
         )
-        await _until_stopped(asyncio.create_task(_serve(parts), name="serve"), stopping)
+        serve = asyncio.create_task(_serve(parts), name="serve")
+        await _until_stopped(serve, stopping, lambda: parts.driver.cycling)
     finally:
         await api_client.close()
     return 0
@@ -147,14 +149,17 @@ def _on_signal(parts: Parts, stopping: asyncio.Event, sig: signal.Signals) -> No
     parts.driver.stop()
 
 
-async def _until_stopped(serve: asyncio.Task[None], stopping: asyncio.Event) -> None:
-    """Run the daemon until it ends or a signal stops it: the cycle under way gets
+async def _until_stopped(
+    serve: asyncio.Task[None], stopping: asyncio.Event, cycling: Callable[[], bool]
+) -> None:
+    """Run the daemon until it ends or a signal stops it: a cycle under way gets
     STOP_GRACE_SECONDS to finish, then whatever the daemon waits on is cancelled (its
-    parts stop in order, within the stop's deadline, whatever is cancelled)."""
+    parts stop in order, within the stop's deadline, whatever is cancelled); a wait
+    outside a cycle (start-up, the caches' first sync) is cancelled at once."""
     signalled = asyncio.create_task(stopping.wait(), name="signalled")
     try:
         await asyncio.wait({serve, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        if not serve.done():
+        if not serve.done() and cycling():
             await asyncio.wait({serve}, timeout=STOP_GRACE_SECONDS)
         if not serve.done():
             log.info("stopping now", note="cancelling what the daemon waits on")
