@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import RunFailure, UsageError
 from .fields import BadField, parse_time
+from .logs import configure_logging
 from .metrics import package_version
 from .settings import Settings, SettingsError, load_settings
 from .snapshot_file import SnapshotError, load_snapshot_file
@@ -126,7 +127,10 @@ def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
         overrides["kube_context"] = args.context
     if getattr(args, "autoscaler_namespace", None):
         overrides["lease_namespace"] = args.autoscaler_namespace
-    return load_settings(getattr(args, "config", None), **overrides)
+    settings = load_settings(getattr(args, "config", None), **overrides)
+    if args.command != "run":  # the daemon's logs are its own (JSON lines)
+        configure_logging(settings, for_people=True)
+    return settings
 
 
 def _write(data: Any, output: str) -> None:
@@ -249,7 +253,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             _write(explain_gang_dict(doc, gang), args.output)
         return 0
     if not found:
-        raise RunFailure(not_listed(doc, namespace, name))
+        from .daemon import job_kinds_named
+
+        kinds = job_kinds_named(settings, namespace, name)
+        if kinds == ():
+            raise RunFailure(
+                f"job {namespace}/{name}: not found (no PyTorchJob, PaddleJob or Volcano Job "
+                f"of that name in namespace {namespace})"
+            )
+        raise RunFailure(not_listed(doc, namespace, name, kinds))
     for job in found:  # the same name in two kinds: both
         if args.output == "text":
             sys.stdout.write(explain_text(doc, job))

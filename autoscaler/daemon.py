@@ -8,11 +8,12 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
@@ -24,6 +25,7 @@ from .metrics import package_version
 from .model import ClusterSnapshot, Plan
 from .planner import plan as make_plan
 from .redact import redact
+from .resources import JOB_RESOURCES
 from .settings import Settings
 from .sources.kube import KubeconfigError, make_api_client, settle_gc
 from .sources.live import LiveSource
@@ -132,7 +134,8 @@ async def _daemon(settings: Settings) -> int:
             namespaces=settings.namespaces or "all",
             port=settings.listen_port,
         )
-        await _until_stopped(asyncio.create_task(_serve(parts), name="serve"), stopping)
+        serve = asyncio.create_task(_serve(parts), name="serve")
+        await _until_stopped(serve, stopping, lambda: parts.driver.cycling)
     finally:
         await api_client.close()
     return 0
@@ -146,14 +149,17 @@ def _on_signal(parts: Parts, stopping: asyncio.Event, sig: signal.Signals) -> No
     parts.driver.stop()
 
 
-async def _until_stopped(serve: asyncio.Task[None], stopping: asyncio.Event) -> None:
-    """Run the daemon until it ends or a signal stops it: the cycle under way gets
+async def _until_stopped(
+    serve: asyncio.Task[None], stopping: asyncio.Event, cycling: Callable[[], bool]
+) -> None:
+    """Run the daemon until it ends or a signal stops it: a cycle under way gets
     STOP_GRACE_SECONDS to finish, then whatever the daemon waits on is cancelled (its
-    parts stop in order, within the stop's deadline, whatever is cancelled)."""
+    parts stop in order, within the stop's deadline, whatever is cancelled); a wait
+    outside a cycle (start-up, the caches' first sync) is cancelled at once."""
     signalled = asyncio.create_task(stopping.wait(), name="signalled")
     try:
         await asyncio.wait({serve, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        if not serve.done():
+        if not serve.done() and cycling():
             await asyncio.wait({serve}, timeout=STOP_GRACE_SECONDS)
         if not serve.done():
             log.info("stopping now", note="cancelling what the daemon waits on")
@@ -251,8 +257,9 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
     or Prometheus that did not answer usably; each a single line."""
     now = now or datetime.now(UTC)
     # the sources' log lines (which plugin the headroom follows, a kind not installed)
-    # go to stderr: stdout is the plan, and `-o json` must stay parseable
-    configure_logging(settings)
+    # are the daemon's: for people, only warnings, each a short line on stderr (stdout is
+    # the plan, and `-o json` must stay parseable)
+    configure_logging(settings, for_people=True)
     try:
         snapshot, reading = asyncio.run(live_read(settings, now))
     except KubeconfigError as exc:
@@ -317,6 +324,41 @@ def read_status(settings: Settings) -> StatusDoc:
             "--live plans now instead"
         )
     return doc
+
+
+async def _kinds_named(settings: Settings, namespace: str, name: str) -> tuple[str, ...]:
+    client = await make_api_client(settings.kube_options())
+    try:
+        api = CustomObjectsApi(client)
+        found = []
+        for r in JOB_RESOURCES:
+            try:
+                await api.get_namespaced_custom_object(
+                    r.group,
+                    r.version,
+                    namespace,
+                    r.plural,
+                    name,
+                    _request_timeout=settings.kube_request_timeout_seconds,
+                )
+            except ApiException as exc:
+                if classify(exc) is ApiFailure.NOT_FOUND:  # no such job, or no such CRD
+                    continue
+                raise
+            found.append(r.kind)
+        return tuple(found)
+    finally:
+        await client.close()
+
+
+def job_kinds_named(settings: Settings, namespace: str, name: str) -> tuple[str, ...] | None:
+    """The job kinds (PyTorchJob, PaddleJob, Job) of which an object of this name exists
+    in the namespace: `explain` tells a job that does not exist from one not managed.
+    None when the cluster cannot say (unreachable, RBAC)."""
+    try:
+        return asyncio.run(_kinds_named(settings, namespace, name))
+    except Exception:
+        return None
 
 
 def live_status(settings: Settings, now: datetime | None = None) -> StatusDoc:

@@ -25,6 +25,7 @@ spread, volumes.
 API (plain: shapes and nodes in, placements out):
 
     placer = Placer(nodes, gpu_names)   # model.Node, with what bound pods request
+    placer.state()                      # the room so far: Placer(nodes, names, start=it)
     placer.fits(shape, limit)           # pods of `shape` that fit now; nothing taken
     placer.place(shape, count)          # room taken for up to `count`, best fit; how many
     placer.place_all(pods)              # a gang, [(shape, count)]: all of it or nothing
@@ -302,7 +303,13 @@ def _grouped(nodes: Sequence[Node]) -> _Grouping:
 class Placer:
     """The nodes' free room, taken as this cycle places pods (see the module docstring)."""
 
-    def __init__(self, nodes: Iterable[Node], gpu_names: Sequence[str] = (GPU_RESOURCE,)) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        gpu_names: Sequence[str] = (GPU_RESOURCE,),
+        start: _Grouping | None = None,
+    ) -> None:
+        """`start`: another Placer's `state()` on these same nodes, to go on from."""
         self.gpu_names = tuple(gpu_names)
         self._all: Sequence[Node] = nodes if isinstance(nodes, tuple | list) else tuple(nodes)
         # built when first asked for (a cycle that places nothing by name needs neither)
@@ -310,10 +317,13 @@ class Placer:
         self._where: dict[str, tuple[_Class, _Key]] | None = None
         self._undo: list[tuple[str, _Class, _Key, _Key]] | None = None
         self._dicts: dict[Quantities, dict[str, int]] = {}
+        # a bucket's free room in the order a shape compares nodes by (best fit)
+        self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
+        grouping = _grouped(self._all) if start is None else start
         self._classes = {
             ckey: _Class(node, {key: list(names) for key, names in buckets})
-            for ckey, (node, buckets) in _grouped(self._all).items()
+            for ckey, (node, buckets) in grouping.items()
         }
         self.version = 0  # bumped by every change: callers may cache what they read
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
@@ -335,6 +345,13 @@ class Placer:
                 for n in names
             }
         return self._where.get(name)
+
+    def state(self) -> _Grouping:
+        """The nodes' room as placed so far, for `Placer(nodes, gpu_names, start=...)`."""
+        return {
+            ckey: (cls.node, tuple((key, tuple(names)) for key, names in cls.buckets.items()))
+            for ckey, cls in self._classes.items()
+        }
 
     # -- reading --------------------------------------------------------------------------
 
@@ -449,9 +466,11 @@ class Placer:
                 fitting = self._names(shape, names, one_by_one)
                 if not fitting:
                     continue
-                d = self._dict(key[0])
-                rank = tuple(d.get(r, 0) for r in order)
-                if best is None or (rank, fitting[-1]) < (best[0], best[1]):
+                rank = self._ranks.get((key[0], order))
+                if rank is None:
+                    d = self._dict(key[0])
+                    rank = self._ranks[(key[0], order)] = tuple([d.get(r, 0) for r in order])
+                if best is None or rank < best[0] or (rank == best[0] and fitting[-1] < best[1]):
                     best = (rank, fitting[-1], cls, key, room)
         return None if best is None else best[1:]
 
@@ -593,14 +612,17 @@ class _Tally:
 
 
 def _tally(placer: Placer, shape: PodShape) -> _Tally:
+    """Nodes that take one more pod of the shape, and the idle GPUs of the rest by why
+    not: per class and bucket (per node only for a shape that names nodes)."""
     tally = _Tally()
+    one_by_one = per_node(shape)
     for cls in placer._classes.values():
         for key, names in cls.buckets.items():
             d = placer._dict(key[0])
             idle = sum(max(0, d.get(g, 0)) for g in placer.gpu_names)
-            for name in names if per_node(shape) else names[:1]:
-                weight = 1 if per_node(shape) else len(names)
-                misfit = admits(shape, placer._nodes[name])
+            for name in names if one_by_one else names[:1]:
+                weight = 1 if one_by_one else len(names)
+                misfit = admits(shape, placer._nodes[name] if one_by_one else cls.node)
                 if misfit is None and placer._room(shape, cls, key):
                     tally.fit_nodes += weight
                     continue

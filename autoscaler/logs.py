@@ -22,13 +22,34 @@ class _Stderr:
         sys.stderr.flush()
 
 
-def configure_logging(settings: Settings) -> None:
+PROG = "elastic-autoscaler"
+
+
+def _for_people(_: object, method: str, event: structlog.typing.EventDict) -> str:
+    """One short line: `elastic-autoscaler: warning: what (key=value, ...)`; no time, no
+    traceback (the commands for people say what failed in their own error line)."""
+    level = event.pop("level", method)
+    what = event.pop("event", "")
+    for noise in ("timestamp", "exception", "exc_info", "stack"):
+        event.pop(noise, None)
+    rest = ", ".join(f"{k}={v}" for k, v in event.items())
+    return f"{PROG}: {level}: {what}" + (f" ({rest})" if rest else "")
+
+
+def configure_logging(settings: Settings, *, for_people: bool = False) -> None:
+    """The daemon's logs: JSON lines when stderr is not a terminal (`log_format`). With
+    `for_people` (plan, status, explain: their stdout is the answer) only warnings and
+    errors, each one short line on stderr, whatever `log_format` says."""
     level = getattr(logging, settings.log_level.upper())
+    if for_people and level != logging.DEBUG:
+        level = max(level, logging.WARNING)
     as_json = settings.log_format is LogFormat.JSON or (
         settings.log_format is LogFormat.AUTO and not sys.stderr.isatty()
     )
-    renderer = (
-        structlog.processors.JSONRenderer()
+    renderer: structlog.typing.Processor = (
+        _for_people
+        if for_people
+        else structlog.processors.JSONRenderer()
         if as_json
         else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -51,5 +72,7 @@ def configure_logging(settings: Settings) -> None:
     logging.basicConfig(
         level=max(level, logging.WARNING),
         stream=_Stderr(),
-        format="%(levelname)s %(name)s %(message)s",
+        format=f"{PROG}: %(levelname)s: %(message)s"
+        if for_people
+        else "%(levelname)s %(name)s %(message)s",
     )

@@ -361,6 +361,7 @@ class Driver:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.cycles = 0
+        self.cycling = False  # a cycle is under way (a stop lets it finish within a grace)
 
     def trigger(self) -> None:
         self._wake.set()
@@ -377,7 +378,11 @@ class Driver:
             now = self.wall()
             retry_in: float | None = None
             if self.is_leader():
-                outcome = await self.controller.run_once(now)
+                self.cycling = True
+                try:
+                    outcome = await self.controller.run_once(now)
+                finally:
+                    self.cycling = False
                 if outcome.applied is not None:
                     retry_in = outcome.applied.retry_in
             else:

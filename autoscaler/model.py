@@ -453,11 +453,13 @@ class HpaTarget:
 class Plugin(StrEnum):
     """Which Volcano plugin decides what a queue's pods may be bound to (docs/design.md
     "Headroom"). GIVEN: the free GPUs are taken as given (a custom query, a snapshot file's
-    `free_gpus`, or the deprecated deserved - allocated)."""
+    `free_gpus`, or the deprecated deserved - allocated). UNKNOWN: a queue with no usable
+    reading, whose headroom no plugin computed (a queue summary's only, never a setting)."""
 
     PROPORTION = "proportion"
     CAPACITY = "capacity"
     GIVEN = "given"
+    UNKNOWN = "unknown"
 
 
 class Bound(StrEnum):

@@ -7,8 +7,8 @@ work done). From either, `remaining_seconds` estimates what is left of its run. 
 those estimates a reclaim is a trade between two jobs:
 
 - the waiting gang gains the time it would otherwise wait: until the running jobs of its
-  queue, in the order they are expected to end, free the GPUs it is short of
-  (`gang_wait`);
+  queue, in the order they are expected to end, free the GPUs it is short of and those
+  of the gangs ahead of it that still wait (`gang_wait`);
 - each victim loses its restart, plus the work of the workers it gives up, for as long
   as it runs without them, at linear speedup (`victim_loss`): until the gang's job ends
   (its GPUs come back to the queue), its own end, or the queue's running jobs have freed

@@ -46,11 +46,16 @@ from .model import (
     QueueSummary,
     Reason,
     UnmanagedJob,
+    VolcanoView,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
+# gangs not served this cycle: they wait for the GPUs that free first
+_STILL_WAITING = frozenset(
+    {Reason.GANG_UNCOVERABLE, Reason.GANG_RECLAIM_UNPAID, Reason.GANG_BLOCKED}
+)
 _EPS = 1e-9
 
 
@@ -157,6 +162,9 @@ def _plan_queue(
     summary = queue_plan.run()
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    elif state.free_gpus is None and state.volcano is None:
+        # no reading for it: nothing was given, and no plugin computed its headroom
+        summary = replace(summary, plugin=Plugin.UNKNOWN)
     return queue_plan, summary
 
 
@@ -263,7 +271,11 @@ class _Cluster:
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks)
+            # a queue that holds (unknown data, closed) asks for nothing this cycle
+            planned = {
+                n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
+            }
+            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
@@ -292,14 +304,7 @@ class _Cluster:
             and (n := u.inflight_gpus - no_pods.gpus_of(u)) > 0
         ]
         if self.view.nodes is not None:
-            self.pool = Placer(self.view.nodes, self.view.gpu_names)
-            # workers asked for and not running yet will take node room first, whoever
-            # asked; a worker already bound is on its node's used room and counts twice
-            # for the seconds until it runs (the safe side)
-            for j, n in jobs:
-                self.pool.place(j.worker_shape, n)
-            for _, gpus in unmanaged:
-                self.pool.take_gpus(gpus)
+            self.pool = _placed_in_flight(self.view, jobs, unmanaged)
         for j, n in jobs:
             self.inflight[j.queue] = self.inflight.get(j.queue, 0) + n * j.gpus_per_worker
         for u, gpus in unmanaged:
@@ -310,11 +315,13 @@ class _Cluster:
         jobs_by_queue: dict[str, list[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
+        planned: set[str],
     ) -> dict[str, int]:
         """Idle GPUs each queue may take this cycle under the capacity plugin: owed ones
         first (docs/design.md "Sharing a cluster between queues"). A queue asks for the
         room to max of its jobs that may grow now and for its gangs not yet admitted
-        (an Inqueue gang's GPUs are in `inqueue` already)."""
+        (an Inqueue gang's GPUs are in `inqueue` already); one not `planned` (it holds),
+        for nothing."""
         view, total = self.view, self.view.total_gpus
         if total is None:
             return {}
@@ -326,6 +333,7 @@ class _Cluster:
             inflight = self.inflight.get(name, 0)
             want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
             want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
+            want = want if name in planned else 0
             real = real_capability(q, total, self.limits.total_guarantee)
             used = q.allocated + q.inqueue + inflight
             rows.append(
@@ -396,6 +404,48 @@ class _Cluster:
             inqueue = self.view.queues[state.name].inqueue
             admitted = max(0.0, inqueue + min(0.0, limit.gpus))
         return replace(state, free_gpus=free, admitted_gpus=admitted), headroom
+
+
+# the nodes after the last plan's in-flight workers took their room, with what it was
+# made of (kept, so an identity test cannot match a new object at an old address)
+_IN_FLIGHT: list[tuple[object, list[tuple[Any, int]], list[tuple[Any, int]], Any]] = []
+
+
+def _placed_in_flight(
+    view: VolcanoView,
+    jobs: list[tuple[ElasticJob, int]],
+    unmanaged: list[tuple[UnmanagedJob, int]],
+) -> Placer:
+    """The nodes with room taken by workers asked for and not running yet (`jobs`: a job
+    and its workers in flight; `unmanaged`: a job and its GPUs in flight), whoever asked:
+    they will take node room first (a worker already bound is on its node's used room and
+    counts twice for the seconds until it runs: the safe side). A steady cluster hands
+    the planner the same nodes and job objects every cycle (the snapshot is assembled
+    again only when a cache changed): the placement, most of a steady plan at 10k jobs,
+    is then taken up from the last plan's, which is what placing the same workers on the
+    same nodes again gives."""
+    assert view.nodes is not None
+    last = _IN_FLIGHT[0] if _IN_FLIGHT else None
+    if (
+        last is not None
+        and last[0] is view.nodes
+        and _same_pairs(last[1], jobs)
+        and _same_pairs(last[2], unmanaged)
+    ):
+        return Placer(view.nodes, view.gpu_names, start=last[3])
+    pool = Placer(view.nodes, view.gpu_names)
+    for j, n in jobs:
+        pool.place(j.worker_shape, n)
+    for _, gpus in unmanaged:
+        pool.take_gpus(gpus)
+    _IN_FLIGHT[:] = [(view.nodes, jobs, unmanaged, pool.state())]
+    return pool
+
+
+def _same_pairs(a: list[tuple[Any, int]], b: list[tuple[Any, int]]) -> bool:
+    return len(a) == len(b) and all(
+        x[0] is y[0] and x[1] == y[1] for x, y in zip(a, b, strict=True)
+    )
 
 
 def _measure(j: ElasticJob, now: datetime, limit: float) -> Measurement | None:
@@ -675,6 +725,11 @@ def _water_fill(candidates: list[_Job], pool: int) -> dict[_Job, int]:
     return grants
 
 
+def _plans(state: QueueState) -> bool:
+    """The queue is planned this cycle: its data is known and it is open."""
+    return state.usable and state.state not in CLOSED_STATES
+
+
 def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
     """GPUs the victims' workers free where the gang can use them (all, without
     `useful`), their targets not lowered yet."""
@@ -787,11 +842,7 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
-        usable = {
-            name
-            for name, state in snapshot.queues.items()
-            if state.usable and state.state not in CLOSED_STATES and name in held
-        }
+        usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         return cls(shares, best_effort, held, usable, work, policy, snapshot)
 
     def within(self, g: PendingGroup) -> str:
@@ -1248,6 +1299,8 @@ class _QueuePlanner:
         # of the queue and what they gave up
         others = sum(x.gpus for x in self.pending if x is not g)
         back_in = payoff.gang_wait(others + taken, self._ending())
+        # gangs ahead of it that still wait take the GPUs that free first
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1261,7 +1314,7 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        return payoff.Trade(payoff.gang_wait(shortfall, self._ending()), loss)
+        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;

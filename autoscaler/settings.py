@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from .errors import yaml_error_line
 from .options import (
     ActuatorOptions,
     Annotations,
@@ -617,7 +618,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {path}: not valid YAML: {exc}") from exc
+        raise SettingsError(yaml_error_line(path, exc, "config file not valid YAML")) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

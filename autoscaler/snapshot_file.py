@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from .errors import yaml_error_line
 from .fields import BadField, parse_time
 from .model import ClusterSnapshot, Plugin, QueueState, Reason, VolcanoQueue
 from .options import ReadOptions
@@ -66,7 +67,7 @@ def volcano_states(data: Any, where: str) -> tuple[Plugin, dict[str, QueueState]
         raise SnapshotError(
             f"{where}: volcano.plugin must be proportion or capacity, got {data.get('plugin')!r}"
         ) from None
-    if plugin is Plugin.GIVEN:
+    if plugin in (Plugin.GIVEN, Plugin.UNKNOWN):
         raise SnapshotError(f"{where}: volcano.plugin must be proportion or capacity")
     queues = data.get("queues") or {}
     if not isinstance(queues, Mapping):
@@ -170,7 +171,7 @@ def _decode(text: str, path: Path) -> Any:
     try:
         return yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
-        raise SnapshotError(f"{path}: not valid YAML or JSON: {_first_line(exc)}") from None
+        raise SnapshotError(yaml_error_line(path, exc, "not valid YAML or JSON")) from None
 
 
 def parse_snapshot_data(data: Any, where: str = "snapshot") -> SnapshotFile:

@@ -4,10 +4,12 @@ decided its size, in words). Pure: a StatusDoc in, text or a dict out."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from .model import Reason
 from .render import table
 from .resources import rfc3339
 from .status import (
@@ -31,6 +33,30 @@ def age(since: datetime, now: datetime) -> str:
         if seconds >= 2 * size or (unit == "m" and seconds >= size):
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+_NOT_MANAGED = frozenset(
+    r.value for r in Reason if r.unmanaged and not r.value.startswith("Invalid")
+)
+
+
+def not_managed(job: JobEntry) -> bool:
+    """Left alone by its own declaration or state (NotElastic, paused, an HPA's, finished):
+    not a job the autoscaler manages, so never counted as settled."""
+    return job.reason in _NOT_MANAGED
+
+
+def _left_out(jobs: Sequence[JobEntry]) -> str:
+    """The jobs a narrow table leaves out, in words: settled ones, and those not managed
+    by reason; empty when there are none."""
+    rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
+    settled = sum(1 for j in rest if not not_managed(j))
+    unmanaged = Counter(j.reason for j in rest if not_managed(j))
+    words = [f"{settled} settled job(s)"] if settled else []
+    if unmanaged:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(unmanaged.items()))
+        words.append(f"{sum(unmanaged.values())} job(s) not managed ({reasons})")
+    return " and ".join(words)
 
 
 def _s(value: object) -> str:
@@ -134,8 +160,8 @@ def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
         rows.append(row)
     if rows:
         return table(head, rows)
-    settled = len([j for j in jobs if rank(j) >= RANK_SETTLED])
-    return f"No job in flight, held, refused or invalid ({settled} settled)."
+    rest = _left_out(jobs)
+    return "No job in flight, held, refused or invalid" + (f" ({rest})." if rest else ".")
 
 
 def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
@@ -159,10 +185,9 @@ def _gang_table(gangs: Sequence[GangEntry], now: datetime) -> str:
 def _footnotes(doc: StatusDoc, jobs: Sequence[JobEntry], wide: bool) -> list[str]:
     """What the tables leave out, and (wide) each queue's headroom and hold in words."""
     parts: list[str] = []
-    if not wide:
-        rest = [j for j in jobs if rank(j) >= RANK_SETTLED]
-        if rest:
-            parts += ["", f"{len(rest)} settled job(s) not shown (-o wide shows them)."]
+    rest = _left_out(jobs)
+    if not wide and rest and any(rank(j) < RANK_SETTLED for j in jobs):
+        parts += ["", f"{rest} not shown (-o wide shows them)."]
     if doc.omitted_jobs:
         words = ", ".join(f"{n} {r}" for r, n in sorted(doc.omitted_jobs.items()))
         parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
@@ -218,6 +243,8 @@ def _why_not_growing(j: JobEntry) -> str:
         return f"It does not grow now: {j.reason}: {j.message}"
     if j.reason.startswith("Invalid"):
         return f"It is left alone until fixed: {j.reason}: {j.message}"
+    if not_managed(j):
+        return f"Not managed: {j.reason}: {j.message}"
     return f"It is not resized: {j.reason}: {j.message}"
 
 
@@ -351,16 +378,20 @@ def explain_gang_dict(doc: StatusDoc, g: GangEntry) -> dict[str, Any]:
     }
 
 
-def not_listed(doc: StatusDoc, namespace: str, name: str) -> str:
-    """Why the status object has no entry for this job."""
+def not_listed(
+    doc: StatusDoc, namespace: str, name: str, kinds: Sequence[str] | None = None
+) -> str:
+    """Why the status object has no entry for a job (`kinds`: those of which it exists,
+    None when the cluster could not say)."""
+    what = f"job {namespace}/{name}" + (f" ({', '.join(kinds)})" if kinds else "")
     left_out = sum(doc.omitted_jobs.values())
     if left_out:
         return (
-            f"job {namespace}/{name} is not listed in the status object: {left_out} settled "
+            f"{what} is not listed in the status object: {left_out} settled "
             "job(s) were left out to bound its size; `explain --live` plans it now"
         )
     return (
-        f"job {namespace}/{name} is not among the {doc.cycle.jobs} job(s) the last cycle "
-        f"({rfc3339(doc.time)}) planned: not a managed kind (PyTorchJob, PaddleJob, Volcano "
-        "Job), not in a watched namespace, or created since"
+        f"{what}: not managed: it is not among the {doc.cycle.jobs} job(s) the last cycle "
+        f"({rfc3339(doc.time)}) planned: not a managed kind (job_kinds), not in a watched "
+        "namespace (namespaces), not matching label_selector, or created since"
     )

@@ -264,6 +264,15 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
                     },
                     "application/merge-patch+json",
                 )
+                # the API server's TaintNodesByCondition puts node.kubernetes.io/not-ready:
+                # NoSchedule on a new node, and no node lifecycle controller runs here to
+                # lift it: node fit (and the scheduler) rightly admit no pod there
+                await call(
+                    "PATCH",
+                    f"/api/v1/nodes/{name}",
+                    {"spec": {"taints": None}},
+                    "application/merge-patch+json",
+                )
             pod_sizes = []
 
             async def pod(row: tuple[str, str, int, str], node: str) -> None:

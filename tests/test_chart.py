@@ -267,16 +267,29 @@ def test_bad_values_are_refused_with_a_message(values: dict[str, Any], message: 
 # ---- lint and template, object by object ----------------------------------------------------
 
 
-def test_packaged_chart_carries_the_linked_files() -> None:
-    """files/ links into deploy/ (RBAC, alerts, dashboard): `helm package` must put their
-    content into the archive, which then renders exactly like the folder."""
+def test_packaged_chart_carries_the_copied_files_and_helm_says_nothing_of_links() -> None:
+    """files/ holds copies of deploy/'s RBAC, alerts and dashboard (symlinks made every
+    `helm install` print `found symbolic link in path`): `helm package` puts them in the
+    archive, which renders exactly like the folder, and neither says a word of links."""
     out = Path(_SCRATCH.name) / "package"
-    helm("package", str(CHART), "-d", str(out))
+    packaged_by = helm("package", str(CHART), "-d", str(out))
     (archive,) = out.glob("elastic-autoscaler-*.tgz")
     values = _values_file(COMBOS["live-monitoring"][0])
     apis = [a for api in MONITORING_APIS for a in ("--api-versions", api)]
     packaged = helm("template", RELEASE, str(archive), "-n", NAMESPACE, "-f", values, *apis)
     assert tuple(d for d in yaml.safe_load_all(packaged.stdout) if d) == combo("live-monitoring")[1]
+    folder = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "-f", values, *apis)
+    for proc in (packaged_by, packaged, folder):
+        assert "symbolic link" not in proc.stderr + proc.stdout, proc.stderr
+
+
+def test_chart_files_are_copies_in_step_with_their_sources() -> None:
+    links = [str(p.relative_to(CHART)) for p in CHART.rglob("*") if p.is_symlink()]
+    assert not links, f"symlinks in the chart (helm warns on each): {links}"
+    for copy, text in sync.copied_files():
+        assert copy.read_text() == text, (
+            f"{copy.name} differs from its source: run python deploy/chart/sync_settings.py"
+        )
 
 
 @pytest.mark.parametrize("name", [n for n, (_, apis) in COMBOS.items() if not apis])

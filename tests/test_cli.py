@@ -233,7 +233,7 @@ def _kubeconfig(tmp_path, case: str):
     [
         ("missing", "no such file"),
         ("directory", "is a directory"),
-        ("not-yaml", "not YAML (line"),
+        ("not-yaml", ":2:5: kubeconfig not YAML: expected"),
         ("not-a-mapping", "not a mapping"),
         ("no-current-context", "no clusters"),
         ("unknown-context", "current-context 'y' is not among its contexts (x)"),

@@ -569,3 +569,23 @@ def test_a_gang_whose_pods_fit_no_node_is_not_counted_as_fitting_on_idle_gpus():
     (g,) = plan(snapshot, policy(), NOW).gangs
     assert g.reason is Reason.GANG_UNCOVERABLE
     assert "do not match its nodeSelector" in g.message
+
+
+def test_a_steady_plan_taken_up_from_the_last_in_flight_placement_is_the_same_plan():
+    """The in-flight workers' placement is remembered for the same nodes and jobs: the
+    plan made from it is the one a fresh placement gives."""
+    nodes = tuple(node(f"n{i}", used_gpus=i % 8) for i in range(12))
+    jobs = [
+        replace(ej(f"j{i}", max=12, replicas=4, active=2 + i % 2), shape=shape(1, 4))
+        for i in range(6)
+    ] + [replace(ej("grow", max=40, replicas=2), shape=shape(2, 8))]
+    snapshot = snap(list(nodes), jobs)
+    first = plan(snapshot, policy(), NOW)
+    again = plan(snapshot, policy(), NOW)  # taken up from the memo
+    fresh = plan(
+        replace(snapshot, volcano=replace(snapshot.volcano, nodes=tuple(list(nodes)))),
+        policy(),
+        NOW,
+    )
+    assert first == again == fresh
+    assert any(a.ref.name == "grow" for a in first.actions)

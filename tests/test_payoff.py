@@ -179,18 +179,18 @@ def test_a_gang_refused_a_reclaim_still_starves_growth():
 
 
 def test_victims_passed_over_stay_victims_for_the_next_gang():
-    # the first gang's reclaim does not pay (with the second gang waiting too, v would
-    # get its workers back only at its own end: it loses 30 + 3600 s); a second gang,
-    # whose own job runs 60 s, may take the same victim's workers (v loses 30 + 60 s)
+    # the first gang's reclaim does not pay; a smaller gang behind it (1 GPU, so what is
+    # freed for it cannot start the first one), whose own job runs 60 s, may take one of
+    # the same victim's workers: v loses 30 + 60/3 s, the gang would wait behind w
     jobs, gangs = _scene()
-    short = declared(ej("s", min=2, max=2, replicas=2, active=0, created=ago(30)), 60.0, None)
-    gangs.append(gang("s", 2, owner="s", created=ago(30)))
+    short = declared(ej("s", min=1, max=1, replicas=1, active=0, created=ago(30)), 60.0, None)
+    gangs.append(gang("s", 1, owner="s", created=ago(30)))
     p = plan(snap({"q": 0}, [*jobs, short], gangs), policy(), NOW)
     assert {g.ref.name: g.reason for g in p.gangs} == {
         "w": Reason.GANG_RECLAIM_UNPAID,
         "s": Reason.GANG_COVERED,
     }
-    assert next(d for d in p.decisions if d.ref.name == "v").target == 2
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 3
 
 
 # ---- the annotations ----------------------------------------------------------------------------
@@ -239,3 +239,18 @@ def test_now_is_the_only_clock():
     job = declared(ej("a", started=ago(1000)), 4000.0)
     later = NOW + timedelta(seconds=60)
     assert payoff.remaining_seconds(job, later) == payoff.remaining_seconds(job, NOW) - 60
+
+
+def test_a_gang_behind_others_that_wait_waits_longer():
+    # w2 (as big as w, behind it) would wait for the GPUs w takes first: until v's end
+    # (7200 s), which beats what v loses (30 s + 3600 s of w2's run): reclaimed for.
+    # Volcano gives the freed GPUs to w, ahead; the line moves up either way.
+    jobs, gangs = _scene()
+    w2 = declared(ej("w2", min=2, max=4, replicas=2, active=0, created=ago(30)), 3600.0)
+    gangs.append(gang("w2", 2, owner="w2", created=ago(30)))
+    p = plan(snap({"q": 0}, [*jobs, w2], gangs), policy(), NOW)
+    assert {g.ref.name: g.reason for g in p.gangs} == {
+        "w": Reason.GANG_RECLAIM_UNPAID,
+        "w2": Reason.GANG_COVERED,
+    }
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 2

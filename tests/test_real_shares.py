@@ -145,3 +145,45 @@ async def test_a_gang_with_gpus_in_limits_only_gets_its_room(scene: Scene) -> No
         await daemon.cycles_pass(1)
         assert scene.workers("elastic") == 24
         assert unschedulable_pods(scene.api, scene.ns) == []
+
+
+@pytest.mark.timeout(120)
+async def test_a_job_whose_pods_never_appear_stops_holding_its_queues_room(scene: Scene) -> None:
+    """No training-operator runs beside this kit: a PyTorchJob's pods never appear. Its 2
+    workers count as GPUs in flight only for no_pods_timeout_seconds (0 here); then an
+    elastic job of the same queue grows into every idle GPU (all 32, not 30), the
+    scheduler binds them, and the plan says why on the stuck job (HoldNoPods)."""
+    queue = scene.queue("np")
+    scene.job("elastic", queue, replicas=2, min_available=2, max_replicas=40)
+    await settled(scene, queue, {"elastic": 2})
+    worker = {
+        "replicas": 2,
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ]
+            }
+        },
+    }
+    stuck = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "stuck", "namespace": scene.ns},
+        "spec": {
+            "runPolicy": {"schedulingPolicy": {"queue": queue}},
+            "pytorchReplicaSpecs": {"Worker": worker},
+        },
+    }
+    scene.api.create(stuck)
+    try:
+        async with scene.daemon(extra_env={"AUTOSCALER_NO_PODS_TIMEOUT_SECONDS": "0"}) as daemon:
+            resize = await daemon.resized("elastic")
+            assert resize["to"] == scene.volcano.kit.gpus, daemon.why("elastic")
+            await running_within_two_cycles(scene, "elastic", resize)
+            assert unschedulable_pods(scene.api, scene.ns) == []
+        planned = scene.plan({"AUTOSCALER_NO_PODS_TIMEOUT_SECONDS": "0"})
+        (job,) = [j for j in planned["jobs"] if j["name"] == "stuck"]
+        assert any(n.startswith("HoldNoPods: no pods for 2 of its workers") for n in job["notes"])
+    finally:
+        scene.api.delete(stuck)

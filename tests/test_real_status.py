@@ -185,7 +185,7 @@ async def test_one_cycle_tells_why_each_job_of_the_example_is_or_is_not_growing(
     code, out, err = await _cli(capsys, "status", *args)
     assert code == 0, err
     assert f"{prefix}-team-b" in out and "would-resize 8->4" in out
-    assert "GangCoveredByReclaim" in out and "settled job(s) not shown" in out
+    assert "GangCoveredByReclaim" in out and "job(s) not managed (NotElastic 2" in out
     code, out, _ = await _cli(capsys, "status", *args, "-o", "wide")
     assert all(reason in out for reason in EXPECTED.values())
     code, out, _ = await _cli(capsys, "status", *args, "-o", "json", "-n", f"{prefix}-speech")
@@ -204,8 +204,16 @@ async def test_one_cycle_tells_why_each_job_of_the_example_is_or_is_not_growing(
     explained = yaml.safe_load(out)
     assert explained["summary"].startswith("It shrinks from 8 to 4")
     assert explained["gangs"][0]["victims"] == [f"{prefix}-nlp/bert-pretrain"]
+    # a rigid job's explain says which waiting gang is its own, what it needs (read from
+    # its template), since when and what happens to it
+    code, out, err = await _cli(capsys, "explain", f"{prefix}-nlp/llama-eval", *args)
+    assert code == 0, err
+    assert f"(the gang of PyTorchJob/{prefix}-nlp/llama-eval)" in out, out
+    assert "read from its job's pod templates" in out and "waiting since" in out
+    assert "GangCoveredByReclaim" in out
     code, _, err = await _cli(capsys, "explain", f"{prefix}-nlp/nope", *args)
-    assert code == 1 and f"is not among the {len(EXPECTED)} job(s)" in err
+    # no such job in the cluster: said plainly, apart from a job that is not managed
+    assert code == 1 and f"{prefix}-nlp/nope: not found (no PyTorchJob" in err
     assert len(err.splitlines()) == 1
 
     # the kubectl plugin: kubectl finds kubectl-elastic on PATH

@@ -49,6 +49,7 @@ async def _stop(proc: Proc, sig: int = signal.SIGTERM) -> tuple[int, float]:
 
 def _assert_stopped_in_time(code: int, took: float, proc: Proc) -> None:
     tail = "\n".join(proc.raw[-15:])
+    print(f"signal to exit: {took:.2f}s")  # shown with -s: the numbers docs quote
     assert took < STOP_LIMIT_SECONDS, f"exit {took:.2f}s after the signal:\n{tail}"
     assert code == 0, f"exit code {code}:\n{tail}"
     assert proc.events("stopped"), tail

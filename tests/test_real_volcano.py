@@ -127,12 +127,12 @@ class Scene:
             finally:
                 await proc.stop()
 
-    def plan(self) -> dict[str, Any]:
+    def plan(self, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
         """`elastic-autoscaler plan -o json` against the live cluster (writes nothing)."""
         answer = subprocess.run(
             [sys.executable, "-m", "autoscaler", "plan", "-o", "json"],
             cwd=REPO,
-            env=self.env(),
+            env={**self.env(), **(extra_env or {})},
             capture_output=True,
             text=True,
             timeout=60,

@@ -266,3 +266,22 @@ def test_replanning_after_giving_back_takes_nothing_more():
     jobs = [ej("ja", queue="a", min=2, replicas=22, active=30, max=30, last=NOW)]
     p = plan(vsnap(view, jobs, [gang("gb", 8, queue="b")]), policy(), NOW)
     assert p.actions == ()
+
+
+def test_capacity_a_queue_that_holds_keeps_nothing_idle_for_itself():
+    """A queue whose data is unknown holds (nothing in it grows): the idle GPUs it would
+    be owed are not kept for it."""
+    view = VolcanoView(
+        Plugin.CAPACITY,
+        {"a": cap_queue("a", 2, 16), "b": cap_queue("b", 2, 16)},
+        kit(used=4),
+    )
+    jobs = [ej("ja", queue="a", replicas=2, max=30), ej("jb", queue="b", replicas=2, max=30)]
+    s = vsnap(view, jobs)
+    held = QueueState("b", None, Reason.METRICS_STALE, "stale", volcano=view.queues["b"])
+    s = ClusterSnapshot(
+        queues={**s.queues, "b": held}, jobs=s.jobs, pending=s.pending, volcano=view
+    )
+    p = plan(s, policy(), NOW)
+    assert targets(p)["ja"] == (30, Reason.SCALE_UP_IDLE_GPUS)
+    assert targets(p)["jb"] == (2, Reason.METRICS_STALE)

@@ -1124,3 +1124,40 @@ def test_cli_replays_node_pools_from_files(tmp_path: Path, capsys) -> None:
             assert doc["policies"]["planner"]["unbound_asks"] == 0
     assert main([*args, "--gpus", "8", "--out", str(tmp_path / "x")]) == 2
     assert "differs from the 16 GPUs of --nodes" in capsys.readouterr().err
+
+
+def test_node_pools_never_overcommit_a_node_nor_break_a_filter() -> None:
+    """Checked at every planner cycle of a busy two-pool run: every node holds at most
+    its GPUs and CPUs, and every worker runs on a node its shape is admitted to."""
+    from autoscaler.fit import admits
+
+    specs = []
+    for i in range(24):
+        pool = ("a100", "h100")[i % 3 == 0]
+        requested = (1, 2, 4)[i % 3]
+        specs.append(
+            replace(
+                pinned(f"j{i:02d}", pool, requested, max(1, requested // 2), 2 * requested),
+                submit=float(i * 40),
+                work=600.0 + 97.0 * i,
+            )
+        )
+    controller = make_controller("planner", Settings())
+    checked = 0
+    inner = controller.cycle
+
+    def cycle(now: float, cluster: Cluster) -> None:
+        nonlocal checked
+        assert cluster.pool is not None
+        for n in cluster.pool.nodes:
+            assert all(v >= 0 for v in n.free().values()), n.node.name
+        for j in cluster.live():
+            assert len(j.nodes) == j.active
+            for name in j.nodes:
+                assert admits(j.spec.worker_shape, cluster.pool.by_name[name].node) is None
+        checked += 1
+        inner(now, cluster)
+
+    controller.cycle = cycle  # type: ignore[method-assign]
+    result = simulate(specs, {"q": 16}, controller, 30.0, pools=TWO_POOLS)
+    assert checked > 20 and all(j.finish is not None for j in result.jobs)

@@ -205,7 +205,9 @@ def test_every_job_of_the_example_is_explained():
     table = status_table(doc)
     assert "nlp/bert-pretrain" in table and "requested 8->4" in table
     assert "nlp/llama-eval" in table and "GangCoveredByReclaim" in table
-    assert "settled job(s) not shown" in table
+    # jobs the autoscaler does not manage are not "settled": counted apart, by reason
+    left_out = "settled job(s) and 5 job(s) not managed (NotElastic 2, SkipOperatorHpa 2, "
+    assert left_out + "SkipPaused 1) not shown (-o wide shows them)." in table
     wide = status_table(doc, wide=True)
     assert "nlp/gpt-finetune" in wide and "HoldAtMax" in wide
     reasons = {j.name: j.reason for j in doc.jobs}
@@ -260,6 +262,13 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     assert "GangUncoverable" in text and "reclaim_cooldown_seconds=60" in text
     found = gang_of(doc, "ml", "rigid-pg")
     assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
+    # `plan` names it too, and says where its need was read
+    from autoscaler.render import plan_to_dict, plan_to_table
+
+    p = plan(s, policy(), NOW)
+    (row,) = plan_to_dict(p)["gangs"]
+    assert (row["job"], row["need_from"]) == ("PyTorchJob/ml/rigid", "template")
+    assert row["blockers"] and "PyTorchJob/ml/rigid" in plan_to_table(p)
 
 
 def test_status_and_explain_say_what_node_fit_bounded():

@@ -161,58 +161,135 @@ def plot(c: Comparison, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    paths = []
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for name, run in c.runs.items():
-        xs, ys = utilisation_series(run)
-        ax.plot(xs, ys, label=name, linewidth=1.2)
-    # `util` in the table is over the submission window: mark where it ends
-    last_submit = max((j.submit for j in c.workload.jobs), default=0.0) / 3600
-    ax.axvline(last_submit, color="grey", linestyle="--", linewidth=0.8, label="last submission")
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("allocated GPUs / capacity")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(f"GPU utilisation over time ({c.gpus} GPUs)")
-    ax.legend(loc="lower left", fontsize=8)
-    ax.grid(alpha=0.3)
-    paths.append(_save(fig, out / "utilisation.png"))
-
-    for key, title, fname in (
-        ("jct", "job completion time", "jct-cdf.png"),
-        ("queueing", "queueing delay (submit to first start)", "queueing-cdf.png"),
-    ):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for name, run in c.runs.items():
-            if key == "jct":
-                vals = sorted(
-                    (j.finish - j.spec.submit) / 3600 for j in run.jobs if j.finish is not None
-                )
-            else:
-                vals = sorted(
-                    (j.first_start - j.spec.submit) / 3600
-                    for j in run.jobs
-                    if j.first_start is not None
-                )
-            n = len(vals)
-            ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=name, linewidth=1.2)
-        ax.set_xscale("symlog", linthresh=0.1)
-        # readable ticks on the symlog axis: 0, 6 min, 30 min, 1 h, 2 h, ...
-        ticks = [
-            t
-            for t in (0, 0.1, 0.5, 1, 2, 5, 10, 24, 48, 100, 200)
-            if t <= max(ax.get_xlim()[1], 0.1)
-        ]
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_xlabel(f"{title} (h)")
-        ax.set_ylabel("fraction of jobs")
-        ax.set_title(f"CDF of {title}")
-        ax.legend(loc="lower right", fontsize=8)
-        ax.grid(alpha=0.3)
-        paths.append(_save(fig, out / fname))
+    paths = [_save(utilisation_figure(c), out / "utilisation.png")]
+    for key, fname in (("jct", "jct-cdf.png"), ("queueing", "queueing-cdf.png")):
+        paths.append(_save(cdf_figure(c, key), out / fname))
     paths.append(plot_summary(c, out))
     return paths
+
+
+# bins of utilisation_series averaged by the smoothed line (the series has 200 bins over
+# the makespan: 9 is about a twentieth of it, enough to read a trend, not to hide one)
+SMOOTH_BINS = 9
+
+
+def smoothed(ys: list[float], bins: int = SMOOTH_BINS) -> list[float]:
+    """Centred moving average, the window shrunk at the ends (no padding, no lag)."""
+    half = bins // 2
+    out = []
+    for i in range(len(ys)):
+        window = ys[max(0, i - half) : i + half + 1]
+        out.append(sum(window) / len(window))
+    return out
+
+
+def utilisation_figure(c: Comparison) -> Any:
+    """One panel per policy, one above the other on the same axes (small multiples): the
+    allocated share per bin, shaded, and its moving average; the policy and its `util`
+    (the table's) are the panel's label, the legend sits below the panels, off the data."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    names = list(c.runs)
+    fig, axes = plt.subplots(
+        len(names),
+        1,
+        figsize=(9, 1.0 + 1.05 * len(names)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    last_submit = max((j.submit for j in c.workload.jobs), default=0.0) / 3600
+    for i, (ax, name) in enumerate(zip(axes[:, 0], names, strict=True)):
+        xs, ys = utilisation_series(c.runs[name])
+        color = f"C{i}"
+        ax.fill_between(xs, ys, step="mid", color=color, alpha=0.25, linewidth=0)
+        ax.plot(xs, smoothed(ys), color=color, linewidth=1.6)
+        # `util` in the table is over the submission window: mark where it ends
+        ax.axvline(last_submit, color="grey", linestyle="--", linewidth=0.8)
+        util = c.metrics[name].util_submitted if name in c.metrics else None
+        label = name if util is None else f"{name}\nutil {util:.0%}"
+        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+        ax.set_ylim(0, 1.05)
+        ax.set_yticks([0, 0.5, 1])
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("time (h)")
+    fig.suptitle(f"Allocated GPUs / capacity over time ({c.gpus} GPUs), one panel per policy")
+    fig.legend(
+        handles=_utilisation_keys(),
+        loc="outside lower center",
+        ncols=3,
+        fontsize=8,
+        frameon=False,
+    )
+    return fig
+
+
+def _utilisation_keys() -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    return [
+        Patch(color="grey", alpha=0.25, label="allocated, per bin (makespan / 200)"),
+        Line2D([], [], color="grey", linewidth=1.6, label=f"moving average ({SMOOTH_BINS} bins)"),
+        Line2D([], [], color="grey", linestyle="--", linewidth=0.8, label="last submission"),
+    ]
+
+
+_CDF_TITLES = {
+    "jct": "job completion time (submit to finish)",
+    "queueing": "queueing delay (submit to first start)",
+}
+
+
+def cdf_values(c: Comparison, key: str) -> dict[str, list[float]]:
+    """Per policy, the sorted hours of `key` (jct or queueing) of the jobs that have one."""
+    values = {}
+    for name, run in c.runs.items():
+        if key == "jct":
+            found = ((j.finish - j.spec.submit) for j in run.jobs if j.finish is not None)
+        else:
+            found = ((j.first_start - j.spec.submit) for j in run.jobs if j.first_start is not None)
+        values[name] = sorted(v / 3600 for v in found)
+    return values
+
+
+def cdf_figure(c: Comparison, key: str) -> Any:
+    """The CDF of `key` per policy. The x axis starts where the data does: on a log scale
+    from the smallest value when every value is positive and they span a wide range,
+    else linear from the smallest (0 when some job never waited). The legend is beside
+    the axes, off the curves."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    title = _CDF_TITLES[key]
+    values = cdf_values(c, key)
+    every = [v for vs in values.values() for v in vs]
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
+    for i, (name, vals) in enumerate(values.items()):
+        n = len(vals)
+        if n:
+            ys = [(k + 1) / n for k in range(n)]
+            ax.step(vals, ys, where="post", label=name, linewidth=1.4, color=f"C{i}")
+    if every:
+        lo, hi = min(every), max(every)
+        if lo > 0 and hi / lo >= 20:
+            ax.set_xscale("log")
+            ax.set_xlim(lo, hi * 1.1)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        else:
+            ax.set_xlim(lo, hi + (hi - lo) * 0.02 or 1.0)
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel(f"{title} (h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"CDF of {title}")
+    ax.grid(alpha=0.3, which="both")
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    return fig
 
 
 def plot_summary(c: Comparison, out: Path) -> Path:
@@ -246,7 +323,8 @@ def plot_summary(c: Comparison, out: Path) -> Path:
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # constrained figures place their legends themselves
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

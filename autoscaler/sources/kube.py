@@ -33,6 +33,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
+from ..errors import yaml_error_line
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..model import GroupRecord, HpaTarget, JobRecord, Node, PodUse, PriorityValue, QueueSpec
 from ..options import KubeOptions
@@ -990,9 +991,7 @@ def check_kubeconfig(path: Path, context: str = "") -> None:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1})" if where is not None else ""
-        raise KubeconfigError(f"kubeconfig {path}: not YAML{at}") from None
+        raise KubeconfigError(yaml_error_line(path, exc, "kubeconfig not YAML")) from None
     if not isinstance(doc, dict):
         raise KubeconfigError(f"kubeconfig {path}: not a mapping (a Config object)")
     for key in ("clusters", "contexts", "users"):
@@ -1070,11 +1069,19 @@ def _home_kubeconfig() -> str:
     return os.path.expanduser("~/.kube/config")
 
 
-def _check_default_kubeconfig() -> None:
-    """~/.kube/config, checked like an explicit one when it exists."""
+def _check_default_kubeconfig(in_cluster: str) -> None:
+    """~/.kube/config, checked like an explicit one when it exists; when it does not,
+    nothing was found anywhere: one line saying where we looked, in kubectl's order (the
+    client library would log `Config not found` and then blame the file's content)."""
     default = _home_kubeconfig()
     if os.path.exists(default):
         check_kubeconfig(Path(default))
+        return
+    raise KubeconfigError(
+        "no kubeconfig found: looked for --kubeconfig (the kubeconfig setting): not given; "
+        "$KUBECONFIG: not set; the in-cluster config: "
+        f"{in_cluster.strip().rstrip('.') or 'not in a pod'}; {default}: no such file"
+    )
 
 
 async def make_api_client(settings: KubeOptions) -> ApiClient:
@@ -1103,7 +1110,7 @@ async def make_api_client(settings: KubeOptions) -> ApiClient:
                 client_configuration=configuration
             )
         except ConfigException as in_cluster:
-            _check_default_kubeconfig()
+            _check_default_kubeconfig(str(in_cluster))
             try:
                 await kube_config.load_kube_config(
                     config_file=_home_kubeconfig(),

@@ -1,5 +1,8 @@
 """Keeps the chart's `settings` in step with the daemon's Settings (autoscaler/settings.py).
 
+It also keeps the chart's copies in files/ (RBAC rules, alert rules, dashboard) equal to
+their sources in deploy/ (COPIED).
+
 The chart passes every daemon setting through `.Values.settings` into the settings file it
 mounts. Both the values' JSON schema and the `settings:` block of values.yaml (defaults,
 descriptions as comments) are derived from Settings here, so a setting added to the daemon
@@ -176,12 +179,32 @@ def values_text() -> str:
     return head + settings_block()
 
 
+# The chart's copies of files whose home is elsewhere in deploy/ (the RBAC rules, the alert
+# rules, the dashboard): copies, not symlinks, so `helm install` and `helm package` of the
+# folder print no "found symbolic link in path" lines; this script keeps them the same.
+COPIED = {
+    CHART / "files" / "rbac.yaml": HERE.parent / "base" / "rbac.yaml",
+    CHART / "files" / "prometheusrule.yaml": HERE.parent
+    / "components"
+    / "monitoring"
+    / "prometheusrule.yaml",
+    CHART / "files" / "elastic-autoscaler-dashboard.json": HERE.parent
+    / "grafana"
+    / "elastic-autoscaler-dashboard.json",
+}
+
+
+def copied_files() -> list[tuple[Path, str]]:
+    """Each chart copy with the text it must have: its source's."""
+    return [(copy, source.read_text()) for copy, source in COPIED.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--check", action="store_true", help="only report stale files")
     args = parser.parse_args(argv)
     stale = []
-    for path, text in ((SCHEMA, schema_text()), (VALUES, values_text())):
+    for path, text in ((SCHEMA, schema_text()), (VALUES, values_text()), *copied_files()):
         if path.read_text() != text:
             stale.append(path)
             if not args.check:

@@ -73,12 +73,12 @@ app.kubernetes.io/part-of: elastic-autoscaler
 
 {{/*
 The rules of every ClusterRole and Role of deploy/base/rbac.yaml (files/rbac.yaml is a
-symlink to it), by name: the one place RBAC rules are written. YAML out; use fromYaml.
+copy of it, kept equal by deploy/chart/sync_settings.py), by name: the one place RBAC rules are written. YAML out; use fromYaml.
 */}}
 {{- define "elastic-autoscaler.rbacSource" -}}
 {{- $text := .Files.Get "files/rbac.yaml" -}}
 {{- if not $text -}}
-{{- fail "files/rbac.yaml is missing or empty: it must be a symlink to deploy/base/rbac.yaml (or its content in a packaged chart)" -}}
+{{- fail "files/rbac.yaml is missing or empty: it is a copy of deploy/base/rbac.yaml (python deploy/chart/sync_settings.py)" -}}
 {{- end -}}
 {{- $known := list "elastic-autoscaler" "elastic-autoscaler-cluster" "elastic-autoscaler-write" "elastic-autoscaler-leader-election" "elastic-autoscaler-status" -}}
 {{- $out := dict -}}

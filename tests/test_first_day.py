@@ -1,0 +1,105 @@
+"""A platform engineer's first day (issue 31): every message one clear line.
+
+YAML errors as `FILE:LINE:COL: message`; no kubeconfig anywhere said in one line with
+kubectl's search order; a queue without metrics shows its plugin as `unknown`; jobs the
+autoscaler does not manage are never counted as settled; `explain` of a job it does not
+manage says so. The ones that need a cluster are in tests/test_real_first_day.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from builders import ej, snap
+from test_cli import run
+from test_status import cycle
+
+from autoscaler.model import ClusterSnapshot, ObjectRef, Plugin, QueueState, Reason, UnmanagedJob
+from autoscaler.status_view import explain_text, status_table
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config" / "example-snapshot.yaml"
+
+
+def _one_error_line(err: str) -> str:
+    assert err.count("\n") == 1, err
+    assert "<unicode string>" not in err and "^" not in err, err
+    return err.removeprefix("elastic-autoscaler: error: ").rstrip("\n")
+
+
+def test_a_settings_file_that_is_not_yaml_is_file_line_col_in_one_line(tmp_path, capsys):
+    config = tmp_path / "autoscaler.yaml"
+    config.write_text("cooldown_seconds: 5\n  growth_policy: [fill\n")
+    code, out, err = run(capsys, "plan", "--snapshot", str(EXAMPLE), "--config", str(config))
+    assert code == 2 and out == ""
+    line = _one_error_line(err)
+    assert line.startswith(f"{config}:2:16: "), line
+    assert "mapping values are not allowed here" in line
+
+
+def test_a_snapshot_file_that_is_not_yaml_is_file_line_col_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("free_gpus: {team-a: 1}\nobjects: [\n  - {kind: PyTorchJob\n")
+    code, _, err = run(capsys, "plan", "--snapshot", str(bad))
+    assert code == 2
+    assert _one_error_line(err).startswith(f"{bad}:3:3: not valid YAML or JSON: "), err
+
+
+def test_no_kubeconfig_anywhere_is_one_line_with_the_search_order(tmp_path):
+    """Not in a pod, no flag, no $KUBECONFIG, no ~/.kube/config: kubectl's order, once,
+    and no `Config not found` line from the client library before it."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AUTOSCALER_", "KUBERNETES_")) and k != "KUBECONFIG"
+    }
+    env.update({"HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    for command in (["plan"], ["status"], ["explain", "ml/bert"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "autoscaler", *command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and done.stdout == "", (command, done)
+        line = _one_error_line(done.stderr)
+        assert "Config not found" not in done.stderr
+        order = ["--kubeconfig", "$KUBECONFIG", "in-cluster", f"{tmp_path}/.kube/config"]
+        assert [line.index(w) for w in order] == sorted(line.index(w) for w in order), line
+        assert line.endswith(f"{tmp_path}/.kube/config: no such file"), line
+
+
+def test_a_queue_without_metrics_shows_its_plugin_as_unknown():
+    missing = QueueState("team-a", None, Reason.METRICS_MISSING, "no series for team-a")
+    base = snap({"team-b": 2}, [ej("a", queue="team-a")])
+    doc = cycle(ClusterSnapshot(queues={**base.queues, "team-a": missing}, jobs=base.jobs))
+    assert doc.queues["team-a"].plugin == Plugin.UNKNOWN.value
+    assert doc.queues["team-b"].plugin == Plugin.GIVEN.value  # taken as given
+    wide = status_table(doc, wide=True)
+    row = next(line for line in wide.splitlines() if line.startswith("team-a "))
+    assert row.split()[-1] == "unknown" and "given" not in row, row
+
+
+def test_a_snapshot_file_cannot_name_the_unknown_plugin(tmp_path, capsys):
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text(yaml.safe_dump({"volcano": {"plugin": "unknown", "queues": {}}, "objects": []}))
+    code, _, err = run(capsys, "plan", "--snapshot", str(bad))
+    assert code == 2 and "volcano.plugin must be proportion or capacity" in err
+
+
+def test_jobs_not_managed_are_not_settled_and_explain_says_not_managed():
+    def left_alone(name: str, reason: Reason) -> UnmanagedJob:
+        return UnmanagedJob(ObjectRef("ml", name), "q", reason, f"{name} is left alone")
+
+    unmanaged = [left_alone("plain", Reason.NOT_ELASTIC), left_alone("off", Reason.PAUSED)]
+    doc = cycle(snap({"q": 0}, [ej("steady", max=2, replicas=2)], unmanaged=unmanaged))
+    table = status_table(doc)
+    assert "(1 settled job(s) and 2 job(s) not managed (NotElastic 1, SkipPaused 1))" in table
+    plain = next(j for j in doc.jobs if j.name == "plain")
+    assert "\nNot managed: NotElastic: " in explain_text(doc, plain)
