@@ -53,6 +53,7 @@ from autoscaler.sources.live import LiveSource
 from autoscaler.sources.prom_answer import free_gpus_query
 
 TS = NOW.timestamp()
+RFC_NOW = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -475,11 +476,18 @@ async def test_api_409_on_patch_writes_nothing_and_next_cycle_uses_fresh_data(ap
     async with fake_prometheus(ONE_QUEUE) as prom, Daemon(api, settings_for(prom.url)) as d:
 
         def user_resizes() -> None:
+            # dated as a real API server dates it (a managedFields entry at the write's
+            # time; this fake keeps none): the new worker was asked for just now, so it
+            # is in flight, not a worker whose pod never came (HoldNoPods)
+            written = {"manager": "kubectl-patch", "operation": "Update", "time": RFC_NOW}
             api.patch(
                 "pytorchjobs",
                 "ml",
                 "j",
-                {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+                {
+                    "metadata": {"managedFields": [written]},
+                    "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}},
+                },
             )
 
         d.controller.source = AfterRead(d.controller.source, user_resizes)
