@@ -701,8 +701,9 @@ def rigid_gang(namespace: str) -> dict[str, Any]:
                 strict=True,
                 reason="under the capacity plugin the daemon reads no room for the vendor GPU "
                 "in queue default (HoldNoIdleGpus: 'no idle GPUs for a worker of 8 GPU(s)') "
-                "with 16 idle on two free nodes: the capacity headroom of a vendor resource "
-                "added to the nodes after the scheduler started is not yet understood",
+                "with 16 idle on two free nodes, though the scheduler exports the vendor "
+                "series right (checked: real_capacity 48000, allocated 8000 milli): the "
+                "daemon's capacity headroom for a vendor-named GPU is wrong, not yet found",
             ),
         ),
     ],
