@@ -5,11 +5,12 @@ field; the callers (parse.py, the job kinds) turn it into a reason."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+
+from .resources import OUT_OF_RANGE, quantity
 
 MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
 
@@ -43,27 +44,6 @@ def show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_QUANTITY = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
-)
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
 MAX_GPUS = 1_000_000
 
 
@@ -81,17 +61,10 @@ def parse_quantity(value: Any, field: str) -> int:
         if not math.isfinite(value):
             raise BadField(f"{field} must be a finite number of GPUs, got {show(value)}")
         number = Decimal(repr(value))
-    elif isinstance(value, str) and len(value) <= 64 and (match := _QUANTITY.match(value.strip())):
-        number = Decimal(match["number"])
-        if match["suffix"]:
-            number *= _SUFFIX[match["suffix"]]
-        elif match["exponent"]:
-            exponent = int(match["exponent"])
-            if abs(exponent) > 30:
-                raise BadField(f"{field} is out of range: {show(value)}")
-            number = number.scaleb(exponent)
-        if match["sign"] == "-":
-            number = -number
+    elif isinstance(value, str) and len(value) <= 64 and (parsed := quantity(value)) is not None:
+        if parsed is OUT_OF_RANGE:
+            raise BadField(f"{field} is out of range: {show(value)}")
+        number = parsed
     else:
         raise BadField(f"{field} must be a Kubernetes quantity such as 2 or 1e3, got {show(value)}")
     if number < 0:

@@ -21,10 +21,8 @@ the nodes of one pool, share one object, so 45k pods and 26k nodes stay small.
 from __future__ import annotations
 
 import math
-import re
 import sys
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -42,6 +40,7 @@ from .model import (
     Taint,
     Toleration,
 )
+from .resources import quantity
 
 REPEL = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule repels nothing
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -96,28 +95,6 @@ def _str(value: Any) -> str:
 
 # ---- quantities -------------------------------------------------------------------------
 
-_QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
-)
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-
 
 def milli(value: Any) -> int | None:
     """A Kubernetes quantity in milli-units, rounded up (as the scheduler rounds a
@@ -136,21 +113,8 @@ def milli(value: Any) -> int | None:
 
 @lru_cache(maxsize=4096)  # a cluster's requests are a few dozen distinct strings
 def _milli_text(value: str) -> int | None:
-    match = _QUANTITY.match(value.strip())
-    if match is None:
-        return None
-    try:
-        number = Decimal(match["number"])
-        if match["suffix"]:
-            number *= _SUFFIX[match["suffix"]]
-        elif match["exponent"]:
-            exponent = int(match["exponent"])
-            if abs(exponent) > 30:
-                return None
-            number = number.scaleb(exponent)
-    except InvalidOperation:
-        return None
-    if number < 0:
+    number = quantity(value)
+    if number is None or number < 0 or not number.is_finite():
         return None
     return int((number * MILLI).to_integral_value(rounding="ROUND_CEILING"))
 

@@ -4,8 +4,10 @@ formats. Pure: no client library (parse.py imports it)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +75,48 @@ def rfc3339(when: datetime) -> str:
 def micro_time(when: datetime) -> str:
     """metav1.MicroTime's form; the API server parses exactly six fractional digits."""
     return _utc(when).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# The API's quantity grammar (resource.Quantity): `8`, `1e3`, `2k`, `500m`, `4Gi`.
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
+)
+_SUFFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_MAX_EXPONENT = 30  # beyond it no resource is meant: a typo, not a quantity to compute with
+OUT_OF_RANGE = Decimal("Infinity")
+
+
+def quantity(text: str) -> Decimal | None:
+    """A quantity string as a Decimal, sign kept; None when it is not one. An exponent
+    beyond +-30 gives OUT_OF_RANGE (infinite), so a reader can say "out of range" rather
+    than "not a quantity". Callers judge signs, bounds and whole numbers themselves."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        return None
+    try:
+        number = Decimal(match["number"])
+        if match["suffix"]:
+            return number * _SUFFIX[match["suffix"]]
+        if match["exponent"]:
+            exponent = int(match["exponent"])
+            return OUT_OF_RANGE if abs(exponent) > _MAX_EXPONENT else number.scaleb(exponent)
+    except InvalidOperation:
+        return None
+    return number
