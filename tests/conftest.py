@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
+import structlog
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest, assets_problem, envtest_server
@@ -24,6 +25,16 @@ def _no_autoscaler_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("AUTOSCALER_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A command run in this process (cli.main) configures structlog for the whole
+    process, as it should in a real one: `plan` keeps warnings only. The next test must
+    start from the configuration this one found, or its captured info lines vanish."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
