@@ -17,6 +17,7 @@ import asyncio
 import gc
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -676,7 +677,8 @@ def _error_kind(text: str) -> str:
 
 def _key(obj: RawObject | _Names) -> Key:
     meta = (obj.metadata if isinstance(obj, _Names) else obj.get("metadata")) or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    # a namespace's objects share its name: 50k pods' keys, a few dozen namespaces
+    return (sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
 
 
 def _server_wait(exc: BaseException) -> float:
