@@ -885,6 +885,12 @@ class _Lenders:
         self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
         return taken
 
+    def restore(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
+        """Undo what `cover` counted for g: its victims' queues hold their workers again."""
+        for w, n in taken:
+            self.held[w.job.queue] = self.held.get(w.job.queue, 0.0) + n * w.job.gpus_per_worker
+        self.held[g.queue] = self.held.get(g.queue, 0.0) - g.gpus
+
     def _over(self, name: str) -> float:
         return self.held.get(name, 0.0) - self.shares.get(name, 0.0)
 
@@ -1189,29 +1195,14 @@ class _QueuePlanner:
                 )
                 continue
             shortfall = max(need - (idle + releasing), node_short)
-            # Elastic workers are created last and destroyed first: by default any job's
-            # extra workers may go (lowest priority first), whatever the gang's priority.
-            limit = math.inf if p.reclaim_from_higher_priority else g.priority
-            useful = self._useful_for(g)
-            lent: list[tuple[_Job, int]] = []
-            local = pool.reclaimable(limit, useful)
-            if local < shortfall:
-                # then from other queues holding more than their share (lent shares)
-                found, why = self._lent(g, shortfall - local, limit, useful)
-                if found is None:
-                    starving = self._uncoverable(g, shortfall, starving, bool(node_short), why)
-                    continue
-                lent = found
-            left = shortfall - _useful_gpus(lent, useful)
-            victims = pool.take(left, limit, useful) if left > 0 else []
-            # rule 3b weighs reclaims inside the queue; what other queues give back of
-            # this queue's share (lent) is owed, not traded
-            if victims and not lent:
-                trade = self._reclaim_trade(g, shortfall, victims)
-                if not trade.pays(p.reclaim_payoff_factor):
-                    pool.put_back(victims)
-                    starving = self._reclaim_unpaid(g, trade, starving)
-                    continue
+            covered = self._cover(g, shortfall, pool)
+            if isinstance(covered, str):  # nobody can cover it
+                starving = self._uncoverable(g, shortfall, starving, bool(node_short), covered)
+                continue
+            if isinstance(covered, payoff.Trade):  # a reclaim that does not pay
+                starving = self._reclaim_unpaid(g, covered, starving)
+                continue
+            victims, lent = covered
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
             self._place_gang(g)
@@ -1220,6 +1211,43 @@ class _QueuePlanner:
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _cover(
+        self, g: PendingGroup, shortfall: int, pool: _VictimPool
+    ) -> tuple[list[tuple[_Job, int]], list[tuple[_Job, int]]] | str | payoff.Trade:
+        """Who covers the gang's shortfall: (victims in its queue, jobs of other queues
+        giving back its share); why nobody can; or the trade of a reclaim that does not
+        pay. Its own queue's elastic workers first, then what
+        other queues hold of its share (lent). Rule 3b weighs the reclaim inside the
+        queue (its gain: the wait for the GPUs those victims cover); what other queues
+        give back is owed, not traded: where the reclaim inside does not pay, the gang
+        still gets its share back if that alone covers it."""
+        # Elastic workers are created last and destroyed first: by default any job's
+        # extra workers may go (lowest priority first), whatever the gang's priority.
+        limit = math.inf if self.policy.reclaim_from_higher_priority else g.priority
+        useful = self._useful_for(g)
+        lent: list[tuple[_Job, int]] = []
+        local = pool.reclaimable(limit, useful)
+        if local < shortfall:
+            # then from other queues holding more than their share (lent shares)
+            found, why = self._lent(g, shortfall - local, limit, useful)
+            if found is None:
+                return why
+            lent = found
+        left = shortfall - _useful_gpus(lent, useful)
+        victims = pool.take(left, limit, useful) if left > 0 else []
+        if not victims:
+            return victims, lent
+        trade = self._reclaim_trade(g, left, victims)
+        if trade.pays(self.policy.reclaim_payoff_factor):
+            return victims, lent
+        pool.put_back(victims)
+        if self.lenders is not None and lent:
+            self.lenders.restore(g, lent)
+        owed, _ = self._lent(g, shortfall, limit, useful)
+        if owed is not None:  # its share alone covers it: owed, not weighed
+            return [], owed
+        return trade
 
     def _uncredited(self, g: PendingGroup) -> int:
         """GPUs the gang still needs: an admitted (Inqueue) gang's are already out of
