@@ -19,7 +19,8 @@ those estimates a reclaim is a trade between two jobs:
 The reclaim goes ahead only if the gain beats the losses (times the policy's
 `reclaim_payoff_factor`). What nobody declared is not guessed: a gang whose wait cannot be
 estimated, or a victim whose loss cannot, is reclaimed for as before (elastic workers go
-first).
+first). Only reclaims inside the gang's queue are weighed: what other queues give back of
+its queue's share is owed, not traded (the planner's `_cover`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
-from .fit import Placer
+from .fit import Placer, describe_shape
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .model import (
@@ -49,6 +49,7 @@ from .model import (
     VolcanoView,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from .quota import QueueQuota, add
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -160,6 +161,8 @@ def _plan_queue(
         shared,
     )
     summary = queue_plan.run()
+    if state.notes:
+        summary = replace(summary, notes=state.notes)
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
     elif state.free_gpus is None and state.volcano is None:
@@ -885,6 +888,12 @@ class _Lenders:
         self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
         return taken
 
+    def restore(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
+        """Undo what `cover` counted for g: its victims' queues hold their workers again."""
+        for w, n in taken:
+            self.held[w.job.queue] = self.held.get(w.job.queue, 0.0) + n * w.job.gpus_per_worker
+        self.held[g.queue] = self.held.get(g.queue, 0.0) - g.gpus
+
     def _over(self, name: str) -> float:
         return self.held.get(name, 0.0) - self.shares.get(name, 0.0)
 
@@ -937,6 +946,8 @@ class _QueuePlanner:
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
         self._ends: list[tuple[float, int]] | None = None  # see _ending
+        # the Queue object's capability in its other dimensions, once gangs are served
+        self.quota: QueueQuota | None = None
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -998,6 +1009,7 @@ class _QueuePlanner:
             taken = max(0, before - max(idle, 0)) + self.credited - self.placed_gang_gpus
             self.nodes.take_gpus(max(0, taken))
         pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
+        self.quota = self._quota()
         self._grow(pool, starving, capped)
 
         return QueueSummary(
@@ -1114,8 +1126,7 @@ class _QueuePlanner:
         cap = self.state.capacity_gpus
         if cap is None:
             return None
-        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
-        unserved_owners = _own_waiting([g for g in self.pending if g.ref not in served])
+        served, unserved_owners = self._served()
         held = sum(
             max(w.target, w.job.active) * w.job.gpus_per_worker
             for w in self.work
@@ -1133,6 +1144,53 @@ class _QueuePlanner:
             if g.ref in served and not owned:
                 held += g.gpus
         return cap - held
+
+    def _served(self) -> tuple[set[ObjectRef], dict[tuple[str, str, str], PendingGroup]]:
+        """The gangs given a share this cycle, and the jobs whose own gang waits unserved
+        (Volcano binds none of their pods: not counted)."""
+        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        return served, _own_waiting([g for g in self.pending if g.ref not in served])
+
+    def _quota(self) -> QueueQuota | None:
+        """What the Queue object's capability in its other dimensions (CPU, memory,
+        extended resources) still admits (quota.py): less what the queue's bound pods
+        request (every pod of its PodGroups, as Volcano counts allocated), each job's
+        workers asked for and not bound yet (at its planned size, or what still runs if
+        more), and the pods of gangs served this cycle that no job here owns. Without
+        the pod watch no pod is known bound: jobs count at their planned size."""
+        s = self.state
+        if not s.limits:
+            return None
+        held = dict(s.allocated)
+        served, unserved_owners = self._served()
+        known: set[tuple[str, str]] = set()
+        for w in self.work:
+            j = w.job
+            known.add((j.ref.namespace, j.ref.name))
+            if not _waits_for_own_gang(j.ref, unserved_owners):
+                bound = sum(1 for node in j.worker_nodes if node)
+                add(held, j.worker_shape, max(w.target, j.active) - bound)
+        for g in self.pending:
+            owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
+            if g.ref in served and not owned:
+                for shape, count in g.pods:
+                    add(held, shape, count)
+        return QueueQuota(s.name, s.limits, held)
+
+    def _within_quota(self, w: _Job, extra: int) -> int:
+        """`extra` more workers of w cut to what the queue's capability admits in every
+        dimension it names; held (HoldQueueCapacity) or noted when it cut."""
+        quota = self.quota
+        if quota is None or extra <= 0:
+            return extra
+        shape = w.job.worker_shape
+        fits = quota.fits(shape, extra)
+        if fits < extra:
+            names = self.snapshot.volcano.gpu_names if self.snapshot.volcano else ()
+            words = quota.words(shape, fits, describe_shape(shape, names or ("nvidia.com/gpu",)))
+            w.fit_note = words
+            self._hold(w, Reason.QUEUE_CAPACITY, words)
+        return fits
 
     def _own_waiting(self) -> dict[tuple[str, str, str], PendingGroup]:
         return _own_waiting(self.pending)
@@ -1189,29 +1247,14 @@ class _QueuePlanner:
                 )
                 continue
             shortfall = max(need - (idle + releasing), node_short)
-            # Elastic workers are created last and destroyed first: by default any job's
-            # extra workers may go (lowest priority first), whatever the gang's priority.
-            limit = math.inf if p.reclaim_from_higher_priority else g.priority
-            useful = self._useful_for(g)
-            lent: list[tuple[_Job, int]] = []
-            local = pool.reclaimable(limit, useful)
-            if local < shortfall:
-                # then from other queues holding more than their share (lent shares)
-                found, why = self._lent(g, shortfall - local, limit, useful)
-                if found is None:
-                    starving = self._uncoverable(g, shortfall, starving, bool(node_short), why)
-                    continue
-                lent = found
-            left = shortfall - _useful_gpus(lent, useful)
-            victims = pool.take(left, limit, useful) if left > 0 else []
-            # rule 3b weighs reclaims inside the queue; what other queues give back of
-            # this queue's share (lent) is owed, not traded
-            if victims and not lent:
-                trade = self._reclaim_trade(g, shortfall, victims)
-                if not trade.pays(p.reclaim_payoff_factor):
-                    pool.put_back(victims)
-                    starving = self._reclaim_unpaid(g, trade, starving)
-                    continue
+            covered = self._cover(g, shortfall, pool)
+            if isinstance(covered, str):  # nobody can cover it
+                starving = self._uncoverable(g, shortfall, starving, bool(node_short), covered)
+                continue
+            if isinstance(covered, payoff.Trade):  # a reclaim that does not pay
+                starving = self._reclaim_unpaid(g, covered, starving)
+                continue
+            victims, lent = covered
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
             idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
             self._place_gang(g)
@@ -1220,6 +1263,43 @@ class _QueuePlanner:
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _cover(
+        self, g: PendingGroup, shortfall: int, pool: _VictimPool
+    ) -> tuple[list[tuple[_Job, int]], list[tuple[_Job, int]]] | str | payoff.Trade:
+        """Who covers the gang's shortfall: (victims in its queue, jobs of other queues
+        giving back its share); why nobody can; or the trade of a reclaim that does not
+        pay. Its own queue's elastic workers first, then what
+        other queues hold of its share (lent). Rule 3b weighs the reclaim inside the
+        queue (its gain: the wait for the GPUs those victims cover); what other queues
+        give back is owed, not traded: where the reclaim inside does not pay, the gang
+        still gets its share back if that alone covers it."""
+        # Elastic workers are created last and destroyed first: by default any job's
+        # extra workers may go (lowest priority first), whatever the gang's priority.
+        limit = math.inf if self.policy.reclaim_from_higher_priority else g.priority
+        useful = self._useful_for(g)
+        lent: list[tuple[_Job, int]] = []
+        local = pool.reclaimable(limit, useful)
+        if local < shortfall:
+            # then from other queues holding more than their share (lent shares)
+            found, why = self._lent(g, shortfall - local, limit, useful)
+            if found is None:
+                return why
+            lent = found
+        left = shortfall - _useful_gpus(lent, useful)
+        victims = pool.take(left, limit, useful) if left > 0 else []
+        if not victims:
+            return victims, lent
+        trade = self._reclaim_trade(g, left, victims)
+        if trade.pays(self.policy.reclaim_payoff_factor):
+            return victims, lent
+        pool.put_back(victims)
+        if self.lenders is not None and lent:
+            self.lenders.restore(g, lent)
+        owed, _ = self._lent(g, shortfall, limit, useful)
+        if owed is not None:  # its share alone covers it: owed, not weighed
+            return [], owed
+        return trade
 
     def _uncredited(self, g: PendingGroup) -> int:
         """GPUs the gang still needs: an admitted (Inqueue) gang's are already out of
@@ -1628,7 +1708,9 @@ class _QueuePlanner:
             if pool <= 0:
                 break  # nothing left: no job gets a worker (the rest keep their holds)
             j = w.job
-            extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            extra = self._within_quota(
+                w, min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            )
             if extra > 0 and self.nodes is not None:
                 fits = self.nodes.fits(j.worker_shape, extra)
                 if fits < extra:
@@ -1638,6 +1720,8 @@ class _QueuePlanner:
                 continue
             if self.nodes is not None:
                 self.nodes.place(j.worker_shape, extra)
+            if self.quota is not None:
+                self.quota.take(j.worker_shape, extra)
             grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
@@ -1652,18 +1736,23 @@ class _QueuePlanner:
         self._hold(w, Reason.NO_NODE_FITS, w.fit_note)
 
     def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
-        """Fair shares are computed in GPUs; each grant is then placed on nodes, in the
-        plan's stable order, and cut to what fits."""
-        if self.nodes is None:
+        """Fair shares are computed in GPUs; each grant is then cut to what the queue's
+        capability admits and placed on nodes, in the plan's stable order, and cut to
+        what fits."""
+        if self.nodes is None and self.quota is None:
             return grants
         placed: dict[_Job, int] = {}
         for w in sorted(grants, key=_SKEY):
             shape = w.job.worker_shape
-            fits = self.nodes.fits(shape, grants[w])
-            if fits < grants[w]:
-                self._no_node_fits(w, fits)
-            n = self.nodes.place(shape, fits)
-            if n:
+            n = self._within_quota(w, grants[w])
+            if self.nodes is not None and n > 0:
+                fits = self.nodes.fits(shape, n)
+                if fits < n:
+                    self._no_node_fits(w, fits)
+                n = self.nodes.place(shape, fits)
+            if n > 0:
+                if self.quota is not None:
+                    self.quota.take(shape, n)
                 placed[w] = n
         return placed
 

@@ -4,19 +4,19 @@ both (`kubeflow`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
-import pytest_asyncio
 import structlog
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest, assets_problem, envtest_server
 from operatorkit import TrainingOperator, operator_problem, training_operator
-from promserver import HAVE_PROMETHEUS, SKIP_REASON, running_prometheus
-from volcanokit import PLUGINS, RealVolcano, kit_problem, volcano_kit
+from promserver import HAVE_PROMETHEUS, SKIP_REASON, PrometheusProcess, prometheus_server
+from volcanokit import PLUGINS, RealVolcano, VolcanoKit, kit_problem, volcano_kit
 
 
 @pytest.fixture(autouse=True)
@@ -86,28 +86,7 @@ async def real_client(envtest: EnvTest) -> AsyncIterator[ApiClient]:
         yield api_client
 
 
-# ---- the real Volcano scheduler (the kit in $VOLCANO_KIT) ------------------------------------
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PLUGINS)
-async def volcano(request: pytest.FixtureRequest) -> AsyncIterator[RealVolcano]:
-    """A fresh API server with the real Volcano scheduler (`proportion`, then `capacity`
-    plugin), controller-manager and kwok GPU nodes beside it, and a real Prometheus scraping
-    both Volcano components every second; shared by a module's tests, one plugin at a time.
-
-    Skips where the kit, the API server binaries or Prometheus are missing. Everything is
-    stopped when the module is done, whatever the tests did."""
-    problem = kit_problem()
-    if problem:
-        pytest.skip(f"real Volcano: {problem}")
-    if not HAVE_PROMETHEUS:
-        pytest.skip(SKIP_REASON)
-    with volcano_kit(request.param) as kit:
-        async with running_prometheus(kit.targets) as prometheus:
-            yield RealVolcano(kit, prometheus)
-
-
-# ---- the real training-operator beside them (the kit in $TRAINING_OPERATOR_KIT) -------------
+# ---- the real Volcano scheduler and training-operator (kits in $VOLCANO_KIT, ...) -----------
 
 
 @dataclass
@@ -118,26 +97,80 @@ class RealKubeflow(RealVolcano):
     operator: TrainingOperator | None = None
 
 
+VOLCANO_NODES = 4  # what the `volcano` tests plan on: 4 nodes x 8 GPUs
 KUBEFLOW_NODES = 6  # the seed's job: a Master and up to 5 hostNetwork Workers, one per node
+# GKE, EKS and AKS run it: a pod asking for `nvidia.com/gpu` tolerates the GPU taint
+API_ARGS = ("--enable-admission-plugins=ExtendedResourceToleration",)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PLUGINS)
-async def kubeflow(request: pytest.FixtureRequest) -> AsyncIterator[RealKubeflow]:
-    """A fresh API server, the real Volcano scheduler (`proportion`, then `capacity`) with
-    6 kwok nodes of 8 GPUs, a real Prometheus scraping Volcano, and the real
-    training-operator (started after Volcano, `--no-webhook`); shared by a module's tests,
-    one plugin at a time. A test that needs one plugin only says so with
-    `@pytest.mark.parametrize("kubeflow", ["proportion"], indirect=True)` and shares that
-    plugin's stack.
+@dataclass
+class VolcanoCluster:
+    """One plugin's stack for the whole session (a fresh one costs ~20 s): an API server,
+    the Volcano kit and Prometheus scraping it; the training-operator runs only while
+    `kubeflow` tests run (a `volcano` test's PyTorchJob gets no pods). Tests share it as
+    they shared a module's: each in its own namespace and queues, left empty; the nodes
+    are put back to the shape a test asks for before it starts."""
 
-    Skips where the operator, the kit, the API server binaries or Prometheus are missing.
-    Everything is stopped when the module is done, whatever the tests did."""
+    kit: VolcanoKit
+    prometheus: PrometheusProcess
+    operator: TrainingOperator | None = None
+    _operator_stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def start_operator(self) -> TrainingOperator:
+        if self.operator is None:
+            self.operator = self._operator_stack.enter_context(training_operator(self.kit))
+        return self.operator
+
+    def stop_operator(self) -> None:
+        self.operator = None
+        self._operator_stack.close()
+
+
+@pytest.fixture(scope="session", params=PLUGINS)
+def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[VolcanoCluster]:
+    """A fresh API server with the real Volcano scheduler (`proportion`, then `capacity`
+    plugin: pytest runs every test of one plugin before the other's), controller-manager
+    and kwok GPU nodes beside it, and a real Prometheus scraping both Volcano components
+    every second; for the session, one plugin at a time. A test that needs one plugin
+    only says so with `@PROPORTION_ONLY` (below) and shares that plugin's stack.
+
+    Skips where the kit, the API server binaries or Prometheus are missing. Everything is
+    stopped when the session (or the plugin) is done, whatever the tests did."""
+    problem = kit_problem()
+    if problem:
+        pytest.skip(f"real Volcano: {problem}")
+    if not HAVE_PROMETHEUS:
+        pytest.skip(SKIP_REASON)
+    with contextlib.ExitStack() as stack:
+        kit = stack.enter_context(
+            volcano_kit(request.param, nodes=VOLCANO_NODES, api_args=API_ARGS)
+        )
+        cluster = VolcanoCluster(kit, stack.enter_context(prometheus_server(kit.targets)))
+        stack.callback(cluster.stop_operator)
+        yield cluster
+
+
+PROPORTION_ONLY = pytest.mark.parametrize("volcano_cluster", ["proportion"], indirect=True)
+
+
+@pytest.fixture
+def volcano(volcano_cluster: VolcanoCluster) -> RealVolcano:
+    """The session's stack of the test's plugin (`volcano_cluster`), its nodes 4 x 8 GPUs,
+    no training-operator running."""
+    volcano_cluster.stop_operator()
+    volcano_cluster.kit.shape_nodes(VOLCANO_NODES)
+    return RealVolcano(volcano_cluster.kit, volcano_cluster.prometheus)
+
+
+@pytest.fixture
+def kubeflow(volcano_cluster: VolcanoCluster) -> RealKubeflow:
+    """The session's stack of the test's plugin with 6 nodes x 8 GPUs and the real
+    training-operator (started after Volcano, `--no-webhook`) reconciling in it.
+
+    Skips where the operator is missing (besides what `volcano_cluster` needs)."""
     problem = operator_problem()
     if problem:
         pytest.skip(f"real training-operator: {problem}")
-    if not HAVE_PROMETHEUS:
-        pytest.skip(SKIP_REASON)
-    with volcano_kit(request.param, nodes=KUBEFLOW_NODES) as kit:
-        async with running_prometheus(kit.targets) as prometheus:
-            with training_operator(kit) as operator:
-                yield RealKubeflow(kit, prometheus, operator)
+    operator = volcano_cluster.start_operator()
+    volcano_cluster.kit.shape_nodes(KUBEFLOW_NODES)
+    return RealKubeflow(volcano_cluster.kit, volcano_cluster.prometheus, operator)

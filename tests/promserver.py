@@ -5,7 +5,8 @@
 - `VolcanoExporter`: Volcano scheduler's queue metrics in the text exposition format,
   values set by the test (milli-units, like Volcano's scalar resources).
 - `running_prometheus(...)`: the real `prometheus` binary scraping given targets every
-  second, with a temp TSDB, stopped (terminate, then kill) when the context ends.
+  second, with a temp TSDB, stopped (terminate, then kill) when the context ends;
+  `prometheus_server(...)` the same without an event loop, for a session-wide fixture.
 - `make_tls_files(dir)`: a throwaway CA and a server certificate for 127.0.0.1.
 """
 
@@ -20,9 +21,12 @@ import math
 import os
 import shutil
 import ssl
+import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,7 +341,7 @@ async def running_exporter(exporter: VolcanoExporter) -> AsyncIterator[VolcanoEx
 @dataclass
 class PrometheusProcess:
     url: str
-    process: asyncio.subprocess.Process
+    process: asyncio.subprocess.Process | subprocess.Popen[bytes]
     log: Path
     ssl_context: ssl.SSLContext | None = None  # trusts the test CA when served over TLS
 
@@ -372,6 +376,48 @@ async def wait_until(
         await asyncio.sleep(0.1)
 
 
+def _prometheus_argv(root: Path, targets: list[str], tls: TlsFiles | None) -> list[str]:
+    """The command line of a Prometheus scraping `targets` every second as job "volcano",
+    its config and TSDB under `root`, on a free port (the last argument names it)."""
+    extra: list[str] = []
+    if tls is not None:
+        web_config = root / "web.yml"
+        web_config.write_text(
+            json.dumps(
+                {"tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)}}
+            )
+        )
+        extra.append(f"--web.config.file={web_config}")
+    config = root / "prometheus.yml"
+    config.write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "global": {
+                    "scrape_interval": "1s",
+                    "scrape_timeout": "900ms",
+                    "evaluation_interval": "1s",
+                },
+                "scrape_configs": [
+                    {"job_name": "volcano", "static_configs": [{"targets": targets}]}
+                ],
+            }
+        )
+    )
+    return [
+        PROMETHEUS_BINARY,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={root / 'data'}",
+        "--log.level=warn",
+        *extra,
+        f"--web.listen-address=127.0.0.1:{free_port()}",
+    ]
+
+
+def _url(argv: list[str], tls: TlsFiles | None) -> str:
+    address = argv[-1].removeprefix("--web.listen-address=")
+    return f"{'https' if tls is not None else 'http'}://{address}"
+
+
 @contextlib.asynccontextmanager
 async def running_prometheus(
     targets: Iterable[str], *, tls: TlsFiles | None = None, deadline_seconds: float = 30.0
@@ -383,53 +429,73 @@ async def running_prometheus(
     targets = list(targets)
     with tempfile.TemporaryDirectory(prefix="prom-test-") as tmp:
         root = Path(tmp)
-        extra: list[str] = []
-        client_ssl: ssl.SSLContext | None = None
-        if tls is not None:
-            web_config = root / "web.yml"
-            web_config.write_text(
-                json.dumps(
-                    {"tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)}}
-                )
-            )
-            extra.append(f"--web.config.file={web_config}")
-            client_ssl = ssl.create_default_context(cafile=str(tls.ca_cert))
-        config = root / "prometheus.yml"
-        config.write_text(
-            json.dumps(  # JSON is YAML
-                {
-                    "global": {
-                        "scrape_interval": "1s",
-                        "scrape_timeout": "900ms",
-                        "evaluation_interval": "1s",
-                    },
-                    "scrape_configs": [
-                        {"job_name": "volcano", "static_configs": [{"targets": targets}]}
-                    ],
-                }
-            )
-        )
-        port = free_port()
+        argv = _prometheus_argv(root, targets, tls)
+        client_ssl = ssl.create_default_context(cafile=str(tls.ca_cert)) if tls else None
         log = root / "prometheus.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
-                PROMETHEUS_BINARY,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-                *extra,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out
             )
-        scheme = "https" if tls is not None else "http"
-        server = PrometheusProcess(f"{scheme}://127.0.0.1:{port}", process, log, client_ssl)
+        server = PrometheusProcess(_url(argv, tls), process, log, client_ssl)
         try:
             await _wait_ready(server, targets, deadline_seconds)
             yield server
         finally:
             await _stop(process)
+
+
+@contextlib.contextmanager
+def prometheus_server(
+    targets: Iterable[str], *, deadline_seconds: float = 30.0
+) -> Iterator[PrometheusProcess]:
+    """`running_prometheus` for targets served by other processes, without an event loop
+    (a session-wide fixture outlives every test's loop): started and waited for
+    synchronously, stopped (terminate, then kill) when the context ends."""
+    targets = list(targets)
+    with tempfile.TemporaryDirectory(prefix="prom-test-") as tmp:
+        root = Path(tmp)
+        argv = _prometheus_argv(root, targets, None)
+        log = root / "prometheus.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        server = PrometheusProcess(_url(argv, None), process, log)
+        try:
+            _wait_ready_blocking(server, process, targets, deadline_seconds)
+            yield server
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready_blocking(
+    server: PrometheusProcess, process: subprocess.Popen[bytes], targets: list[str], deadline: float
+) -> None:
+    """`_wait_ready` for a server started by `subprocess`: /-/ready, then every target up."""
+    give_up = time.monotonic() + deadline
+    query = urllib.parse.urlencode({"query": 'up{job="volcano"} == 1'})
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"prometheus exited with {process.returncode}:\n{server.log_tail()}")
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
+                if resp.status == 200:
+                    with urllib.request.urlopen(
+                        f"{server.url}/api/v1/query?{query}", timeout=2
+                    ) as r:
+                        body = json.loads(r.read())
+                    up = {s["metric"].get("instance") for s in body["data"]["result"]}
+                    if set(targets) <= up:
+                        return
+        if time.monotonic() > give_up:
+            raise TimeoutError(
+                f"prometheus not ready with every target scraped after {deadline:g}s; "
+                f"log:\n{server.log_tail()}"
+            )
+        time.sleep(0.1)
 
 
 async def _wait_ready(server: PrometheusProcess, targets: list[str], deadline: float) -> None:

@@ -11,7 +11,16 @@ import pytest
 from builders import NOW, ago, ej, gang, policy, pytorchjob, settings, snap
 
 from autoscaler import payoff
-from autoscaler.model import Reason, UnmanagedJob
+from autoscaler.model import (
+    ClusterSnapshot,
+    NodeGpus,
+    Plugin,
+    QueueState,
+    Reason,
+    UnmanagedJob,
+    VolcanoQueue,
+    VolcanoView,
+)
 from autoscaler.parse import Priorities, parse_job
 from autoscaler.planner import plan
 
@@ -254,3 +263,68 @@ def test_a_gang_behind_others_that_wait_waits_longer():
         "w2": Reason.GANG_COVERED,
     }
     assert next(d for d in p.decisions if d.ref.name == "v").target == 2
+
+
+# ---- what other queues hold of the gang's share is owed, not traded ---------------------------
+# Capacity plugin, 32 GPUs, queues a and b deserve 16 each, no GPU idle. Queue a grew into
+# b's share (a holds 20: 4 beyond its 16). In b: v runs 7 workers (declares 2 h left), e
+# runs 5 (min = max) and ends in 60 s; w waits for its gang of 4 GPUs (runs 1 h). Within
+# b, reclaiming for the gang waits only for e's end: the gang would wait 60 s.
+
+
+def _shares_scene(v_min: int) -> ClusterSnapshot:
+    started = ago(3600)
+    queues = {
+        q: VolcanoQueue(q, allocated=held, capability=32, real_capacity=32, spec_deserved=16)
+        for q, held in (("a", 20.0), ("b", 12.0))
+    }
+    nodes = tuple(NodeGpus(f"n{i}", 8, 8) for i in range(4))
+    view = VolcanoView(Plugin.CAPACITY, queues, nodes)
+    jobs = [
+        ej("a1", queue="a", min=18 if v_min == 5 else 2, max=32, replicas=20),
+        declared(ej("v", queue="b", min=v_min, max=8, replicas=7, started=started), 10800.0),
+        declared(ej("e", queue="b", min=5, max=5, replicas=5, started=started), 3660.0),
+        declared(ej("w", queue="b", min=4, max=4, replicas=4, active=0), 3600.0),
+    ]
+    return ClusterSnapshot(
+        queues={q: QueueState(q, None, volcano=vq) for q, vq in queues.items()},
+        jobs=tuple(jobs),
+        pending=(gang("w", 4, queue="b", owner="w"),),
+        volcano=view,
+    )
+
+
+def test_a_gang_gets_its_share_back_where_a_reclaim_in_its_queue_does_not_pay():
+    # v alone could cover the gang (6 workers above min 1), but taking 4 of its 7
+    # workers costs it 2 restarts + 60 s x 4/3 = 140 s against the 60 s the gang would
+    # wait: not in its queue. Queue a holds 4 GPUs of b's share: they come back.
+    p = plan(_shares_scene(v_min=1), policy(), NOW)
+    t = {d.ref.name: (d.target, d.reason) for d in p.decisions}
+    assert t["a1"] == (16, Reason.RECLAIM_FOR_QUEUE)
+    assert t["v"][0] == 7
+    assert p.gangs[0].reason is Reason.GANG_COVERED
+
+
+def test_the_part_of_a_cover_taken_in_the_gangs_queue_is_weighed():
+    # v can give 2 workers (min 5), a only 2 GPUs (its job at min 18): the gang needs
+    # both. v's part does not pay (60 + 60 x 2/5 s against 60 s): the gang waits, and
+    # nothing is taken from a either (alone it does not start the gang).
+    p = plan(_shares_scene(v_min=5), policy(), NOW)
+    t = {d.ref.name: d.target for d in p.decisions}
+    assert (t["a1"], t["v"]) == (20, 7)
+    assert p.gangs[0].reason is Reason.GANG_RECLAIM_UNPAID
+    # with the check off the same cover goes ahead: 2 from each queue
+    p = plan(_shares_scene(v_min=5), policy(reclaim_payoff_factor=0), NOW)
+    t = {d.ref.name: d.target for d in p.decisions}
+    assert (t["a1"], t["v"]) == (18, 5)
+
+
+def test_replanning_after_the_share_came_back_changes_nothing():
+    # the plan applied: a1 asked down to 16, its 4 workers still being released
+    s = _shares_scene(v_min=1)
+    a1 = next(j for j in s.jobs if j.ref.name == "a1")
+    after = replace(a1, replicas=16, last_scale_time=NOW)
+    s = replace(s, jobs=tuple(after if j is a1 else j for j in s.jobs))
+    # nothing more is taken: not from a1 (in reclaim cooldown), not from v (the
+    # in-queue reclaim still does not pay)
+    assert plan(s, policy(), NOW).actions == ()

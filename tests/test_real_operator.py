@@ -1,11 +1,12 @@
 """PyTorchJobs and PaddleJobs resized end to end on the REAL training-operator.
 
-The `kubeflow` fixture (conftest.py) runs a fresh API server, Volcano's scheduler
-(`proportion`, then `capacity`), its controller-manager and kwok as the kubelet of 6 nodes
-x 8 GPUs, a real Prometheus scraping Volcano every second, and Kubeflow's own
-training-operator (tests/operatorkit.py, `--no-webhook`). A job here is what a user
-applies: the operator makes its PodGroup, pods and Services and writes its status, the
-scheduler binds the pods, kwok runs them; nothing of the job's status is written by a test.
+The `kubeflow` fixture (conftest.py) gives the session's stack of one plugin: an API
+server, Volcano's scheduler (`proportion`, then `capacity`), its controller-manager and
+kwok as the kubelet of 6 nodes x 8 GPUs, a real Prometheus scraping Volcano every second,
+and Kubeflow's own training-operator (tests/operatorkit.py, `--no-webhook`). A job here
+is what a user applies: the operator makes its PodGroup, pods and Services and writes its
+status, the scheduler binds the pods, kwok runs them; nothing of the job's status is
+written by a test.
 
 The daemon is wired as `run` wires it (test_loop.Daemon: autoscaler/wiring.py, its caches
 watching the real server, its Prometheus source reading the real Prometheus with the
@@ -34,7 +35,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
-from conftest import RealKubeflow
+from conftest import PROPORTION_ONLY, RealKubeflow
 from kubeserver import ApiError, EnvTest
 from operatorkit import (
     HPAS,
@@ -68,7 +69,6 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
 MEASURED = "elastic-autoscaler.io/measured-restart-cost"
 LAST_SCALE = "elastic-autoscaler.io/last-scale-time"
-PROPORTION_ONLY = pytest.mark.parametrize("kubeflow", ["proportion"], indirect=True)
 
 
 @dataclass

@@ -4,9 +4,9 @@ both queue plugins: GPU nodes tainted as GKE taints them, two GPU pools chosen b
 nodeSelector and by required node affinity, nodes short of CPU, a cordoned node.
 
 The cluster is tests/test_real_volcano.py's (4 kwok nodes x 8 GPUs, 64 CPUs each, a
-real Prometheus scraping the scheduler), with one difference: its API server runs the
-ExtendedResourceToleration admission plugin, as GKE, EKS and AKS do, so a pod asking for
-`nvidia.com/gpu` tolerates `nvidia.com/gpu:NoSchedule` without saying so. Each test
+real Prometheus scraping the scheduler); its API server runs the
+ExtendedResourceToleration admission plugin (conftest.py), as GKE, EKS and AKS do, so a
+pod asking for `nvidia.com/gpu` tolerates `nvidia.com/gpu:NoSchedule` without saying so. Each test
 shapes the nodes (taints, labels, cordon, pods holding CPU) through the API and puts them
 back afterwards. The daemon runs as `python -m autoscaler run` with default settings.
 
@@ -18,20 +18,18 @@ fit any node with an idle GPU).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from kubeserver import EnvTest
-from promserver import HAVE_PROMETHEUS, SKIP_REASON, running_prometheus
 from test_real_volcano import (
     Scene,
     running_within_two_cycles,
     scene,  # noqa: F401  (the fixture, on this module's cluster)
     settled,
 )
-from volcanokit import PLUGINS, RealVolcano, kit_problem, unschedulable_pods, volcano_kit
+from volcanokit import unschedulable_pods
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
@@ -39,20 +37,6 @@ GPU = "nvidia.com/gpu"
 MAX = "elastic-autoscaler.io/max-replicas"
 NODES = [f"gpu-node-{i}" for i in range(1, 5)]
 GKE_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=PLUGINS)
-async def volcano(request: pytest.FixtureRequest) -> AsyncIterator[RealVolcano]:
-    """conftest's `volcano`, its API server running ExtendedResourceToleration."""
-    problem = kit_problem()
-    if problem:
-        pytest.skip(f"real Volcano: {problem}")
-    if not HAVE_PROMETHEUS:
-        pytest.skip(SKIP_REASON)
-    args = ("--enable-admission-plugins=ExtendedResourceToleration",)
-    with volcano_kit(request.param, api_args=args) as kit:
-        async with running_prometheus(kit.targets) as prometheus:
-            yield RealVolcano(kit, prometheus)
 
 
 def patch_node(api: EnvTest, name: str, body: dict[str, Any]) -> None:

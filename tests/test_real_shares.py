@@ -2,8 +2,8 @@
 (docs/design.md "Sharing a cluster between queues"): every queue grows to what it is
 owed, and a queue's waiting gang gets back what another queue borrowed of its share.
 
-The same kit and daemon wiring as test_real_volcano.py (one cluster per plugin for this
-module, 4 nodes x 8 GPUs): each queue sets both `deserved` (what the capacity plugin
+The same kit and daemon wiring as test_real_volcano.py (the session's cluster of each
+plugin, 4 nodes x 8 GPUs): each queue sets both `deserved` (what the capacity plugin
 owes it) and a `weight` in the same ratio (what the proportion plugin shares by), so the
 same expectations hold under either plugin.
 """

@@ -1,8 +1,9 @@
 """The daemon end to end against the REAL Volcano scheduler, under both queue plugins.
 
-The `volcano` fixture (conftest.py) runs a fresh API server with Volcano's scheduler
-(`proportion`, then `capacity`), its controller-manager and kwok as the kubelet of 4 nodes
-x 8 GPUs, and a real Prometheus scraping the scheduler and the controller every second.
+The `volcano` fixture (conftest.py) gives the session's API server with Volcano's
+scheduler (`proportion`, then `capacity`), its controller-manager and kwok as the kubelet
+of 4 nodes x 8 GPUs, and a real Prometheus scraping the scheduler and the controller every
+second.
 The daemon runs as `python -m autoscaler run`, the wiring production uses, with default
 settings except its URLs and intervals; `plan` runs as the CLI. Elastic jobs are Volcano
 Jobs (the kit has no training-operator): one task `worker`, 1 GPU per pod, with the
@@ -12,8 +13,9 @@ What is checked is what a platform team would check: the workers the daemon asks
 bound and Running (the scheduler agrees), none is left Unschedulable, nothing leaves
 [min, max], and a gang that waits gets what it needs.
 
-The modules' tests share one cluster per plugin (a fresh one costs ~12 s): each works in
-its own namespace and queues, and leaves them empty (there is no garbage collector).
+The real-kit modules' tests share one cluster per plugin for the session (a fresh one
+costs ~20 s): each works in its own namespace and queues, and leaves them empty (there is
+no garbage collector).
 """
 
 from __future__ import annotations

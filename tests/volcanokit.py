@@ -46,6 +46,8 @@ PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 START_SECONDS = 120.0
 START_ATTEMPTS = 3  # see VolcanoKit.start
+KWOK_NODE = "kwok.x-k8s.io/node"  # kwok runs the nodes annotated so (start.sh's)
+SESSIONS = "volcano_open_session_duration_milliseconds_count"  # one per scheduling session
 
 
 def kit_problem() -> str | None:
@@ -195,6 +197,58 @@ class VolcanoKit:
             time.sleep(0.05)
         return time.monotonic() - self._scheduler_stopped
 
+    def shape_nodes(self, nodes: int, gpus_per_node: int = 8) -> None:
+        """Exactly `nodes` GPU nodes gpu-node-1..N of `gpus_per_node` GPUs each, as start.sh
+        makes them (its labels and resources, Ready, no taint, not cordoned): nodes a test
+        changed are put back, missing ones created (kwok runs every node), extra ones
+        deleted. After a change, until the scheduler has run two sessions: the first may
+        have opened before it saw the change."""
+        found = {
+            n["metadata"]["name"]: n
+            for n in self.api.request("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]
+        }
+        changed = False
+        for i in range(1, nodes + 1):
+            name = f"gpu-node-{i}"
+            node = found.pop(name, None)
+            if node is None:
+                node = self.api.create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {
+                            "name": name,
+                            "labels": node_labels(name),
+                            "annotations": {KWOK_NODE: "fake"},
+                        },
+                        "spec": {},
+                    }
+                )
+            changed |= _reset_node(self.api, node, gpus_per_node)
+        for name in found:
+            self.api.request("DELETE", f"/api/v1/nodes/{name}")
+            changed = True
+        self.nodes, self.gpus_per_node = nodes, gpus_per_node
+        if changed:
+            self.wait_sessions(2)
+
+    def wait_sessions(self, count: int, *, deadline_seconds: float = 30) -> None:
+        """Until the scheduler has opened `count` more sessions than it had now."""
+
+        def opened() -> float:
+            with urllib.request.urlopen(self.scheduler_metrics, timeout=5) as resp:
+                for line in resp.read().decode().splitlines():
+                    if line.startswith(SESSIONS + " "):
+                        return float(line.rpartition(" ")[2])
+            return 0.0
+
+        target = opened() + count
+        deadline = time.monotonic() + deadline_seconds
+        while opened() < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vc-scheduler opened fewer than {count} sessions")
+            time.sleep(0.1)
+
     def log_tail(self, component: str, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
             text = (self.state / f"{component}.log").read_text(errors="replace")
@@ -211,6 +265,83 @@ class VolcanoKit:
     def _write_env(self) -> None:
         text = "".join(f"{k}={v}\n" for k, v in self.env.items())
         (self.state / "volcano.env").write_text(text)
+
+
+def node_labels(name: str) -> dict[str, str]:
+    """The labels start.sh gives a GPU node."""
+    return {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "nvidia.com/gpu.present": "true",
+        "type": "kwok",
+    }
+
+
+def node_resources(gpus: int) -> dict[str, str]:
+    """The capacity (= allocatable) start.sh gives a GPU node."""
+    return {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        GPU: str(gpus),
+        "ephemeral-storage": "1Ti",
+    }
+
+
+def _exactly(want: dict[str, str], have: dict[str, Any]) -> dict[str, str | None]:
+    """A merge patch that turns mapping `have` into `want`."""
+    return {**{k: None for k in have if k not in want}, **want}
+
+
+def _reset_node(api: EnvTest, node: dict[str, Any], gpus: int) -> bool:
+    """Put `node` back as start.sh made it; whether anything had to change. The status
+    first: a node created without a Ready condition gets the not-ready taint, lifted
+    after (no node lifecycle controller here)."""
+    name = node["metadata"]["name"]
+    path = f"/api/v1/nodes/{name}"
+    merge = "application/merge-patch+json"
+    status = node.get("status") or {}
+    resources = node_resources(gpus)
+    changed = False
+    if status.get("capacity") != resources or status.get("allocatable") != resources:
+        patch: dict[str, Any] = {
+            "capacity": _exactly(resources, status.get("capacity") or {}),
+            "allocatable": _exactly(resources, status.get("allocatable") or {}),
+        }
+        if not any(c.get("type") == "Ready" for c in status.get("conditions") or []):
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            patch["conditions"] = [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kwok",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ]
+        api.request("PATCH", path + "/status", {"status": patch}, content_type=merge)
+        changed = True
+    meta, spec = node["metadata"], node.get("spec") or {}
+    labels = node_labels(name)
+    annotations = meta.get("annotations") or {}
+    if (
+        meta.get("labels") != labels
+        or annotations.get(KWOK_NODE) != "fake"
+        or spec.get("taints")
+        or spec.get("unschedulable")
+    ):
+        body = {
+            "metadata": {
+                "labels": _exactly(labels, meta.get("labels") or {}),
+                "annotations": {KWOK_NODE: "fake"},
+            },
+            "spec": {"taints": None, "unschedulable": None},
+        }
+        api.request("PATCH", path, body, content_type=merge)
+        changed = True
+    return changed
 
 
 def _host_port(url: str) -> str:
