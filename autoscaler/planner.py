@@ -49,7 +49,7 @@ from .model import (
     VolcanoView,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
-from .quota import QueueQuota, add
+from .quota import QueueQuota, add, amount_words, beyond
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -1235,6 +1235,8 @@ class _QueuePlanner:
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
+            if self._never_admitted(g):
+                continue
             need = self._uncredited(g)
             node_short = self._node_short(g)
             if need <= idle + releasing and not node_short:
@@ -1263,6 +1265,25 @@ class _QueuePlanner:
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _never_admitted(self, g: PendingGroup) -> bool:
+        """A gang whose pods together ask more of a dimension than the Queue's capability
+        allows is never admitted by Volcano, whatever is reclaimed: it gets nothing (no
+        GPUs kept for it, no worker taken back) and does not starve its queue's growth,
+        which it could never end."""
+        name, need = beyond(self.state.limits, g.pods)
+        if not name:
+            return False
+        cap = dict(self.state.limits)[name]
+        self._gang(
+            g,
+            Reason.GANG_UNCOVERABLE,
+            f"{g.ref} asks {amount_words(name, need)} in all, more than queue "
+            f"{self.state.name} may ever hold by its Queue object (spec.capability[{name}] "
+            f"= {amount_words(name, cap)}): Volcano will not admit it; nothing is reclaimed "
+            "for it",
+        )
+        return True
 
     def _cover(
         self, g: PendingGroup, shortfall: int, pool: _VictimPool

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from builders import NOW, ej, gang, policy, settings
+from builders import NOW, ago, ej, gang, policy, settings
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -292,3 +292,15 @@ def test_a_bad_capability_figure_is_printed_with_the_queue():
     p = plan(ClusterSnapshot(queues={"q": state}, jobs=(job("a", 1),)), policy(), NOW)
     assert f"queue q: note: {spec.problems[0]}" in plan_to_table(p)
     assert plan_to_dict(p)["queues"]["q"]["notes"] == list(spec.problems)
+
+
+def test_a_gang_over_the_capability_alone_is_never_served_nor_reclaimed_for():
+    # 16 pods of 8 CPU: 128 CPU, more than the queue's 100 may ever hold. Volcano never
+    # admits it, so no worker of a is taken back for it (before: 6 reclaimed, for nothing)
+    # and, though it has waited long, it does not stop a from growing into the room left
+    g = replace(gang("g", 16, created=ago(7200)), pods=((WORKER, 16),), need_from="pods")
+    p = run(10, [cpu(100)], [cpu(64)], job("a", 8), pending=[g])
+    (decision,) = p.gangs
+    assert decision.reason is Reason.GANG_UNCOVERABLE
+    assert "asks 128 CPU in all, more than queue q may ever hold" in decision.message
+    assert decided(p)["a"] == (12, Reason.SCALE_UP_IDLE_GPUS)  # (100 - 64) // 8 = 4 more
