@@ -1163,13 +1163,17 @@ class _QueuePlanner:
             return None
         held = dict(s.allocated)
         served, unserved_owners = self._served()
-        known: set[tuple[str, str]] = set()
         for w in self.work:
             j = w.job
-            known.add((j.ref.namespace, j.ref.name))
-            if not _waits_for_own_gang(j.ref, unserved_owners):
-                bound = sum(1 for node in j.worker_nodes if node)
-                add(held, j.worker_shape, max(w.target, j.active) - bound)
+            # workers with a node ("" where none): in `allocated` already
+            unbound = max(w.target, j.active) - len(j.worker_nodes) + j.worker_nodes.count("")
+            if unbound > 0 and not (
+                unserved_owners and _waits_for_own_gang(j.ref, unserved_owners)
+            ):
+                add(held, j.worker_shape, unbound)
+        known = (
+            {(w.job.ref.namespace, w.job.ref.name) for w in self.work} if self.pending else set()
+        )
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:
