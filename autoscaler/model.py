@@ -413,6 +413,11 @@ class QueueSpec:
     guarantee: float = 0.0
     deserved: int | None = None
     allocated: int | None = None
+    # spec.capability in every dimension other than GPUs that Volcano bounds (cpu, memory,
+    # extended resources), milli-units; a dimension whose figure is unreadable is left
+    # out, with a message in `problems` naming the Queue and the field
+    limits: Quantities = ()
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,6 +588,12 @@ class QueueState:
     # GPUs of admitted (Inqueue) gangs already taken out of free_gpus (the capacity
     # plugin's inqueue): such gangs are served from these first, not counted twice
     admitted_gpus: float = 0.0
+    # the Queue object's capability in its other dimensions (QueueSpec.limits), and what
+    # the queue's bound, unfinished pods request of those (the pod watch, by PodGroup):
+    # growth never takes its pods above any of them (autoscaler/quota.py)
+    limits: Quantities = ()
+    allocated: Quantities = ()
+    notes: tuple[str, ...] = ()  # what could not be read of its Queue object, and why
 
     @property
     def usable(self) -> bool:
@@ -725,6 +736,7 @@ class QueueSummary:
     limits: Mapping[str, float] = field(default_factory=dict)
     inputs: Mapping[str, float] = field(default_factory=dict)
     plugin: Plugin = Plugin.GIVEN
+    notes: tuple[str, ...] = ()  # QueueState.notes: what of its Queue object bounds nothing
 
 
 @dataclass(frozen=True, slots=True)

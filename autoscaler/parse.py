@@ -25,12 +25,14 @@ from .fields import (
     parse_quantity,
     parse_time,
     seconds_field,
+    show,
 )
 from .kinds import BY_NAME, KIND_NAMES, KINDS, JobKind, NotManaged, kind_of
 from .kinds.base import Workers
 from .kinds.kubeflow import PYTORCHJOB_KIND
 from .model import (
     MILLI,
+    PODS,
     ClusterSnapshot,
     ElasticJob,
     GroupRecord,
@@ -45,6 +47,7 @@ from .model import (
     PodShape,
     PodUse,
     PriorityValue,
+    Quantities,
     QueueSpec,
     QueueState,
     Reason,
@@ -53,7 +56,16 @@ from .model import (
     VolcanoView,
 )
 from .options import ReadOptions
-from .podspec import FINISHED_POD_PHASES, frozen, read_node, read_pod_use, read_shape
+from .podspec import (
+    FINISHED_POD_PHASES,
+    frozen,
+    is_extended,
+    milli,
+    read_node,
+    read_pod_use,
+    read_shape,
+)
+from .quota import UNBOUNDED_AT_ZERO
 from .resources import VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES, rfc3339
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -223,7 +235,14 @@ def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | No
     weight = dig(obj, "spec", "weight")
     if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
         weight = 1
-    capability = readable_gpus(dig(obj, "spec", "capability"), options, "spec.capability")
+    raw_capability = dig(obj, "spec", "capability")
+    problems: list[str] = []
+    try:
+        capability = gpu_sum(raw_capability, options, "spec.capability")
+    except BadField as e:
+        capability = None
+        problems.append(f"Queue {name}: {e}; it bounds nothing")
+    limits = capability_limits(raw_capability, name, options.gpu_resource_names, problems)
     guarantee = readable_gpus(
         dig(obj, "spec", "guarantee", "resource"), options, "spec.guarantee.resource"
     )
@@ -235,7 +254,54 @@ def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | No
         guarantee=float(guarantee or 0),
         deserved=readable_gpus(dig(obj, "spec", "deserved"), options, "spec.deserved"),
         allocated=readable_gpus(dig(obj, "status", "allocated"), options, "status.allocated"),
+        limits=limits,
+        problems=tuple(problems),
     )
+
+
+def _volcano_bounds(name: str, gpu_names: tuple[str, ...]) -> bool:
+    """Whether Volcano's queue plugins bound a resource of this name other than GPUs: cpu,
+    memory and the scalar resources its Resource keeps (ephemeral-storage, hugepages-*,
+    extended and kubernetes.io/ resources), not `pods` (never compared) nor quota
+    counts (count/*)."""
+    if name in gpu_names or name == PODS or name.startswith("count/"):
+        return False
+    return (
+        name in ("cpu", "memory", "ephemeral-storage")
+        or name.startswith("hugepages-")
+        or is_extended(name)
+        or "kubernetes.io/" in name
+    )
+
+
+def capability_limits(
+    resources: Any, queue: str, gpu_names: tuple[str, ...], problems: list[str]
+) -> Quantities:
+    """A Queue's spec.capability in every dimension but GPUs, milli-units, as Volcano
+    reads it: 0 CPU or memory is unlimited (left out), 0 of another resource is a bound
+    of 0. An unreadable figure is left out (no bound from it) and said in `problems`,
+    naming the Queue and the field."""
+    if resources is None:
+        return ()
+    if not isinstance(resources, Mapping):
+        problems.append(
+            f"Queue {queue}: spec.capability must be a mapping of resource to quantity, "
+            f"got {show(resources)}; it bounds nothing"
+        )
+        return ()
+    out: dict[str, int] = {}
+    for res, value in resources.items():
+        if not isinstance(res, str) or not _volcano_bounds(res, gpu_names):
+            continue
+        amount = milli(value)
+        if amount is None:
+            problems.append(
+                f"Queue {queue}: spec.capability[{res}] must be a non-negative quantity "
+                f"such as 100 or 400Gi, got {show(value)}; it bounds nothing"
+            )
+        elif amount or res not in UNBOUNDED_AT_ZERO:
+            out[res] = amount
+    return tuple(sorted(out.items()))
 
 
 def queue_capacities(specs: Iterable[QueueSpec]) -> dict[str, int]:
@@ -954,6 +1020,9 @@ class Assembled:
     queues: tuple[QueueSpec, ...]
     nodes: tuple[Node, ...] | None
     pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
+    # what each queue's bound pods request, for the queues whose capability names a
+    # dimension other than GPUs (queue_allocated)
+    queue_allocated: Mapping[str, Quantities] = field(default_factory=dict)
 
 
 _GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -1065,7 +1134,28 @@ def assemble(records: Records) -> Assembled:
         records.queues,
         nodes_in_use(records.nodes, records.pods) if records.nodes else None,
         pods_by_owner(records.pods) if records.pods_known else None,
+        queue_allocated(records) if records.pods_known else {},
     )
+
+
+def queue_allocated(records: Records) -> dict[str, Quantities]:
+    """What the bound, unfinished pods of each queue request, for the queues whose
+    Queue object bounds a dimension other than GPUs (others cost nothing). A pod is in
+    the queue of its PodGroup (annotation scheduling.k8s.io/group-name -> spec.queue),
+    as Volcano counts a queue's allocated."""
+    bounded = {q.name for q in records.queues if q.limits}
+    if not bounded:
+        return {}
+    queue_of = {
+        f"{g.ref.namespace}/{g.ref.name}": g.queue for g in records.groups if g.queue in bounded
+    }
+    sums: dict[str, dict[str, int]] = {}
+    for p in records.pods:
+        if p.node and p.group and (q := queue_of.get(p.group)) is not None:
+            into = sums.setdefault(q, {})
+            for name, value in p.requests:
+                into[name] = into.get(name, 0) + value
+    return {q: frozen(amounts) for q, amounts in sums.items()}
 
 
 def _with_worker_nodes(
@@ -1133,6 +1223,7 @@ def _queue_states(
     """Every queue a job or gang names, or the free-GPU source reads: its reading (unknown
     where there is none) with what its Queue object says of its state and capacity."""
     queue_states = {q.name: q.state for q in a.queues}
+    specs = {q.name: q for q in a.queues}
     capacities = queue_capacities(a.queues)
     names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
     names |= {g.queue for g in a.pending}
@@ -1159,5 +1250,13 @@ def _queue_states(
         capacity = capacities.get(name)
         if capacity != state.capacity_gpus:
             state = replace(state, capacity_gpus=capacity)
+        spec = specs.get(name)
+        if spec is not None and (spec.limits or spec.problems):
+            state = replace(
+                state,
+                limits=spec.limits,
+                allocated=a.queue_allocated.get(name, ()),
+                notes=spec.problems,
+            )
         queues[name] = state
     return queues

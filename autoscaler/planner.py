@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
-from .fit import Placer
+from .fit import Placer, describe_shape
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .model import (
@@ -49,6 +49,7 @@ from .model import (
     VolcanoView,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from .quota import QueueQuota, add, amount_words, beyond
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -160,6 +161,8 @@ def _plan_queue(
         shared,
     )
     summary = queue_plan.run()
+    if state.notes:
+        summary = replace(summary, notes=state.notes)
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
     elif state.free_gpus is None and state.volcano is None:
@@ -943,6 +946,8 @@ class _QueuePlanner:
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
         self._ends: list[tuple[float, int]] | None = None  # see _ending
+        # the Queue object's capability in its other dimensions, once gangs are served
+        self.quota: QueueQuota | None = None
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -1004,6 +1009,7 @@ class _QueuePlanner:
             taken = max(0, before - max(idle, 0)) + self.credited - self.placed_gang_gpus
             self.nodes.take_gpus(max(0, taken))
         pool, capped = self._capped(max(0, idle - p.reserve_gpus_per_queue))
+        self.quota = self._quota()
         self._grow(pool, starving, capped)
 
         return QueueSummary(
@@ -1120,8 +1126,7 @@ class _QueuePlanner:
         cap = self.state.capacity_gpus
         if cap is None:
             return None
-        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
-        unserved_owners = _own_waiting([g for g in self.pending if g.ref not in served])
+        served, unserved_owners = self._served()
         held = sum(
             max(w.target, w.job.active) * w.job.gpus_per_worker
             for w in self.work
@@ -1139,6 +1144,57 @@ class _QueuePlanner:
             if g.ref in served and not owned:
                 held += g.gpus
         return cap - held
+
+    def _served(self) -> tuple[set[ObjectRef], dict[tuple[str, str, str], PendingGroup]]:
+        """The gangs given a share this cycle, and the jobs whose own gang waits unserved
+        (Volcano binds none of their pods: not counted)."""
+        served = {g.ref for g in self.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)}
+        return served, _own_waiting([g for g in self.pending if g.ref not in served])
+
+    def _quota(self) -> QueueQuota | None:
+        """What the Queue object's capability in its other dimensions (CPU, memory,
+        extended resources) still admits (quota.py): less what the queue's bound pods
+        request (every pod of its PodGroups, as Volcano counts allocated), each job's
+        workers asked for and not bound yet (at its planned size, or what still runs if
+        more), and the pods of gangs served this cycle that no job here owns. Without
+        the pod watch no pod is known bound: jobs count at their planned size."""
+        s = self.state
+        if not s.limits:
+            return None
+        held = dict(s.allocated)
+        served, unserved_owners = self._served()
+        for w in self.work:
+            j = w.job
+            # workers with a node ("" where none): in `allocated` already
+            unbound = max(w.target, j.active) - len(j.worker_nodes) + j.worker_nodes.count("")
+            if unbound > 0 and not (
+                unserved_owners and _waits_for_own_gang(j.ref, unserved_owners)
+            ):
+                add(held, j.worker_shape, unbound)
+        known = (
+            {(w.job.ref.namespace, w.job.ref.name) for w in self.work} if self.pending else set()
+        )
+        for g in self.pending:
+            owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
+            if g.ref in served and not owned:
+                for shape, count in g.pods:
+                    add(held, shape, count)
+        return QueueQuota(s.name, s.limits, held)
+
+    def _within_quota(self, w: _Job, extra: int) -> int:
+        """`extra` more workers of w cut to what the queue's capability admits in every
+        dimension it names; held (HoldQueueCapacity) or noted when it cut."""
+        quota = self.quota
+        if quota is None or extra <= 0:
+            return extra
+        shape = w.job.worker_shape
+        fits = quota.fits(shape, extra)
+        if fits < extra:
+            names = self.snapshot.volcano.gpu_names if self.snapshot.volcano else ()
+            words = quota.words(shape, fits, describe_shape(shape, names or ("nvidia.com/gpu",)))
+            w.fit_note = words
+            self._hold(w, Reason.QUEUE_CAPACITY, words)
+        return fits
 
     def _own_waiting(self) -> dict[tuple[str, str, str], PendingGroup]:
         return _own_waiting(self.pending)
@@ -1183,6 +1239,8 @@ class _QueuePlanner:
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
+            if self._never_admitted(g):
+                continue
             need = self._uncredited(g)
             node_short = self._node_short(g)
             if need <= idle + releasing and not node_short:
@@ -1211,6 +1269,25 @@ class _QueuePlanner:
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _never_admitted(self, g: PendingGroup) -> bool:
+        """A gang whose pods together ask more of a dimension than the Queue's capability
+        allows is never admitted by Volcano, whatever is reclaimed: it gets nothing (no
+        GPUs kept for it, no worker taken back) and does not starve its queue's growth,
+        which it could never end."""
+        name, need = beyond(self.state.limits, g.pods)
+        if not name:
+            return False
+        cap = dict(self.state.limits)[name]
+        self._gang(
+            g,
+            Reason.GANG_UNCOVERABLE,
+            f"{g.ref} asks {amount_words(name, need)} in all, more than queue "
+            f"{self.state.name} may ever hold by its Queue object (spec.capability[{name}] "
+            f"= {amount_words(name, cap)}): Volcano will not admit it; nothing is reclaimed "
+            "for it",
+        )
+        return True
 
     def _cover(
         self, g: PendingGroup, shortfall: int, pool: _VictimPool
@@ -1656,7 +1733,9 @@ class _QueuePlanner:
             if pool <= 0:
                 break  # nothing left: no job gets a worker (the rest keep their holds)
             j = w.job
-            extra = min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            extra = self._within_quota(
+                w, min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
+            )
             if extra > 0 and self.nodes is not None:
                 fits = self.nodes.fits(j.worker_shape, extra)
                 if fits < extra:
@@ -1666,6 +1745,8 @@ class _QueuePlanner:
                 continue
             if self.nodes is not None:
                 self.nodes.place(j.worker_shape, extra)
+            if self.quota is not None:
+                self.quota.take(j.worker_shape, extra)
             grants[w] = extra
             pool -= extra * j.gpus_per_worker
         return grants
@@ -1680,18 +1761,23 @@ class _QueuePlanner:
         self._hold(w, Reason.NO_NODE_FITS, w.fit_note)
 
     def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
-        """Fair shares are computed in GPUs; each grant is then placed on nodes, in the
-        plan's stable order, and cut to what fits."""
-        if self.nodes is None:
+        """Fair shares are computed in GPUs; each grant is then cut to what the queue's
+        capability admits and placed on nodes, in the plan's stable order, and cut to
+        what fits."""
+        if self.nodes is None and self.quota is None:
             return grants
         placed: dict[_Job, int] = {}
         for w in sorted(grants, key=_SKEY):
             shape = w.job.worker_shape
-            fits = self.nodes.fits(shape, grants[w])
-            if fits < grants[w]:
-                self._no_node_fits(w, fits)
-            n = self.nodes.place(shape, fits)
-            if n:
+            n = self._within_quota(w, grants[w])
+            if self.nodes is not None and n > 0:
+                fits = self.nodes.fits(shape, n)
+                if fits < n:
+                    self._no_node_fits(w, fits)
+                n = self.nodes.place(shape, fits)
+            if n > 0:
+                if self.quota is not None:
+                    self.quota.take(shape, n)
                 placed[w] = n
         return placed
 

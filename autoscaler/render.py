@@ -84,6 +84,7 @@ def _queue_dict(q: QueueSummary) -> dict[str, Any]:
         "plugin": q.plugin.value,
         "limits": dict(sorted(q.limits.items())),
         "inputs": dict(sorted(q.inputs.items())),
+        "notes": list(q.notes),
     }
 
 
@@ -208,6 +209,7 @@ def _why(plan: Plan, verbose: bool) -> list[str]:
     for name, q in sorted(plan.queues.items()):
         if q.reason is not None:
             lines.append(f"  queue {name}: {q.reason.value}: {q.message}")
+        lines.extend(f"  queue {name}: note: {n}" for n in q.notes)
     return lines
 
 

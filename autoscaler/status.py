@@ -301,7 +301,8 @@ def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> Qu
     return QueueEntry(
         name=q.name,
         status=q.reason.value if q.reason else "ok",
-        message=_cut(q.message),
+        # what of its Queue object bounds nothing (QueueSummary.notes) when nothing else
+        message=_cut(q.message or "; ".join(q.notes)),
         headroom_gpus=headroom,
         bound=bound,
         plugin=q.plugin.value,

@@ -28,6 +28,7 @@ FORBIDDEN = ("kubernetes_asyncio", "prometheus_api_client", "aiohttp", "structlo
         "autoscaler.podspec",
         "autoscaler.fit",
         "autoscaler.payoff",
+        "autoscaler.quota",
     ],
 )
 def test_pure_modules_import_no_io_library(module):
@@ -50,7 +51,17 @@ FLOORS: dict[int, tuple[str, ...]] = {
     # what Volcano binds, how queues share a cluster, in-flight workers; settings;
     # readers; pod specs and nodes as the scheduler reads them; fit by shape; whether a
     # reclaim pays
-    1: ("headroom", "shares", "inflight", "settings", "fields", "podspec", "fit", "payoff"),
+    1: (
+        "headroom",
+        "shares",
+        "inflight",
+        "settings",
+        "fields",
+        "podspec",
+        "fit",
+        "payoff",
+        "quota",
+    ),
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
     3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
     # the edges; status: the status document (pure, but it tells in render's words);

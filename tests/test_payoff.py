@@ -317,3 +317,14 @@ def test_the_part_of_a_cover_taken_in_the_gangs_queue_is_weighed():
     p = plan(_shares_scene(v_min=5), policy(reclaim_payoff_factor=0), NOW)
     t = {d.ref.name: d.target for d in p.decisions}
     assert (t["a1"], t["v"]) == (18, 5)
+
+
+def test_replanning_after_the_share_came_back_changes_nothing():
+    # the plan applied: a1 asked down to 16, its 4 workers still being released
+    s = _shares_scene(v_min=1)
+    a1 = next(j for j in s.jobs if j.ref.name == "a1")
+    after = replace(a1, replicas=16, last_scale_time=NOW)
+    s = replace(s, jobs=tuple(after if j is a1 else j for j in s.jobs))
+    # nothing more is taken: not from a1 (in reclaim cooldown), not from v (the
+    # in-queue reclaim still does not pay)
+    assert plan(s, policy(), NOW).actions == ()
