@@ -49,7 +49,7 @@ from .model import (
     VolcanoView,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
-from .quota import QueueQuota, add
+from .quota import QueueQuota, add, amount_words, beyond
 from .shares import Ask, capacity_allotments, deserved_of
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -1163,13 +1163,17 @@ class _QueuePlanner:
             return None
         held = dict(s.allocated)
         served, unserved_owners = self._served()
-        known: set[tuple[str, str]] = set()
         for w in self.work:
             j = w.job
-            known.add((j.ref.namespace, j.ref.name))
-            if not _waits_for_own_gang(j.ref, unserved_owners):
-                bound = sum(1 for node in j.worker_nodes if node)
-                add(held, j.worker_shape, max(w.target, j.active) - bound)
+            # workers with a node ("" where none): in `allocated` already
+            unbound = max(w.target, j.active) - len(j.worker_nodes) + j.worker_nodes.count("")
+            if unbound > 0 and not (
+                unserved_owners and _waits_for_own_gang(j.ref, unserved_owners)
+            ):
+                add(held, j.worker_shape, unbound)
+        known = (
+            {(w.job.ref.namespace, w.job.ref.name) for w in self.work} if self.pending else set()
+        )
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:
@@ -1235,6 +1239,8 @@ class _QueuePlanner:
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
+            if self._never_admitted(g):
+                continue
             need = self._uncredited(g)
             node_short = self._node_short(g)
             if need <= idle + releasing and not node_short:
@@ -1263,6 +1269,25 @@ class _QueuePlanner:
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _never_admitted(self, g: PendingGroup) -> bool:
+        """A gang whose pods together ask more of a dimension than the Queue's capability
+        allows is never admitted by Volcano, whatever is reclaimed: it gets nothing (no
+        GPUs kept for it, no worker taken back) and does not starve its queue's growth,
+        which it could never end."""
+        name, need = beyond(self.state.limits, g.pods)
+        if not name:
+            return False
+        cap = dict(self.state.limits)[name]
+        self._gang(
+            g,
+            Reason.GANG_UNCOVERABLE,
+            f"{g.ref} asks {amount_words(name, need)} in all, more than queue "
+            f"{self.state.name} may ever hold by its Queue object (spec.capability[{name}] "
+            f"= {amount_words(name, cap)}): Volcano will not admit it; nothing is reclaimed "
+            "for it",
+        )
+        return True
 
     def _cover(
         self, g: PendingGroup, shortfall: int, pool: _VictimPool

@@ -91,3 +91,14 @@ class QueueQuota:
             f"Queue object (spec.capability[{name}]); its jobs hold "
             f"{amount_words(name, self.held[name])}: {more} more worker(s) ({shape_words})"
         )
+
+
+def beyond(limits: Quantities, pods: tuple[tuple[PodShape, int], ...]) -> tuple[str, int]:
+    """The first dimension of `limits` that the pods together ask more of than the
+    capability allows, and how much they ask ("", 0 when none): Volcano never admits
+    such a gang (its minimum alone is over the queue's capability), whatever is reclaimed."""
+    for name, cap in limits:
+        need = sum(shape.amount(name) * count for shape, count in pods)
+        if need > cap:
+            return name, need
+    return "", 0

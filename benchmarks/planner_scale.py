@@ -6,6 +6,7 @@ half idle. Prints the median of several runs of plan() and, separately, of parsi
 same cluster from raw objects (build_snapshot), which the daemon also does each cycle.
 `--volcano proportion|capacity`: the headroom computed from Volcano's inputs, with the
 nodes (8 GPUs each, one per 8 running GPUs and 200 idle: ~20k nodes at 10k jobs).
+`--cpu-capability`: every worker asks CPU and memory and every Queue caps both.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.model import (
+    MILLI,
     ClusterSnapshot,
     ElasticJob,
     NodeGpus,
     ObjectRef,
     PendingGroup,
     Plugin,
+    PodShape,
     QueueState,
     VolcanoQueue,
     VolcanoView,
@@ -113,6 +116,32 @@ def with_volcano(snap: ClusterSnapshot, plugin: Plugin) -> ClusterSnapshot:
     return replace(snap, queues=states, volcano=VolcanoView(plugin, queues, nodes))
 
 
+def with_cpu_capability(snap: ClusterSnapshot) -> ClusterSnapshot:
+    """Every worker asks 8 CPU and 64Gi per GPU, and every queue's Queue object caps it
+    at 400 CPU and 4Ti (300 CPU already held by its pods): the capability in every
+    dimension (autoscaler/quota.py) is checked for every job that could grow."""
+    gib = 2**30 * MILLI
+    jobs = tuple(
+        replace(
+            j,
+            shape=PodShape(
+                (
+                    ("cpu", 8 * MILLI * j.gpus_per_worker),
+                    ("memory", 64 * gib * j.gpus_per_worker),
+                    ("nvidia.com/gpu", MILLI * j.gpus_per_worker),
+                )
+            ),
+        )
+        for j in snap.jobs
+    )
+    limits = (("cpu", 400 * MILLI), ("memory", 4096 * gib))
+    queues = {
+        name: replace(s, limits=limits, allocated=(("cpu", 300 * MILLI),))
+        for name, s in snap.queues.items()
+    }
+    return replace(snap, jobs=jobs, queues=queues)
+
+
 def _raw_job(ref, queue, min_r, max_r, replicas, active, gpw, created, last) -> dict:
     ann = (
         {"elastic-autoscaler.io/last-scale-time": last.strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -173,6 +202,11 @@ def main() -> int:
         choices=[Plugin.PROPORTION.value, Plugin.CAPACITY.value],
         help="headroom from Volcano's inputs under this plugin, with the nodes",
     )
+    parser.add_argument(
+        "--cpu-capability",
+        action="store_true",
+        help="workers ask CPU and memory, every Queue caps both (quota.py's bound)",
+    )
     args = parser.parse_args()
     settings = Settings()
     print(f"{'jobs':>7} {'gangs':>6} {'plan ms':>9} {'us/job':>7} {'actions':>8} {'parse ms':>9}")
@@ -180,6 +214,8 @@ def main() -> int:
         snap, raw, free = cluster(n)
         if args.volcano:
             snap = with_volcano(snap, Plugin(args.volcano))
+        if args.cpu_capability:
+            snap = with_cpu_capability(snap)
         states = free_gpu_states(free)
         raw_objects = RawObjects(jobs=tuple(raw))
         plan_s = timed(lambda snap=snap: plan(snap, settings.planner_policy(), NOW), args.repeat)

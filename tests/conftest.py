@@ -174,3 +174,18 @@ def kubeflow(volcano_cluster: VolcanoCluster) -> RealKubeflow:
     operator = volcano_cluster.start_operator()
     volcano_cluster.kit.shape_nodes(KUBEFLOW_NODES)
     return RealKubeflow(volcano_cluster.kit, volcano_cluster.prometheus, operator)
+
+
+def _plugin(item: pytest.Item) -> str | None:
+    """The Volcano plugin whose session stack `item` runs on, if any."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("volcano_cluster") if callspec else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on a Volcano stack run first, in the order pytest gave them (one plugin's
+    after the other's, so each process starts each plugin's stack once). README's command
+    runs the suite in two processes (pytest-xdist), each handed tests in this order: both
+    start on the longest tests, which then do not finish last."""
+    items[:] = [i for i in items if _plugin(i)] + [i for i in items if not _plugin(i)]

@@ -7,24 +7,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from builders import NOW, ej, gang, policy, settings
+from builders import NOW, ago, ej, gang, policy, settings
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from test_fit import node
 
 from autoscaler.model import (
     ClusterSnapshot,
     GroupRecord,
     ObjectRef,
+    Plugin,
     PodShape,
     PodUse,
     QueueSpec,
     QueueState,
     Reason,
+    VolcanoView,
 )
 from autoscaler.parse import Records, _queue_states, assemble, decode_queue
 from autoscaler.planner import plan
 from autoscaler.policy import GrowthPolicy
+from autoscaler.render import plan_to_dict, plan_to_table
 
 OPTIONS = settings().read_options()
 GI = 2**30 * 1000  # one Gi of memory in milli-units
@@ -260,3 +264,43 @@ def test_a_queue_allocated_is_what_its_podgroups_bound_pods_request():
     states = _queue_states(a, {"q": QueueState("q", 4)}, queues_listed=True)
     assert states["q"].limits == (("cpu", 100_000),)
     assert dict(states["q"].allocated)["cpu"] == 10_000
+
+
+# ---- with node fit, and in what the daemon prints --------------------------------------------
+
+
+@pytest.mark.parametrize("growth", [GrowthPolicy.FILL, GrowthPolicy.FAIR])
+def test_with_nodes_growth_is_bounded_by_both_the_capability_and_node_fit(growth):
+    # 4 nodes x 8 GPUs, 64 CPUs: node fit alone takes 32 workers of 8 CPU; the queue's
+    # 100 CPU (16 held) take 10 more, whichever growth policy shares them out
+    nodes = tuple(
+        node(f"n{i}", used_gpus=1 if i < 2 else 0, used_cpu=8 if i < 2 else 0) for i in range(4)
+    )
+    state = QueueState("q", 30, limits=(cpu(100),), allocated=(cpu(16),))
+    jobs = (job("a", 1), job("b", 1))
+    s = ClusterSnapshot(
+        queues={"q": state}, jobs=jobs, volcano=VolcanoView(Plugin.GIVEN, {}, nodes)
+    )
+    p = plan(s, policy(cooldown_seconds=0, growth_policy=growth), NOW)
+    assert sum(d.target - d.current for d in p.decisions) == 10
+
+
+def test_a_bad_capability_figure_is_printed_with_the_queue():
+    spec = decode_queue(_queue({"cpu": "lots"}), OPTIONS)
+    assert spec is not None
+    state = QueueState("q", 4, limits=spec.limits, notes=spec.problems)
+    p = plan(ClusterSnapshot(queues={"q": state}, jobs=(job("a", 1),)), policy(), NOW)
+    assert f"queue q: note: {spec.problems[0]}" in plan_to_table(p)
+    assert plan_to_dict(p)["queues"]["q"]["notes"] == list(spec.problems)
+
+
+def test_a_gang_over_the_capability_alone_is_never_served_nor_reclaimed_for():
+    # 16 pods of 8 CPU: 128 CPU, more than the queue's 100 may ever hold. Volcano never
+    # admits it, so no worker of a is taken back for it (before: 6 reclaimed, for nothing)
+    # and, though it has waited long, it does not stop a from growing into the room left
+    g = replace(gang("g", 16, created=ago(7200)), pods=((WORKER, 16),), need_from="pods")
+    p = run(10, [cpu(100)], [cpu(64)], job("a", 8), pending=[g])
+    (decision,) = p.gangs
+    assert decision.reason is Reason.GANG_UNCOVERABLE
+    assert "asks 128 CPU in all, more than queue q may ever hold" in decision.message
+    assert decided(p)["a"] == (12, Reason.SCALE_UP_IDLE_GPUS)  # (100 - 64) // 8 = 4 more

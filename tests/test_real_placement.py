@@ -1,7 +1,8 @@
 # ruff: noqa: F811  (`scene` is the shared fixture, imported; tests take it by name)
 """Growth only where the next worker can be bound, on the REAL Volcano scheduler, under
 both queue plugins: GPU nodes tainted as GKE taints them, two GPU pools chosen by
-nodeSelector and by required node affinity, nodes short of CPU, a cordoned node.
+nodeSelector and by required node affinity, nodes short of CPU, a cordoned node, a
+Queue whose capability in CPU binds fewer workers than its GPUs.
 
 The cluster is tests/test_real_volcano.py's (4 kwok nodes x 8 GPUs, 64 CPUs each, a
 real Prometheus scraping the scheduler); its API server runs the
@@ -235,3 +236,19 @@ async def test_nodes_short_of_cpu_take_no_worker(
     job(scene, "train", queue, 2, max_replicas=40, cpu="8")
     await settled(scene, queue, {"train": 2})
     await grows_to(scene, "train", 16)
+
+
+# ---- a Queue's capability in CPU --------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+async def test_a_queue_capability_in_cpu_binds_every_worker_asked_for(scene: Scene) -> None:
+    """The Queue allows 100 CPU and 16 GPUs; workers ask 1 GPU + 8 CPU: both plugins bind
+    12 of them (100 // 8), so the daemon grows 2 -> 12 and every worker is bound (before:
+    16 asked for by the GPU capability alone, 4 left Pending on the queue's CPU)."""
+    queue = f"{scene.ns}-qcpu"
+    scene.api.apply_queue(queue, capability={"cpu": "100", GPU: "16"})
+    scene.queues.append(queue)
+    job(scene, "train", queue, 2, max_replicas=40, cpu="8")
+    await settled(scene, queue, {"train": 2})
+    await grows_to(scene, "train", 12)

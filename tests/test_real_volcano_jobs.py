@@ -1,11 +1,12 @@
 """Volcano Jobs resized as Volcano's real controller and admission webhook take them.
 
-The real kit (`$VOLCANO_KIT`, started by tests/volcanokit.py beside a fresh API server:
-vc-scheduler, vc-controller-manager and kwok GPU nodes) plus its admission webhook
-(the kit's webhook-start.sh) turn the Job into a PodGroup and pods, default and validate
-it on create and on every patch we send. The daemon is wired as `run` wires it; only the
-free-GPU number comes from a canned Prometheus answer (what it says is not what these
-tests are about; tests/test_real_volcano.py is).
+The real kit (`$VOLCANO_KIT`: the session's `proportion` stack of conftest.py, its
+vc-scheduler, vc-controller-manager and kwok GPU nodes beside the real API server) plus
+its admission webhook (the kit's webhook-start.sh, for this module only) turn the Job
+into a PodGroup and pods, default and validate it on create and on every patch we send.
+The daemon is wired as `run` wires it; only the free-GPU number comes from a canned
+Prometheus answer (what it says is not what these tests are about;
+tests/test_real_volcano.py is).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PROPORTION_ONLY, VolcanoCluster
 from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
-from volcanokit import KIT_ENV, VolcanoKit, kit_problem, volcano_kit
+from volcanokit import KIT_ENV, VolcanoKit, clean_namespace, delete_queue, kit_problem
 
 from autoscaler.model import ElasticJob, Reason
 from autoscaler.parse import Priorities, parse_job
@@ -48,7 +50,10 @@ def _kit_problem() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_kit_problem() is not None, reason=str(_kit_problem()))
+pytestmark = [
+    pytest.mark.skipif(_kit_problem() is not None, reason=str(_kit_problem())),
+    PROPORTION_ONLY,
+]
 
 
 def _run(script: Path, *args: str, timeout: float = 180) -> None:
@@ -60,18 +65,31 @@ def _run(script: Path, *args: str, timeout: float = 180) -> None:
 
 
 @pytest.fixture(scope="module")
-def kit() -> Iterator[VolcanoKit]:
-    """The kit (proportion, 4 nodes of 4 GPUs) and its admission webhook, which the kit's
-    own webhook-stop.sh unregisters and stops (by recorded PID) before the kit stops."""
+def kit(volcano_cluster: VolcanoCluster) -> Iterator[VolcanoKit]:
+    """The session's `proportion` stack (conftest.py), its nodes 4 x 4 GPUs, no
+    training-operator, and for this module the kit's admission webhook, which the kit's
+    own webhook-stop.sh unregisters and stops (by recorded PID) when the module is done."""
     folder = Path(os.environ[KIT_ENV])
-    with volcano_kit("proportion", nodes=4, gpus_per_node=4) as kit:
-        try:
-            _run(
-                folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state)
-            )
-            yield kit
-        finally:
-            _run(folder / "webhook-stop.sh", str(kit.state), timeout=60)
+    volcano_cluster.stop_operator()
+    kit = volcano_cluster.kit
+    kit.shape_nodes(4, gpus_per_node=4)
+    _run(folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state))
+    try:
+        yield kit
+    finally:
+        _run(folder / "webhook-stop.sh", str(kit.state), timeout=60)
+
+
+@pytest.fixture
+def ns(kit: VolcanoKit) -> Iterator[str]:
+    """A fresh namespace and its queue `<ns>-q` (the test makes it), emptied and deleted
+    afterwards: the next tests on the shared cluster find every GPU free."""
+    namespace = kit.api.create_namespace("vc")
+    try:
+        yield namespace
+    finally:
+        clean_namespace(kit.api, namespace)
+        delete_queue(kit.api, f"{namespace}-q")
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -174,10 +192,9 @@ def _settings(prom_url: str, ns: str) -> Settings:
 
 @pytest.mark.timeout(240)
 async def test_a_volcano_job_created_without_min_available_grows_and_shrinks_as_the_webhook_allows(
-    kit: VolcanoKit,
+    kit: VolcanoKit, ns: str
 ) -> None:
     api = kit.api
-    ns = api.create_namespace("vc")
     queue = f"{ns}-q"
     api.apply_queue(queue, capability={GPU: "8"})
     await _until(api, _queue(queue), "queue open", _queue_open)
@@ -247,14 +264,13 @@ async def test_a_volcano_job_created_without_min_available_grows_and_shrinks_as_
 
 @pytest.mark.timeout(180)
 async def test_pending_pods_within_replicas_minus_min_available_keep_the_job_running(
-    kit: VolcanoKit,
+    kit: VolcanoKit, ns: str
 ) -> None:
     """The controller turns a Job to phase Pending only when its Pending pods exceed
     replicas - minAvailable. Growth (ours, capped at the queue's capability, or anyone's
     past it) leaves the Job Running; a gang minimum raised over the line flips it, and the
     parser then holds its growth."""
     api = kit.api
-    ns = api.create_namespace("vc")
     queue = f"{ns}-q"
     api.apply_queue(queue, capability={GPU: "3"})
     await _until(api, _queue(queue), "queue open", _queue_open)
