@@ -309,8 +309,8 @@ async def _measure(
     node_fit: bool = False,
     tune_gc: bool = True,
 ) -> dict:
-    from kubernetes_asyncio.client import ApiClient
-
+    # autoscaler first, as the daemon imports it: the client's packages then resolve
+    # names lazily (autoscaler/lazy_client.py); no kubernetes_asyncio import before it
     from autoscaler.logs import configure_logging
     from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
@@ -333,7 +333,7 @@ async def _measure(
         node_fit=node_fit,
     )
     configure_logging(settings)
-    client: ApiClient = await make_api_client(settings.kube_options())
+    client = await make_api_client(settings.kube_options())
     # the daemon as `run` builds it: every kind (the Paddle and Volcano caches stay
     # empty), nodes, the decoders, the triggers, the status writer; HTTP on a free port
     parts = build(settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0))
