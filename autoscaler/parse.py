@@ -11,6 +11,7 @@ input.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -330,10 +331,11 @@ def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
     ns = dig(obj, "metadata", "namespace")
     ns = ns if isinstance(ns, str) else ""
     group = dig(obj, "metadata", "annotations", _GROUP_ANNOTATION)
-    group = f"{ns}/{group}" if isinstance(group, str) and group else ""
-    use = read_pod_use(obj, options.gpu_resource_names)
+    # one string per gang, shared by its pods
+    group = sys.intern(f"{ns}/{group}") if isinstance(group, str) and group else ""
+    use = read_pod_use(obj, options.gpu_resource_names, group)
     if use is not None:
-        return replace(use, group=group) if group else use
+        return use
     owner = _owner(obj, ns) if ns else None
     if owner is not None and owner.kind.split(".")[0] not in KIND_NAMES:
         owner = None

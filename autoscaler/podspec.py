@@ -351,9 +351,12 @@ def read_node(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> Node | None:
     )
 
 
-def read_pod_use(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> PodUse | None:
+def read_pod_use(
+    obj: Mapping[str, Any], gpu_names: Iterable[str], group: str = ""
+) -> PodUse | None:
     """What a bound, unfinished pod holds on its node (every resource, its host ports)
-    and which job's worker it is; None for a pod not bound or finished."""
+    and which job's worker it is (`group`: its PodGroup, namespace/name); None for a pod
+    not bound or finished."""
     node = dig(obj, "spec", "nodeName")
     if not isinstance(node, str) or not node:
         return None
@@ -372,6 +375,7 @@ def read_pod_use(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> PodUse | N
         intern(_host_ports(spec, None)),
         owner,
         index,
+        group,
     )
 
 

@@ -96,7 +96,9 @@ def _pod(ns: str, name: str, node: str, gpus: int, queue: str) -> dict:
     }
 
 
-async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> dict:
+async def _load(
+    url: str, token: str, ca: str, n: int, pods: bool = False, total_nodes: int = 0
+) -> dict:
     import aiohttp
     from cycle import _jobs
 
@@ -245,8 +247,8 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
                 nodes[-1] += gpus
                 where.append(f"gpu-node-{len(nodes) - 1:05d}")
             alloc = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"}
-            for i in range(len(nodes)):
-                name = f"gpu-node-{i:05d}"
+
+            async def node(name: str) -> None:
                 await call(
                     "POST",
                     "/api/v1/nodes",
@@ -273,6 +275,10 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
                     {"spec": {"taints": None}},
                     "application/merge-patch+json",
                 )
+
+            # `total_nodes` beyond what the pods fill: idle nodes (the top of a range)
+            count = max(len(nodes), total_nodes)
+            await asyncio.gather(*(node(f"gpu-node-{i:05d}") for i in range(count)))
             pod_sizes = []
 
             async def pod(row: tuple[str, str, int, str], node: str) -> None:
@@ -284,7 +290,7 @@ async def _load(url: str, token: str, ca: str, n: int, pods: bool = False) -> di
 
             await asyncio.gather(*(pod(row, node) for row, node in zip(placed, where, strict=True)))
             extra = {
-                "nodes": len(nodes),
+                "nodes": count,
                 "pods": len(placed),
                 "pod_bytes_median": int(statistics.median(pod_sizes)),
             }
@@ -438,9 +444,13 @@ async def _floor(kubeconfig: str, page_size: int, node_fit: bool) -> dict:
             body = await response.read()
             response.release()
             pages += 1
-            # the list's metadata (and its continue token) comes after the items
+            # the list's metadata (and its continue token) comes before the items in the
+            # core group's lists (Pods, Nodes), after them in a custom resource's: the
+            # floor before [placement] #27's second round read one page of each core list
             found = (
-                token_at.search(body, max(0, len(body) - 4096)) if response.status == 200 else None
+                token_at.search(body, 0, 4096) or token_at.search(body, max(0, len(body) - 4096))
+                if response.status == 200
+                else None
             )
             token = found.group(1).decode() if found else ""
             if not token:
@@ -494,7 +504,9 @@ async def _main(args: argparse.Namespace) -> None:
         *(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now) for q in range(QUEUES))
     )
     with envtest_server("envtest-bench-") as server:
-        loaded = await _load(server.url, server.token, str(server.ca_file), args.jobs, args.pods)
+        loaded = await _load(
+            server.url, server.token, str(server.ca_file), args.jobs, args.pods, args.nodes
+        )
         print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
         kubeconfig = server.kubeconfig()
         async with fake_prometheus(body) as prom:
@@ -550,6 +562,9 @@ def main() -> int:
     parser.add_argument("--page-size", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--steady", type=int, default=10)
     parser.add_argument("--pods", action="store_true", help="also nodes and a bound pod per worker")
+    parser.add_argument(
+        "--nodes", type=int, default=0, help="with --pods: at least N nodes (idle ones added)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="floor and daemon, N times each")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)

@@ -17,6 +17,7 @@ import asyncio
 import gc
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from ..resources import (
     ResourceKind,
 )
 from ..settings import Settings
+from .wire import Reader, reader
 
 __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 
@@ -235,8 +237,11 @@ class _Cache:
         decode: Decoder,
         optional: bool = False,
         field_selector: str = "",
+        read: Reader = msgspec.json.decode,
     ) -> None:
         self.resource = resource
+        # bytes -> what `decode` reads: only the fields it reads (sources.wire)
+        self._read = read
         self.field_selector = field_selector
         # a job kind whose CRD may not be installed: a 404 means "none of these", checked
         # again every ABSENT_RECHECK_SECONDS, not an error
@@ -513,7 +518,7 @@ class _Cache:
             if status.code is None:
                 raise _not_an_event(line)
             raise ApiException(status=status.code, reason=f"{status.reason}: {status.message}")
-        self._apply(event.type, msgspec.json.decode(event.object), len(event.object))
+        self._apply(event.type, self._read(event.object), len(event.object))
 
     def _apply(self, event_type: str, obj: Any, size: int) -> None:
         if not isinstance(obj, dict):
@@ -558,7 +563,7 @@ class _Cache:
             seen.add(key)
             self._fits(key, len(raw))
             return
-        obj = msgspec.json.decode(raw)
+        obj = self._read(raw)
         if not isinstance(obj, dict):
             raise ValueError(f"LIST of {self.name} holds an item that is not an object")
         key = _key(obj)
@@ -672,7 +677,8 @@ def _error_kind(text: str) -> str:
 
 def _key(obj: RawObject | _Names) -> Key:
     meta = (obj.metadata if isinstance(obj, _Names) else obj.get("metadata")) or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    # a namespace's objects share its name: 50k pods' keys, a few dozen namespaces
+    return (sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
 
 
 def _server_wait(exc: BaseException) -> float:
@@ -719,6 +725,7 @@ class _CacheMaker:
             self.decode[resource.kind],
             optional,
             field_selector,
+            reader(resource.kind, job=resource in JOB_RESOURCES),
         )
 
 

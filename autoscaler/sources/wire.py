@@ -1,0 +1,165 @@
+"""What the caches read of each object, decoded straight from the bytes the server sent.
+
+A cache used to decode every object whole (`msgspec.json.decode` into dicts) and then
+read a few fields of it: at 10k jobs, 16k-26k nodes and 50k bound pods that is ~350 MB
+of JSON turned into Python objects, most of it never read (`managedFields`, a pod's
+env, probes and volume mounts, a node's images and conditions' messages). Here each
+kind the caches hold in bulk has msgspec Structs declaring only the fields its decoder
+(`parse.decoders`) reads; msgspec skips everything else in the bytes without building
+it, and `msgspec.to_builtins` turns what was read into the same plain dict the decoder
+reads, absent fields absent (`UNSET` is left out), so the decoders stay the one reader
+of every field, with their messages.
+
+Declared here, per kind (what `parse`, `podspec` and `kinds` read):
+
+- every object: apiVersion, kind; metadata name, namespace, uid, labels, annotations,
+  creationTimestamp, deletionTimestamp, resourceVersion, ownerReferences, and of each
+  managedFields entry its time and subresource (`parse._asked_at`);
+- jobs (every kind) and PodGroups: spec and status whole (the kinds' readers walk
+  them; their bulk is the templates, read for the workers' shape);
+- Nodes: spec.taints, spec.unschedulable, status.allocatable, and of each condition its
+  type and status (`podspec.read_node`);
+- Pods: spec.nodeName, hostNetwork, nodeSelector, affinity, tolerations, overhead,
+  topologySpreadConstraints; of each container and init container its name, resources,
+  ports and restartPolicy; of each volume whether it is a persistentVolumeClaim or
+  ephemeral; status.phase (`parse.decode_pod`, `podspec.read_pod_use`,
+  `podspec.read_shape`).
+
+A field of another JSON type than declared (the API server validates core objects,
+but a CRD's schema may be loose) makes the object decode whole, as before: its decoder
+then reads and reports it as it always did. Kinds not declared here (Queues,
+PriorityClasses, HPAs: few, small) are decoded whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+__all__ = ["Reader", "read_whole", "reader"]
+
+Reader = Callable[[bytes | msgspec.Raw], Any]
+
+
+class _Managed(Struct, rename="camel"):
+    """A metadata.managedFields entry: when and to what it wrote (not fieldsV1)."""
+
+    time: Any = UNSET
+    subresource: Any = UNSET
+
+
+class _Meta(Struct, rename="camel"):
+    name: Any = UNSET
+    namespace: Any = UNSET
+    uid: Any = UNSET
+    labels: Any = UNSET
+    annotations: Any = UNSET
+    creation_timestamp: Any = UNSET
+    deletion_timestamp: Any = UNSET
+    resource_version: Any = UNSET
+    owner_references: Any = UNSET
+    managed_fields: list[_Managed] | UnsetType = UNSET
+
+
+class _Object(Struct, rename="camel"):
+    """A job of any kind, a PodGroup: spec and status as they are."""
+
+    api_version: Any = UNSET
+    kind: Any = UNSET
+    metadata: _Meta | UnsetType = UNSET
+    spec: Any = UNSET
+    status: Any = UNSET
+
+
+class _Condition(Struct):
+    type: Any = UNSET
+    status: Any = UNSET
+
+
+class _NodeSpec(Struct):
+    taints: Any = UNSET
+    unschedulable: Any = UNSET
+
+
+class _NodeStatus(Struct):
+    allocatable: Any = UNSET
+    conditions: list[_Condition] | UnsetType = UNSET
+
+
+class _Node(Struct, rename="camel"):
+    api_version: Any = UNSET
+    kind: Any = UNSET
+    metadata: _Meta | UnsetType = UNSET
+    spec: _NodeSpec | UnsetType = UNSET
+    status: _NodeStatus | UnsetType = UNSET
+
+
+class _Container(Struct, rename="camel"):
+    name: Any = UNSET
+    resources: Any = UNSET
+    ports: Any = UNSET
+    restart_policy: Any = UNSET
+
+
+class _Volume(Struct, rename="camel"):
+    persistent_volume_claim: Any = UNSET
+    ephemeral: Any = UNSET
+
+
+class _PodSpec(Struct, rename="camel"):
+    node_name: Any = UNSET
+    containers: list[_Container] | UnsetType = UNSET
+    init_containers: list[_Container] | UnsetType = UNSET
+    overhead: Any = UNSET
+    host_network: Any = UNSET
+    node_selector: Any = UNSET
+    affinity: Any = UNSET
+    tolerations: Any = UNSET
+    topology_spread_constraints: Any = UNSET
+    volumes: list[_Volume] | UnsetType = UNSET
+
+
+class _PodStatus(Struct):
+    phase: Any = UNSET
+
+
+class _Pod(Struct, rename="camel"):
+    api_version: Any = UNSET
+    kind: Any = UNSET
+    metadata: _Meta | UnsetType = UNSET
+    spec: _PodSpec | UnsetType = UNSET
+    status: _PodStatus | UnsetType = UNSET
+
+
+def read_whole(raw: bytes | msgspec.Raw) -> Any:
+    """The object as it is, every field: for kinds with no declared fields."""
+    return msgspec.json.decode(raw)
+
+
+def _lean(schema: type[Struct]) -> Reader:
+    decoder = msgspec.json.Decoder(schema)
+    to_builtins = msgspec.to_builtins
+
+    def read(raw: bytes | msgspec.Raw) -> Any:
+        try:
+            return to_builtins(decoder.decode(raw))
+        except msgspec.ValidationError:
+            # a field of another type than declared: read whole, so that its decoder
+            # sees it and says what is wrong as before (malformed JSON raises alike)
+            return msgspec.json.decode(raw)
+
+    return read
+
+
+_SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "Pod": _Pod, "PodGroup": _Object}
+
+
+def reader(kind: str, *, job: bool = False) -> Reader:
+    """How a cache of `kind` decodes an object's bytes into what its decoder reads:
+    the declared fields of Nodes, Pods, PodGroups and jobs (`job`: a managed job kind),
+    every field of any other kind."""
+    schema = _Object if job else _SCHEMAS.get(kind)
+    return read_whole if schema is None else _lean(schema)
