@@ -309,8 +309,8 @@ async def _measure(
     node_fit: bool = False,
     tune_gc: bool = True,
 ) -> dict:
-    from kubernetes_asyncio.client import ApiClient
-
+    # autoscaler first, as the daemon imports it: the client's packages then resolve
+    # names lazily (autoscaler/lazy_client.py); no kubernetes_asyncio import before it
     from autoscaler.logs import configure_logging
     from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
@@ -333,7 +333,7 @@ async def _measure(
         node_fit=node_fit,
     )
     configure_logging(settings)
-    client: ApiClient = await make_api_client(settings.kube_options())
+    client = await make_api_client(settings.kube_options())
     # the daemon as `run` builds it: every kind (the Paddle and Volcano caches stay
     # empty), nodes, the decoders, the triggers, the status writer; HTTP on a free port
     parts = build(settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0))
@@ -345,10 +345,12 @@ async def _measure(
     await kube.wait_synced(600)
     sync_s, sync_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     sync_gc_s = gc_clock.seconds
+    sync_peak = _peak_rss_mib()  # what the sync itself peaked at, before any cycle
     if tune_gc:
         settle_gc()  # as the daemon does once its caches synced
     before = kube.stats()
     first = await controller.run_once(datetime.now(UTC))
+    first_peak = _peak_rss_mib()
     applied = first.applied.counts() if first.applied else {}
     steady_times, steady_writes = [], 0
     await _status_written(parts, 1)
@@ -394,6 +396,9 @@ async def _measure(
         + steady_writes
         + status_writes,
         "peak_rss_mib": _peak_rss_mib(),
+        "peak_rss_mib_after_sync": sync_peak,
+        "peak_rss_mib_after_first_cycle": first_peak,
+        "rss_mib_end": _rss_mib(),
     }
 
 
@@ -485,6 +490,13 @@ class _GcClock:
             self._start = time.perf_counter()
         else:
             self.seconds += time.perf_counter() - self._start
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def _peak_rss_mib() -> float:

@@ -47,7 +47,7 @@ def test_pure_modules_import_no_io_library(module):
 # skipped quietly.
 FLOORS: dict[int, tuple[str, ...]] = {
     # vocabulary, no logic; options: each component's section of the settings
-    0: ("model", "policy", "resources", "errors", "redact", "options"),
+    0: ("model", "policy", "resources", "errors", "redact", "options", "lazy_client"),
     # what Volcano binds, how queues share a cluster, in-flight workers; settings;
     # readers; pod specs and nodes as the scheduler reads them; fit by shape; whether a
     # reclaim pays

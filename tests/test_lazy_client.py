@@ -1,0 +1,55 @@
+"""The Kubernetes client's packages resolve names on first use (autoscaler/lazy_client.py):
+the daemon does not import the ~800 generated modules it never uses, and every name of
+the client stays what it was."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+NAMES = """
+import json, sys
+import kubernetes_asyncio, kubernetes_asyncio.client as c, kubernetes_asyncio.client.models as m
+out = {}
+for mod in (kubernetes_asyncio, c, m):
+    for name in sorted(set(mod.__all__)):
+        value = getattr(mod, name)
+        out[mod.__name__ + "." + name] = getattr(value, "__module__", None) or value.__name__
+print(json.dumps(out))
+"""
+
+
+def _run(code: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+
+
+def test_the_daemon_imports_none_of_the_clients_models_it_does_not_use():
+    code = (
+        "import sys, autoscaler.wiring, autoscaler.cli; "
+        "print(sum(m.startswith('kubernetes_asyncio.client.models.') for m in sys.modules))"
+    )
+    assert int(_run(code)) < 20  # of ~750
+
+
+def test_every_name_of_the_client_is_the_same_object_as_without_it():
+    whole = json.loads(_run(NAMES))
+    lazy = json.loads(_run("import autoscaler\n" + NAMES))
+    assert len(whole) > 800
+    assert lazy == whole
+
+
+def test_the_clients_deserializer_finds_its_models():
+    code = (
+        "import autoscaler, asyncio\n"
+        "from kubernetes_asyncio.client import ApiClient\n"
+        "async def main():\n"
+        "    async with ApiClient() as api:\n"
+        "        body = {'spec': {'holderIdentity': 'a'}}\n"
+        "        lease = api._ApiClient__deserialize(body, 'V1Lease')\n"
+        "        print(type(lease).__name__, lease.spec.holder_identity)\n"
+        "asyncio.run(main())\n"
+    )
+    assert _run(code).split() == ["V1Lease", "a"]
