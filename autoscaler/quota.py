@@ -55,15 +55,19 @@ class QueueQuota:
         self.limits = dict(limits)
         self.held = {name: held.get(name, 0) for name in self.limits}
 
+    def _rooms(self, shape: PodShape) -> list[tuple[str, int]]:
+        """(dimension, workers of `shape` its room admits) for each dimension the
+        capability names that the shape requests."""
+        return [
+            (name, max(0, (cap - self.held[name]) // ask))
+            for name, cap in self.limits.items()
+            if (ask := shape.amount(name)) > 0
+        ]
+
     def fits(self, shape: PodShape, most: int) -> int:
         """How many of `most` workers of `shape` the capability admits: the smallest,
         over the dimensions it names that the shape requests, of room // request."""
-        n = most
-        for name, cap in self.limits.items():
-            ask = shape.amount(name)
-            if ask > 0:
-                n = min(n, max(0, (cap - self.held[name]) // ask))
-        return max(0, n)
+        return max(0, min([most, *(n for _, n in self._rooms(shape))]))
 
     def take(self, shape: PodShape, count: int) -> None:
         for name in self.limits:
@@ -71,14 +75,8 @@ class QueueQuota:
 
     def binding(self, shape: PodShape) -> str:
         """The dimension that admits the fewest workers of `shape` ("" when none)."""
-        best, most = "", None
-        for name, cap in self.limits.items():
-            ask = shape.amount(name)
-            if ask > 0:
-                n = max(0, (cap - self.held[name]) // ask)
-                if most is None or n < most:
-                    best, most = name, n
-        return best
+        rooms = self._rooms(shape)
+        return min(rooms, key=lambda r: r[1])[0] if rooms else ""
 
     def words(self, shape: PodShape, more: int, shape_words: str) -> str:
         """`queue a may hold 100 CPU by its Queue object; its jobs hold 96 CPU: 0 more
