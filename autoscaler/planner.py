@@ -1103,12 +1103,13 @@ class _QueuePlanner:
         """The growth pool cut to what the Queue object's capability still allows, and
         why, when it cut."""
         room = self._room_by_capacity()
-        cap = self.state.capacity_gpus
+        cap, other = self.state.capacity_gpus, self.state.other_gpus
         if room is None or cap is None or room >= pool:
             return pool, ""
         return max(0, room), (
             f"queue {self.state.name} may hold {cap} GPU(s) by its Queue object; its "
             f"jobs and admitted gangs would hold {cap - room}"
+            + (f" ({other} of them in pods other than elastic workers)" if other else "")
         )
 
     def _hold_reason(self) -> tuple[Reason, str] | None:
@@ -1130,7 +1131,9 @@ class _QueuePlanner:
         """GPUs the queue's jobs may still grow by before they hold more than the Queue
         object allows, None without a bound. A physical cap whatever Prometheus reads:
         jobs at their planned size (or what still runs, if more), unmanaged jobs at
-        their spec, and the gangs given a share this cycle that no job here owns.
+        their spec, the gangs given a share this cycle that no job here owns, and the
+        queue's bound pods outside those worker groups (masters, launchers, plain pods:
+        Volcano counts them too).
 
         A job whose own PodGroup waits is counted once, as that gang (rule 2): at its
         spec if the gang was served this cycle (its pods will bind), not at all if not
@@ -1140,7 +1143,7 @@ class _QueuePlanner:
         if cap is None:
             return None
         served, unserved_owners = self._served()
-        held = sum(
+        held = self.state.other_gpus + sum(
             max(w.target, w.job.active) * w.job.gpus_per_worker
             for w in self.work
             if not _waits_for_own_gang(w.job.ref, unserved_owners)
