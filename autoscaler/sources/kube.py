@@ -988,6 +988,18 @@ class KubeSource:
 GC_GEN0_THRESHOLD = 50_000
 
 
+def sync_gc() -> None:
+    """Tune the collector for the sync (the daemon calls it before its caches list; it
+    changes the whole process, so nothing else does). A sync allocates a record per
+    object and keeps it: with the default first-generation threshold (700) the collector
+    ran ~250 times over the records of 17k objects and took ~12% of the sync's CPU
+    (docs/benchmarks.md, [placement] #27 third round); at 50,000 it runs a few times.
+    What is freed by reference counting (nearly everything: records form no cycles) is
+    freed as before."""
+    first, second, third = gc.get_threshold()
+    gc.set_threshold(max(first, GC_GEN0_THRESHOLD), second, third)
+
+
 def settle_gc() -> None:
     """Tune the collector for a daemon whose caches have synced (the daemon calls it once
     they have; it changes the whole process, so nothing else does). Measured on the real API
@@ -997,10 +1009,9 @@ def settle_gc() -> None:
     cycles): gc.freeze() takes it out of the collector's walks. A cycle then allocates
     tens of thousands of short-lived objects (the plan, its log lines), nearly all freed
     by reference counting: a first-generation threshold of 50,000 instead of 700 stops
-    the collector from running every few hundred of them."""
+    the collector from running every few hundred of them (`sync_gc`)."""
     gc.freeze()
-    first, second, third = gc.get_threshold()
-    gc.set_threshold(max(first, GC_GEN0_THRESHOLD), second, third)
+    sync_gc()
     log.debug("kube.gc_settled", frozen=gc.get_freeze_count(), threshold=gc.get_threshold())
 
 
