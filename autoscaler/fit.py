@@ -33,6 +33,9 @@ API (plain: shapes and nodes in, placements out):
     placer.admits_node(shape, name)     # the named node's filters admit the shape
     placer.take_gpus(gpus)              # a gang known by its GPUs alone: emptiest nodes
     placer.release(node, shape)         # a pod that goes gives its node's room back
+    placer.free_on(node)                # the named node's free room now
+    with placer.trial(): ...            # what is placed or released inside is undone
+    make_room(placer, pods, holders)    # which workers a reclaim takes so a gang fits
     placer.explain(shape, more)         # why no more than `more` fit, in words
     placer.idle_gpus                    # GPUs free on Ready, uncordoned nodes
     admits(shape, node)                 # the filters a node's labels, taints and state
@@ -50,7 +53,8 @@ placement scans buckets, not nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .model import (
@@ -315,7 +319,8 @@ class Placer:
         # built when first asked for (a cycle that places nothing by name needs neither)
         self._nodes_by_name: dict[str, Node] | None = None
         self._where: dict[str, tuple[_Class, _Key]] | None = None
-        self._undo: list[tuple[str, _Class, _Key, _Key]] | None = None
+        # moves to undo (a trial, `unplaced`): node, class, from, to, its place in from
+        self._undo: list[tuple[str, _Class, _Key, _Key, int]] | None = None
         self._dicts: dict[Quantities, dict[str, int]] = {}
         # a bucket's free room in the order a shape compares nodes by (best fit)
         self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
@@ -432,15 +437,39 @@ class Placer:
 
     def _relocate(self, name: str, cls: _Class, key: _Key, to: _Key) -> None:
         names = cls.buckets[key]
-        names.remove(name)
+        at = names.index(name)
+        del names[at]
         if not names:
             del cls.buckets[key]
         cls.buckets.setdefault(to, []).append(name)
         if self._where is not None:
             self._where[name] = (cls, to)
         if self._undo is not None:
-            self._undo.append((name, cls, key, to))
+            self._undo.append((name, cls, key, to, at))
         self.version += 1
+
+    def _revert(self, moves: list[tuple[str, _Class, _Key, _Key, int]]) -> None:
+        """Undo `moves`, last first, each node back at its place in its bucket: best fit
+        breaks ties by that order, so a trial leaves no trace on later placements."""
+        for name, cls, was, now, at in reversed(moves):
+            names = cls.buckets[now]
+            names.remove(name)
+            if not names:
+                del cls.buckets[now]
+            cls.buckets.setdefault(was, []).insert(at, name)
+            if self._where is not None:
+                self._where[name] = (cls, was)
+            self.version += 1
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """Whatever is placed or released inside is undone at the end."""
+        outer, self._undo = self._undo, []
+        try:
+            yield
+        finally:
+            moves, self._undo = self._undo, outer
+            self._revert(moves)
 
     def _take(self, name: str, cls: _Class, key: _Key, shape: PodShape, count: int) -> None:
         free, ports = key
@@ -498,8 +527,7 @@ class Placer:
         left = [count - self.place(shape, count) for shape, count in pods]
         moves, self._undo = self._undo, outer
         if any(left) or not keep:
-            for name, cls, was, now in reversed(moves):
-                self._relocate(name, cls, now, was)
+            self._revert(moves)
         elif outer is not None:
             outer.extend(moves)
         return left
@@ -508,6 +536,11 @@ class Placer:
         """Node `name` (known) admits a pod of the shape, room aside."""
         node = self._nodes.get(name)
         return node is not None and admits(shape, node) is None
+
+    def free_on(self, name: str) -> dict[str, int] | None:
+        """The free room of node `name` now (None: not a node we know)."""
+        where = self._locate(name)
+        return None if where is None else dict(where[1][0])
 
     def release(self, name: str, shape: PodShape) -> None:
         """A pod of the shape leaves node `name`: its room comes back."""
@@ -572,6 +605,263 @@ def _rank_order(shape: PodShape, gpu_names: Sequence[str]) -> tuple[str, ...]:
     """Best fit compares nodes by the free room of what the shape asks: GPUs first."""
     asked = [r for r, v in shape.requests if v > 0]
     return tuple(sorted(asked, key=lambda r: (r not in gpu_names, r)))
+
+
+# ---- making room: the workers a reclaim takes so a gang's pods fit ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Workers a reclaim may take, as the nodes see them: one job's workers above its
+    minimum, highest index first (the operators delete those first), the node each runs
+    on ("" where none is bound) and the shape they share. `priority`: lower gives first;
+    `group`: holders whose GPUs given together are bounded by `caps[group]`."""
+
+    shape: PodShape
+    nodes: tuple[str, ...]
+    priority: int = 0
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What a reclaim takes: per holder, how many of its workers go (the first ones of
+    its `nodes`); or `cuts` None when no choice of them makes the pods fit, and why."""
+
+    cuts: tuple[int, ...] | None
+    why: str = ""
+
+
+def make_room(
+    placer: Placer,
+    pods: Sequence[tuple[PodShape, int]],
+    holders: Sequence[Holder],
+    gpus: int = 0,
+    caps: Mapping[str, float] | None = None,
+) -> Room:
+    """The workers to take so that every pod of `pods` (a gang, in order) fits on the
+    nodes once they are gone, and the workers gone on nodes the pods' shapes admit free
+    at least `gpus` GPUs (a queue's share short of the gang's); nothing taken (and why)
+    when no choice does it. Nothing of `placer` is changed.
+
+    A pod that finds no node gets room on the node where it costs least: lowest
+    priority first, then the fewest jobs restarted (a job already giving workers
+    restarts anyway), then the fewest workers; a worker elsewhere frees nothing the pod
+    can use and is taken only where a higher-index one it must go before is needed.
+    Releasing the planned workers in holder order and then placing `pods` in order is
+    the check, as the planner then does it."""
+    search = _RoomSearch(placer, pods, holders, caps or {})
+    return search.run(gpus)
+
+
+class _RoomSearch:
+    def __init__(
+        self,
+        placer: Placer,
+        pods: Sequence[tuple[PodShape, int]],
+        holders: Sequence[Holder],
+        caps: Mapping[str, float],
+    ) -> None:
+        self.placer, self.pods, self.holders, self.caps = placer, pods, holders, caps
+        self.cuts = [0] * len(holders)
+        names = placer.gpu_names
+        self.gpus = [sum(h.shape.amount(g) for g in names) // MILLI for h in holders]
+        self.shapes = tuple(dict.fromkeys(shape for shape, _ in pods))
+        self._admits: dict[tuple[PodShape, str], bool] = {}
+
+    def run(self, gpus: int) -> Room:
+        while True:
+            with self.placer.trial():
+                self._release(self.cuts)
+                short = self._first_unplaced()
+                more = None if short is None else self._cheapest(short)
+            if short is None:
+                break
+            if more is None:
+                return self._fallback(gpus)
+            self.cuts = more
+        if not self._cover_gpus(gpus):
+            return Room(None, self._gpus_words(gpus))
+        return Room(tuple(self.cuts))
+
+    # -- the state tried ------------------------------------------------------------------
+
+    def _release(self, cuts: Sequence[int]) -> None:
+        for h, cut in zip(self.holders, cuts, strict=True):
+            for name in h.nodes[:cut]:
+                if name:
+                    self.placer.release(name, h.shape)
+
+    def _first_unplaced(self) -> PodShape | None:
+        """Places the pods in order; the shape of the first that finds no room (the
+        ones before it stay placed, so its room is judged beside them)."""
+        for shape, count in self.pods:
+            if self.placer.place(shape, count) < count:
+                return shape
+        return None
+
+    def _fits_with(self, cuts: Sequence[int]) -> bool:
+        with self.placer.trial():
+            self._release(cuts)
+            return self._first_unplaced() is None
+
+    def _useful(self, name: str) -> bool:
+        """A worker on this node frees room a pod of the gang may take."""
+        return bool(name) and any(self._admit(s, name) for s in self.shapes)
+
+    def _admit(self, shape: PodShape, name: str) -> bool:
+        key = (shape, name)
+        if key not in self._admits:
+            self._admits[key] = self.placer.admits_node(shape, name)
+        return self._admits[key]
+
+    # -- room for one pod -----------------------------------------------------------------
+
+    def _cheapest(self, shape: PodShape) -> list[int] | None:
+        """The cuts that also give one more pod of `shape` a node, cheapest node first
+        (see make_room); None when no node can be freed enough."""
+        by_node: dict[str, dict[int, list[int]]] = {}
+        for h, holder in enumerate(self.holders):
+            for at in range(self.cuts[h], len(holder.nodes)):
+                name = holder.nodes[at]
+                if name:
+                    by_node.setdefault(name, {}).setdefault(h, []).append(at)
+        best: tuple[tuple[int, int, int, str], list[int]] | None = None
+        for name in sorted(by_node):
+            free = self.placer.free_on(name)
+            if free is None or not self._admit(shape, name):
+                continue
+            lack = {r: shape.amount(r) - free.get(r, 0) for r in short_of(free, shape)}
+            if not lack:
+                continue  # short of nothing a worker frees (a host port): no reclaim helps
+            cuts = self._on_node(lack, by_node[name])
+            if cuts is None:
+                continue
+            cost = (*self._cost(cuts), name)
+            if best is None or cost < best[0]:
+                best = (cost, cuts)
+        return None if best is None else best[1]
+
+    def _on_node(self, lack: dict[str, int], where: dict[int, list[int]]) -> list[int] | None:
+        """Cuts that free `lack` on one node from the workers `where` (holder -> its
+        workers' positions there, ascending): holders by priority, those already giving
+        first, then those that cover it alone with the fewest workers."""
+        order = sorted(where, key=lambda h: self._rank_on_node(h, where[h], lack))
+        cuts, left = list(self.cuts), dict(lack)
+        for h in order:
+            requests = self.holders[h].shape.requests
+            for at in where[h]:
+                if not self._within_cap(h, cuts, at + 1):
+                    break
+                cuts[h] = at + 1
+                for r, want in requests:
+                    if r in left:
+                        left[r] -= want
+                if all(v <= 0 for v in left.values()):
+                    return cuts
+        return None
+
+    def _rank_on_node(self, h: int, at: list[int], lack: dict[str, int]) -> tuple[int, ...]:
+        holder = self.holders[h]
+        per = [holder.shape.amount(r) for r in lack]
+        need = max(
+            (-(-v // p) if p > 0 else len(at) + 1 for v, p in zip(lack.values(), per, strict=True)),
+            default=1,
+        )
+        alone = need <= len(at)
+        workers = (at[need - 1] if alone else at[-1]) + 1 - self.cuts[h]
+        return (holder.priority, 0 if self.cuts[h] else 1, 0 if alone else 1, workers, h)
+
+    def _cost(self, cuts: list[int]) -> tuple[int, int, int]:
+        """(highest priority taken, jobs newly restarted, workers taken) of going from
+        self.cuts to `cuts`."""
+        more = [h for h, cut in enumerate(cuts) if cut > self.cuts[h]]
+        return (
+            max(self.holders[h].priority for h in more),
+            sum(1 for h in more if not self.cuts[h]),
+            sum(cuts[h] - self.cuts[h] for h in more),
+        )
+
+    def _within_cap(self, h: int, cuts: list[int], to: int) -> bool:
+        """Holder h may go to `to` workers taken: its group stays within its cap but for
+        part of the last worker (a share is never given back by more than that)."""
+        group = self.holders[h].group
+        cap = self.caps.get(group)
+        if cap is None:
+            return True
+        given = sum(
+            cut * self.gpus[k] for k, cut in enumerate(cuts) if self.holders[k].group == group
+        )
+        return given + (to - cuts[h] - 1) * self.gpus[h] < cap
+
+    # -- the queue's GPUs, and when greedy room-making fails ------------------------------
+
+    def _freed_gpus(self, cuts: Sequence[int]) -> int:
+        return sum(
+            self.gpus[h] * sum(1 for name in holder.nodes[: cuts[h]] if self._useful(name))
+            for h, holder in enumerate(self.holders)
+        )
+
+    def _cover_gpus(self, gpus: int) -> bool:
+        """More workers, on nodes the gang's pods may use, in holder order, until they
+        free `gpus` GPUs (only room comes back: the pods still fit)."""
+        left = gpus - self._freed_gpus(self.cuts)
+        for h, holder in enumerate(self.holders):
+            if left <= 0:
+                break
+            last = self.cuts[h]
+            for at in range(self.cuts[h], len(holder.nodes)):
+                if left <= 0 or not self._within_cap(h, self.cuts, at + 1):
+                    break
+                if self._useful(holder.nodes[at]):
+                    left -= self.gpus[h]
+                    last = at + 1
+            self.cuts[h] = last  # not past its last useful worker
+        return left <= 0
+
+    def _gpus_words(self, gpus: int) -> str:
+        freed = self._freed_gpus(self.cuts)
+        return (
+            f"elastic workers it may take on nodes its pods fit free {freed} GPU(s) of "
+            f"the {gpus} its queue lacks"
+        )
+
+    def _all(self) -> list[int]:
+        """Every worker each holder may give up to its last on a node the pods may use,
+        within its group's cap."""
+        cuts = [0] * len(self.holders)
+        for h, holder in enumerate(self.holders):
+            for at in range(len(holder.nodes)):
+                if not self._within_cap(h, cuts, at + 1):
+                    break
+                if self._useful(holder.nodes[at]):
+                    cuts[h] = at + 1
+        return cuts
+
+    def _fallback(self, gpus: int) -> Room:
+        """Room one pod at a time found none: with every worker gone either the pods
+        still do not fit (why, in node fit's words), or they do (pods placed beside
+        each other otherwise than one at a time): then every holder is tried without,
+        the last in order first, and kept only where the pods need it."""
+        cuts = self._all()
+        if not self._fits_with(cuts):
+            return Room(None, self._why_not(cuts))
+        for h in reversed(range(len(cuts))):
+            kept, cuts[h] = cuts[h], 0
+            if kept and not self._fits_with(cuts):
+                cuts[h] = kept
+        self.cuts = cuts
+        if not self._cover_gpus(gpus):
+            return Room(None, self._gpus_words(gpus))
+        return Room(tuple(self.cuts))
+
+    def _why_not(self, cuts: Sequence[int]) -> str:
+        with self.placer.trial():
+            self._release(cuts)
+            shape = self._first_unplaced()
+            assert shape is not None
+            words = self.placer.explain(shape, self.placer.fits(shape))
+        return f"with every elastic worker it may take gone, its pods still do not fit: {words}"
 
 
 # ---- explanations ---------------------------------------------------------------------------

@@ -203,6 +203,9 @@ class UnmanagedJob:
     inflight_gpus: int = 0
     queue_warning: str = ""  # as ElasticJob.queue_warning
     asked_at: datetime | None = None  # as ElasticJob.asked_at
+    # the worker group's name on its pods ("" unknown): its workers are counted by spec
+    # against the Queue's GPU capability, so their pods are not counted again
+    workers_group: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,6 +597,9 @@ class QueueState:
     limits: Quantities = ()
     allocated: Quantities = ()
     notes: tuple[str, ...] = ()  # what could not be read of its Queue object, and why
+    # GPUs the queue's bound, unfinished pods hold outside the worker groups counted by
+    # spec against capacity_gpus (masters, launchers, plain pods; the pod watch)
+    other_gpus: int = 0
 
     @property
     def usable(self) -> bool:

@@ -551,7 +551,14 @@ def _known(meta: Mapping[str, Any], workers: Workers, options: ReadOptions) -> d
         "gpus_per_worker": gpw or None,
         "inflight_gpus": inflight,
         "asked_at": _asked_at(meta, options) if inflight else None,
+        "workers_group": worker_group(workers.at),
     }
+
+
+def worker_group(at: str) -> str:
+    """The worker group's name on its pods (podspec._worker_of) from where its kind
+    finds it (kinds.base.Workers.at): the elastic task of a Volcano Job, else Worker."""
+    return at.partition(":")[2].lower() or "worker"
 
 
 def _asked_at(meta: Mapping[str, Any], options: ReadOptions) -> datetime:
@@ -856,6 +863,7 @@ def _hpa_skip(
         inflight_gpus=job.inflight_workers * job.gpus_per_worker,
         queue_warning=job.queue_warning,
         asked_at=job.asked_at,
+        workers_group=worker_group(job.workers_at),
     )
 
 
@@ -1025,6 +1033,9 @@ class Assembled:
     # what each queue's bound pods request, for the queues whose capability names a
     # dimension other than GPUs (queue_allocated)
     queue_allocated: Mapping[str, Quantities] = field(default_factory=dict)
+    # GPUs each GPU-capped queue's bound pods hold outside its counted worker groups
+    # (queue_other_gpus)
+    queue_other_gpus: Mapping[str, int] = field(default_factory=dict)
 
 
 _GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -1137,6 +1148,7 @@ def assemble(records: Records) -> Assembled:
         nodes_in_use(records.nodes, records.pods) if records.nodes else None,
         pods_by_owner(records.pods) if records.pods_known else None,
         queue_allocated(records) if records.pods_known else {},
+        queue_other_gpus(records, jobs, unmanaged) if records.pods_known else {},
     )
 
 
@@ -1160,13 +1172,41 @@ def queue_allocated(records: Records) -> dict[str, Quantities]:
     return {q: frozen(amounts) for q, amounts in sums.items()}
 
 
+def queue_other_gpus(
+    records: Records, jobs: Iterable[ElasticJob], unmanaged: Iterable[UnmanagedJob]
+) -> dict[str, int]:
+    """GPUs the bound, unfinished pods of each queue with a GPU capability hold outside
+    the worker groups that the capability rule counts by spec (planner
+    `_room_by_capacity`): a PyTorchJob's Master, an MPIJob's launcher, a plain pod of
+    the queue's PodGroups, a worker group we cannot read. Volcano counts every one of
+    them against the Queue; counting only the workers asked for workers it cannot bind."""
+    capped = {q.name for q in records.queues if q.capability is not None}
+    if not capped:
+        return {}
+    queue_of = {
+        f"{g.ref.namespace}/{g.ref.name}": g.queue for g in records.groups if g.queue in capped
+    }
+    counted = {(j.ref.namespace, j.ref.kind, j.ref.name, worker_group(j.workers_at)) for j in jobs}
+    counted |= {
+        (u.ref.namespace, u.ref.kind, u.ref.name, u.workers_group)
+        for u in unmanaged
+        if u.workers_group and u.replicas is not None and u.gpus_per_worker
+    }
+    sums: dict[str, int] = {}
+    for p in records.pods:
+        if not (p.node and p.gpus and p.group) or (p.index >= 0 and p.owner in counted):
+            continue
+        if (q := queue_of.get(p.group)) is not None:
+            sums[q] = sums.get(q, 0) + p.gpus
+    return sums
+
+
 def _with_worker_nodes(
     job: ElasticJob, placed: Mapping[tuple[str, str, str, str], tuple[str, ...]]
 ) -> ElasticJob:
     """The job with the node of each of its workers (a new object only when it moved)."""
     ref = job.ref
-    group = job.workers_at.partition(":")[2].lower() or "worker"
-    nodes = placed.get((ref.namespace, ref.kind, ref.name, group), ())
+    nodes = placed.get((ref.namespace, ref.kind, ref.name, worker_group(job.workers_at)), ())
     return job if nodes == job.worker_nodes else replace(job, worker_nodes=nodes)
 
 
@@ -1252,6 +1292,9 @@ def _queue_states(
         capacity = capacities.get(name)
         if capacity != state.capacity_gpus:
             state = replace(state, capacity_gpus=capacity)
+        other = a.queue_other_gpus.get(name, 0) if capacity is not None else 0
+        if other != state.other_gpus:
+            state = replace(state, other_gpus=other)
         spec = specs.get(name)
         if spec is not None and (spec.limits or spec.problems):
             state = replace(

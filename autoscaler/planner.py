@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
-from .fit import Placer, describe_shape
+from .fit import Holder, Placer, Room, describe_shape, make_room
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .model import (
@@ -553,25 +553,14 @@ class _VictimPool:
         # heap of every job above its minimum was a tenth of the plan
         self._heap: list[tuple[int, int, tuple[str, str, str], _Job]] | None = None
 
-    def reclaimable(self, max_priority: float, useful: _Useful | None = None) -> int:
-        """GPUs the jobs of priority <= max_priority could still give up (with `useful`:
-        only those of workers it says free room the gang can use)."""
-        if useful is None:
-            return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
-        return sum(
-            sum(useful(w)) * w.job.gpus_per_worker
-            for w in self._jobs
-            if w.job.priority <= max_priority and w.target > w.job.min_replicas
-        )
+    def reclaimable(self, max_priority: float) -> int:
+        """GPUs the jobs of priority <= max_priority could still give up."""
+        return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
 
-    def take(
-        self, shortfall: int, max_priority: float, useful: _Useful | None = None
-    ) -> list[tuple[_Job, int]]:
-        """Victims and how many workers each gives (highest index first; with `useful`,
-        as many as it takes for enough useful ones, and no job that has none); the
-        caller applies them and reports each back with `taken`."""
+    def take(self, shortfall: int, max_priority: float) -> list[tuple[_Job, int]]:
+        """Victims and how many workers each gives (highest index first); the caller
+        applies them and reports each back with `taken`."""
         chosen: list[tuple[_Job, int]] = []
-        passed: list[_Job] = []  # popped, nothing useful: back in the heap afterwards
         left = (
             []
             if self._by_heap
@@ -582,20 +571,26 @@ class _VictimPool:
             if w is None:
                 break
             j = w.job
-            if useful is None:
-                workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
-                gained = workers * j.gpus_per_worker
-            else:
-                workers, gained = _useful_workers(useful(w), shortfall, j.gpus_per_worker)
-                if not gained:
-                    passed.append(w)
-                    continue
+            workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
             chosen.append((w, workers))
-            shortfall -= gained
-        if self._by_heap:
-            for w in passed:
-                heapq.heappush(self._victim_heap(), _heap_entry(w))
+            shortfall -= workers * j.gpus_per_worker
         return chosen
+
+    def ordered(self, max_priority: float) -> list[_Job]:
+        """Every job of priority <= max_priority with workers above its min, in the
+        order `take` would pick them for a shortfall as large as all they hold."""
+        jobs = [w for w in self._jobs if w.job.priority <= max_priority and _extra_gpus(w) > 0]
+        if self._by_heap:
+            return sorted(jobs, key=_heap_entry)
+        return sorted(jobs, key=lambda w: self._least_work_lost_rank(w, _extra_gpus(w)))
+
+    def claim(self, chosen: list[tuple[_Job, int]]) -> None:
+        """Victims chosen without `take` (by nodes): out of the heap until `taken`
+        puts back those still above their min."""
+        if self._heap is not None and chosen:
+            gone = {id(w) for w, _ in chosen}
+            self._heap = [e for e in self._heap if id(e[3]) not in gone]
+            heapq.heapify(self._heap)
 
     def put_back(self, chosen: list[tuple[_Job, int]]) -> None:
         """Victims `take` chose but the reclaim did not happen: victims again."""
@@ -611,7 +606,7 @@ class _VictimPool:
 
     def _victim_heap(self) -> list[tuple[int, int, tuple[str, str, str], _Job]]:
         if self._heap is None:
-            self._heap = [_heap_entry(w) for w in self._jobs]
+            self._heap = [_heap_entry(w) for w in self._jobs if _extra_gpus(w) > 0]
             heapq.heapify(self._heap)
         return self._heap
 
@@ -638,21 +633,6 @@ class _VictimPool:
         covered = min(reclaimable * j.gpus_per_worker, shortfall)
         lost = self._restart_cost(j) * j.active * j.gpus_per_worker
         return (j.priority, lost / covered, -reclaimable, w.skey)
-
-
-_Useful = Callable[[_Job], list[bool]]  # per reclaimable worker, highest index first
-
-
-def _useful_workers(flags: list[bool], shortfall: int, gpus_per_worker: int) -> tuple[int, int]:
-    """The fewest workers, highest index first, whose useful ones cover the shortfall
-    (or all of them): (workers, GPUs those useful ones free)."""
-    gained = 0
-    for k, flag in enumerate(flags, start=1):
-        gained += gpus_per_worker if flag else 0
-        if gained >= shortfall:
-            return k, gained
-    last = max((k for k, flag in enumerate(flags, start=1) if flag), default=0)
-    return last, gained
 
 
 def _own_waiting(pending: list[PendingGroup]) -> dict[tuple[str, str, str], PendingGroup]:
@@ -733,12 +713,29 @@ def _plans(state: QueueState) -> bool:
     return state.usable and state.state not in CLOSED_STATES
 
 
-def _useful_gpus(victims: Iterable[tuple[_Job, int]], useful: _Useful | None) -> int:
-    """GPUs the victims' workers free where the gang can use them (all, without
-    `useful`), their targets not lowered yet."""
-    if useful is None:
-        return sum(n * w.job.gpus_per_worker for w, n in victims)
-    return sum(sum(useful(w)[:n]) * w.job.gpus_per_worker for w, n in victims)
+def _cut(jobs: Iterable[_Job | tuple[_Job, str]], cuts: Iterable[int]) -> list[tuple[_Job, int]]:
+    """Victims and their workers taken, from make_room's cuts (in holder order)."""
+    out = []
+    for item, n in zip(jobs, cuts, strict=False):
+        w = item[0] if isinstance(item, tuple) else item
+        if n:
+            out.append((w, n))
+    return out
+
+
+def _gpus_of(victims: Iterable[tuple[_Job, int]]) -> int:
+    """GPUs the victims' workers free."""
+    return sum(n * w.job.gpus_per_worker for w, n in victims)
+
+
+def _holder(w: _Job, group: str = "") -> Holder:
+    """A victim's workers above its min as fit.make_room sees them: highest index
+    first (the operators delete those first), each with its node ("" unbound)."""
+    where, j = w.job.worker_nodes, w.job
+    nodes = tuple(
+        where[i] if i < len(where) else "" for i in range(w.target - 1, j.min_replicas - 1, -1)
+    )
+    return Holder(j.worker_shape, nodes, j.priority, group)
 
 
 def _room_to_max(j: ElasticJob) -> int:
@@ -793,6 +790,10 @@ class _Shared:
     no_pods: NoPods
     lenders: _Lenders | None
 
+
+# who covers a gang: (victims in its queue, lent shares given back), why nobody can, or
+# the trade of a reclaim that does not pay
+_Covered = tuple[list[tuple["_Job", int]], list[tuple["_Job", int]]] | str | payoff.Trade
 
 _NOT_VICTIMS = frozenset({Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING})
 
@@ -862,12 +863,9 @@ class _Lenders:
             )
         return ""
 
-    def cover(
-        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None = None
-    ) -> list[tuple[_Job, int]] | None:
-        """Victims in other queues over their share that cover `short` GPUs for g, most
-        over first, each queue's by _VictimPool's order (with `useful`: counting only
-        workers on nodes g's pods fit, as inside a queue); None when they cannot."""
+    def pools(self, g: PendingGroup) -> list[tuple[str, float, _VictimPool]]:
+        """The other queues over their share, most over first: (queue, GPUs over, its
+        jobs that may lend as victims)."""
         pools = []
         for name in sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n)):
             over = self._over(name)
@@ -875,18 +873,33 @@ class _Lenders:
             if over > _EPS and jobs:
                 pool = _VictimPool(jobs, self.policy, lambda j: _restart_cost_of(j, self.policy))
                 pools.append((name, over, pool))
-        if sum(min(over, pool.reclaimable(limit, useful)) for _, over, pool in pools) < short:
+        return pools
+
+    def cover(self, g: PendingGroup, short: int, limit: float) -> list[tuple[_Job, int]] | None:
+        """Victims in other queues over their share that cover `short` GPUs for g, most
+        over first, each queue's by _VictimPool's order; None when they cannot."""
+        pools = self.pools(g)
+        if sum(min(over, pool.reclaimable(limit)) for _, over, pool in pools) < short:
             return None
         taken: list[tuple[_Job, int]] = []
-        for name, over, pool in pools:
+        for _, over, pool in pools:
             if short <= 0:
                 break
-            part = pool.take(math.ceil(min(short, over)), limit, useful)
-            self.held[name] -= sum(n * w.job.gpus_per_worker for w, n in part)
-            short -= _useful_gpus(part, useful)
+            part = pool.take(math.ceil(min(short, over)), limit)
+            short -= _gpus_of(part)
             taken += part
-        self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
+        self.charge(g, taken)
         return taken
+
+    def caps(self) -> dict[str, float]:
+        """GPUs each queue holds beyond its share: the most it gives back."""
+        return {name: max(0.0, self._over(name)) for name in self.usable}
+
+    def charge(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
+        """g's queue holds g now; the lenders no longer hold what they give it."""
+        for w, n in taken:
+            self.held[w.job.queue] -= n * w.job.gpus_per_worker
+        self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
 
     def restore(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
         """Undo what `cover` counted for g: its victims' queues hold their workers again."""
@@ -1090,12 +1103,13 @@ class _QueuePlanner:
         """The growth pool cut to what the Queue object's capability still allows, and
         why, when it cut."""
         room = self._room_by_capacity()
-        cap = self.state.capacity_gpus
+        cap, other = self.state.capacity_gpus, self.state.other_gpus
         if room is None or cap is None or room >= pool:
             return pool, ""
         return max(0, room), (
             f"queue {self.state.name} may hold {cap} GPU(s) by its Queue object; its "
             f"jobs and admitted gangs would hold {cap - room}"
+            + (f" ({other} of them in pods other than elastic workers)" if other else "")
         )
 
     def _hold_reason(self) -> tuple[Reason, str] | None:
@@ -1117,7 +1131,9 @@ class _QueuePlanner:
         """GPUs the queue's jobs may still grow by before they hold more than the Queue
         object allows, None without a bound. A physical cap whatever Prometheus reads:
         jobs at their planned size (or what still runs, if more), unmanaged jobs at
-        their spec, and the gangs given a share this cycle that no job here owns.
+        their spec, the gangs given a share this cycle that no job here owns, and the
+        queue's bound pods outside those worker groups (masters, launchers, plain pods:
+        Volcano counts them too).
 
         A job whose own PodGroup waits is counted once, as that gang (rule 2): at its
         spec if the gang was served this cycle (its pods will bind), not at all if not
@@ -1127,7 +1143,7 @@ class _QueuePlanner:
         if cap is None:
             return None
         served, unserved_owners = self._served()
-        held = sum(
+        held = self.state.other_gpus + sum(
             max(w.target, w.job.active) * w.job.gpus_per_worker
             for w in self.work
             if not _waits_for_own_gang(w.job.ref, unserved_owners)
@@ -1253,9 +1269,9 @@ class _QueuePlanner:
                 )
                 continue
             shortfall = max(need - (idle + releasing), node_short)
-            covered = self._cover(g, shortfall, pool)
+            covered = self._cover(g, shortfall, pool, need - (idle + releasing))
             if isinstance(covered, str):  # nobody can cover it
-                starving = self._uncoverable(g, shortfall, starving, bool(node_short), covered)
+                starving = self._uncoverable(g, shortfall, starving, covered)
                 continue
             if isinstance(covered, payoff.Trade):  # a reclaim that does not pay
                 starving = self._reclaim_unpaid(g, covered, starving)
@@ -1290,29 +1306,31 @@ class _QueuePlanner:
         return True
 
     def _cover(
-        self, g: PendingGroup, shortfall: int, pool: _VictimPool
-    ) -> tuple[list[tuple[_Job, int]], list[tuple[_Job, int]]] | str | payoff.Trade:
+        self, g: PendingGroup, shortfall: int, pool: _VictimPool, gpus_short: int
+    ) -> _Covered:
         """Who covers the gang's shortfall: (victims in its queue, jobs of other queues
         giving back its share); why nobody can; or the trade of a reclaim that does not
         pay. Its own queue's elastic workers first, then what
         other queues hold of its share (lent). Rule 3b weighs the reclaim inside the
         queue (its gain: the wait for the GPUs those victims cover); what other queues
         give back is owed, not traded: where the reclaim inside does not pay, the gang
-        still gets its share back if that alone covers it."""
+        still gets its share back if that alone covers it. Where the gang's pods and the
+        nodes are known, by nodes (_cover_by_nodes); else by GPUs alone."""
         # Elastic workers are created last and destroyed first: by default any job's
         # extra workers may go (lowest priority first), whatever the gang's priority.
         limit = math.inf if self.policy.reclaim_from_higher_priority else g.priority
-        useful = self._useful_for(g)
+        if self.nodes is not None and g.pods:
+            return self._cover_by_nodes(g, shortfall, pool, limit, max(0, gpus_short))
         lent: list[tuple[_Job, int]] = []
-        local = pool.reclaimable(limit, useful)
+        local = pool.reclaimable(limit)
         if local < shortfall:
             # then from other queues holding more than their share (lent shares)
-            found, why = self._lent(g, shortfall - local, limit, useful)
+            found, why = self._lent(g, shortfall - local, limit)
             if found is None:
                 return why
             lent = found
-        left = shortfall - _useful_gpus(lent, useful)
-        victims = pool.take(left, limit, useful) if left > 0 else []
+        left = shortfall - _gpus_of(lent)
+        victims = pool.take(left, limit) if left > 0 else []
         if not victims:
             return victims, lent
         trade = self._reclaim_trade(g, left, victims)
@@ -1321,10 +1339,65 @@ class _QueuePlanner:
         pool.put_back(victims)
         if self.lenders is not None and lent:
             self.lenders.restore(g, lent)
-        owed, _ = self._lent(g, shortfall, limit, useful)
+        owed, _ = self._lent(g, shortfall, limit)
         if owed is not None:  # its share alone covers it: owed, not weighed
             return [], owed
         return trade
+
+    def _cover_by_nodes(
+        self, g: PendingGroup, shortfall: int, pool: _VictimPool, limit: float, gpus_short: int
+    ) -> _Covered:
+        """_cover where the gang's pods and the nodes are known: the victims are chosen
+        by fit.make_room, so that once their workers are gone every pod of the gang
+        fits on a node (every resource it asks, not only GPUs), all in this one
+        reclaim, with the fewest jobs restarted; workers whose going helps no pod of
+        it stay. Counting GPUs alone took one worker a cycle from a node a CPU-heavy
+        pod could not use yet (each cycle a restart), or workers on nodes that never
+        fit it. The queue's own jobs first, then lent shares; the payoff rule weighs
+        the victims of its queue, as by GPUs."""
+        local = pool.ordered(limit)
+        room, why = self._room(g, local, [], gpus_short), ""
+        lenders: list[tuple[_Job, str]] = []
+        if room.cuts is None:
+            lenders, why = self._lending(g, limit)
+            if lenders:
+                room = self._room(g, local, lenders, gpus_short)
+        if room.cuts is None:
+            return room.why + (f"; {why}" if why else "")
+        victims, lent = _cut(local, room.cuts), _cut(lenders, room.cuts[len(local) :])
+        if victims:
+            trade = self._reclaim_trade(g, shortfall - _gpus_of(lent), victims)
+            if not trade.pays(self.policy.reclaim_payoff_factor):
+                lenders = lenders or self._lending(g, limit)[0]
+                owed = self._room(g, [], lenders, gpus_short) if lenders else None
+                if owed is None or owed.cuts is None:
+                    return trade
+                victims, lent = [], _cut(lenders, owed.cuts)  # owed, not weighed
+        if lent and self.lenders is not None:
+            self.lenders.charge(g, lent)
+        pool.claim(victims)
+        return victims, lent
+
+    def _room(
+        self, g: PendingGroup, local: list[_Job], lenders: list[tuple[_Job, str]], gpus: int
+    ) -> Room:
+        """fit.make_room for g's pods from these victims (lenders: with their queue,
+        each queue giving no more than it holds beyond its share)."""
+        assert self.nodes is not None
+        holders = [_holder(w) for w in local] + [_holder(w, q) for w, q in lenders]
+        caps = self.lenders.caps() if self.lenders is not None and lenders else {}
+        return make_room(self.nodes, g.pods, holders, gpus, caps)
+
+    def _lending(self, g: PendingGroup, limit: float) -> tuple[list[tuple[_Job, str]], str]:
+        """Jobs of other queues holding more than their share that may give g's queue
+        its share back (with their queue), most over first; or why none may."""
+        if self.lenders is None:
+            return [], ""
+        why = self.lenders.within(g)
+        if why:
+            return [], why
+        found = [(w, name) for name, _, pool in self.lenders.pools(g) for w in pool.ordered(limit)]
+        return found, "" if found else "no other queue holds more than its share"
 
     def _uncredited(self, g: PendingGroup) -> int:
         """GPUs the gang still needs: an admitted (Inqueue) gang's are already out of
@@ -1338,7 +1411,7 @@ class _QueuePlanner:
         return need
 
     def _lent(
-        self, g: PendingGroup, short: int, limit: float, useful: _Useful | None
+        self, g: PendingGroup, short: int, limit: float
     ) -> tuple[list[tuple[_Job, int]] | None, str]:
         """Victims in other queues that give back what they hold of g's queue's share,
         or None and why not ("" when there are no shares to speak of)."""
@@ -1347,28 +1420,20 @@ class _QueuePlanner:
         why = self.lenders.within(g)
         if why:
             return None, why
-        found = self.lenders.cover(g, short, limit, useful)
+        found = self.lenders.cover(g, short, limit)
         if found is None:
             why = "other queues hold too little beyond their own share to give back"
         return found, why
 
-    def _uncoverable(
-        self,
-        g: PendingGroup,
-        shortfall: int,
-        starving: str,
-        by_nodes: bool = False,
-        why: str = "",
-    ) -> str:
+    def _uncoverable(self, g: PendingGroup, shortfall: int, starving: str, why: str = "") -> str:
         """The gang cannot be covered: skipped, so the small ones behind it may fit; one
-        that has waited too long starves its queue's growth. Returns the starving gang."""
+        that has waited too long starves its queue's growth. Returns the starving gang.
+        `why`: by nodes, what no reclaim frees (node fit's words); by GPUs, why other
+        queues give nothing back."""
         message = (
             f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
             f"capacity fall {shortfall} short: skipped" + (f" ({why})" if why else "")
         )
-        if by_nodes and self.nodes is not None and g.pods:
-            shape = g.pods[0][0]
-            message += f" ({self.nodes.explain(shape, self.nodes.fits(shape))})"
         return self._skip_gang(g, Reason.GANG_UNCOVERABLE, message, starving)
 
     def _skip_gang(
@@ -1463,12 +1528,13 @@ class _QueuePlanner:
         """Take the victims' workers for gang `g`: those never placed come back as idle,
         running ones are released; `lent`'s, other queues', are all the gang's (what
         they free is not this queue's idle). Returns the new idle and releasing GPUs."""
+        for w, workers in (*victims, *lent):  # in make_room's order: the room it planned
+            self._release_workers(w, workers, g)
         given = self._give_back(g, lent)
         releasing += given
         gained = 0
         for w, workers in victims:
             j = w.job
-            self._release_workers(w, workers, g)
             unplaced = min(workers, max(0, w.target - j.active))
             idle += unplaced * j.gpus_per_worker
             releasing += (workers - unplaced) * j.gpus_per_worker
@@ -1537,26 +1603,6 @@ class _QueuePlanner:
         for shape, count in g.pods:
             placed = self.nodes.place(shape, count)
             self.placed_gang_gpus += placed * sum(shape.amount(r) for r in names) // MILLI
-
-    def _useful_for(self, g: PendingGroup) -> Callable[[_Job], list[bool]] | None:
-        """For a gang whose pods' shapes are known: which of a victim's reclaimable
-        workers, highest index first (the operators delete those first), run on a node
-        the gang's pods fit (a worker elsewhere frees nothing the gang can use). None:
-        every worker counts."""
-        nodes = self.nodes
-        if nodes is None or not g.pods:
-            return None
-        shapes = [shape for shape, _ in g.pods]
-
-        def useful(w: _Job) -> list[bool]:
-            where = w.job.worker_nodes
-            indices = range(w.target - 1, w.job.min_replicas - 1, -1)
-            return [
-                i < len(where) and any(nodes.admits_node(s, where[i]) for s in shapes)
-                for i in indices
-            ]
-
-        return useful
 
     def _release_workers(self, w: _Job, workers: int, g: PendingGroup) -> None:
         """The victim's `workers` highest-index workers go: their nodes' room comes back

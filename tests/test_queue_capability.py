@@ -16,6 +16,7 @@ from test_fit import node
 from autoscaler.model import (
     ClusterSnapshot,
     GroupRecord,
+    JobRecord,
     ObjectRef,
     Plugin,
     PodShape,
@@ -23,6 +24,7 @@ from autoscaler.model import (
     QueueSpec,
     QueueState,
     Reason,
+    UnmanagedJob,
     VolcanoView,
 )
 from autoscaler.parse import Records, _queue_states, assemble, decode_queue
@@ -304,3 +306,71 @@ def test_a_gang_over_the_capability_alone_is_never_served_nor_reclaimed_for():
     assert decision.reason is Reason.GANG_UNCOVERABLE
     assert "asks 128 CPU in all, more than queue q may ever hold" in decision.message
     assert decided(p)["a"] == (12, Reason.SCALE_UP_IDLE_GPUS)  # (100 - 64) // 8 = 4 more
+
+
+# ---- GPUs: pods outside the elastic workers count against the Queue's GPU capability -----
+
+
+def _gpu_pod(node, group, owner=None, index=-1, gpus=1):
+    return PodUse(
+        node, gpus, (("nvidia.com/gpu", gpus * 1000),), owner=owner, index=index, group=group
+    )
+
+
+def _gpu_capped_queue(*pods, unmanaged=()):
+    """Queue q allows 8 GPUs; job ml/a has 2 one-GPU workers bound."""
+    a = ej("a", replicas=2, active=2, max=20)
+    groups = (
+        GroupRecord(ObjectRef("ml", "pg-a", "PodGroup"), None, "Running", queue="q"),
+        GroupRecord(ObjectRef("ml", "pg-b", "PodGroup"), None, "Running", queue="other"),
+    )
+    key = ("ml", a.ref.kind, "a", "worker")
+    workers = (_gpu_pod("n1", "ml/pg-a", key, 0), _gpu_pod("n1", "ml/pg-a", key, 1))
+    records = Records(
+        jobs=(JobRecord(a), *(JobRecord(u) for u in unmanaged)),
+        groups=groups,
+        queues=(QueueSpec("q", capability=8.0),),
+        pods=(*workers, *pods),
+        pods_known=True,
+    )
+    a_ = assemble(records)
+    states = _queue_states(a_, {"q": QueueState("q", 16)}, queues_listed=True)
+    snapshot = ClusterSnapshot(queues=states, jobs=a_.jobs, unmanaged=a_.unmanaged)
+    return a_, plan(snapshot, policy(cooldown_seconds=0), NOW)
+
+
+def test_a_gpu_capability_counts_every_bound_pod_of_the_queue_as_volcano_does():
+    master = _gpu_pod("n2", "ml/pg-a", ("ml", "PyTorchJob", "a", "master"), 0)
+    plain = _gpu_pod("n2", "ml/pg-a", gpus=2)  # a pod of the queue that no job made
+    elsewhere = _gpu_pod("n2", "ml/pg-b")  # another queue's
+    unbound = _gpu_pod("", "ml/pg-a")  # not bound: Volcano has not counted it
+    a, p = _gpu_capped_queue(master, plain, elsewhere, unbound)
+    assert dict(a.queue_other_gpus) == {"q": 3}
+    # 8 - 3 (master, plain pod) - 2 (a's workers): 3 more, not 6
+    assert decided(p) == {"a": (5, Reason.SCALE_UP_IDLE_GPUS)}
+
+
+def test_a_queue_at_its_gpu_capability_by_other_pods_says_so():
+    launcher = _gpu_pod("n2", "ml/pg-a", gpus=6)
+    _, p = _gpu_capped_queue(launcher)
+    d = p.decisions[0]
+    assert (d.target, d.reason) == (2, Reason.QUEUE_CAPACITY)
+    assert "would hold 8 (6 of them in pods other than elastic workers)" in d.message
+
+
+def test_workers_counted_by_spec_are_not_counted_again_by_their_pods():
+    # an unmanaged job's workers count at its spec (3 x 1): its bound pods are not added
+    bad = UnmanagedJob(
+        ObjectRef("ml", "b"),
+        "q",
+        Reason.INVALID_POLICY,
+        "min > max",
+        replicas=3,
+        gpus_per_worker=1,
+        workers_group="worker",
+    )
+    key = ("ml", bad.ref.kind, "b", "worker")
+    pods = [_gpu_pod("n3", "ml/pg-a", key, i) for i in range(3)]
+    a, p = _gpu_capped_queue(*pods, unmanaged=(bad,))
+    assert dict(a.queue_other_gpus) == {}
+    assert decided(p)["a"] == (5, Reason.SCALE_UP_IDLE_GPUS)  # 8 - 3 - 2 = 3 more
