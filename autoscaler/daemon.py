@@ -27,7 +27,7 @@ from .planner import plan as make_plan
 from .redact import redact
 from .resources import JOB_RESOURCES
 from .settings import Settings
-from .sources.kube import KubeconfigError, make_api_client, settle_gc
+from .sources.kube import KubeconfigError, make_api_client, settle_gc, sync_gc
 from .sources.live import LiveSource
 from .sources.prom_answer import FreeGpuReading, PromError
 from .sources.prometheus import PrometheusSource
@@ -183,6 +183,7 @@ async def _serve(parts: Parts) -> None:
     then run cycles until a signal stops the driver."""
     settings = parts.settings
     synced_at = time.monotonic()
+    sync_gc()  # before the caches list (sources.kube.sync_gc)
     try:
         async with parts.running():
             log.info("listening", host=settings.listen_host, port=parts.server.port)

@@ -4,10 +4,11 @@
 the whole Kubernetes API: ~800 modules, ~21 MiB of a daemon whose peak RSS target is
 150 MiB ([placement] #27, docs/benchmarks.md), for the handful it uses (ApiClient,
 CustomObjectsApi, CoreV1Api, CoordinationV1Api, V1Lease, ...). `install()` (called by
-`autoscaler/__init__.py`, before anything imports the client) makes the three
-importing packages (`kubernetes_asyncio`, `.client`, `.client.models`) resolve a name
-on first use: `from kubernetes_asyncio.client import ApiClient` imports
-`kubernetes_asyncio.client.api_client` and nothing else. Every name the package's
+`autoscaler/__init__.py`, before anything imports the client) makes the four
+importing packages (`kubernetes_asyncio`, `.client`, `.client.api`, `.client.models`)
+resolve a name on first use: `from kubernetes_asyncio.client import ApiClient` imports
+`kubernetes_asyncio.client.api_client` and nothing else, and `CustomObjectsApi` its own
+module, not the 66 API classes (~12 MiB) `.client.api` imports. Every name the package's
 `__init__` imports (read from its own source) and
 every submodule stays reachable, as the same object; the client's deserializer
 (`getattr(kubernetes_asyncio.client.models, "V1Lease")`) finds its models the same way.
@@ -33,6 +34,7 @@ __all__ = ["LAZY_PACKAGES", "install"]
 LAZY_PACKAGES = (
     "kubernetes_asyncio",
     "kubernetes_asyncio.client",
+    "kubernetes_asyncio.client.api",
     "kubernetes_asyncio.client.models",
 )
 

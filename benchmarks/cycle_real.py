@@ -314,7 +314,7 @@ async def _measure(
     from autoscaler.logs import configure_logging
     from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client, settle_gc
+    from autoscaler.sources.kube import make_api_client, settle_gc, sync_gc
     from autoscaler.wiring import build
 
     settings = Settings(
@@ -339,6 +339,8 @@ async def _measure(
     parts = build(settings, client, server=ServerOptions(listen_host="127.0.0.1", listen_port=0))
     kube, controller = parts.kube, parts.controller
     gc_clock = _GcClock()
+    if tune_gc:
+        sync_gc()  # as the daemon does before its caches list
     t0, cpu0 = time.perf_counter(), time.process_time()
     running = parts.running()
     await running.__aenter__()
@@ -583,7 +585,7 @@ def main() -> int:
     parser.add_argument(
         "--gc-compare",
         action="store_true",
-        help="also measure without the daemon's GC tuning (sources.kube.settle_gc)",
+        help="also measure without the daemon's GC tuning (sources.kube.sync_gc, settle_gc)",
     )
     parser.add_argument("--tune-gc", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--node-fit", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)

@@ -737,3 +737,22 @@ def test_the_daemon_settles_the_garbage_collector_once_synced() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+def test_the_daemon_collects_less_often_while_its_caches_sync() -> None:
+    """Before the caches list, the first generation's threshold is raised (the records a
+    sync keeps were walked again and again), and nothing is frozen yet: the sync's
+    pages and the daemon's start-up are still collected."""
+    import gc
+
+    from autoscaler.sources.kube import GC_GEN0_THRESHOLD, sync_gc
+
+    threshold = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    try:
+        gc.set_threshold(700, threshold[1], threshold[2])
+        sync_gc()
+        assert gc.get_threshold() == (GC_GEN0_THRESHOLD, threshold[1], threshold[2])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.set_threshold(*threshold)

@@ -60,6 +60,10 @@ __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
 log = structlog.get_logger("autoscaler.sources.kube")
 
 CONNECT_RETRY_MAX_SECONDS = 1.0
+# A LIST page is decoded this many objects at a time, the event loop running in between
+# (the next page's answer is read meanwhile; other caches, the HTTP server go on): ~3 ms
+# of CPU at most for pods
+TAKE_CHUNK = 100
 # A job kind whose CRD is not installed is asked for again this often: a CRD installed
 # (or re-created) later is managed from the next cycle on (min_interval_seconds is 15 s by
 # default). A LIST answered 404 costs the server next to nothing.
@@ -388,28 +392,33 @@ class _Cache:
             raise
 
     async def _list(self) -> None:
+        """LIST page by page. The next page is asked for before this one is decoded, so
+        the server serves it while we decode (at 50k pods, 100 pages of ~14 ms of CPU
+        each): pages are still decoded in their order, one at a time, and a failure of
+        the next page (410 for an expired continue token among them) is raised after
+        this one is decoded, as when it was asked for afterwards."""
         func, args, kwargs = self._call_args()
         fresh: dict[Key, Any] = {}
         seen: set[Key] = set()
-        token = ""
+        body = await self._page(func, args, kwargs, "")
         while True:
-            response = await func(
-                *args,
-                **kwargs,
-                limit=self._page_size,
-                _continue=token or None,
-                _request_timeout=self._settings.kube_request_timeout_seconds,
-                _preload_content=False,  # the bytes: decoded here, an object at a time
-            )
-            page = _PAGE.decode(await _body(response))
-            # page by page, and within a page object by object: only one raw object is
-            # held at a time, and only the records of a large LIST stay in memory
-            for raw in page.items or ():
-                self._take(raw, fresh, seen)
+            page = _PAGE.decode(body)
+            del body  # the items are slices of it: freed with `page`
             meta = page.metadata or {}
             token = meta.get("continue") or ""
-            if not token:
+            ahead = asyncio.ensure_future(self._page(func, args, kwargs, token)) if token else None
+            try:
+                await self._take_page(page, fresh, seen)
+            except BaseException:
+                if ahead is not None:
+                    # not wanted any more; if it failed already, its failure is no news
+                    # (cancel() of a done task stops the loop reporting it unretrieved)
+                    ahead.cancel()
+                raise
+            del page
+            if ahead is None:
                 break
+            body = await ahead
         self.counters.lists += 1
         if self.absent:
             self.absent = False
@@ -417,6 +426,33 @@ class _Cache:
         self._install(fresh, seen, str(meta.get("resourceVersion") or ""))
         self._recovered()
         self.synced.set()
+
+    async def _page(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], token: str
+    ) -> bytes:
+        """One page of the LIST, its bytes."""
+        response = await func(
+            *args,
+            **kwargs,
+            limit=self._page_size,
+            _continue=token or None,
+            _request_timeout=self._settings.kube_request_timeout_seconds,
+            _preload_content=False,  # the bytes: decoded here, an object at a time
+        )
+        return await _body(response)
+
+    async def _take_page(self, page: _Page, fresh: dict[Key, Any], seen: set[Key]) -> None:
+        """Decode a page object by object: only one raw object is held decoded at a time,
+        and only the records of a large LIST stay in memory. The event loop runs between
+        every TAKE_CHUNK objects: the next page's request goes out first (a pooled
+        connection takes no wait) and its answer is read while we decode."""
+        items = page.items or ()
+        await asyncio.sleep(0)  # let the next page's request start
+        for start in range(0, len(items), TAKE_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            for raw in items[start : start + TAKE_CHUNK]:
+                self._take(raw, fresh, seen)
 
     def _absent(self) -> None:
         """The API server does not serve the resource (its CRD is not installed): the cache
@@ -952,6 +988,18 @@ class KubeSource:
 GC_GEN0_THRESHOLD = 50_000
 
 
+def sync_gc() -> None:
+    """Tune the collector for the sync (the daemon calls it before its caches list; it
+    changes the whole process, so nothing else does). A sync allocates a record per
+    object and keeps it: with the default first-generation threshold (700) the collector
+    ran ~250 times over the records of 17k objects and took ~12% of the sync's CPU
+    (docs/benchmarks.md, [placement] #27 third round); at 50,000 it runs a few times.
+    What is freed by reference counting (nearly everything: records form no cycles) is
+    freed as before."""
+    first, second, third = gc.get_threshold()
+    gc.set_threshold(max(first, GC_GEN0_THRESHOLD), second, third)
+
+
 def settle_gc() -> None:
     """Tune the collector for a daemon whose caches have synced (the daemon calls it once
     they have; it changes the whole process, so nothing else does). Measured on the real API
@@ -961,10 +1009,9 @@ def settle_gc() -> None:
     cycles): gc.freeze() takes it out of the collector's walks. A cycle then allocates
     tens of thousands of short-lived objects (the plan, its log lines), nearly all freed
     by reference counting: a first-generation threshold of 50,000 instead of 700 stops
-    the collector from running every few hundred of them."""
+    the collector from running every few hundred of them (`sync_gc`)."""
     gc.freeze()
-    first, second, third = gc.get_threshold()
-    gc.set_threshold(max(first, GC_GEN0_THRESHOLD), second, third)
+    sync_gc()
     log.debug("kube.gc_settled", frozen=gc.get_freeze_count(), threshold=gc.get_threshold())
 
 
