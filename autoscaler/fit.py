@@ -824,10 +824,16 @@ class _RoomSearch:
         )
 
     def _cover_gpus(self, gpus: int) -> bool:
-        """More workers, on nodes the gang's pods may use, in holder order, until they
-        free `gpus` GPUs (only room comes back: the pods still fit)."""
+        """More workers, on nodes the gang's pods may use, until they free `gpus` GPUs
+        (only room comes back: the pods still fit): by priority, a job already giving
+        first (it restarts anyway), then in holder order."""
         left = gpus - self._freed_gpus(self.cuts)
-        for h, holder in enumerate(self.holders):
+        order = sorted(
+            range(len(self.holders)),
+            key=lambda h: (self.holders[h].priority, 0 if self.cuts[h] else 1, h),
+        )
+        for h in order:
+            holder = self.holders[h]
             if left <= 0:
                 break
             last = self.cuts[h]

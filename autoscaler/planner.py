@@ -1258,8 +1258,8 @@ class _QueuePlanner:
             if self._never_admitted(g):
                 continue
             need = self._uncredited(g)
-            node_short = self._node_short(g)
-            if need <= idle + releasing and not node_short:
+            node_short, placed = self._node_short(g)
+            if need <= idle + releasing and placed:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
                 self._place_gang(g)
                 self._gang(
@@ -1584,17 +1584,20 @@ class _QueuePlanner:
 
     # ---- node fit of gangs: their pods by shape, known when the gang says them ------------
 
-    def _node_short(self, g: PendingGroup) -> int:
-        """GPUs of the gang's pods that no node takes now (0: all fit, or its pods'
-        shapes or the nodes are unknown, when GPUs alone decide)."""
+    def _node_short(self, g: PendingGroup) -> tuple[int, bool]:
+        """GPUs of the gang's pods that no node takes now, and whether every pod finds a
+        node (a pod without GPUs, a launcher asking most of a node's CPUs, may not:
+        the gang does not start then either). (0, True) where its pods' shapes or the
+        nodes are unknown, when GPUs alone decide."""
         if self.nodes is None or not g.pods:
-            return 0
+            return 0, True
         left = self.nodes.unplaced(g.pods)
         names = self.nodes.gpu_names
-        return sum(
+        gpus = sum(
             n * sum(shape.amount(r) for r in names) // MILLI
             for (shape, _), n in zip(g.pods, left, strict=True)
         )
+        return gpus, not any(left)
 
     def _place_gang(self, g: PendingGroup) -> None:
         """The gang's pods take their nodes' room now, so later gangs and growth see it

@@ -373,3 +373,14 @@ def test_a_host_port_the_gangs_pods_need_is_freed_with_the_worker_holding_it():
     (g,) = p.gangs
     assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 1), g.message
     assert g.message.endswith("on node(s) n2, n3")
+
+
+def test_a_pod_without_gpus_that_finds_no_node_keeps_the_gang_waiting_for_room():
+    """The gang's GPU worker fits n1's last free GPU, its launcher (no GPU, 60 CPUs)
+    fits no node: the gang does not fit (before: `fits`, its GPUs alone counted). The
+    reclaim empties n2 of a's 8 workers for the launcher."""
+    a = elastic("a", 1, on((1, 7), (2, 8)))
+    pods = [(WORKER, 1), (shape(0, 60), 1)]
+    p = plan(scene([a], pods, count=2, free=1, gpus=1), policy(), NOW)
+    (g,) = p.gangs
+    assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 7), g.message
