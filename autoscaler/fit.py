@@ -542,6 +542,11 @@ class Placer:
         where = self._locate(name)
         return None if where is None else dict(where[1][0])
 
+    def ports_on(self, name: str) -> tuple[HostPort, ...]:
+        """The host ports the pods on node `name` hold now."""
+        where = self._locate(name)
+        return () if where is None else where[1][1]
+
     def release(self, name: str, shape: PodShape) -> None:
         """A pod of the shape leaves node `name`: its room comes back."""
         where = self._locate(name)
@@ -654,6 +659,9 @@ def make_room(
     return search.run(gpus)
 
 
+_PORTS = " host ports"  # in a node's lack: no resource name has a space
+
+
 class _RoomSearch:
     def __init__(
         self,
@@ -668,6 +676,7 @@ class _RoomSearch:
         self.gpus = [sum(h.shape.amount(g) for g in names) // MILLI for h in holders]
         self.shapes = tuple(dict.fromkeys(shape for shape, _ in pods))
         self._admits: dict[tuple[PodShape, str], bool] = {}
+        self._wanted = PodShape()  # the pod a node is being freed for
 
     def run(self, gpus: int) -> Room:
         while True:
@@ -732,8 +741,13 @@ class _RoomSearch:
             if free is None or not self._admit(shape, name):
                 continue
             lack = {r: shape.amount(r) - free.get(r, 0) for r in short_of(free, shape)}
+            held = self.placer.ports_on(name)
+            blocking = sum(1 for p in held if ports_conflict((p,), shape.host_ports))
+            if blocking:
+                lack[_PORTS] = blocking  # pods holding a port it needs: each must go
             if not lack:
-                continue  # short of nothing a worker frees (a host port): no reclaim helps
+                continue  # it fits here already (only another pod's place kept it out)
+            self._wanted = shape
             cuts = self._on_node(lack, by_node[name])
             if cuts is None:
                 continue
@@ -749,21 +763,28 @@ class _RoomSearch:
         order = sorted(where, key=lambda h: self._rank_on_node(h, where[h], lack))
         cuts, left = list(self.cuts), dict(lack)
         for h in order:
-            requests = self.holders[h].shape.requests
+            frees = [(r, self._frees(h, r)) for r in left]
             for at in where[h]:
                 if not self._within_cap(h, cuts, at + 1):
                     break
                 cuts[h] = at + 1
-                for r, want in requests:
-                    if r in left:
-                        left[r] -= want
+                for r, amount in frees:
+                    left[r] -= amount
                 if all(v <= 0 for v in left.values()):
                     return cuts
         return None
 
+    def _frees(self, h: int, what: str) -> int:
+        """What one worker of holder h gives back of `what`: a resource, or (_PORTS)
+        the host ports it holds that the pod being placed needs."""
+        shape = self.holders[h].shape
+        if what == _PORTS:
+            return sum(1 for p in shape.host_ports if ports_conflict((p,), self._wanted.host_ports))
+        return shape.amount(what)
+
     def _rank_on_node(self, h: int, at: list[int], lack: dict[str, int]) -> tuple[int, ...]:
         holder = self.holders[h]
-        per = [holder.shape.amount(r) for r in lack]
+        per = [self._frees(h, r) for r in lack]
         need = max(
             (-(-v // p) if p > 0 else len(at) + 1 for v, p in zip(lack.values(), per, strict=True)),
             default=1,

@@ -1528,8 +1528,9 @@ class _QueuePlanner:
         """Take the victims' workers for gang `g`: those never placed come back as idle,
         running ones are released; `lent`'s, other queues', are all the gang's (what
         they free is not this queue's idle). Returns the new idle and releasing GPUs."""
+        left: list[str] = []
         for w, workers in (*victims, *lent):  # in make_room's order: the room it planned
-            self._release_workers(w, workers, g)
+            left += self._release_workers(w, workers, g)
         given = self._give_back(g, lent)
         releasing += given
         gained = 0
@@ -1560,6 +1561,7 @@ class _QueuePlanner:
                 f", {given} given back from {len(lent)} job(s) of queue(s) "
                 f"{', '.join(queues)} holding more than their share"
             )
+        message += self._room_words(g, left)
         self._gang(g, Reason.GANG_COVERED, message, tuple(w.key for w, _ in (*victims, *lent)))
         return idle, releasing
 
@@ -1604,15 +1606,30 @@ class _QueuePlanner:
             placed = self.nodes.place(shape, count)
             self.placed_gang_gpus += placed * sum(shape.amount(r) for r in names) // MILLI
 
-    def _release_workers(self, w: _Job, workers: int, g: PendingGroup) -> None:
+    def _release_workers(self, w: _Job, workers: int, g: PendingGroup) -> list[str]:
         """The victim's `workers` highest-index workers go: their nodes' room comes back
-        for the gang (only a gang whose pods' shapes are known is placed by them)."""
+        for the gang (only a gang whose pods' shapes are known is placed by them).
+        Returns the nodes they leave."""
         if self.nodes is None or not g.pods:
-            return
-        where = w.job.worker_nodes
+            return []
+        where, left = w.job.worker_nodes, []
         for i in range(w.target - 1, w.target - 1 - workers, -1):
             if 0 <= i < len(where) and where[i]:
                 self.nodes.release(where[i], w.job.worker_shape)
+                left.append(where[i])
+        return left
+
+    def _room_words(self, g: PendingGroup, left: Iterable[str]) -> str:
+        """Where the reclaim made room for the gang's pods, in words: the nodes its
+        victims' workers leave that its pods may use ("" by GPUs alone)."""
+        nodes = self.nodes
+        if nodes is None or not g.pods:
+            return ""
+        shapes = tuple(dict.fromkeys(shape for shape, _ in g.pods))  # in the gang's order
+        names = sorted({n for n in left if any(nodes.admits_node(s, n) for s in shapes)})
+        what = "; ".join(describe_shape(s, nodes.gpu_names) for s in shapes)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return f"; node fit: room for its pods ({what}) on node(s) {shown or 'none'}"
 
     def _gang(
         self,

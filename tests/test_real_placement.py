@@ -19,18 +19,21 @@ fit any node with an idle GPU).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubeserver import EnvTest
 from test_real_volcano import (
+    INTERVAL,
     Scene,
     running_within_two_cycles,
     scene,  # noqa: F401  (the fixture, on this module's cluster)
     settled,
+    stamp,
 )
-from volcanokit import unschedulable_pods
+from volcanokit import job_pods, unschedulable_pods, wait_running
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
@@ -70,9 +73,11 @@ def job(
     max_replicas: int | None = None,
     cpu: str = "1",
     pod_spec: dict[str, Any] | None = None,
+    min_available: int | None = None,
 ) -> None:
-    """A Volcano Job of one task `worker` of 1-GPU pods (elastic with `max_replicas`),
-    its pod spec extended by `pod_spec` (nodeSelector, affinity...)."""
+    """A Volcano Job of one task `worker` of 1-GPU pods (elastic with `max_replicas`,
+    its min the gang's `min_available`, all of them unless said), its pod spec extended
+    by `pod_spec` (nodeSelector, affinity...)."""
     resources = {GPU: "1", "cpu": cpu}
     spec: dict[str, Any] = {
         "restartPolicy": "OnFailure",
@@ -96,7 +101,7 @@ def job(
             "spec": {
                 "schedulerName": "volcano",
                 "queue": queue,
-                "minAvailable": replicas,
+                "minAvailable": replicas if min_available is None else min_available,
                 "tasks": [{"name": "worker", "replicas": replicas, "template": {"spec": spec}}],
             },
         }
@@ -252,3 +257,44 @@ async def test_a_queue_capability_in_cpu_binds_every_worker_asked_for(scene: Sce
     job(scene, "train", queue, 2, max_replicas=40, cpu="8")
     await settled(scene, queue, {"train": 2})
     await grows_to(scene, "train", 12)
+
+
+# ---- a reclaim for a gang that needs most of a node ---------------------------------------------
+
+
+def worker_nodes(scene: Scene, name: str) -> dict[int, str]:
+    """Worker index -> the node its pod is bound to (pods are named <job>-worker-<i>)."""
+    return {
+        int(p.name.rsplit("-", 1)[1]): p.node or ""
+        for p in job_pods(scene.api, scene.ns, name)
+        if p.name.startswith(f"{name}-worker-")
+    }
+
+
+@pytest.mark.timeout(120)
+async def test_a_gang_needing_most_of_a_node_gets_it_in_one_reclaim(scene: Scene) -> None:
+    """An elastic job fills the 4 nodes (32 workers of 1 GPU + 8 CPU, min 1); a gang of
+    one pod asking 1 GPU + 60 CPU arrives. In one resize the daemon takes back the
+    workers of one whole node (the job's highest indices down to the lowest one on the
+    node where that is fewest, as the scheduler placed them), the gang is bound within
+    two cycles and nothing else is taken (before: one 8-CPU worker a cycle, a restart
+    each, the gang Pending on Insufficient cpu until a node had emptied)."""
+    queue = scene.queue("r")
+    job(scene, "elastic", queue, 32, max_replicas=32, cpu="8", min_available=1)
+    await settled(scene, queue, {"elastic": 32})
+    where = worker_nodes(scene, "elastic")
+    lowest = {n: min(i for i, m in where.items() if m == n) for n in set(where.values())}
+    expected = max(lowest.values())  # the node freed with the fewest workers
+    async with scene.daemon() as daemon:
+        await daemon.first_cycle()
+        job(scene, "gang", queue, 1, cpu="60")  # no annotation: not ours
+        resize = await daemon.resized("elastic", cycles=4)
+        assert (resize["reason"], resize["to"]) == ("ReclaimForPending", expected), daemon.why(
+            "elastic"
+        )
+        left = stamp(resize) + 2 * INTERVAL - time.time()
+        await wait_running(scene.api, scene.ns, "gang", 1, deadline_seconds=max(left, 0))
+        await wait_running(scene.api, scene.ns, "elastic", expected, deadline_seconds=5)
+        await daemon.cycles_pass(1)
+        assert len(daemon.scales("elastic")) == 1, daemon.why("elastic")
+        assert unschedulable_pods(scene.api, scene.ns) == []

@@ -12,13 +12,14 @@ from dataclasses import replace
 
 import pytest
 from builders import NOW, ago, ej, gang, policy
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_fit import node, shape
 
 from autoscaler.fit import Placer
 from autoscaler.model import (
     ClusterSnapshot,
+    HostPort,
     Node,
     Plugin,
     QueueState,
@@ -33,8 +34,8 @@ HEAVY = shape(1, 60)
 
 
 def nodes_for(jobs: list, count: int, other_cpu: dict[str, int] | None = None) -> list[Node]:
-    """Nodes n1..n<count>, each with the room its jobs' bound workers (and `other_cpu`:
-    CPUs of pods that are not ours) take."""
+    """Nodes n1..n<count>, each with the room (and host ports) its jobs' bound workers
+    take, and `other_cpu`: CPUs of pods that are not ours."""
     out = []
     for i in range(1, count + 1):
         name = f"n{i}"
@@ -45,6 +46,7 @@ def nodes_for(jobs: list, count: int, other_cpu: dict[str, int] | None = None) -
                 name,
                 used_gpus=sum(j.gpus_per_worker for j in here),
                 used_cpu=cpu + (other_cpu or {}).get(name, 0),
+                ports=tuple(p for j in here for p in j.worker_shape.host_ports),
             )
         )
     return out
@@ -142,6 +144,8 @@ TABLE = [
 def test_a_reclaim_frees_the_nodes_the_gangs_pods_go_to(jobs, pods, other, targets, reason):
     p = plan(scene(jobs, pods, other_cpu=other), policy(), NOW)
     assert outcome(p) == (targets, reason), p.gangs[0].message
+    if reason is Reason.GANG_COVERED:
+        assert "node fit: room for its pods (1 GPU, 60 CPU) on node(s) n" in p.gangs[0].message
     reclaimed = {d.ref.name for d in p.decisions if d.reason is Reason.RECLAIM_FOR_PENDING}
     assert reclaimed == {n for n, t in targets.items() if t < len(_by(jobs)[n].worker_nodes)}
 
@@ -173,6 +177,8 @@ def test_the_reclaimed_gang_is_placed_and_later_gangs_see_the_room_taken():
         "h": Reason.GANG_COVERED,
     }
     assert {d.ref.name: d.target for d in p.decisions} == {"a": 8, "b": 8}
+    said = {g.ref.name: g.message for g in p.gangs}
+    assert said["g"].endswith("on node(s) n2") and said["h"].endswith("on node(s) n4")
 
 
 @pytest.mark.parametrize("how", ["gang-known-by-gpus", "node-fit-off"])
@@ -263,26 +269,31 @@ def test_a_lent_share_comes_back_from_the_node_the_pod_can_use():
 @st.composite
 def full_clusters(draw):
     """2-4 full-ish nodes, jobs whose workers (1 GPU and 4, 8 or 16 CPUs) fill them in
-    a drawn order, and a gang of 1-3 pods asking 1-2 GPUs and 8-60 CPUs."""
+    a drawn order, and a gang of 1-3 pods asking 1-2 GPUs and 8-60 CPUs; some jobs and
+    pods on the host network (port 23456: one such pod a node)."""
     count = draw(st.integers(2, 4))
-    room = {f"n{i}": [8, 64] for i in range(1, count + 1)}
+    room = {f"n{i}": [8, 64, False] for i in range(1, count + 1)}  # GPUs, CPUs, port taken
     jobs = []
     for k in range(draw(st.integers(1, 4))):
-        cpu = draw(st.sampled_from([4, 8, 16]))
+        cpu, hostnet = draw(st.sampled_from([4, 8, 16])), draw(st.booleans())
         where = []
         for _ in range(draw(st.integers(1, 12))):
-            fits = [n for n, (g, c) in room.items() if g >= 1 and c >= cpu]
+            fits = [n for n, (g, c, p) in room.items() if g >= 1 and c >= cpu]
+            fits = [n for n in fits if not (hostnet and room[n][2])]
             if not fits:
                 break
             n = draw(st.sampled_from(fits))
             room[n][0] -= 1
             room[n][1] -= cpu
+            room[n][2] = room[n][2] or hostnet
             where.append(n)
         if not where:
             break
         job = ej(f"j{k}", min=draw(st.integers(1, len(where))), max=32, replicas=len(where))
-        jobs.append(replace(job, shape=shape(1, cpu), worker_nodes=tuple(where)))
-    pods = [(shape(draw(st.integers(1, 2)), draw(st.sampled_from([8, 30, 60]))), 1)]
+        worker = shape(1, cpu, ports=(HostPort(23456),) if hostnet else ())
+        jobs.append(replace(job, shape=worker, worker_nodes=tuple(where)))
+    ports = (HostPort(23456),) if draw(st.booleans()) else ()
+    pods = [(shape(draw(st.integers(1, 2)), draw(st.sampled_from([8, 30, 60])), ports=ports), 1)]
     if draw(st.booleans()):
         pods.append((shape(1, draw(st.sampled_from([8, 60]))), draw(st.integers(1, 2))))
     return jobs, pods, count
@@ -304,6 +315,7 @@ def test_after_the_planned_releases_the_gangs_pods_fit(cluster, order, free):
     snapshot = scene(jobs, pods, count=count, free=free, gpus=gpus)
     p = plan(snapshot, policy(victim_order=order), NOW)
     (g,) = p.gangs
+    event(str(g.reason))
     by_name = _by(jobs)
     for d in p.decisions:
         assert d.min_replicas <= d.target <= d.max_replicas
@@ -345,3 +357,19 @@ def test_a_trial_leaves_the_placer_as_it_was():
     fresh = Placer(nodes_for(jobs, 4))
     assert placer.place(WORKER, 1) == fresh.place(WORKER, 1) == 1
     assert [placer.free_on(n) for n in N.values()] == [fresh.free_on(n) for n in N.values()]
+
+
+def test_a_host_port_the_gangs_pods_need_is_freed_with_the_worker_holding_it():
+    """hostNetwork: workers and the gang's pods all hold port 23456 (training-operator's),
+    so one per node. Each node has the room, not the port: the reclaim takes the workers
+    holding it on as many nodes as the gang has pods, highest index first."""
+    port = (HostPort(23456),)
+    hosted = shape(1, 8, ports=port)
+    a = replace(
+        ej("a", min=1, max=8, replicas=3), shape=hosted, worker_nodes=on((1, 1), (2, 1), (3, 1))
+    )
+    snapshot = scene([a], [(hosted, 2)], count=3, free=1000)
+    p = plan(snapshot, policy(), NOW)
+    (g,) = p.gangs
+    assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 1), g.message
+    assert g.message.endswith("on node(s) n2, n3")
