@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import structlog
 
 from .actuator import Actuator, ApplyResult, Outcome
+from .heap import release_free_memory
 from .metrics import Metrics, package_version, start_at_zero
 from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
@@ -174,6 +175,9 @@ class Controller:
             outcome = CycleResult(CycleStatus.ERROR, self.clock() - start, message=repr(exc))
         self._finish(outcome, now)
         self._publish_status(outcome, snapshot, now)
+        # what the cycle allocated and freed (its reads, the plan it replaced, its writes'
+        # answers and Events) is not held at the heap's high-water mark until the next
+        release_free_memory()
         return outcome
 
     def _publish_status(

@@ -63,7 +63,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "quota",
     ),
     2: ("planner", "kinds"),  # the pure planner; where each job kind keeps its fields
-    3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing"),  # reading and telling
+    # reading and telling; heap: giving the C heap's free memory back
+    3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing", "heap"),
     # the edges; status: the status document (pure, but it tells in render's words);
     # triggers: which watch events call for an early cycle
     4: ("sources", "actuator", "leader", "server", "snapshot_file", "status", "triggers"),

@@ -35,6 +35,7 @@ from kubernetes_asyncio.client.rest import RESTResponse
 from kubernetes_asyncio.config import ConfigException
 
 from ..errors import yaml_error_line
+from ..heap import release_free_memory
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..model import GroupRecord, HpaTarget, JobRecord, Node, PodUse, PriorityValue, QueueSpec
 from ..options import KubeOptions
@@ -1012,6 +1013,9 @@ def settle_gc() -> None:
     the collector from running every few hundred of them (`sync_gc`)."""
     gc.freeze()
     sync_gc()
+    # the sync's pages and the dicts they were decoded into are gone: what glibc kept of
+    # them (~17 MiB at 10k jobs, 26k nodes, 50k pods) goes back to the system
+    release_free_memory()
     log.debug("kube.gc_settled", frozen=gc.get_freeze_count(), threshold=gc.get_threshold())
 
 
