@@ -354,6 +354,24 @@ def test_a_trial_leaves_the_placer_as_it_was():
                 placer.release(n, WORKER)
         assert placer.place_all([(HEAVY, 2)])  # on n2 and n4
     assert room() == before
+    # many at once (a bucket rebuilt once): the same room as one by one, undone alike
+    gone = [(n, WORKER) for j in jobs for n in j.worker_nodes[1:]]
+    one_by_one = Placer(nodes_for(jobs, 4))
+    for n, s in gone:
+        one_by_one.release(n, s)
+    with placer.trial():
+        placer.place(WORKER, 1)
+        with placer.trial():
+            placer.release_all(gone)
+            assert [placer.free_on(n) for n in N.values()] != [
+                one_by_one.free_on(n) for n in N.values()
+            ]  # the worker placed first is still there
+        placer.release_all(gone)
+        assert placer.place_all([(HEAVY, 1)]) and not placer.place_all([(HEAVY, 1)])  # n4 short
+    assert room() == before
+    placer.release_all(gone)
+    assert [placer.free_on(n) for n in N.values()] == [one_by_one.free_on(n) for n in N.values()]
+    placer = Placer(nodes_for(jobs, 4))
     fresh = Placer(nodes_for(jobs, 4))
     assert placer.place(WORKER, 1) == fresh.place(WORKER, 1) == 1
     assert [placer.free_on(n) for n in N.values()] == [fresh.free_on(n) for n in N.values()]
