@@ -887,15 +887,15 @@ class _RoomSearch:
         workers together free it less those already giving, the fewest workers."""
         jobs = workers = 0
         for r, v in lack.items():
-            each = sorted((len(at) * self._frees(h, r) for h, at in where.items()), reverse=True)
+            per = [self._frees(h, r) for h in where]
+            each = [len(at) * p for at, p in zip(where.values(), per, strict=True)]
             if sum(each) < v:
                 return None
+            each.sort(reverse=True)
             covered = k = 0
             while covered < v:
                 covered, k = covered + each[k], k + 1
-            jobs = max(jobs, k)
-            most = max(self._frees(h, r) for h in where)
-            workers = max(workers, -(-v // most))
+            jobs, workers = max(jobs, k), max(workers, -(-v // max(per)))
         giving = sum(1 for h in where if self.cuts[h])
         low = min(self.holders[h].priority for h in where)
         return (low, max(0, jobs - giving), workers)

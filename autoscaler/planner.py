@@ -962,6 +962,7 @@ class _QueuePlanner:
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
         self._no_room: dict[Hashable, Room] = {}  # see _room
+        self._holders: dict[tuple[int, str], tuple[int, Holder]] = {}  # see _holder
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -1385,7 +1386,7 @@ class _QueuePlanner:
         """fit.make_room for g's pods from these victims (lenders: with their queue,
         each queue giving no more than it holds beyond its share)."""
         assert self.nodes is not None
-        holders = [_holder(w) for w in local] + [_holder(w, q) for w, q in lenders]
+        holders = [self._holder(w) for w in local] + [self._holder(w, q) for w, q in lenders]
         caps = self.lenders.caps() if self.lenders is not None and lenders else {}
         # a full queue's waiting gangs are often alike and none fits: asked once each
         # until a gang is placed or a reclaim changes the nodes (cleared there)
@@ -1396,6 +1397,14 @@ class _QueuePlanner:
             if found.cuts is None:
                 self._no_room[key] = found
         return found
+
+    def _holder(self, w: _Job, group: str = "") -> Holder:
+        """_holder, remembered while the job's target stays (asked again per gang)."""
+        key = (id(w), group)
+        found = self._holders.get(key)
+        if found is None or found[0] != w.target:
+            found = self._holders[key] = (w.target, _holder(w, group))
+        return found[1]
 
     def _lending(self, g: PendingGroup, limit: float) -> tuple[list[tuple[_Job, str]], str]:
         """Jobs of other queues holding more than their share that may give g's queue
