@@ -56,6 +56,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .model import (
     GPU_RESOURCE,
@@ -258,6 +259,25 @@ def _free(node: Node) -> Quantities:
     return tuple(sorted((k, v - used.get(k, 0)) for k, v in alloc.items()))
 
 
+class _Move(NamedTuple):
+    """One node moved between buckets (to undo): from, to, its place in `was`."""
+
+    name: str
+    cls: _Class
+    was: _Key
+    now: _Key
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """Buckets as they were before a bulk release (None: there was none), and where
+    its nodes were (to undo)."""
+
+    buckets: tuple[tuple[_Class, _Key, list[str] | None], ...]
+    where: dict[str, tuple[_Class, _Key]]
+
+
 _ClassKey = tuple[Labels, tuple[Taint, ...], bool, bool]
 _Grouping = dict[_ClassKey, tuple[Node, tuple[tuple[_Key, tuple[str, ...]], ...]]]
 # the last grouping, by the identity of the nodes it was made of: a steady cluster hands
@@ -319,8 +339,8 @@ class Placer:
         # built when first asked for (a cycle that places nothing by name needs neither)
         self._nodes_by_name: dict[str, Node] | None = None
         self._where: dict[str, tuple[_Class, _Key]] | None = None
-        # moves to undo (a trial, `unplaced`): node, class, from, to, its place in from
-        self._undo: list[tuple[str, _Class, _Key, _Key, int]] | None = None
+        # what to undo (a trial, `unplaced`): moves and bulk releases, in order
+        self._undo: list[_Move | _Snapshot] | None = None
         self._dicts: dict[Quantities, dict[str, int]] = {}
         # a bucket's free room in the order a shape compares nodes by (best fit)
         self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
@@ -445,13 +465,17 @@ class Placer:
         if self._where is not None:
             self._where[name] = (cls, to)
         if self._undo is not None:
-            self._undo.append((name, cls, key, to, at))
+            self._undo.append(_Move(name, cls, key, to, at))
         self.version += 1
 
-    def _revert(self, moves: list[tuple[str, _Class, _Key, _Key, int]]) -> None:
-        """Undo `moves`, last first, each node back at its place in its bucket: best fit
-        breaks ties by that order, so a trial leaves no trace on later placements."""
-        for name, cls, was, now, at in reversed(moves):
+    def _revert(self, changes: list[_Move | _Snapshot]) -> None:
+        """Undo `changes`, last first, each node back at its place in its bucket: best
+        fit breaks ties by that order, so a trial leaves no trace on later placements."""
+        for change in reversed(changes):
+            if isinstance(change, _Snapshot):
+                self._restore(change)
+                continue
+            name, cls, was, now, at = change
             names = cls.buckets[now]
             names.remove(name)
             if not names:
@@ -460,6 +484,16 @@ class Placer:
             if self._where is not None:
                 self._where[name] = (cls, was)
             self.version += 1
+
+    def _restore(self, snap: _Snapshot) -> None:
+        for cls, key, names in snap.buckets:
+            if names is None:
+                cls.buckets.pop(key, None)
+            else:
+                cls.buckets[key] = names
+        if self._where is not None:
+            self._where.update(snap.where)
+        self.version += 1
 
     @contextmanager
     def trial(self) -> Iterator[None]:
@@ -534,6 +568,9 @@ class Placer:
 
     def admits_node(self, shape: PodShape, name: str) -> bool:
         """Node `name` (known) admits a pod of the shape, room aside."""
+        if not per_node(shape):  # the filters read what the node's class shares
+            where = self._locate(name)
+            return where is not None and self._misfit(shape, where[0]) is None
         node = self._nodes.get(name)
         return node is not None and admits(shape, node) is None
 
@@ -563,6 +600,60 @@ class Placer:
             if p in left:
                 left.remove(p)
         self._move(name, cls, key, d, tuple(left))
+
+    def release_all(self, pods: Iterable[tuple[str, PodShape]]) -> None:
+        """Many pods leave their nodes at once, (node, shape) each: as `release` one by
+        one, but each bucket is rebuilt once (one at a time, each pod scans its
+        bucket: a reclaim weighing every worker of a big queue releases thousands)."""
+        gone: dict[str, tuple[_Class, _Key, dict[str, int], list[HostPort]]] = {}
+        for name, shape in pods:
+            if name not in gone:
+                where = self._locate(name)
+                if where is None:
+                    continue
+                cls, key = where
+                gone[name] = (cls, key, dict(key[0]), list(key[1]))
+            d, ports = gone[name][2], gone[name][3]
+            for res, want in shape.requests:
+                if res in d:
+                    d[res] += want
+            for p in shape.host_ports:
+                if p in ports:
+                    ports.remove(p)
+        moves = [
+            (name, cls, key, (tuple(sorted(d.items())), tuple(ports)))
+            for name, (cls, key, d, ports) in gone.items()
+        ]
+        self._bulk([m for m in moves if m[3] != m[2]])
+
+    def _bulk(self, moves: list[tuple[str, _Class, _Key, _Key]]) -> None:
+        """Nodes from bucket to bucket, (name, class, from, to) each; the buckets they
+        leave filtered once. Recorded as the buckets were, to undo."""
+        if not moves:
+            return
+        touched = {(id(cls), k): (cls, k) for _, cls, key, to in moves for k in (key, to)}
+        if self._undo is not None:
+            was = tuple(
+                (cls, k, list(cls.buckets[k]) if k in cls.buckets else None)
+                for cls, k in touched.values()
+            )
+            where = {name: (cls, key) for name, cls, key, _ in moves}
+            self._undo.append(_Snapshot(was, where))
+        leaving: dict[tuple[int, _Key], set[str]] = {}
+        for name, cls, key, _ in moves:
+            leaving.setdefault((id(cls), key), set()).add(name)
+        for ident, names in leaving.items():
+            cls, key = touched[ident]
+            kept = [n for n in cls.buckets[key] if n not in names]
+            if kept:
+                cls.buckets[key] = kept
+            else:
+                del cls.buckets[key]
+        for name, cls, _, to in moves:
+            cls.buckets.setdefault(to, []).append(name)
+            if self._where is not None:
+                self._where[name] = (cls, to)
+        self.version += 1
 
     def take_gpus(self, gpus: int) -> None:
         """GPUs a gang takes whose pods' shapes are unknown: from the emptiest Ready,
@@ -674,9 +765,10 @@ class _RoomSearch:
         self.cuts = [0] * len(holders)
         names = placer.gpu_names
         self.gpus = [sum(h.shape.amount(g) for g in names) // MILLI for h in holders]
+        self._asks = [dict(h.shape.requests) for h in holders]
         self.shapes = tuple(dict.fromkeys(shape for shape, _ in pods))
         self._admits: dict[tuple[PodShape, str], bool] = {}
-        self._wanted = PodShape()  # the pod a node is being freed for
+        self._wanted = PodShape()  # the pod a node is being freed for (_cheapest)
 
     def run(self, gpus: int) -> Room:
         while True:
@@ -688,7 +780,8 @@ class _RoomSearch:
                 break
             if more is None:
                 return self._fallback(gpus)
-            self.cuts = more
+            for h, cut in more.items():
+                self.cuts[h] = cut
         if not self._cover_gpus(gpus):
             return Room(None, self._gpus_words(gpus))
         return Room(tuple(self.cuts))
@@ -696,10 +789,12 @@ class _RoomSearch:
     # -- the state tried ------------------------------------------------------------------
 
     def _release(self, cuts: Sequence[int]) -> None:
-        for h, cut in zip(self.holders, cuts, strict=True):
-            for name in h.nodes[:cut]:
-                if name:
-                    self.placer.release(name, h.shape)
+        self.placer.release_all(
+            (name, h.shape)
+            for h, cut in zip(self.holders, cuts, strict=True)
+            for name in h.nodes[:cut]
+            if name
+        )
 
     def _first_unplaced(self) -> PodShape | None:
         """Places the pods in order; the shape of the first that finds no room (the
@@ -726,16 +821,18 @@ class _RoomSearch:
 
     # -- room for one pod -----------------------------------------------------------------
 
-    def _cheapest(self, shape: PodShape) -> list[int] | None:
-        """The cuts that also give one more pod of `shape` a node, cheapest node first
-        (see make_room); None when no node can be freed enough."""
+    def _cheapest(self, shape: PodShape) -> dict[int, int] | None:
+        """More workers taken (holder -> its new cut) that give one more pod of `shape`
+        a node, the cheapest node's (see make_room); None when no node can be freed
+        enough."""
         by_node: dict[str, dict[int, list[int]]] = {}
         for h, holder in enumerate(self.holders):
             for at in range(self.cuts[h], len(holder.nodes)):
                 name = holder.nodes[at]
                 if name:
                     by_node.setdefault(name, {}).setdefault(h, []).append(at)
-        best: tuple[tuple[int, int, int, str], list[int]] | None = None
+        self._wanted, given = shape, self._given(self.cuts)
+        best: tuple[tuple[int, int, int, str], dict[int, int]] | None = None
         for name in sorted(by_node):
             free = self.placer.free_on(name)
             if free is None or not self._admit(shape, name):
@@ -747,40 +844,69 @@ class _RoomSearch:
                 lack[_PORTS] = blocking  # pods holding a port it needs: each must go
             if not lack:
                 continue  # it fits here already (only another pod's place kept it out)
-            self._wanted = shape
-            cuts = self._on_node(lack, by_node[name])
-            if cuts is None:
+            bound = self._bound(lack, by_node[name])
+            if bound is None or (best is not None and bound >= best[0][:3]):
+                continue  # cannot be freed enough, or not more cheaply than the best
+            more = self._on_node(lack, by_node[name], given)
+            if more is None:
                 continue
-            cost = (*self._cost(cuts), name)
+            cost = (*self._cost(more), name)
             if best is None or cost < best[0]:
-                best = (cost, cuts)
+                best = (cost, more)
         return None if best is None else best[1]
 
-    def _on_node(self, lack: dict[str, int], where: dict[int, list[int]]) -> list[int] | None:
-        """Cuts that free `lack` on one node from the workers `where` (holder -> its
-        workers' positions there, ascending): holders by priority, those already giving
-        first, then those that cover it alone with the fewest workers."""
+    def _on_node(
+        self, lack: dict[str, int], where: dict[int, list[int]], given: dict[str, int]
+    ) -> dict[int, int] | None:
+        """More workers taken (holder -> new cut) that free `lack` on one node from the
+        workers `where` (holder -> its workers' positions there, ascending): holders by
+        priority, those already giving first, then those that cover it alone with the
+        fewest workers."""
         order = sorted(where, key=lambda h: self._rank_on_node(h, where[h], lack))
-        cuts, left = list(self.cuts), dict(lack)
+        more: dict[int, int] = {}
+        left, given = dict(lack), dict(given)
         for h in order:
             frees = [(r, self._frees(h, r)) for r in left]
             for at in where[h]:
-                if not self._within_cap(h, cuts, at + 1):
+                cut = more.get(h, self.cuts[h])
+                if not self._within_cap(h, given, at + 1 - cut):
                     break
-                cuts[h] = at + 1
+                more[h] = at + 1
+                group = self.holders[h].group
+                given[group] = given.get(group, 0) + (at + 1 - cut) * self.gpus[h]
                 for r, amount in frees:
                     left[r] -= amount
                 if all(v <= 0 for v in left.values()):
-                    return cuts
+                    return more
         return None
+
+    def _bound(self, lack: dict[str, int], where: dict[int, list[int]]) -> tuple[int, ...] | None:
+        """None when even every worker `where` gone would not free `lack` (caps aside:
+        most nodes of a full cluster, no closer look needed); else the least any room
+        there can cost, as _cost counts: the lowest priority, the fewest jobs whose
+        workers together free it less those already giving, the fewest workers."""
+        jobs = workers = 0
+        for r, v in lack.items():
+            each = sorted((len(at) * self._frees(h, r) for h, at in where.items()), reverse=True)
+            if sum(each) < v:
+                return None
+            covered = k = 0
+            while covered < v:
+                covered, k = covered + each[k], k + 1
+            jobs = max(jobs, k)
+            most = max(self._frees(h, r) for h in where)
+            workers = max(workers, -(-v // most))
+        giving = sum(1 for h in where if self.cuts[h])
+        low = min(self.holders[h].priority for h in where)
+        return (low, max(0, jobs - giving), workers)
 
     def _frees(self, h: int, what: str) -> int:
         """What one worker of holder h gives back of `what`: a resource, or (_PORTS)
         the host ports it holds that the pod being placed needs."""
-        shape = self.holders[h].shape
         if what == _PORTS:
-            return sum(1 for p in shape.host_ports if ports_conflict((p,), self._wanted.host_ports))
-        return shape.amount(what)
+            ports = self.holders[h].shape.host_ports
+            return sum(1 for p in ports if ports_conflict((p,), self._wanted.host_ports))
+        return self._asks[h].get(what, 0)
 
     def _rank_on_node(self, h: int, at: list[int], lack: dict[str, int]) -> tuple[int, ...]:
         holder = self.holders[h]
@@ -793,27 +919,29 @@ class _RoomSearch:
         workers = (at[need - 1] if alone else at[-1]) + 1 - self.cuts[h]
         return (holder.priority, 0 if self.cuts[h] else 1, 0 if alone else 1, workers, h)
 
-    def _cost(self, cuts: list[int]) -> tuple[int, int, int]:
-        """(highest priority taken, jobs newly restarted, workers taken) of going from
-        self.cuts to `cuts`."""
-        more = [h for h, cut in enumerate(cuts) if cut > self.cuts[h]]
+    def _cost(self, more: dict[int, int]) -> tuple[int, int, int]:
+        """(highest priority taken, jobs newly restarted, workers taken) of `more`."""
         return (
             max(self.holders[h].priority for h in more),
             sum(1 for h in more if not self.cuts[h]),
-            sum(cuts[h] - self.cuts[h] for h in more),
+            sum(cut - self.cuts[h] for h, cut in more.items()),
         )
 
-    def _within_cap(self, h: int, cuts: list[int], to: int) -> bool:
-        """Holder h may go to `to` workers taken: its group stays within its cap but for
-        part of the last worker (a share is never given back by more than that)."""
-        group = self.holders[h].group
-        cap = self.caps.get(group)
-        if cap is None:
-            return True
-        given = sum(
-            cut * self.gpus[k] for k, cut in enumerate(cuts) if self.holders[k].group == group
-        )
-        return given + (to - cuts[h] - 1) * self.gpus[h] < cap
+    def _given(self, cuts: Sequence[int]) -> dict[str, int]:
+        """GPUs each capped group gives at `cuts`."""
+        given: dict[str, int] = {}
+        for h, cut in enumerate(cuts):
+            group = self.holders[h].group
+            if cut and group in self.caps:
+                given[group] = given.get(group, 0) + cut * self.gpus[h]
+        return given
+
+    def _within_cap(self, h: int, given: Mapping[str, int], more: int) -> bool:
+        """Holder h may give `more` workers beyond what its group has `given`: the group
+        stays within its cap but for part of the last worker (a share is never given
+        back by more than that)."""
+        cap = self.caps.get(self.holders[h].group)
+        return cap is None or given.get(self.holders[h].group, 0) + (more - 1) * self.gpus[h] < cap
 
     # -- the queue's GPUs, and when greedy room-making fails ------------------------------
 
@@ -824,21 +952,34 @@ class _RoomSearch:
         )
 
     def _cover_gpus(self, gpus: int) -> bool:
-        """More workers, on nodes the gang's pods may use, in holder order, until they
-        free `gpus` GPUs (only room comes back: the pods still fit)."""
-        left = gpus - self._freed_gpus(self.cuts)
-        for h, holder in enumerate(self.holders):
+        """More workers, on nodes the gang's pods may use, until they free `gpus` GPUs
+        (only room comes back: the pods still fit): by priority, a job already giving
+        first (it restarts anyway), then in holder order."""
+        left, given = gpus - self._freed_gpus(self.cuts), self._given(self.cuts)
+        order = sorted(
+            range(len(self.holders)),
+            key=lambda h: (self.holders[h].priority, 0 if self.cuts[h] else 1, h),
+        )
+        for h in order:
             if left <= 0:
                 break
-            last = self.cuts[h]
-            for at in range(self.cuts[h], len(holder.nodes)):
-                if left <= 0 or not self._within_cap(h, self.cuts, at + 1):
-                    break
-                if self._useful(holder.nodes[at]):
-                    left -= self.gpus[h]
-                    last = at + 1
-            self.cuts[h] = last  # not past its last useful worker
+            self.cuts[h], left = self._extend(h, given, left)
         return left <= 0
+
+    def _extend(self, h: int, given: dict[str, int], left: int) -> tuple[int, int]:
+        """Holder h's cut past its useful workers while GPUs are `left` to free (not
+        past its last useful one), and the GPUs still left; `given` updated."""
+        holder, cut = self.holders[h], self.cuts[h]
+        last = cut
+        for at in range(cut, len(holder.nodes)):
+            if left <= 0 or not self._within_cap(h, given, at + 1 - last):
+                break
+            if self._useful(holder.nodes[at]):
+                left -= self.gpus[h]
+                group = holder.group
+                given[group] = given.get(group, 0) + (at + 1 - last) * self.gpus[h]
+                last = at + 1
+        return last, left
 
     def _gpus_words(self, gpus: int) -> str:
         freed = self._freed_gpus(self.cuts)
@@ -850,12 +991,14 @@ class _RoomSearch:
     def _all(self) -> list[int]:
         """Every worker each holder may give up to its last on a node the pods may use,
         within its group's cap."""
-        cuts = [0] * len(self.holders)
+        cuts, given = [0] * len(self.holders), dict[str, int]()
         for h, holder in enumerate(self.holders):
             for at in range(len(holder.nodes)):
-                if not self._within_cap(h, cuts, at + 1):
+                if not self._within_cap(h, given, at + 1 - cuts[h]):
                     break
                 if self._useful(holder.nodes[at]):
+                    group = holder.group
+                    given[group] = given.get(group, 0) + (at + 1 - cuts[h]) * self.gpus[h]
                     cuts[h] = at + 1
         return cuts
 
@@ -865,7 +1008,10 @@ class _RoomSearch:
         each other otherwise than one at a time): then every holder is tried without,
         the last in order first, and kept only where the pods need it."""
         cuts = self._all()
-        if not self._fits_with(cuts):
+        # one shape, no caps: each node takes as many such pods as its room allows,
+        # whatever goes elsewhere; none could be freed for one more: none ever will
+        alone = len(self.shapes) == 1 and not any(h.group in self.caps for h in self.holders)
+        if alone or not self._fits_with(cuts):
             return Room(None, self._why_not(cuts))
         for h in reversed(range(len(cuts))):
             kept, cuts[h] = cuts[h], 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
@@ -961,6 +961,7 @@ class _QueuePlanner:
         self._ends: list[tuple[float, int]] | None = None  # see _ending
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
+        self._no_room: dict[Hashable, Room] = {}  # see _room
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -1258,8 +1259,8 @@ class _QueuePlanner:
             if self._never_admitted(g):
                 continue
             need = self._uncredited(g)
-            node_short = self._node_short(g)
-            if need <= idle + releasing and not node_short:
+            node_short, placed = self._node_short(g)
+            if need <= idle + releasing and placed:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
                 self._place_gang(g)
                 self._gang(
@@ -1386,7 +1387,15 @@ class _QueuePlanner:
         assert self.nodes is not None
         holders = [_holder(w) for w in local] + [_holder(w, q) for w, q in lenders]
         caps = self.lenders.caps() if self.lenders is not None and lenders else {}
-        return make_room(self.nodes, g.pods, holders, gpus, caps)
+        # a full queue's waiting gangs are often alike and none fits: asked once each
+        # until a gang is placed or a reclaim changes the nodes (cleared there)
+        key = (g.pods, gpus, tuple(holders), tuple(sorted(caps.items())))
+        found = self._no_room.get(key)
+        if found is None:
+            found = make_room(self.nodes, g.pods, holders, gpus, caps)
+            if found.cuts is None:
+                self._no_room[key] = found
+        return found
 
     def _lending(self, g: PendingGroup, limit: float) -> tuple[list[tuple[_Job, str]], str]:
         """Jobs of other queues holding more than their share that may give g's queue
@@ -1529,6 +1538,7 @@ class _QueuePlanner:
         running ones are released; `lent`'s, other queues', are all the gang's (what
         they free is not this queue's idle). Returns the new idle and releasing GPUs."""
         left: list[str] = []
+        self._no_room.clear()  # the nodes and the victims change
         for w, workers in (*victims, *lent):  # in make_room's order: the room it planned
             left += self._release_workers(w, workers, g)
         given = self._give_back(g, lent)
@@ -1584,23 +1594,27 @@ class _QueuePlanner:
 
     # ---- node fit of gangs: their pods by shape, known when the gang says them ------------
 
-    def _node_short(self, g: PendingGroup) -> int:
-        """GPUs of the gang's pods that no node takes now (0: all fit, or its pods'
-        shapes or the nodes are unknown, when GPUs alone decide)."""
+    def _node_short(self, g: PendingGroup) -> tuple[int, bool]:
+        """GPUs of the gang's pods that no node takes now, and whether every pod finds a
+        node (a pod without GPUs, a launcher asking most of a node's CPUs, may not:
+        the gang does not start then either). (0, True) where its pods' shapes or the
+        nodes are unknown, when GPUs alone decide."""
         if self.nodes is None or not g.pods:
-            return 0
+            return 0, True
         left = self.nodes.unplaced(g.pods)
         names = self.nodes.gpu_names
-        return sum(
+        gpus = sum(
             n * sum(shape.amount(r) for r in names) // MILLI
             for (shape, _), n in zip(g.pods, left, strict=True)
         )
+        return gpus, not any(left)
 
     def _place_gang(self, g: PendingGroup) -> None:
         """The gang's pods take their nodes' room now, so later gangs and growth see it
         taken (pods whose shapes are unknown take GPUs from the emptiest nodes later)."""
         if self.nodes is None or not g.pods:
             return
+        self._no_room.clear()  # the nodes changed
         names = self.nodes.gpu_names
         for shape, count in g.pods:
             placed = self.nodes.place(shape, count)

@@ -354,6 +354,24 @@ def test_a_trial_leaves_the_placer_as_it_was():
                 placer.release(n, WORKER)
         assert placer.place_all([(HEAVY, 2)])  # on n2 and n4
     assert room() == before
+    # many at once (a bucket rebuilt once): the same room as one by one, undone alike
+    gone = [(n, WORKER) for j in jobs for n in j.worker_nodes[1:]]
+    one_by_one = Placer(nodes_for(jobs, 4))
+    for n, s in gone:
+        one_by_one.release(n, s)
+    with placer.trial():
+        placer.place(WORKER, 1)
+        with placer.trial():
+            placer.release_all(gone)
+            assert [placer.free_on(n) for n in N.values()] != [
+                one_by_one.free_on(n) for n in N.values()
+            ]  # the worker placed first is still there
+        placer.release_all(gone)
+        assert placer.place_all([(HEAVY, 1)]) and not placer.place_all([(HEAVY, 1)])  # n4 short
+    assert room() == before
+    placer.release_all(gone)
+    assert [placer.free_on(n) for n in N.values()] == [one_by_one.free_on(n) for n in N.values()]
+    placer = Placer(nodes_for(jobs, 4))
     fresh = Placer(nodes_for(jobs, 4))
     assert placer.place(WORKER, 1) == fresh.place(WORKER, 1) == 1
     assert [placer.free_on(n) for n in N.values()] == [fresh.free_on(n) for n in N.values()]
@@ -373,3 +391,14 @@ def test_a_host_port_the_gangs_pods_need_is_freed_with_the_worker_holding_it():
     (g,) = p.gangs
     assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 1), g.message
     assert g.message.endswith("on node(s) n2, n3")
+
+
+def test_a_pod_without_gpus_that_finds_no_node_keeps_the_gang_waiting_for_room():
+    """The gang's GPU worker fits n1's last free GPU, its launcher (no GPU, 60 CPUs)
+    fits no node: the gang does not fit (before: `fits`, its GPUs alone counted). The
+    reclaim empties n2 of a's 8 workers for the launcher."""
+    a = elastic("a", 1, on((1, 7), (2, 8)))
+    pods = [(WORKER, 1), (shape(0, 60), 1)]
+    p = plan(scene([a], pods, count=2, free=1, gpus=1), policy(), NOW)
+    (g,) = p.gangs
+    assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 7), g.message
