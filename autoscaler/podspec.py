@@ -121,9 +121,30 @@ def _milli_text(value: str) -> int | None:
 
 def quantities(resources: Any) -> dict[str, int]:
     """A resource list (requests, limits, allocatable) in milli-units; unreadable
-    entries left out."""
+    entries left out. A new dict each call (callers add to it)."""
     if not is_map(resources):
         return {}
+    try:
+        key = tuple(resources.items())
+        known = _QUANTITIES.get(key)
+    except TypeError:  # a figure that is a list or a map: not a quantity, read below
+        key, known = None, None
+    if known is None:
+        known = _read_quantities(resources)
+        if key is not None:
+            if len(_QUANTITIES) >= _INTERN_LIMIT:  # never grows without bound on churn
+                _QUANTITIES.clear()
+            _QUANTITIES[key] = known
+    return dict(known)
+
+
+# resource lists as served -> as read: a cluster's pods and nodes repeat a few dozen
+# (50k pods' requests and limits, 26k nodes' allocatable: ~12% of a sync's CPU to read
+# each anew)
+_QUANTITIES: dict[tuple[tuple[Any, Any], ...], dict[str, int]] = {}
+
+
+def _read_quantities(resources: Mapping[Any, Any]) -> dict[str, int]:
     out = {}
     for name, value in resources.items():
         amount = milli(value)

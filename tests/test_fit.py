@@ -41,7 +41,14 @@ from autoscaler.model import (
     VolcanoView,
 )
 from autoscaler.planner import plan
-from autoscaler.podspec import milli, pod_requests, read_node, read_pod_use, read_shape
+from autoscaler.podspec import (
+    milli,
+    pod_requests,
+    quantities,
+    read_node,
+    read_pod_use,
+    read_shape,
+)
 
 GPU = "nvidia.com/gpu"
 GKE_TAINT = Taint(GPU, "present", "NoSchedule")
@@ -275,6 +282,18 @@ def test_quantities_in_milli_units():
         None,
         None,
     ]
+
+
+def test_a_resource_list_read_again_is_read_alike_and_a_new_dict():
+    """Resource lists are remembered as read (a cluster repeats a few dozen): what a
+    caller adds to its answer is not the next caller's, and a figure that is not a
+    quantity (a list, a map: unhashable) is still left out."""
+    first = quantities({"cpu": "2", GPU: "1"})
+    first["cpu"] += 1000
+    assert quantities({"cpu": "2", GPU: "1"}) == {"cpu": 2000, GPU: 1000}
+    assert quantities({"cpu": ["2"], "memory": {"a": 1}, GPU: "1"}) == {GPU: 1000}
+    assert quantities({"cpu": ["2"], GPU: "1"}) == {GPU: 1000}
+    assert pod_requests({"containers": [{"resources": {"limits": {"cpu": "2"}}}]})["cpu"] == 2000
 
 
 def test_pod_requests_limits_alone_init_containers_sidecars_and_overhead():
