@@ -201,6 +201,26 @@ def test_what_is_not_read_is_not_decoded():
     assert node["status"]["conditions"][1] == {"type": "Ready", "status": "True"}
 
 
+@pytest.mark.parametrize("kind", ["PyTorchJob", "PaddleJob"])
+def test_a_kubeflow_jobs_templates_are_read_as_pod_specs(kind):
+    """Of a template only the pod spec's declared fields are decoded: a job's bulk (its
+    containers' env, command, probes; kubectl's copy aside) is skipped, not built."""
+    obj = pytorchjob() if kind == "PyTorchJob" else paddlejob()
+    field = "pytorchReplicaSpecs" if kind == "PyTorchJob" else "paddleReplicaSpecs"
+    worker = obj["spec"][field]["Worker"]
+    worker["restartPolicy"] = "OnFailure"
+    worker["template"]["metadata"] = {"labels": {"app": "train"}}
+    container = worker["template"]["spec"]["containers"][0]
+    container.update({"env": [{"name": "A", "value": "b"}], "command": ["torchrun"]})
+    read = reader(kind, job=True)(json.dumps(obj).encode())
+    got = read["spec"][field]["Worker"]
+    assert set(got) == {"replicas", "template"}
+    assert set(got["template"]) == {"spec"}
+    assert set(got["template"]["spec"]["containers"][0]) <= {"name", "resources", "ports"}
+    assert read["spec"]["elasticPolicy"] == obj["spec"]["elasticPolicy"]
+    assert_same(kind, obj)
+
+
 def test_a_field_of_another_type_is_read_whole_and_malformed_json_still_fails():
     odd = copy.deepcopy(POD)
     odd["spec"]["containers"] = "not a list"

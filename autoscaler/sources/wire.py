@@ -15,8 +15,11 @@ Declared here, per kind (what `parse`, `podspec` and `kinds` read):
 - every object: apiVersion, kind; metadata name, namespace, uid, labels, annotations,
   creationTimestamp, deletionTimestamp, resourceVersion, ownerReferences, and of each
   managedFields entry its time and subresource (`parse._asked_at`);
-- jobs (every kind) and PodGroups: spec and status whole (the kinds' readers walk
-  them; their bulk is the templates, read for the workers' shape);
+- Kubeflow jobs (PyTorchJob, PaddleJob): spec.elasticPolicy and spec.runPolicy whole;
+  of each replica spec its replicas and its template's pod spec, declared as a Pod's
+  below (a template's bulk, its containers' env, command and probes, is never read);
+  status whole;
+- Volcano Jobs and PodGroups: spec and status whole (the kinds' readers walk them);
 - Nodes: spec.taints, spec.unschedulable, status.allocatable, and of each condition its
   type and status (`podspec.read_node`);
 - Pods: spec.nodeName, hostNetwork, nodeSelector, affinity, tolerations, overhead,
@@ -122,6 +125,40 @@ class _PodSpec(Struct, rename="camel"):
     volumes: list[_Volume] | UnsetType = UNSET
 
 
+class _Template(Struct):
+    """A job's pod template: only its pod spec is read (`kinds.base.read_workers`,
+    `kinds.gang`)."""
+
+    spec: _PodSpec | UnsetType = UNSET
+
+
+class _Replica(Struct):
+    replicas: Any = UNSET
+    template: _Template | UnsetType = UNSET
+
+
+def _kubeflow(kind: str, replica_specs: str) -> type[Struct]:
+    """A Kubeflow job (`kinds.kubeflow`): its replica specs at `spec.<replica_specs>`."""
+    spec = msgspec.defstruct(
+        f"_{kind}Spec",
+        [
+            (replica_specs, dict[str, _Replica] | UnsetType, UNSET),
+            ("elasticPolicy", Any, UNSET),
+            ("runPolicy", Any, UNSET),
+        ],
+    )
+    return msgspec.defstruct(
+        f"_{kind}",
+        [
+            ("apiVersion", Any, UNSET),
+            ("kind", Any, UNSET),
+            ("metadata", _Meta | UnsetType, UNSET),
+            ("spec", spec | UnsetType, UNSET),
+            ("status", Any, UNSET),
+        ],
+    )
+
+
 class _PodStatus(Struct):
     phase: Any = UNSET
 
@@ -155,11 +192,15 @@ def _lean(schema: type[Struct]) -> Reader:
 
 
 _SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "Pod": _Pod, "PodGroup": _Object}
+_JOB_SCHEMAS: dict[str, type[Struct]] = {
+    "PyTorchJob": _kubeflow("PyTorchJob", "pytorchReplicaSpecs"),
+    "PaddleJob": _kubeflow("PaddleJob", "paddleReplicaSpecs"),
+}
 
 
 def reader(kind: str, *, job: bool = False) -> Reader:
     """How a cache of `kind` decodes an object's bytes into what its decoder reads:
     the declared fields of Nodes, Pods, PodGroups and jobs (`job`: a managed job kind),
     every field of any other kind."""
-    schema = _Object if job else _SCHEMAS.get(kind)
+    schema = _JOB_SCHEMAS.get(kind, _Object) if job else _SCHEMAS.get(kind)
     return read_whole if schema is None else _lean(schema)
