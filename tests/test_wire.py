@@ -194,11 +194,39 @@ def test_served_objects_are_pinned():
 def test_what_is_not_read_is_not_decoded():
     pod = reader("Pod")(json.dumps(POD).encode())
     assert "env" not in pod["spec"]["containers"][0]
-    assert pod["metadata"]["managedFields"] == [{"time": "2026-11-22T08:00:00Z"}]
+    assert "managedFields" not in pod["metadata"]
     assert pod["status"] == {"phase": "Running"}
-    node = reader("Node")(json.dumps(NODE).encode())
+    # bound: what it holds where it runs; not what its shape would need to be placed
+    assert set(pod["spec"]) == {"nodeName", "containers", "initContainers", "overhead"} | {
+        "hostNetwork"
+    }
+    unbound = reader("Pod")(json.dumps(_unbound(POD)).encode())
+    assert {"tolerations", "affinity", "nodeSelector", "volumes"} <= set(unbound["spec"])
+    assert unbound["spec"]["volumes"] == [{"persistentVolumeClaim": {"claimName": "d"}}, {}]
+    node = reader("Node")(json.dumps(_managed(NODE)).encode())
     assert set(node["status"]) == {"allocatable", "conditions"}
+    assert set(node["metadata"]) == {"name", "labels"}
     assert node["status"]["conditions"][1] == {"type": "Ready", "status": "True"}
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "PaddleJob"])
+def test_a_kubeflow_jobs_templates_are_read_as_pod_specs(kind):
+    """Of a template only the pod spec's declared fields are decoded: a job's bulk (its
+    containers' env, command, probes; kubectl's copy aside) is skipped, not built."""
+    obj = pytorchjob() if kind == "PyTorchJob" else paddlejob()
+    field = "pytorchReplicaSpecs" if kind == "PyTorchJob" else "paddleReplicaSpecs"
+    worker = obj["spec"][field]["Worker"]
+    worker["restartPolicy"] = "OnFailure"
+    worker["template"]["metadata"] = {"labels": {"app": "train"}}
+    container = worker["template"]["spec"]["containers"][0]
+    container.update({"env": [{"name": "A", "value": "b"}], "command": ["torchrun"]})
+    read = reader(kind, job=True)(json.dumps(obj).encode())
+    got = read["spec"][field]["Worker"]
+    assert set(got) == {"replicas", "template"}
+    assert set(got["template"]) == {"spec"}
+    assert set(got["template"]["spec"]["containers"][0]) <= {"name", "resources", "ports"}
+    assert read["spec"]["elasticPolicy"] == obj["spec"]["elasticPolicy"]
+    assert_same(kind, obj)
 
 
 def test_a_field_of_another_type_is_read_whole_and_malformed_json_still_fails():

@@ -12,18 +12,24 @@ of every field, with their messages.
 
 Declared here, per kind (what `parse`, `podspec` and `kinds` read):
 
-- every object: apiVersion, kind; metadata name, namespace, uid, labels, annotations,
-  creationTimestamp, deletionTimestamp, resourceVersion, ownerReferences, and of each
-  managedFields entry its time and subresource (`parse._asked_at`);
-- jobs (every kind) and PodGroups: spec and status whole (the kinds' readers walk
-  them; their bulk is the templates, read for the workers' shape);
+- every object: apiVersion, kind; metadata name, namespace, labels, annotations,
+  resourceVersion, ownerReferences; of jobs and PodGroups also uid, creationTimestamp,
+  deletionTimestamp and of each managedFields entry its time and subresource
+  (`parse._asked_at`), which nothing reads of a Pod or a Node;
+- Kubeflow jobs (PyTorchJob, PaddleJob): spec.elasticPolicy and spec.runPolicy whole;
+  of each replica spec its replicas and its template's pod spec, declared as a Pod's
+  below (a template's bulk, its containers' env, command and probes, is never read);
+  status whole;
+- Volcano Jobs and PodGroups: spec and status whole (the kinds' readers walk them);
 - Nodes: spec.taints, spec.unschedulable, status.allocatable, and of each condition its
   type and status (`podspec.read_node`);
-- Pods: spec.nodeName, hostNetwork, nodeSelector, affinity, tolerations, overhead,
-  topologySpreadConstraints; of each container and init container its name, resources,
-  ports and restartPolicy; of each volume whether it is a persistentVolumeClaim or
-  ephemeral; status.phase (`parse.decode_pod`, `podspec.read_pod_use`,
-  `podspec.read_shape`).
+- Pods: spec.nodeName, hostNetwork, overhead; of each container and init container
+  its name, resources, ports and restartPolicy; status.phase (`parse.decode_pod`,
+  `podspec.read_pod_use`). A pod not bound to a node (no spec.nodeName) is read again
+  with what its shape needs besides (`podspec.read_shape`): nodeSelector, affinity,
+  tolerations, topologySpreadConstraints, and of each volume whether it is a
+  persistentVolumeClaim or ephemeral. A bound pod's record never reads those (it says
+  what the pod holds where it runs), and of 50k pods nearly all are bound.
 
 A field of another JSON type than declared (the API server validates core objects,
 but a CRD's schema may be loose) makes the object decode whole, as before: its decoder
@@ -64,6 +70,17 @@ class _Meta(Struct, rename="camel"):
     managed_fields: list[_Managed] | UnsetType = UNSET
 
 
+class _PodMeta(Struct, rename="camel"):
+    """A Pod's or a Node's metadata: no times, no managedFields."""
+
+    name: Any = UNSET
+    namespace: Any = UNSET
+    labels: Any = UNSET
+    annotations: Any = UNSET
+    resource_version: Any = UNSET
+    owner_references: Any = UNSET
+
+
 class _Object(Struct, rename="camel"):
     """A job of any kind, a PodGroup: spec and status as they are."""
 
@@ -92,7 +109,7 @@ class _NodeStatus(Struct):
 class _Node(Struct, rename="camel"):
     api_version: Any = UNSET
     kind: Any = UNSET
-    metadata: _Meta | UnsetType = UNSET
+    metadata: _PodMeta | UnsetType = UNSET
     spec: _NodeSpec | UnsetType = UNSET
     status: _NodeStatus | UnsetType = UNSET
 
@@ -122,6 +139,40 @@ class _PodSpec(Struct, rename="camel"):
     volumes: list[_Volume] | UnsetType = UNSET
 
 
+class _Template(Struct):
+    """A job's pod template: only its pod spec is read (`kinds.base.read_workers`,
+    `kinds.gang`)."""
+
+    spec: _PodSpec | UnsetType = UNSET
+
+
+class _Replica(Struct):
+    replicas: Any = UNSET
+    template: _Template | UnsetType = UNSET
+
+
+def _kubeflow(kind: str, replica_specs: str) -> type[Struct]:
+    """A Kubeflow job (`kinds.kubeflow`): its replica specs at `spec.<replica_specs>`."""
+    spec = msgspec.defstruct(
+        f"_{kind}Spec",
+        [
+            (replica_specs, dict[str, _Replica] | UnsetType, UNSET),
+            ("elasticPolicy", Any, UNSET),
+            ("runPolicy", Any, UNSET),
+        ],
+    )
+    return msgspec.defstruct(
+        f"_{kind}",
+        [
+            ("apiVersion", Any, UNSET),
+            ("kind", Any, UNSET),
+            ("metadata", _Meta | UnsetType, UNSET),
+            ("spec", spec | UnsetType, UNSET),
+            ("status", Any, UNSET),
+        ],
+    )
+
+
 class _PodStatus(Struct):
     phase: Any = UNSET
 
@@ -129,8 +180,26 @@ class _PodStatus(Struct):
 class _Pod(Struct, rename="camel"):
     api_version: Any = UNSET
     kind: Any = UNSET
-    metadata: _Meta | UnsetType = UNSET
+    metadata: _PodMeta | UnsetType = UNSET
     spec: _PodSpec | UnsetType = UNSET
+    status: _PodStatus | UnsetType = UNSET
+
+
+class _BoundSpec(Struct, rename="camel"):
+    """What a bound pod's record reads of its spec (`podspec.read_pod_use`)."""
+
+    node_name: Any = UNSET
+    containers: list[_Container] | UnsetType = UNSET
+    init_containers: list[_Container] | UnsetType = UNSET
+    overhead: Any = UNSET
+    host_network: Any = UNSET
+
+
+class _BoundPod(Struct, rename="camel"):
+    api_version: Any = UNSET
+    kind: Any = UNSET
+    metadata: _PodMeta | UnsetType = UNSET
+    spec: _BoundSpec | UnsetType = UNSET
     status: _PodStatus | UnsetType = UNSET
 
 
@@ -154,12 +223,38 @@ def _lean(schema: type[Struct]) -> Reader:
     return read
 
 
-_SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "Pod": _Pod, "PodGroup": _Object}
+def _pod_reader() -> Reader:
+    """A Pod: bound to a node, what its record reads (`_BoundSpec`); else read again
+    with its shape's fields (`_PodSpec`)."""
+    bound = msgspec.json.Decoder(_BoundPod)
+    whole = _lean(_Pod)
+    to_builtins = msgspec.to_builtins
+
+    def read(raw: bytes | msgspec.Raw) -> Any:
+        try:
+            pod = bound.decode(raw)
+        except msgspec.ValidationError:
+            return whole(raw)  # read whole there, if the type is wrong in _Pod's fields
+        spec = pod.spec
+        if spec is UNSET or not isinstance(spec.node_name, str) or not spec.node_name:
+            return whole(raw)
+        return to_builtins(pod)
+
+    return read
+
+
+_SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "PodGroup": _Object}
+_JOB_SCHEMAS: dict[str, type[Struct]] = {
+    "PyTorchJob": _kubeflow("PyTorchJob", "pytorchReplicaSpecs"),
+    "PaddleJob": _kubeflow("PaddleJob", "paddleReplicaSpecs"),
+}
 
 
 def reader(kind: str, *, job: bool = False) -> Reader:
     """How a cache of `kind` decodes an object's bytes into what its decoder reads:
     the declared fields of Nodes, Pods, PodGroups and jobs (`job`: a managed job kind),
     every field of any other kind."""
-    schema = _Object if job else _SCHEMAS.get(kind)
+    if kind == "Pod" and not job:
+        return _pod_reader()
+    schema = _JOB_SCHEMAS.get(kind, _Object) if job else _SCHEMAS.get(kind)
     return read_whole if schema is None else _lean(schema)
