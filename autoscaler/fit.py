@@ -782,6 +782,7 @@ class _RoomSearch:
                 return self._fallback(gpus)
             for h, cut in more.items():
                 self.cuts[h] = cut
+        self._prune()
         if not self._cover_gpus(gpus):
             return Room(None, self._gpus_words(gpus))
         return Room(tuple(self.cuts))
@@ -1002,22 +1003,30 @@ class _RoomSearch:
                     cuts[h] = at + 1
         return cuts
 
+    def _prune(self) -> None:
+        """Room made pod by pod may have taken a job a later pod's room made needless
+        (the pods then fit elsewhere): each job giving is tried without, the highest
+        priority first, and kept only where the pods need it."""
+        giving = [h for h, cut in enumerate(self.cuts) if cut]
+        if len(giving) < 2:
+            return
+        for h in sorted(giving, key=lambda h: (-self.holders[h].priority, -h)):
+            kept, self.cuts[h] = self.cuts[h], 0
+            if not self._fits_with(self.cuts):
+                self.cuts[h] = kept
+
     def _fallback(self, gpus: int) -> Room:
         """Room one pod at a time found none: with every worker gone either the pods
         still do not fit (why, in node fit's words), or they do (pods placed beside
-        each other otherwise than one at a time): then every holder is tried without,
-        the last in order first, and kept only where the pods need it."""
+        each other otherwise than one at a time): then pruned as `_prune` does."""
         cuts = self._all()
         # one shape, no caps: each node takes as many such pods as its room allows,
         # whatever goes elsewhere; none could be freed for one more: none ever will
         alone = len(self.shapes) == 1 and not any(h.group in self.caps for h in self.holders)
         if alone or not self._fits_with(cuts):
             return Room(None, self._why_not(cuts))
-        for h in reversed(range(len(cuts))):
-            kept, cuts[h] = cuts[h], 0
-            if kept and not self._fits_with(cuts):
-                cuts[h] = kept
         self.cuts = cuts
+        self._prune()
         if not self._cover_gpus(gpus):
             return Room(None, self._gpus_words(gpus))
         return Room(tuple(self.cuts))

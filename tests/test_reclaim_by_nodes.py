@@ -336,6 +336,15 @@ def test_after_the_planned_releases_the_gangs_pods_fit(cluster, order, free):
                 everything.release(j.worker_nodes[i], j.worker_shape)
         if free and g.reason is Reason.GANG_UNCOVERABLE:
             assert not everything.place_all(pods), g.message
+    if g.reason is Reason.GANG_COVERED and free:
+        # no job restarts in vain: with any one victim's workers kept, the pods do not fit
+        for victim in g.victims:
+            without = Placer(snapshot.volcano.nodes)
+            for d in p.decisions:
+                j = by_name[d.ref.name]
+                for i in range(d.target, j.replicas) if d.ref != victim else ():
+                    without.release(j.worker_nodes[i], j.worker_shape)
+            assert not without.place_all(pods), (victim.name, g.message)
 
 
 def test_a_trial_leaves_the_placer_as_it_was():
@@ -402,3 +411,20 @@ def test_a_pod_without_gpus_that_finds_no_node_keeps_the_gang_waiting_for_room()
     p = plan(scene([a], pods, count=2, free=1, gpus=1), policy(), NOW)
     (g,) = p.gangs
     assert (g.reason, p.decisions[0].target) == (Reason.GANG_COVERED, 7), g.message
+
+
+def test_a_job_a_later_pods_room_made_needless_keeps_its_workers():
+    """Pod by pod: the gang's first pod (20 CPUs) gets room on n1 from x (priority 0, 3
+    workers), its second (40 CPUs) on n2 from y (priority 5: two 32-CPU workers, a
+    whole node). Once n2 is free both pods fit there: x is not restarted for nothing."""
+    x = replace(ej("x", min=5, max=8, replicas=8), shape=WORKER, worker_nodes=on((1, 8)))
+    y = replace(
+        ej("y", min=1, max=8, replicas=3, priority=5),
+        shape=shape(1, 32),
+        worker_nodes=("n3", "n2", "n2"),
+    )
+    pods = [(shape(1, 20), 1), (shape(1, 40), 1)]
+    snapshot = scene([x, y], pods, count=3, other_cpu={"n3": 32}, free=1000)
+    snapshot = replace(snapshot, pending=(replace(snapshot.pending[0], priority=10),))
+    p = plan(snapshot, policy(), NOW)
+    assert outcome(p) == ({"x": 8, "y": 1}, Reason.GANG_COVERED), p.gangs[0].message
