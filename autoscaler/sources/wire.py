@@ -45,6 +45,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from ..kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
+
 __all__ = ["Reader", "read_whole", "reader"]
 
 Reader = Callable[[bytes | msgspec.Raw], Any]
@@ -245,8 +247,8 @@ def _pod_reader() -> Reader:
 
 _SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "PodGroup": _Object}
 _JOB_SCHEMAS: dict[str, type[Struct]] = {
-    "PyTorchJob": _kubeflow("PyTorchJob", "pytorchReplicaSpecs"),
-    "PaddleJob": _kubeflow("PaddleJob", "paddleReplicaSpecs"),
+    k.resource.kind: _kubeflow(k.resource.kind, k.replica_specs)
+    for k in (PYTORCHJOB_KIND, PADDLEJOB_KIND)
 }
 
 
