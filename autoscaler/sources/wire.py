@@ -59,19 +59,6 @@ class _Managed(Struct, rename="camel"):
     subresource: Any = UNSET
 
 
-class _Meta(Struct, rename="camel"):
-    name: Any = UNSET
-    namespace: Any = UNSET
-    uid: Any = UNSET
-    labels: Any = UNSET
-    annotations: Any = UNSET
-    creation_timestamp: Any = UNSET
-    deletion_timestamp: Any = UNSET
-    resource_version: Any = UNSET
-    owner_references: Any = UNSET
-    managed_fields: list[_Managed] | UnsetType = UNSET
-
-
 class _PodMeta(Struct, rename="camel"):
     """A Pod's or a Node's metadata: no times, no managedFields."""
 
@@ -83,11 +70,23 @@ class _PodMeta(Struct, rename="camel"):
     owner_references: Any = UNSET
 
 
-class _Object(Struct, rename="camel"):
-    """A job of any kind, a PodGroup: spec and status as they are."""
+class _Meta(_PodMeta):
+    """A job's or a PodGroup's metadata: also its times and managedFields' times."""
 
+    uid: Any = UNSET
+    creation_timestamp: Any = UNSET
+    deletion_timestamp: Any = UNSET
+    managed_fields: list[_Managed] | UnsetType = UNSET
+
+
+class _Kinded(Struct, rename="camel"):
     api_version: Any = UNSET
     kind: Any = UNSET
+
+
+class _Object(_Kinded):
+    """A job of any kind, a PodGroup: spec and status as they are."""
+
     metadata: _Meta | UnsetType = UNSET
     spec: Any = UNSET
     status: Any = UNSET
@@ -108,9 +107,7 @@ class _NodeStatus(Struct):
     conditions: list[_Condition] | UnsetType = UNSET
 
 
-class _Node(Struct, rename="camel"):
-    api_version: Any = UNSET
-    kind: Any = UNSET
+class _Node(_Kinded):
     metadata: _PodMeta | UnsetType = UNSET
     spec: _NodeSpec | UnsetType = UNSET
     status: _NodeStatus | UnsetType = UNSET
@@ -128,12 +125,19 @@ class _Volume(Struct, rename="camel"):
     ephemeral: Any = UNSET
 
 
-class _PodSpec(Struct, rename="camel"):
+class _BoundSpec(Struct, rename="camel"):
+    """What a bound pod's record reads of its spec (`podspec.read_pod_use`)."""
+
     node_name: Any = UNSET
     containers: list[_Container] | UnsetType = UNSET
     init_containers: list[_Container] | UnsetType = UNSET
     overhead: Any = UNSET
     host_network: Any = UNSET
+
+
+class _PodSpec(_BoundSpec):
+    """A pod spec as its shape reads it (`podspec.read_shape`)."""
+
     node_selector: Any = UNSET
     affinity: Any = UNSET
     tolerations: Any = UNSET
@@ -166,12 +170,11 @@ def _kubeflow(kind: str, replica_specs: str) -> type[Struct]:
     return msgspec.defstruct(
         f"_{kind}",
         [
-            ("apiVersion", Any, UNSET),
-            ("kind", Any, UNSET),
             ("metadata", _Meta | UnsetType, UNSET),
             ("spec", spec | UnsetType, UNSET),
             ("status", Any, UNSET),
         ],
+        bases=(_Kinded,),
     )
 
 
@@ -179,27 +182,13 @@ class _PodStatus(Struct):
     phase: Any = UNSET
 
 
-class _Pod(Struct, rename="camel"):
-    api_version: Any = UNSET
-    kind: Any = UNSET
+class _Pod(_Kinded):
     metadata: _PodMeta | UnsetType = UNSET
     spec: _PodSpec | UnsetType = UNSET
     status: _PodStatus | UnsetType = UNSET
 
 
-class _BoundSpec(Struct, rename="camel"):
-    """What a bound pod's record reads of its spec (`podspec.read_pod_use`)."""
-
-    node_name: Any = UNSET
-    containers: list[_Container] | UnsetType = UNSET
-    init_containers: list[_Container] | UnsetType = UNSET
-    overhead: Any = UNSET
-    host_network: Any = UNSET
-
-
-class _BoundPod(Struct, rename="camel"):
-    api_version: Any = UNSET
-    kind: Any = UNSET
+class _BoundPod(_Kinded):
     metadata: _PodMeta | UnsetType = UNSET
     spec: _BoundSpec | UnsetType = UNSET
     status: _PodStatus | UnsetType = UNSET
