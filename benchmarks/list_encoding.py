@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -28,57 +27,18 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 
 async def _client(kubeconfig: str, page: int, encoding: str):
-    from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client
-    from autoscaler.wiring import build_sources
+    from cycle_real import daemon_caches
 
-    settings = Settings(
-        kubeconfig=Path(kubeconfig),
-        kube_list_page_size=page,
-        node_fit=True,
-        log_level="warning",
-        kube_request_timeout_seconds=120,
-    )
-    client = await make_api_client(settings.kube_options())
-    if encoding != "default":
-        client.set_default_header("Accept-Encoding", encoding)
-    kube, prometheus = build_sources(settings, client)  # the daemon's caches, unstarted
-    prometheus.close()
-    return client, kube
+    return await daemon_caches(kubeconfig, page, True, encoding)
 
 
 async def _floor(kubeconfig: str, page: int, encoding: str) -> dict:
+    from cycle_real import read_lists
+
     client, kube = await _client(kubeconfig, page, encoding)
-    token_at = re.compile(rb'"continue":"([^"]*)"')
-    read = {"pages": 0, "bytes": 0}
-
-    async def read_all(cache) -> None:
-        func, args, kwargs = cache._call_args()
-        token = ""
-        while True:
-            response = await func(
-                *args,
-                **kwargs,
-                limit=page,
-                _continue=token or None,
-                _request_timeout=120,
-                _preload_content=False,
-            )
-            body = await response.read()  # uncompressed, whatever the wire carried
-            response.release()
-            read["pages"] += 1
-            read["bytes"] += len(body)
-            found = token_at.search(body, 0, 4096) or token_at.search(
-                body, max(0, len(body) - 4096)
-            )
-            token = found.group(1).decode() if found else ""
-            if not token:
-                return
-
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(read_all(c) for c in kube._caches))
-    took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    read = await read_lists(kube, page)
     await client.close()
+    took, cpu = read.pop("s"), read.pop("cpu_s")
     return {"what": "floor", "s": round(took, 2), "cpu_s": round(cpu, 2), **read}
 
 
