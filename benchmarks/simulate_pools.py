@@ -25,7 +25,7 @@ import random
 import statistics
 import sys
 
-from autoscaler.model import Labels
+from autoscaler.model import Labels, PodShape
 from autoscaler.settings import Settings
 from autoscaler.sim.nodes import PoolSpec, worker_shape
 from autoscaler.sim.runner import compare
@@ -38,6 +38,26 @@ POOLS = (
 )
 
 
+def _job(name: str, t: float, rng: random.Random, requested: int, shape: PodShape) -> JobSpec:
+    """A job submitted at t, its run drawn now (after its size: the seeds' draws stay
+    in the order the published numbers were made with)."""
+    lo, hi = ElasticRule().range(requested)
+    run = rng.uniform(600, 5_400)
+    return JobSpec(
+        name,
+        round(t, 1),
+        run,
+        requested,
+        lo,
+        hi,
+        1,
+        "q",
+        amdahl(requested, 16, 0.95),
+        restart_cost=30.0,
+        shape=shape,
+    )
+
+
 def workload(jobs: int, seed: int) -> Workload:
     rng = random.Random(seed)
     out = []
@@ -46,23 +66,8 @@ def workload(jobs: int, seed: int) -> Workload:
         t += rng.expovariate(1 / ARRIVAL)
         pool = "a100" if rng.random() < 0.75 else "h100"
         requested = rng.choice((1, 1, 2, 2, 4))
-        lo, hi = ElasticRule().range(requested)
         selector: Labels = (("accelerator", pool),)
-        out.append(
-            JobSpec(
-                f"j{i:03d}-{pool}",
-                round(t, 1),
-                rng.uniform(600, 5_400),
-                requested,
-                lo,
-                hi,
-                1,
-                "q",
-                amdahl(requested, 16, 0.95),
-                restart_cost=30.0,
-                shape=worker_shape(1, 8, selector, ()),
-            )
-        )
+        out.append(_job(f"j{i:03d}-{pool}", t, rng, requested, worker_shape(1, 8, selector, ())))
     return Workload(tuple(out), f"two pools #{seed}")
 
 
@@ -79,22 +84,8 @@ def heavy_workload(jobs: int, seed: int, heavy: float) -> Workload:
         t += rng.expovariate(1 / ARRIVAL)
         big = rng.random() < heavy
         requested = rng.choice((1, 2)) if big else rng.choice((1, 1, 2, 2, 4))
-        lo, hi = ElasticRule().range(requested)
-        out.append(
-            JobSpec(
-                f"j{i:03d}{'-heavy' if big else ''}",
-                round(t, 1),
-                rng.uniform(600, 5_400),
-                requested,
-                lo,
-                hi,
-                1,
-                "q",
-                amdahl(requested, 16, 0.95),
-                restart_cost=30.0,
-                shape=worker_shape(1, 60 if big else 8, (), ()),
-            )
-        )
+        shape = worker_shape(1, 60 if big else 8, (), ())
+        out.append(_job(f"j{i:03d}{'-heavy' if big else ''}", t, rng, requested, shape))
     return Workload(tuple(out), f"cpu-heavy {heavy:g} #{seed}")
 
 
