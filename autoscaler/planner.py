@@ -115,10 +115,12 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     # decisions once every queue ran: a gang of a later queue may take a job's workers
     # back from an earlier one (lent shares, _Lenders)
     decisions: list[Decision] = []
+    memo: _Decided = (_DECIDED[0], {})
     for queue_plan, _ in planners:
         unmanaged = unmanaged_by_queue.get(queue_plan.state.name, ())
-        decisions.extend(_with_unmanaged(queue_plan.decisions(), unmanaged, no_pods))
+        decisions.extend(_with_unmanaged(queue_plan.decisions(memo), unmanaged, no_pods))
         gangs.extend(queue_plan.gangs)
+    _DECIDED[0] = memo[1]
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
     return Plan(
@@ -522,6 +524,38 @@ def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[st
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
     return notes
+
+
+# the decisions of the last plan by id() of their job: (job, target, reason, message,
+# default restart cost, decision). Built anew by every plan from the one before: a
+# steady cycle decides the same of most of its 10k jobs, and building each frozen
+# Decision again was a fifth of a steady plan (docs/benchmarks.md, [placement] #27
+# fifth round). The job object is kept, so an id cannot match a new job at an old
+# address; every other input of a decision is compared.
+_Seen = tuple[ElasticJob, int, Reason, str, float, Decision]
+_Decided = tuple[dict[int, _Seen], dict[int, _Seen]]  # (the last plan's, this plan's)
+_DECIDED: list[dict[int, _Seen]] = [{}]
+
+
+def _decision(j: ElasticJob, w: _Job, default_cost: float) -> Decision:
+    # positional, costs inline: this runs once per job whose decision changed
+    return (Action if w.target != j.replicas else Decision)(
+        j.ref,
+        j.queue,
+        j.replicas,
+        w.target,
+        w.reason or Reason.NO_IDLE_GPUS,
+        w.message,
+        j.min_replicas,
+        j.max_replicas,
+        j.gpus_per_worker,
+        j.resource_version,
+        _notes(j),
+        j.workers_at,
+        default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
+        j.restart_cost_source or "default",
+        (j.queue_warning,) if j.queue_warning else (),
+    )
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -974,30 +1008,28 @@ class _QueuePlanner:
     def _settle(self, w: _Job, target: int, reason: Reason, message: str) -> None:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
 
-    def decisions(self) -> list[Decision]:
-        # positional, costs inline: this runs once per job per cycle
+    def decisions(self, memo: _Decided) -> list[Decision]:
+        """Each job's decision, in the work's order; one the last plan made for the same
+        job object with the same outcome is that plan's (`_Decided`)."""
         default_cost = self.policy.restart_cost_seconds
-        return [
-            (Action if w.target != j.replicas else Decision)(
-                j.ref,
-                j.queue,
-                j.replicas,
-                w.target,
-                w.reason or Reason.NO_IDLE_GPUS,
-                w.message,
-                j.min_replicas,
-                j.max_replicas,
-                j.gpus_per_worker,
-                j.resource_version,
-                _notes(j),
-                j.workers_at,
-                default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
-                j.restart_cost_source or "default",
-                (j.queue_warning,) if j.queue_warning else (),
-            )
-            for w in self.work
-            for j in (w.job,)
-        ]
+        last, made = memo
+        out = []
+        for w in self.work:
+            j, target, reason, message = w.job, w.target, w.reason, w.message
+            reason = reason or Reason.NO_IDLE_GPUS
+            seen = last.get(id(j))
+            if (
+                seen is None
+                or seen[0] is not j
+                or seen[1] != target
+                or seen[2] is not reason
+                or seen[3] != message
+                or seen[4] != default_cost
+            ):
+                seen = (j, target, reason, message, default_cost, _decision(j, w, default_cost))
+            made[id(j)] = seen
+            out.append(seen[5])
+        return out
 
     # ---- the cycle --------------------------------------------------------------------
 
@@ -1753,7 +1785,10 @@ class _QueuePlanner:
 
     def _may_grow(self, w: _Job, starving: str) -> bool:
         """Whether the job may be grown this cycle; if not, it holds with the reason."""
-        block = _growth_block(w.job, w.since, self.policy, self.pods_missing(w.job))
+        j = w.job
+        # whether its workers have pods matters only to workers asked for and not running
+        missing = self.pods_missing(j) if j.replicas > j.active else ""
+        block = _growth_block(j, w.since, self.policy, missing)
         if block is None and starving:
             block = Reason.GANG_STARVING, starving
         if block is None:
