@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
@@ -80,7 +80,8 @@ class _Job:
 
 
 def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Plan:
-    jobs_by_queue = _by_queue(snapshot.jobs)
+    index = _index(snapshot.jobs)
+    jobs_by_queue = index.by_queue
     unmanaged_by_queue = _by_queue(snapshot.unmanaged)
     pending_by_queue = _by_queue(snapshot.pending)
 
@@ -92,11 +93,11 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue) | set(unmanaged_by_queue)
     )
     no_pods = NoPods(snapshot.pods_by_owner, policy.no_pods_timeout_seconds, now)
-    work = {name: _work(jobs_by_queue.get(name, ()), now) for name in names}
+    work = {name: _work(index.ordered.get(name, ()), now) for name in names}
     cluster = (
         _Cluster(
             snapshot,
-            jobs_by_queue,
+            index,
             pending_by_queue,
             lambda j: _growth_block(j, _seconds(j.last_scale_time, now), policy) is None,
             no_pods,
@@ -128,7 +129,7 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         decisions=tuple(decisions),
         gangs=tuple(gangs),
         queues=summaries,
-        measurements=_measurements(snapshot.jobs, now, policy.unplaced_timeout_seconds),
+        measurements=_measurements(index.measurable, now, policy.unplaced_timeout_seconds),
     )
 
 
@@ -173,20 +174,60 @@ def _plan_queue(
     return queue_plan, summary
 
 
-def _work(jobs: Iterable[ElasticJob], now: datetime) -> list[_Job]:
-    """A queue's jobs as the planner works on them, in stable order."""
-    return sorted(
-        (
-            _Job(
-                j,
-                j.replicas,
-                None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
-                (j.ref.namespace, j.ref.name, j.ref.kind),
-            )
-            for j in jobs
-        ),
-        key=_SKEY,
+def _work(ordered: Iterable[tuple[ElasticJob, _Key]], now: datetime) -> list[_Job]:
+    """A queue's jobs as the planner works on them, in stable order (`_Jobs.ordered`)."""
+    return [
+        _Job(
+            j,
+            j.replicas,
+            None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
+            key,
+        )
+        for j, key in ordered
+    ]
+
+
+_Key = tuple[str, str, str]  # a job's stable order: namespace, name, kind
+
+
+@dataclass(frozen=True, slots=True)
+class _Jobs:
+    """What plan() reads of the jobs alone, whatever the time and the rest of the
+    snapshot: kept for the same tuple of jobs (`_index`). Read only."""
+
+    of: tuple[ElasticJob, ...]
+    by_queue: Mapping[str, tuple[ElasticJob, ...]]  # each in the snapshot's order
+    ordered: Mapping[str, tuple[tuple[ElasticJob, _Key], ...]]  # each in stable order
+    room_to_max: Mapping[str, float]  # GPUs each queue's jobs could still grow by
+    moving: tuple[ElasticJob, ...]  # with workers in flight, queue by queue (name order)
+    measurable: tuple[ElasticJob, ...]  # whose restart the plan may measure (_measure)
+
+
+# the last plan's jobs, indexed (a steady cluster hands the planner the same tuple of
+# the same jobs every cycle: the watch caches assemble a new one only when one changed)
+_JOBS: list[_Jobs] = []
+
+
+def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
+    """The jobs indexed, or the last plan's index of this same tuple (a tuple and the
+    frozen jobs in it cannot change; a list may, so it is indexed anew every time)."""
+    if _JOBS and _JOBS[0].of is jobs:
+        return _JOBS[0]
+    by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
+    index = _Jobs(
+        tuple(jobs),
+        by_queue,
+        {
+            q: tuple(sorted(((j, (j.ref.namespace, j.ref.name, j.ref.kind)) for j in js), key=_KEY))
+            for q, js in by_queue.items()
+        },
+        {q: float(sum(_room_to_max(j) for j in js)) for q, js in by_queue.items()},
+        tuple(j for _, js in sorted(by_queue.items()) for j in js if j.inflight_workers),
+        tuple(j for j in jobs if j.last_scale_time is not None and j.awaits_restart_measure),
     )
+    if isinstance(jobs, tuple):
+        _JOBS[:] = [index]
+    return index
 
 
 class _Queued(Protocol):
@@ -254,7 +295,7 @@ class _Cluster:
     def __init__(
         self,
         snapshot: ClusterSnapshot,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        jobs: _Jobs,
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
         no_pods: NoPods,
@@ -264,15 +305,13 @@ class _Cluster:
         self.view = view
         # What each queue would ask for beyond its request this cycle: room to max of its
         # elastic jobs, and its waiting gangs (a Pending PodGroup adds nothing to request).
-        self.wanted: dict[str, float] = {}
-        for name, jobs in jobs_by_queue.items():
-            self.wanted[name] = float(sum(_room_to_max(j) for j in jobs))
+        self.wanted: dict[str, float] = dict(jobs.room_to_max)
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.limits = Limits(view, self.wanted)
         self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
-        self._count_inflight(snapshot, jobs_by_queue, pending_by_queue, no_pods)
+        self._count_inflight(snapshot, jobs.moving, pending_by_queue, no_pods)
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
@@ -280,12 +319,12 @@ class _Cluster:
             planned = {
                 n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
             }
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
+            self.allotments = self._allot(jobs.by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
         snapshot: ClusterSnapshot,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        moving: Iterable[ElasticJob],
         pending_by_queue: dict[str, list[PendingGroup]],
         no_pods: NoPods,
     ) -> None:
@@ -295,10 +334,8 @@ class _Cluster:
         own = _own_waiting([g for groups in pending_by_queue.values() for g in groups])
         jobs = [
             (j, n)
-            for _, queue_jobs in sorted(jobs_by_queue.items())
-            for j in queue_jobs
-            if j.inflight_workers
-            and not _waits_for_own_gang(j.ref, own)
+            for j in moving  # those with workers in flight, queue by queue
+            if not _waits_for_own_gang(j.ref, own)
             and (n := j.inflight_workers - no_pods.of_job(j)) > 0
         ]
         unmanaged = [
@@ -317,7 +354,7 @@ class _Cluster:
 
     def _allot(
         self,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        jobs_by_queue: Mapping[str, Sequence[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
         planned: set[str],
@@ -503,6 +540,7 @@ _NO_MIN_AVAILABLE = (
 
 
 _SKEY = operator.attrgetter("skey")
+_KEY = operator.itemgetter(1)
 
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
@@ -1096,9 +1134,11 @@ class _QueuePlanner:
         own_waiting = self._own_waiting()
         refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in self.snapshot.refusals}
         inflight = releasing = 0
+        # a job's own gang has the job's name: most jobs need no lookup of theirs
+        own_names = {name for _, name, _ in own_waiting}
         for w in self.work:
             j = w.job
-            own = _own_gang(j.ref, own_waiting) if own_waiting else None
+            own = _own_gang(j.ref, own_waiting) if j.ref.name in own_names else None
             if own is not None:
                 self._settle(w, j.replicas, Reason.OWN_GANG_WAITING, own_gang_words(own))
                 continue  # counted once, as that gang

@@ -94,3 +94,27 @@ def test_a_message_that_moves_with_time_is_said_anew():
     later = plan(snapshot, policy(cooldown_seconds=300), NOW + timedelta(seconds=5)).decisions[0]
     assert first.reason is later.reason is Reason.COOLDOWN
     assert "resized 10s ago" in first.message and "resized 15s ago" in later.message
+
+
+def test_a_list_of_jobs_changed_in_place_is_planned_as_it_now_is():
+    """Jobs handed over in a list (not a tuple) may change between plans while the list
+    stays the same object: nothing read of the jobs is kept for it."""
+    held = ej("a", max=8, replicas=2, active=2)
+    jobs = [held]
+    snapshot = ClusterSnapshot(queues={"q": QueueState("q", 4)}, jobs=jobs)  # type: ignore[arg-type]
+    assert plan(snapshot, policy(), NOW).decisions[0].target == 6
+    jobs[0] = ej("b", max=8, replicas=2, active=1)  # a worker in flight: no growth
+    (d,) = plan(snapshot, policy(), NOW).decisions
+    assert (d.ref.name, d.target, d.reason) == ("b", 2, Reason.IN_FLIGHT)
+
+
+def test_the_same_jobs_in_a_new_tuple_with_one_job_changed_are_planned_anew():
+    """A cache that changed assembles a new tuple: a job now in flight is not grown."""
+    snapshot = ClusterSnapshot(queues={"q": QueueState("q", 4)}, jobs=(ej("a"), ej("b")))
+    assert [d.target for d in plan(snapshot, policy(), NOW).decisions] == [6, 2]
+    moved = replace(snapshot, jobs=(snapshot.jobs[0], ej("b", replicas=4, active=2)))
+    # b's 2 workers in flight take 2 of the 4 idle GPUs: a grows by 2 only
+    assert [(d.target, d.reason) for d in plan(moved, policy(), NOW).decisions] == [
+        (4, Reason.SCALE_UP_IDLE_GPUS),
+        (4, Reason.IN_FLIGHT),
+    ]
