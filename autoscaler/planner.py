@@ -22,7 +22,7 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
@@ -827,13 +827,25 @@ def _restart_cost_of(j: ElasticJob, policy: PlannerPolicy) -> float:
     return policy.restart_cost_seconds if j.restart_cost_seconds is None else j.restart_cost_seconds
 
 
+_AT_MAX = "at maxReplicas={}"
+_IN_FLIGHT_WORDS = "{} worker(s) asked for are not running yet"
+_NO_IDLE = "no idle GPUs for a worker of {} GPU(s)"
+
+
+@lru_cache(maxsize=1024)
+def _words(template: str, n: int) -> str:
+    """A hold's message that depends on one number, made once: thousands of jobs a cycle
+    say the same (and a decision taken up from the last plan compares it by identity)."""
+    return template.format(n)
+
+
 def _growth_block(
     j: ElasticJob, since: float | None, p: PlannerPolicy, no_pods: str = ""
 ) -> tuple[Reason, str] | None:
     """Why the job may not grow this cycle, whatever its queue has free; None: it may.
     `no_pods`: why its workers asked for count no longer (HoldNoPods), "" if they do."""
     if j.replicas >= j.max_replicas:
-        return Reason.AT_MAX, f"at maxReplicas={j.max_replicas}"
+        return Reason.AT_MAX, _words(_AT_MAX, j.max_replicas)
     if j.gang_grows and not p.grow_without_min_available:
         # only shrunk: shrinking lowers the gang, which never blocks it
         return Reason.NO_MIN_AVAILABLE, j.gang_grows
@@ -842,7 +854,7 @@ def _growth_block(
     if j.replicas > j.active:
         if no_pods:
             return Reason.NO_PODS, no_pods
-        return Reason.IN_FLIGHT, f"{j.replicas - j.active} worker(s) asked for are not running yet"
+        return Reason.IN_FLIGHT, _words(_IN_FLIGHT_WORDS, j.replicas - j.active)
     if j.replicas < j.active:
         return Reason.RELEASING, f"{j.active - j.replicas} worker(s) are still being released"
     cost = _restart_cost_of(j, p)
@@ -1820,7 +1832,7 @@ class _QueuePlanner:
                 self._hold(
                     w,
                     Reason.NO_IDLE_GPUS,
-                    f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)",
+                    _words(_NO_IDLE, j.gpus_per_worker),
                 )
 
     def _may_grow(self, w: _Job, starving: str) -> bool:
