@@ -211,8 +211,9 @@ _JOBS: list[_Jobs] = []
 def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
     """The jobs indexed, or the last plan's index of this same tuple (a tuple and the
     frozen jobs in it cannot change; a list may, so it is indexed anew every time)."""
-    if _JOBS and _JOBS[0].of is jobs:
-        return _JOBS[0]
+    last = _JOBS[0] if _JOBS else None
+    if last is not None and last.of is jobs:
+        return last
     by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
     index = _Jobs(
         tuple(jobs),

@@ -486,8 +486,9 @@ def _by_ref(jobs: tuple[ElasticJob, ...]) -> Mapping[ObjectRef, ElasticJob]:
     """The jobs by ref; for the same tuple as the last status's, that status's (a steady
     cluster's caches hand over the same tuple of the same jobs every cycle: hashing 10k
     refs again was a sixth of building the status)."""
-    if _BY_REF and _BY_REF[0][0] is jobs:
-        return _BY_REF[0][1]
+    last = _BY_REF[0] if _BY_REF else None
+    if last is not None and last[0] is jobs:
+        return last[1]
     found = {j.ref: j for j in jobs}
     if isinstance(jobs, tuple):  # a list may change in place: not kept
         _BY_REF[:] = [(jobs, found)]
