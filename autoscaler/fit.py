@@ -353,6 +353,7 @@ class Placer:
         self.version = 0  # bumped by every change: callers may cache what they read
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
         self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
+        self._free_gpus: dict[Quantities, int] = {}  # free room -> GPUs in it
         self._explained: dict[tuple[PodShape, int], tuple[int, str]] = {}
 
     @property
@@ -437,8 +438,11 @@ class Placer:
             if not cls.node.schedulable or cls.node.cordoned:
                 continue
             for (free, _), names in cls.buckets.items():
-                d = self._dict(free)
-                total += sum(max(0, d.get(g, 0)) for g in self.gpu_names) * len(names)
+                gpus = self._free_gpus.get(free)
+                if gpus is None:
+                    d = self._dict(free)
+                    gpus = self._free_gpus[free] = sum(max(0, d.get(g, 0)) for g in self.gpu_names)
+                total += gpus * len(names)
         self._idle = (self.version, total // MILLI)
         return total // MILLI
 

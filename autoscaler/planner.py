@@ -19,10 +19,10 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Protocol, TypeVar
 
 from . import payoff
@@ -80,7 +80,8 @@ class _Job:
 
 
 def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Plan:
-    jobs_by_queue = _by_queue(snapshot.jobs)
+    index = _index(snapshot.jobs)
+    jobs_by_queue = index.by_queue
     unmanaged_by_queue = _by_queue(snapshot.unmanaged)
     pending_by_queue = _by_queue(snapshot.pending)
 
@@ -92,11 +93,11 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         set(snapshot.queues) | set(jobs_by_queue) | set(pending_by_queue) | set(unmanaged_by_queue)
     )
     no_pods = NoPods(snapshot.pods_by_owner, policy.no_pods_timeout_seconds, now)
-    work = {name: _work(jobs_by_queue.get(name, ()), now) for name in names}
+    work = {name: _work(index.ordered.get(name, ()), now) for name in names}
     cluster = (
         _Cluster(
             snapshot,
-            jobs_by_queue,
+            index,
             pending_by_queue,
             lambda j: _growth_block(j, _seconds(j.last_scale_time, now), policy) is None,
             no_pods,
@@ -115,10 +116,12 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     # decisions once every queue ran: a gang of a later queue may take a job's workers
     # back from an earlier one (lent shares, _Lenders)
     decisions: list[Decision] = []
+    memo: _Decided = (_DECIDED[0], {})
     for queue_plan, _ in planners:
         unmanaged = unmanaged_by_queue.get(queue_plan.state.name, ())
-        decisions.extend(_with_unmanaged(queue_plan.decisions(), unmanaged, no_pods))
+        decisions.extend(_with_unmanaged(queue_plan.decisions(memo), unmanaged, no_pods))
         gangs.extend(queue_plan.gangs)
+    _DECIDED[0] = memo[1]
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
     return Plan(
@@ -126,7 +129,7 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
         decisions=tuple(decisions),
         gangs=tuple(gangs),
         queues=summaries,
-        measurements=_measurements(snapshot.jobs, now, policy.unplaced_timeout_seconds),
+        measurements=_measurements(index.measurable, now, policy.unplaced_timeout_seconds),
     )
 
 
@@ -171,20 +174,61 @@ def _plan_queue(
     return queue_plan, summary
 
 
-def _work(jobs: Iterable[ElasticJob], now: datetime) -> list[_Job]:
-    """A queue's jobs as the planner works on them, in stable order."""
-    return sorted(
-        (
-            _Job(
-                j,
-                j.replicas,
-                None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
-                (j.ref.namespace, j.ref.name, j.ref.kind),
-            )
-            for j in jobs
-        ),
-        key=_SKEY,
+def _work(ordered: Iterable[tuple[ElasticJob, _Key]], now: datetime) -> list[_Job]:
+    """A queue's jobs as the planner works on them, in stable order (`_Jobs.ordered`)."""
+    return [
+        _Job(
+            j,
+            j.replicas,
+            None if j.last_scale_time is None else (now - j.last_scale_time).total_seconds(),
+            key,
+        )
+        for j, key in ordered
+    ]
+
+
+_Key = tuple[str, str, str]  # a job's stable order: namespace, name, kind
+
+
+@dataclass(frozen=True, slots=True)
+class _Jobs:
+    """What plan() reads of the jobs alone, whatever the time and the rest of the
+    snapshot: kept for the same tuple of jobs (`_index`). Read only."""
+
+    of: tuple[ElasticJob, ...]
+    by_queue: Mapping[str, tuple[ElasticJob, ...]]  # each in the snapshot's order
+    ordered: Mapping[str, tuple[tuple[ElasticJob, _Key], ...]]  # each in stable order
+    room_to_max: Mapping[str, float]  # GPUs each queue's jobs could still grow by
+    moving: tuple[ElasticJob, ...]  # with workers in flight, queue by queue (name order)
+    measurable: tuple[ElasticJob, ...]  # whose restart the plan may measure (_measure)
+
+
+# the last plan's jobs, indexed (a steady cluster hands the planner the same tuple of
+# the same jobs every cycle: the watch caches assemble a new one only when one changed)
+_JOBS: list[_Jobs] = []
+
+
+def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
+    """The jobs indexed, or the last plan's index of this same tuple (a tuple and the
+    frozen jobs in it cannot change; a list may, so it is indexed anew every time)."""
+    last = _JOBS[0] if _JOBS else None
+    if last is not None and last.of is jobs:
+        return last
+    by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
+    index = _Jobs(
+        tuple(jobs),
+        by_queue,
+        {
+            q: tuple(sorted(((j, (j.ref.namespace, j.ref.name, j.ref.kind)) for j in js), key=_KEY))
+            for q, js in by_queue.items()
+        },
+        {q: float(sum(_room_to_max(j) for j in js)) for q, js in by_queue.items()},
+        tuple(j for _, js in sorted(by_queue.items()) for j in js if j.inflight_workers),
+        tuple(j for j in jobs if j.last_scale_time is not None and j.awaits_restart_measure),
     )
+    if isinstance(jobs, tuple):
+        _JOBS[:] = [index]
+    return index
 
 
 class _Queued(Protocol):
@@ -252,7 +296,7 @@ class _Cluster:
     def __init__(
         self,
         snapshot: ClusterSnapshot,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        jobs: _Jobs,
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
         no_pods: NoPods,
@@ -262,15 +306,13 @@ class _Cluster:
         self.view = view
         # What each queue would ask for beyond its request this cycle: room to max of its
         # elastic jobs, and its waiting gangs (a Pending PodGroup adds nothing to request).
-        self.wanted: dict[str, float] = {}
-        for name, jobs in jobs_by_queue.items():
-            self.wanted[name] = float(sum(_room_to_max(j) for j in jobs))
+        self.wanted: dict[str, float] = dict(jobs.room_to_max)
         for name, groups in pending_by_queue.items():
             self.wanted[name] = self.wanted.get(name, 0.0) + sum(g.gpus for g in groups)
         self.limits = Limits(view, self.wanted)
         self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
-        self._count_inflight(snapshot, jobs_by_queue, pending_by_queue, no_pods)
+        self._count_inflight(snapshot, jobs.moving, pending_by_queue, no_pods)
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
@@ -278,12 +320,12 @@ class _Cluster:
             planned = {
                 n for n, s in snapshot.queues.items() if _plans(s) and snapshot.problem is None
             }
-            self.allotments = self._allot(jobs_by_queue, pending_by_queue, asks, planned)
+            self.allotments = self._allot(jobs.by_queue, pending_by_queue, asks, planned)
 
     def _count_inflight(
         self,
         snapshot: ClusterSnapshot,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        moving: Iterable[ElasticJob],
         pending_by_queue: dict[str, list[PendingGroup]],
         no_pods: NoPods,
     ) -> None:
@@ -293,10 +335,8 @@ class _Cluster:
         own = _own_waiting([g for groups in pending_by_queue.values() for g in groups])
         jobs = [
             (j, n)
-            for _, queue_jobs in sorted(jobs_by_queue.items())
-            for j in queue_jobs
-            if j.inflight_workers
-            and not _waits_for_own_gang(j.ref, own)
+            for j in moving  # those with workers in flight, queue by queue
+            if not _waits_for_own_gang(j.ref, own)
             and (n := j.inflight_workers - no_pods.of_job(j)) > 0
         ]
         unmanaged = [
@@ -315,7 +355,7 @@ class _Cluster:
 
     def _allot(
         self,
-        jobs_by_queue: dict[str, list[ElasticJob]],
+        jobs_by_queue: Mapping[str, Sequence[ElasticJob]],
         pending_by_queue: dict[str, list[PendingGroup]],
         asks: Callable[[ElasticJob], bool],
         planned: set[str],
@@ -501,6 +541,7 @@ _NO_MIN_AVAILABLE = (
 
 
 _SKEY = operator.attrgetter("skey")
+_KEY = operator.itemgetter(1)
 
 
 def _notes(j: ElasticJob) -> tuple[str, ...]:
@@ -522,6 +563,38 @@ def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[st
             "granted may stay Pending, and is trimmed after unplaced_timeout_seconds",
         )
     return notes
+
+
+# the decisions of the last plan by id() of their job: (job, target, reason, message,
+# default restart cost, decision). Built anew by every plan from the one before: a
+# steady cycle decides the same of most of its 10k jobs, and building each frozen
+# Decision again was a fifth of a steady plan (docs/benchmarks.md, [placement] #27
+# fifth round). The job object is kept, so an id cannot match a new job at an old
+# address; every other input of a decision is compared.
+_Seen = tuple[ElasticJob, int, Reason, str, float, Decision]
+_Decided = tuple[dict[int, _Seen], dict[int, _Seen]]  # (the last plan's, this plan's)
+_DECIDED: list[dict[int, _Seen]] = [{}]
+
+
+def _decision(j: ElasticJob, w: _Job, default_cost: float) -> Decision:
+    # positional, costs inline: this runs once per job whose decision changed
+    return (Action if w.target != j.replicas else Decision)(
+        j.ref,
+        j.queue,
+        j.replicas,
+        w.target,
+        w.reason or Reason.NO_IDLE_GPUS,
+        w.message,
+        j.min_replicas,
+        j.max_replicas,
+        j.gpus_per_worker,
+        j.resource_version,
+        _notes(j),
+        j.workers_at,
+        default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
+        j.restart_cost_source or "default",
+        (j.queue_warning,) if j.queue_warning else (),
+    )
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:
@@ -755,13 +828,25 @@ def _restart_cost_of(j: ElasticJob, policy: PlannerPolicy) -> float:
     return policy.restart_cost_seconds if j.restart_cost_seconds is None else j.restart_cost_seconds
 
 
+_AT_MAX = "at maxReplicas={}"
+_IN_FLIGHT_WORDS = "{} worker(s) asked for are not running yet"
+_NO_IDLE = "no idle GPUs for a worker of {} GPU(s)"
+
+
+@lru_cache(maxsize=1024)
+def _words(template: str, n: int) -> str:
+    """A hold's message that depends on one number, made once: thousands of jobs a cycle
+    say the same (and a decision taken up from the last plan compares it by identity)."""
+    return template.format(n)
+
+
 def _growth_block(
     j: ElasticJob, since: float | None, p: PlannerPolicy, no_pods: str = ""
 ) -> tuple[Reason, str] | None:
     """Why the job may not grow this cycle, whatever its queue has free; None: it may.
     `no_pods`: why its workers asked for count no longer (HoldNoPods), "" if they do."""
     if j.replicas >= j.max_replicas:
-        return Reason.AT_MAX, f"at maxReplicas={j.max_replicas}"
+        return Reason.AT_MAX, _words(_AT_MAX, j.max_replicas)
     if j.gang_grows and not p.grow_without_min_available:
         # only shrunk: shrinking lowers the gang, which never blocks it
         return Reason.NO_MIN_AVAILABLE, j.gang_grows
@@ -770,7 +855,7 @@ def _growth_block(
     if j.replicas > j.active:
         if no_pods:
             return Reason.NO_PODS, no_pods
-        return Reason.IN_FLIGHT, f"{j.replicas - j.active} worker(s) asked for are not running yet"
+        return Reason.IN_FLIGHT, _words(_IN_FLIGHT_WORDS, j.replicas - j.active)
     if j.replicas < j.active:
         return Reason.RELEASING, f"{j.active - j.replicas} worker(s) are still being released"
     cost = _restart_cost_of(j, p)
@@ -974,30 +1059,28 @@ class _QueuePlanner:
     def _settle(self, w: _Job, target: int, reason: Reason, message: str) -> None:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
 
-    def decisions(self) -> list[Decision]:
-        # positional, costs inline: this runs once per job per cycle
+    def decisions(self, memo: _Decided) -> list[Decision]:
+        """Each job's decision, in the work's order; one the last plan made for the same
+        job object with the same outcome is that plan's (`_Decided`)."""
         default_cost = self.policy.restart_cost_seconds
-        return [
-            (Action if w.target != j.replicas else Decision)(
-                j.ref,
-                j.queue,
-                j.replicas,
-                w.target,
-                w.reason or Reason.NO_IDLE_GPUS,
-                w.message,
-                j.min_replicas,
-                j.max_replicas,
-                j.gpus_per_worker,
-                j.resource_version,
-                _notes(j),
-                j.workers_at,
-                default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
-                j.restart_cost_source or "default",
-                (j.queue_warning,) if j.queue_warning else (),
-            )
-            for w in self.work
-            for j in (w.job,)
-        ]
+        last, made = memo
+        out = []
+        for w in self.work:
+            j, target, reason, message = w.job, w.target, w.reason, w.message
+            reason = reason or Reason.NO_IDLE_GPUS
+            seen = last.get(id(j))
+            if (
+                seen is None
+                or seen[0] is not j
+                or seen[1] != target
+                or seen[2] is not reason
+                or seen[3] != message
+                or seen[4] != default_cost
+            ):
+                seen = (j, target, reason, message, default_cost, _decision(j, w, default_cost))
+            made[id(j)] = seen
+            out.append(seen[5])
+        return out
 
     # ---- the cycle --------------------------------------------------------------------
 
@@ -1064,9 +1147,11 @@ class _QueuePlanner:
         own_waiting = self._own_waiting()
         refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in self.snapshot.refusals}
         inflight = releasing = 0
+        # a job's own gang has the job's name: most jobs need no lookup of theirs
+        own_names = {name for _, name, _ in own_waiting}
         for w in self.work:
             j = w.job
-            own = _own_gang(j.ref, own_waiting) if own_waiting else None
+            own = _own_gang(j.ref, own_waiting) if j.ref.name in own_names else None
             if own is not None:
                 self._settle(w, j.replicas, Reason.OWN_GANG_WAITING, own_gang_words(own))
                 continue  # counted once, as that gang
@@ -1748,12 +1833,15 @@ class _QueuePlanner:
                 self._hold(
                     w,
                     Reason.NO_IDLE_GPUS,
-                    f"no idle GPUs for a worker of {j.gpus_per_worker} GPU(s)",
+                    _words(_NO_IDLE, j.gpus_per_worker),
                 )
 
     def _may_grow(self, w: _Job, starving: str) -> bool:
         """Whether the job may be grown this cycle; if not, it holds with the reason."""
-        block = _growth_block(w.job, w.since, self.policy, self.pods_missing(w.job))
+        j = w.job
+        # whether its workers have pods matters only to workers asked for and not running
+        missing = self.pods_missing(j) if j.replicas > j.active else ""
+        block = _growth_block(j, w.since, self.policy, missing)
         if block is None and starving:
             block = Reason.GANG_STARVING, starving
         if block is None:

@@ -30,10 +30,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cache
 from typing import Any
 
 from .fields import BadField, parse_time
-from .model import Bound, ClusterSnapshot, Decision, ElasticJob, ObjectRef, Plan, QueueSummary
+from .model import (
+    Bound,
+    ClusterSnapshot,
+    Decision,
+    ElasticJob,
+    ObjectRef,
+    Plan,
+    QueueSummary,
+    Reason,
+)
 from .render import headroom_words
 from .resources import rfc3339
 
@@ -280,6 +290,12 @@ def _rank_of(r: Resize | None, changed: bool, reason: str) -> int:
     return RANK_REST
 
 
+@cache
+def _plain_rank(changed: bool, reason: str) -> int:
+    """The rank of a job with no resize to tell (most of them), by what it depends on."""
+    return _rank_of(None, changed, reason)
+
+
 def _gang_rank(g: GangEntry) -> int:
     order = (
         "GangCoveredByReclaim",
@@ -349,14 +365,14 @@ def build_status(
     counted and ranked, but only the `max_jobs` most urgent become entries."""
 
     now = plan.now
-    elastic: dict[ObjectRef, ElasticJob] = {j.ref: j for j in snapshot.jobs}
+    elastic = _by_ref(snapshot.jobs)
     ranked = _ranked(plan, elastic, previous, writes, timedelta(seconds=cooldown_seconds))
     chosen = heapq.nsmallest(max_jobs, ranked) if len(ranked) > max_jobs else sorted(ranked)
     entries = [
         _job_entry(plan.decisions[c[5]], elastic.get(plan.decisions[c[5]].ref), c[1], c[6])
         for c in chosen
     ]
-    omitted = Counter(d.reason.value for d in plan.decisions)
+    omitted = Counter({_VALUE[r]: n for r, n in Counter(d.reason for d in plan.decisions).items()})
     omitted.subtract(e.reason for e in entries)
     doc = StatusDoc(
         time=now,
@@ -388,12 +404,14 @@ def _ranked(
     now = plan.now
     before = {j.key: j for j in previous.jobs} if previous is not None else {}
     outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
+    # most jobs have neither: a name in neither needs no key built
+    named = {j.name for j in before.values()} | {w.name for w in outcomes.values()}
     ranked: list[_Ranked] = []
     for i, d in enumerate(plan.decisions):
-        ref, reason = d.ref, d.reason.value
+        ref, reason = d.ref, _VALUE[d.reason]
         resize: Resize | None = None
         since = now
-        if before or outcomes:
+        if ref.name in named:
             old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
             written = outcomes.get((ref.namespace, ref.name, ref.kind))
             if old is not None or written is not None:
@@ -403,7 +421,10 @@ def _ranked(
             if old is not None and old.reason == reason and old.target == d.target:
                 since = old.since
         changed_size = d.target is not None and d.target != d.current
-        rank = _rank_of(resize, changed_size, reason)
+        if resize is None:
+            rank = _plain_rank(changed_size, reason)
+        else:
+            rank = _rank_of(resize, changed_size, reason)
         ranked.append((rank, since, ref.namespace, ref.name, ref.kind, i, resize))
     return ranked
 
@@ -437,16 +458,41 @@ def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...
 
 def _queue_entries(plan: Plan) -> dict[str, QueueEntry]:
     """Each queue's headroom and what bounded it, its jobs and gangs counted by reason."""
-    by_queue = Counter((d.queue, d.reason.value) for d in plan.decisions)
-    gang_counts = Counter((g.queue, g.reason.value) for g in plan.gangs)
+    jobs = _per_queue(Counter((d.queue, d.reason) for d in plan.decisions))
+    gangs = _per_queue(Counter((g.queue, g.reason) for g in plan.gangs))
     return {
-        name: _queue_entry(
-            q,
-            Counter({r: n for (qn, r), n in by_queue.items() if qn == name}),
-            Counter({r: n for (qn, r), n in gang_counts.items() if qn == name}),
-        )
+        name: _queue_entry(q, jobs.get(name, Counter()), gangs.get(name, Counter()))
         for name, q in sorted(plan.queues.items())
     }
+
+
+def _per_queue(counts: Counter[tuple[str, Reason]]) -> dict[str, Counter[str]]:
+    """(queue, reason) counts as each queue's counts by reason."""
+    out: dict[str, Counter[str]] = {}
+    for (queue, reason), n in counts.items():
+        out.setdefault(queue, Counter())[_VALUE[reason]] = n
+    return out
+
+
+# a reason's string by member: an Enum's `.value` is a descriptor call, and a status
+# reads one for every job each cycle
+_VALUE: dict[Reason, str] = {r: r.value for r in Reason}
+
+# the last status's jobs by ref, with the tuple they were read from (see _by_ref)
+_BY_REF: list[tuple[tuple[ElasticJob, ...], dict[ObjectRef, ElasticJob]]] = []
+
+
+def _by_ref(jobs: tuple[ElasticJob, ...]) -> Mapping[ObjectRef, ElasticJob]:
+    """The jobs by ref; for the same tuple as the last status's, that status's (a steady
+    cluster's caches hand over the same tuple of the same jobs every cycle: hashing 10k
+    refs again was a sixth of building the status)."""
+    last = _BY_REF[0] if _BY_REF else None
+    if last is not None and last[0] is jobs:
+        return last[1]
+    found = {j.ref: j for j in jobs}
+    if isinstance(jobs, tuple):  # a list may change in place: not kept
+        _BY_REF[:] = [(jobs, found)]
+    return found
 
 
 def _job_entry(

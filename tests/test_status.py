@@ -325,3 +325,18 @@ def test_status_and_explain_say_what_node_fit_bounded():
     # with the plugin's toleration (the default), the same job grows into the 16 GPUs
     grown = cycle(parse_snapshot_data(data).snapshot(Settings().read_options()))
     assert entry(grown, "train").reason == "ScaleUpIdleGpus"
+
+
+def test_a_job_changed_since_the_last_status_is_shown_as_it_now_is():
+    """The jobs by ref are kept for the same tuple of jobs only: a new tuple (a cache
+    changed), or a list changed in place, shows each job as it now is."""
+    snapshot = snap({"q": 0}, [ej("a", replicas=2, active=2)])
+    first = cycle(snapshot)
+    assert entry(first, "a").active == 2
+    moved = replace(snapshot, jobs=(replace(snapshot.jobs[0], active=1),))
+    assert entry(cycle(moved, first), "a").active == 1
+    jobs = [ej("a", replicas=2, active=2)]
+    listed = replace(snapshot, jobs=jobs)
+    assert entry(cycle(listed), "a").active == 2
+    jobs[0] = ej("a", replicas=2, active=0)
+    assert entry(cycle(listed), "a").active == 0
