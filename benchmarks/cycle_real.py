@@ -20,13 +20,21 @@ the status writer).
 
 Beside each, the server's own floor, measured in the same run by another child process:
 the same LISTs (every cache's, at once, the same page size, through the same client),
-each page read and thrown away; `--repeat N` measures both N times, alternating.
+each page read and thrown away. Floors and daemons alternate, a floor first and last
+(`--repeat N`: N daemons), and each daemon's sync is compared with the floors either
+side of it. Every row says what the server did meanwhile (`server_probe`: the API
+server's and etcd's CPU, LISTs served from the watch cache or from etcd, the server's
+Go collections); before each child the server is put in one state
+(`server_probe.settle`, on unless `--no-settle`): the same LISTs cost it ~6 s of CPU,
+or ~11 s with a collection of its heap, or ~23 s with their next pages read from etcd
+at 10k jobs ([placement] #27, fifth round, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -40,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+# the daemon's code: this tree's, or another's (`--compare-root`: main before a change)
+DAEMON_ROOT = os.environ.get("BENCH_DAEMON_ROOT") or str(ROOT)
+sys.path[:0] = [DAEMON_ROOT, str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 QUEUES = 100
 PENDING = 200
@@ -313,6 +323,8 @@ async def _measure(
 ) -> dict:
     # autoscaler first, as the daemon imports it: the client's packages then resolve
     # names lazily (autoscaler/lazy_client.py); no kubernetes_asyncio import before it
+    import server_probe
+
     from autoscaler.logs import configure_logging
     from autoscaler.options import ServerOptions
     from autoscaler.settings import Settings
@@ -343,11 +355,19 @@ async def _measure(
     gc_clock = _GcClock()
     if tune_gc:
         sync_gc()  # as the daemon does before its caches list
+    target = server_probe.Target.from_env()
+    server_before = server_probe.take(target) if target else None
     t0, cpu0 = time.perf_counter(), time.process_time()
     running = parts.running()
     await running.__aenter__()
     await kube.wait_synced(600)
     sync_s, sync_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+    # what the server did over the sync alone (its LISTs and the watches' start)
+    sync_server = (
+        server_probe.delta(server_before, server_probe.take(target))
+        if target and server_before
+        else {}
+    )
     sync_gc_s = gc_clock.seconds
     sync_peak = _peak_rss_mib()  # what the sync itself peaked at, before any cycle
     if tune_gc:
@@ -404,6 +424,8 @@ async def _measure(
         + (end["watches"] - after_first["watches"])
         + steady_writes
         + status_writes,
+        "code": DAEMON_ROOT,
+        "sync_server": sync_server,
         "peak_rss_mib": _peak_rss_mib(),
         "peak_rss_mib_after_sync": sync_peak,
         "peak_rss_mib_after_first_cycle": first_peak,
@@ -486,11 +508,17 @@ async def read_lists(kube: Any, page_size: int) -> dict:
 
 async def _floor(kubeconfig: str, page_size: int, node_fit: bool) -> dict:
     """The server's own time for the LISTs a sync makes (`read_lists`)."""
+    import server_probe
+
     client, kube = await daemon_caches(kubeconfig, page_size, node_fit)
+    target = server_probe.Target.from_env()
+    before = server_probe.take(target) if target else None
     read = await read_lists(kube, page_size)
+    server = server_probe.delta(before, server_probe.take(target)) if target and before else {}
     await client.close()
     return {
         "floor": True,
+        "floor_server": server,
         "page_size": page_size,
         "node_fit": node_fit,
         "floor_s": round(read["s"], 2),
@@ -534,12 +562,14 @@ def _peak_rss_mib() -> float:
 async def _main(args: argparse.Namespace) -> None:
     from kubeserver import envtest_server
     from promserver import fake_prometheus, sample, vector_body
+    from server_probe import PROFILING
 
     now = time.time()
     body = vector_body(
         *(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now) for q in range(QUEUES))
     )
-    with envtest_server("envtest-bench-") as server:
+    fits = {"both": (False, True), "on": (True,), "off": (False,)}[args.fit]
+    with envtest_server("envtest-bench-", PROFILING if args.settle else None) as server:
         loaded = await _load(
             server.url, server.token, str(server.ca_file), args.jobs, args.pods, args.nodes
         )
@@ -547,31 +577,76 @@ async def _main(args: argparse.Namespace) -> None:
         kubeconfig = server.kubeconfig()
         async with fake_prometheus(body) as prom:
             for page in args.page_size:
-                for node_fit in (False, True) if args.pods else (False,):
+                for node_fit in fits if args.pods else (False,):
                     fit = "--node-fit" if node_fit else "--no-node-fit"
+                    floor = ("--floor", str(kubeconfig), str(page), fit)
+                    floors = [await _child(server, args.settle, *floor)]
+                    codes = [str(ROOT), *([args.compare_root] if args.compare_root else [])]
                     for _ in range(args.repeat):
-                        await _child("--floor", str(kubeconfig), str(page), fit)
-                        for tune in (True, False) if args.gc_compare else (True,):
-                            await _child(
-                                "--measure",
-                                str(kubeconfig),
-                                prom.url,
-                                str(page),
-                                str(args.steady),
-                                fit,
-                                "--tune-gc" if tune else "--no-tune-gc",
+                        for tune, code in itertools.product(
+                            (True, False) if args.gc_compare else (True,), codes
+                        ):
+                            tuned = "--tune-gc" if tune else "--no-tune-gc"
+                            daemon = await _child(
+                                server,
+                                args.settle,
+                                *("--measure", str(kubeconfig), prom.url, str(page)),
+                                *(str(args.steady), fit, tuned),
+                                show=False,
+                                code=code,
                             )
                             # the first cycle resized jobs: put them back, so each run
                             # starts alike
                             await _reset(server)
+                            # a floor after each daemon: each is compared with the
+                            # floors either side of it, their server's CPU beside
+                            floors.append(await _child(server, args.settle, *floor))
+                            print(json.dumps(_against(daemon, floors[-2:])), flush=True)
 
 
-async def _child(*argv: str) -> None:
+def _against(daemon: dict, floors: list[dict]) -> dict:
+    """A daemon's row with the floors either side of it: the sync against their mean,
+    and what the server did (`_brief`) over the sync and over each floor's reads."""
+    mean = statistics.mean(f["floor_s"] for f in floors)
+    return {
+        **{k: v for k, v in daemon.items() if k not in ("server", "sync_server")},
+        "floors_s": [f["floor_s"] for f in floors],
+        "x_floor": round(daemon["sync_s"] / mean, 2),
+        "server_sync": _brief(daemon.get("sync_server") or {}),
+        "server_floors": [_brief(f.get("floor_server") or {}) for f in floors],
+        "server_whole_daemon": _brief(daemon.get("server") or {}),
+    }
+
+
+def _brief(server: dict) -> dict:
+    """What says which mode the server served in: its CPU and etcd's, LIST pages from
+    the watch cache and from etcd, its collections."""
+    keep = ("api_cpu_s", "etcd_cpu_s", "cache_lists", "storage_lists", "gc_cycles")
+    return {k: server[k] for k in keep if k in server}
+
+
+async def _child(server, settle: bool, *argv: str, show: bool = True, code: str = "") -> dict:
+    """One child process (a floor or a daemon), its result with what the server did
+    meanwhile (server_probe: the API server's and etcd's CPU, LISTs served from the
+    watch cache or from etcd, the server's collections); `settle`: the server put in
+    the same state first (server_probe.settle)."""
+    import server_probe
+
+    settled = server_probe.settle(server, time.time_ns()) if settle else None
+    target = server_probe.Target.of(server)
+    env = {**os.environ, **target.to_env(), "BENCH_DAEMON_ROOT": code or str(ROOT)}
+    before = server_probe.take(target)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, *argv, stdout=asyncio.subprocess.PIPE, env=os.environ
+        sys.executable, __file__, *argv, stdout=asyncio.subprocess.PIPE, env=env
     )
     out, _ = await proc.communicate()
-    print(out.decode().strip().splitlines()[-1], flush=True)
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    result["server"] = server_probe.delta(before, server_probe.take(target))
+    if settled is not None:
+        result["server"]["settle_s"] = round(settled, 1)
+    if show:
+        print(json.dumps(result), flush=True)
+    return result
 
 
 async def _reset(server) -> None:
@@ -601,7 +676,28 @@ def main() -> int:
     parser.add_argument(
         "--nodes", type=int, default=0, help="with --pods: at least N nodes (idle ones added)"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="floor and daemon, N times each")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="N daemons, each after a floor and before one"
+    )
+    parser.add_argument(
+        "--compare-root",
+        help="also a daemon of the code in this folder (a checkout of another commit), "
+        "after each daemon of this tree's, a floor between them",
+    )
+    parser.add_argument(
+        "--fit",
+        choices=("both", "on", "off"),
+        default="both",
+        help="with --pods: the daemon with node_fit on, off or both (default)",
+    )
+    parser.add_argument(
+        "--settle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before each child, a write to each paged collection and a collection of "
+        "the server's heap (server_probe.settle), so floors and daemons meet the server "
+        "in one state",
+    )
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(

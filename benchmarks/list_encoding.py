@@ -56,12 +56,9 @@ async def _sync(kubeconfig: str, page: int, encoding: str) -> dict:
     return {"what": "sync", "s": round(took, 2), "cpu_s": round(cpu, 2)}
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _child(server_pid: int, *argv: str) -> None:
+    from server_probe import cpu_seconds as _cpu_seconds
+
     before = _cpu_seconds(server_pid)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, *argv, stdout=asyncio.subprocess.PIPE, env=os.environ
