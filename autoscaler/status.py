@@ -372,7 +372,11 @@ def build_status(
         _job_entry(plan.decisions[c[5]], elastic.get(plan.decisions[c[5]].ref), c[1], c[6])
         for c in chosen
     ]
-    omitted = Counter({_VALUE[r]: n for r, n in Counter(d.reason for d in plan.decisions).items()})
+    # every job counted by queue and reason once: the queues' counts and the omitted's
+    counts = Counter((d.queue, d.reason) for d in plan.decisions)
+    omitted: Counter[str] = Counter()
+    for (_, reason), n in counts.items():
+        omitted[_VALUE[reason]] += n
     omitted.subtract(e.reason for e in entries)
     doc = StatusDoc(
         time=now,
@@ -381,7 +385,7 @@ def build_status(
         identity=identity,
         version=version,
         heartbeat_seconds=heartbeat_seconds,
-        queues=_queue_entries(plan),
+        queues=_queue_entries(plan, counts),
         jobs=tuple(entries),
         gangs=_gang_entries(snapshot, plan),
         omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
@@ -456,9 +460,10 @@ def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...
     return tuple(gangs)
 
 
-def _queue_entries(plan: Plan) -> dict[str, QueueEntry]:
-    """Each queue's headroom and what bounded it, its jobs and gangs counted by reason."""
-    jobs = _per_queue(Counter((d.queue, d.reason) for d in plan.decisions))
+def _queue_entries(plan: Plan, counts: Counter[tuple[str, Reason]]) -> dict[str, QueueEntry]:
+    """Each queue's headroom and what bounded it, its jobs (`counts`: by queue and
+    reason) and gangs counted by reason."""
+    jobs = _per_queue(counts)
     gangs = _per_queue(Counter((g.queue, g.reason) for g in plan.gangs))
     return {
         name: _queue_entry(q, jobs.get(name, Counter()), gangs.get(name, Counter()))

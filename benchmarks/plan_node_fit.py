@@ -34,7 +34,9 @@ NOW = datetime(2026, 11, 22, 10, tzinfo=UTC)
 ALLOCATABLE = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"}
 
 
-def cluster(n: int) -> ClusterSnapshot:
+def cluster(n: int, at_least_nodes: int = 0) -> ClusterSnapshot:
+    """`n` jobs on the nodes their pods fill, then idle nodes up to `at_least_nodes`
+    (cycle_real.py's `--nodes`)."""
     jobs = _jobs(n)
     placed = []
     for obj in jobs:
@@ -63,7 +65,7 @@ def cluster(n: int) -> ClusterSnapshot:
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
-        for i in range(len(used))
+        for i in range(max(len(used), at_least_nodes))
     ]
     pods = [
         _pod(ns, name, node, g, q) for (ns, name, g, q), node in zip(placed, where, strict=True)

@@ -1,5 +1,5 @@
 """The steady cycle's own work at scale, without the sources:
-`python benchmarks/steady_cycle.py [--jobs 10000 20000] [--freeze]`.
+`python benchmarks/steady_cycle.py [--jobs 10000 20000] [--freeze] [--nodes 26000]`.
 
 planner_scale.py's cluster (100 queues, 1/2/4/8-GPU workers, ~3 % waiting gangs) made
 steady: the first plan's resizes are applied to the snapshot (their workers in flight),
@@ -11,6 +11,10 @@ process only: others' load on the machine does not count), the log lines a stead
 wrote, and the garbage collections it ran. `--freeze` moves everything alive before the
 cycles (the snapshot, as the caches hold it) out of the collector's sight (gc.freeze), as
 a daemon may do once its caches are synced.
+
+`--nodes N`: node fit too, on plan_node_fit.py's cluster instead (cycle_real.py's jobs
+read through build_snapshot, their pods bound to the nodes they fill, 200 waiting gangs),
+padded with idle nodes to N: the workers in flight placed on the nodes every cycle.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
 from autoscaler.actuator import DryRunActuator  # noqa: E402
@@ -79,8 +84,11 @@ class _GcClock:
             self.seconds += time.process_time() - self._start
 
 
-def steady(n: int, settings: Settings) -> ClusterSnapshot:
-    snap, _, _ = planner_scale.cluster(n)
+def steady(n: int, settings: Settings, nodes: int = 0) -> ClusterSnapshot:
+    if nodes:
+        snap = plan_node_fit.cluster(n, nodes)
+    else:
+        snap, _, _ = planner_scale.cluster(n)
     first = plan(snap, settings.planner_policy(), planner_scale.NOW)
     targets = {a.ref: a.target for a in first.actions}
     jobs = tuple(
@@ -92,7 +100,7 @@ def steady(n: int, settings: Settings) -> ClusterSnapshot:
     return dataclasses.replace(snap, jobs=jobs)
 
 
-async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
+async def measure(n: int, cycles: int, freeze: bool, nodes: int = 0) -> dict[str, Any]:
     settings = Settings(
         cooldown_seconds=0,
         cooldown_restart_cost_factor=0,
@@ -100,7 +108,7 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
         log_level="info",
         log_format="json",
     )
-    snapshot = steady(n, settings)
+    snapshot = steady(n, settings, nodes)
     if freeze:
         gc.collect()
         gc.freeze()
@@ -134,6 +142,7 @@ async def measure(n: int, cycles: int, freeze: bool) -> dict[str, Any]:
     ran = [s["collections"] - c for s, c in zip(gc.get_stats(), collections, strict=True)]
     return {
         "jobs": n,
+        "nodes": len(snapshot.volcano.nodes or ()) if snapshot.volcano else 0,
         "cycle_cpu_ms": round(1000 * statistics.median(times), 1),
         "log_lines_per_cycle": round(out.lines / cycles, 1),
         "actions_per_cycle": round(actions / cycles, 1),
@@ -149,15 +158,18 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[10000, 20000])
     parser.add_argument("--cycles", type=int, default=7)
     parser.add_argument("--freeze", action="store_true")
+    parser.add_argument("--nodes", type=int, default=0, help="node fit on N nodes (see above)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(asyncio.run(measure(args.jobs[0], args.cycles, args.freeze))))
+        result = measure(args.jobs[0], args.cycles, args.freeze, args.nodes)
+        print(json.dumps(asyncio.run(result)))
         return 0
     for n in args.jobs:
         # one process per size: each heap (and so each collection) is that size's own
         argv = [__file__, "--one", "--jobs", str(n), "--cycles", str(args.cycles)]
         argv += ["--freeze"] if args.freeze else []
+        argv += ["--nodes", str(args.nodes)] if args.nodes else []
         out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
         print(out.stdout.strip(), flush=True)
     return 0

@@ -10,8 +10,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 from builders import NOW, ago, ej, policy
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fit import fit_clusters, node
+from test_fit import snap as fit_snap
 from test_planner_properties import common, policies, snapshots
 
 from autoscaler.model import ClusterSnapshot, ElasticJob, QueueState, Reason
@@ -118,3 +120,27 @@ def test_the_same_jobs_in_a_new_tuple_with_one_job_changed_are_planned_anew():
         (4, Reason.SCALE_UP_IDLE_GPUS),
         (4, Reason.IN_FLIGHT),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(fit_clusters(), st.data())
+def test_with_node_fit_a_plan_after_another_is_the_plan_of_fresh_objects(cluster, data):
+    """The same with nodes: workers in flight placed on them (kept for the same nodes
+    and in-flight jobs), the gangs' and the grants' room taken from them."""
+    nodes, jobs = cluster
+    jobs = [replace(j, active=data.draw(st.integers(0, j.replicas))) for j in jobs]
+    snapshot = fit_snap(nodes, jobs)
+    pol = policy(growth_policy=data.draw(st.sampled_from(["fill", "fair"])))
+    fresh = plan(_fresh(snapshot), pol, NOW)
+    first = plan(snapshot, pol, NOW)
+    assert plan(snapshot, pol, NOW) == first == fresh  # the last: what the first kept
+    later = replace(snapshot, jobs=tuple(data.draw(_changed(j)) for j in snapshot.jobs))
+    view = snapshot.volcano
+    assert view is not None and view.nodes is not None
+    change = data.draw(st.sampled_from(["same", "added", "gone"]))  # a new tuple of nodes
+    if change == "added":
+        later = replace(later, volcano=replace(view, nodes=(*view.nodes, node("new"))))
+    elif change == "gone":
+        later = replace(later, volcano=replace(view, nodes=view.nodes[1:]))
+    again = plan(later, pol, NOW)
+    assert again == plan(_fresh(later), pol, NOW)
