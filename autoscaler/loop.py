@@ -28,7 +28,7 @@ from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
-from .status import Cycle, StatusDoc, WriteOutcome, build_status, with_cycle
+from .status import Cycle, StatusDoc, StatusMemo, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
 
@@ -132,6 +132,9 @@ class Controller:
         # `since` and resize state carry over)
         self.status = status
         self.last_status = previous_status
+        # what that document's build leaves for the next (a steady cycle's plan hands
+        # over the same decisions: their ranks, entries and lines are taken up)
+        self._status_memo = StatusMemo()
         self._identity = identity
         start_at_zero(metrics.cycles, [s.value for s in CycleStatus])
         start_at_zero(metrics.writes, [o.value for o in Outcome])
@@ -228,6 +231,7 @@ class Controller:
                     identity=self._identity,
                     version=package_version(),
                     heartbeat_seconds=s.status_heartbeat_seconds,
+                    memo=self._status_memo,
                 )
             self.last_status = doc
             self.status.publish(doc)
