@@ -158,6 +158,10 @@ def test_a_status_built_with_the_memo_is_the_one_built_without_over_changing_cyc
     run.step(s8, p9, max_bytes=2500)
     doc = run.step(s8, p9)
     assert len(doc.jobs) == 5
+    # 11-12: no history either time (the same names: none), another bound
+    run.step(s8, p9, previous=None, max_jobs=2)
+    doc = run.step(s8, p9, previous=None)
+    assert len(doc.jobs) == 5
 
 
 def test_the_memo_takes_up_a_queue_only_with_the_same_json():
