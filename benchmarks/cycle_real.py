@@ -29,9 +29,11 @@ each page read and thrown away. Floors and daemons alternate, a floor first and 
 side of it. Every row says what the server did meanwhile (`server_probe`: the API
 server's and etcd's CPU, LISTs served from the watch cache or from etcd, the server's
 Go collections); before each child the server is put in one state
-(`server_probe.settle`, on unless `--no-settle`): the same LISTs cost it ~6 s of CPU,
-or ~11 s with a collection of its heap, or ~23 s with their next pages read from etcd
-at 10k jobs ([placement] #27, fifth round, docs/benchmarks.md).
+(`server_probe.settle`, on unless `--no-settle`), and its heap may grow to 3x what is
+live before it collects (`--server-gogc`): the same LISTs cost it ~6 s of CPU, or ~11 s
+with a collection of its heap, or ~23 s with their next pages read from etcd at 10k
+jobs ([placement] #27, fifth round, docs/benchmarks.md). `--watch-list N`: then the same
+collections streamed as client-go asks them (benchmarks/watch_list.py), N times.
 """
 
 from __future__ import annotations
@@ -582,6 +584,9 @@ async def _main(args: argparse.Namespace) -> None:
         *(sample(f"team-{q:03d}", FREE_PER_QUEUE * 1000.0, now) for q in range(QUEUES))
     )
     fits = {"both": (False, True), "on": (True,), "off": (False,)}[args.fit]
+    if args.server_gogc:
+        # the benchmark's server (and its etcd) only: see --server-gogc
+        os.environ["GOGC"] = str(args.server_gogc)
     with envtest_server("envtest-bench-", PROFILING if args.settle else None) as server:
         loaded = await _load(
             server.url, server.token, str(server.ca_file), args.jobs, args.pods, args.nodes
@@ -615,6 +620,12 @@ async def _main(args: argparse.Namespace) -> None:
                             # floors either side of it, their server's CPU beside
                             floors.append(await _child(server, args.settle, *floor))
                             print(json.dumps(_against(daemon, floors[-2:])), flush=True)
+                    for _ in range(args.watch_list):
+                        # the same collections streamed, as client-go's reflector asks
+                        # them by default (benchmarks/watch_list.py), then a floor again
+                        streamed = ("--child", "watch-list", str(kubeconfig))
+                        await _child(server, args.settle, *streamed, script=WATCH_LIST)
+                        await _child(server, args.settle, *floor)
 
 
 def _against(daemon: dict, floors: list[dict]) -> dict:
@@ -634,11 +645,16 @@ def _against(daemon: dict, floors: list[dict]) -> dict:
 def _brief(server: dict) -> dict:
     """What says which mode the server served in: its CPU and etcd's, LIST pages from
     the watch cache and from etcd, its collections."""
-    keep = ("api_cpu_s", "etcd_cpu_s", "cache_lists", "storage_lists", "gc_cycles")
+    keep = ("api_cpu_s", "etcd_cpu_s", "cache_lists", "storage_lists", "gc_cycles", "gc_cpu_s")
     return {k: server[k] for k in keep if k in server}
 
 
-async def _child(server, settle: bool, *argv: str, show: bool = True, code: str = "") -> dict:
+WATCH_LIST = Path(__file__).with_name("watch_list.py")
+
+
+async def _child(
+    server, settle: bool, *argv: str, show: bool = True, code: str = "", script: Path | None = None
+) -> dict:
     """One child process (a floor or a daemon), its result with what the server did
     meanwhile (server_probe: the API server's and etcd's CPU, LISTs served from the
     watch cache or from etcd, the server's collections); `settle`: the server put in
@@ -650,7 +666,7 @@ async def _child(server, settle: bool, *argv: str, show: bool = True, code: str 
     env = {**os.environ, **target.to_env(), "BENCH_DAEMON_ROOT": code or str(ROOT)}
     before = server_probe.take(target)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, *argv, stdout=asyncio.subprocess.PIPE, env=env
+        sys.executable, str(script or __file__), *argv, stdout=asyncio.subprocess.PIPE, env=env
     )
     out, _ = await proc.communicate()
     result = json.loads(out.decode().strip().splitlines()[-1])
@@ -696,6 +712,21 @@ def main() -> int:
         "--compare-root",
         help="also a daemon of the code in this folder (a checkout of another commit), "
         "after each daemon of this tree's, a floor between them",
+    )
+    parser.add_argument(
+        "--server-gogc",
+        type=int,
+        default=200,
+        help="GOGC for the benchmark's kube-apiserver and etcd (0: their default, 100): at "
+        "200 the heap may grow to 3x what is live before the server collects it, so that "
+        "after the collection --settle makes none lands inside a child's LISTs",
+    )
+    parser.add_argument(
+        "--watch-list",
+        type=int,
+        default=0,
+        help="then N times: the same collections streamed as client-go asks them "
+        "(benchmarks/watch_list.py), and a floor",
     )
     parser.add_argument(
         "--fit",

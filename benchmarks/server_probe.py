@@ -9,7 +9,9 @@
   (`apiserver_storage_list_total`), each by resource where any were;
 - `consistent_fallbacks`: consistent reads the watch cache could not serve in time and
   sent to etcd (`apiserver_watch_cache_consistent_read_total{fallback="true"}`);
-- `gc_cycles`: the API server's Go collections, `heap_goal_mib` / `heap_live_mib` after.
+- `gc_cycles`: the API server's Go collections completed, `gc_cpu_s` the time its
+  collector took by the Go runtime's account (a collection started is counted as it
+  goes), `heap_goal_mib` / `heap_live_mib` after.
 
 [placement] #27, fifth round (docs/benchmarks.md): which mode the server served a
 child's LISTs in.
@@ -100,7 +102,14 @@ def _metrics(target: Target) -> dict[str, float]:
     return out
 
 
-_GAUGES = ("go_gc_cycles_total_gc_cycles_total", "go_gc_heap_goal_bytes", "go_gc_heap_live_bytes")
+_GAUGES = (
+    "go_gc_cycles_total_gc_cycles_total",
+    "go_gc_heap_goal_bytes",
+    "go_gc_heap_live_bytes",
+    # the Go runtime's own account of its processors' time (from wall time, not the
+    # system's CPU clock: an estimate where other processes compete for the cores)
+    "go_cpu_classes_gc_total_cpu_seconds_total",
+)
 
 
 def take(target: Target) -> dict[str, Any]:
@@ -136,6 +145,11 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "consistent_cache": int(new.get("consistent_cache", 0) - old.get("consistent_cache", 0)),
         "consistent_fallbacks": int(
             new.get("consistent_fallbacks", 0) - old.get("consistent_fallbacks", 0)
+        ),
+        "gc_cpu_s": round(
+            new.get("go_cpu_classes_gc_total_cpu_seconds_total", 0)
+            - old.get("go_cpu_classes_gc_total_cpu_seconds_total", 0),
+            2,
         ),
         "gc_cycles": int(
             new.get("go_gc_cycles_total_gc_cycles_total", 0)

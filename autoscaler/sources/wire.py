@@ -4,11 +4,12 @@ A cache used to decode every object whole (`msgspec.json.decode` into dicts) and
 read a few fields of it: at 10k jobs, 16k-26k nodes and 50k bound pods that is ~350 MB
 of JSON turned into Python objects, most of it never read (`managedFields`, a pod's
 env, probes and volume mounts, a node's images and conditions' messages). Here each
-kind the caches hold in bulk has msgspec Structs declaring only the fields its decoder
+kind the caches hold in bulk has TypedDicts declaring only the fields its decoder
 (`parse.decoders`) reads; msgspec skips everything else in the bytes without building
-it, and `msgspec.to_builtins` turns what was read into the same plain dict the decoder
-reads, absent fields absent (`UNSET` is left out), so the decoders stay the one reader
-of every field, with their messages.
+it and gives the same plain dict the decoder reads, absent fields absent, so the
+decoders stay the one reader of every field, with their messages. (Structs read into
+and then turned into dicts by `msgspec.to_builtins` gave the same dicts, ~1 us an
+object later: [placement] #27, fifth round.)
 
 Declared here, per kind (what `parse`, `podspec` and `kinds` read):
 
@@ -40,10 +41,9 @@ PriorityClasses, HPAs: few, small) are decoded whole.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
 
 from ..kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
 
@@ -51,147 +51,146 @@ __all__ = ["Reader", "read_whole", "reader"]
 
 Reader = Callable[[bytes | msgspec.Raw], Any]
 
+# Each TypedDict names the JSON fields as served (camelCase); every field may be absent
+# (total=False); a field typed Any is read as whatever JSON it holds.
 
-class _Managed(Struct, rename="camel"):
+
+class _Managed(TypedDict, total=False):
     """A metadata.managedFields entry: when and to what it wrote (not fieldsV1)."""
 
-    time: Any = UNSET
-    subresource: Any = UNSET
+    time: Any
+    subresource: Any
 
 
-class _PodMeta(Struct, rename="camel"):
+class _PodMeta(TypedDict, total=False):
     """A Pod's or a Node's metadata: no times, no managedFields."""
 
-    name: Any = UNSET
-    namespace: Any = UNSET
-    labels: Any = UNSET
-    annotations: Any = UNSET
-    resource_version: Any = UNSET
-    owner_references: Any = UNSET
+    name: Any
+    namespace: Any
+    labels: Any
+    annotations: Any
+    resourceVersion: Any
+    ownerReferences: Any
 
 
-class _Meta(_PodMeta):
+class _Meta(_PodMeta, total=False):
     """A job's or a PodGroup's metadata: also its times and managedFields' times."""
 
-    uid: Any = UNSET
-    creation_timestamp: Any = UNSET
-    deletion_timestamp: Any = UNSET
-    managed_fields: list[_Managed] | UnsetType = UNSET
+    uid: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    managedFields: list[_Managed]
 
 
-class _Kinded(Struct, rename="camel"):
-    api_version: Any = UNSET
-    kind: Any = UNSET
+class _Kinded(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
 
 
-class _Object(_Kinded):
+class _Object(_Kinded, total=False):
     """A job of any kind, a PodGroup: spec and status as they are."""
 
-    metadata: _Meta | UnsetType = UNSET
-    spec: Any = UNSET
-    status: Any = UNSET
+    metadata: _Meta
+    spec: Any
+    status: Any
 
 
-class _Condition(Struct):
-    type: Any = UNSET
-    status: Any = UNSET
+class _Condition(TypedDict, total=False):
+    type: Any
+    status: Any
 
 
-class _NodeSpec(Struct):
-    taints: Any = UNSET
-    unschedulable: Any = UNSET
+class _NodeSpec(TypedDict, total=False):
+    taints: Any
+    unschedulable: Any
 
 
-class _NodeStatus(Struct):
-    allocatable: Any = UNSET
-    conditions: list[_Condition] | UnsetType = UNSET
+class _NodeStatus(TypedDict, total=False):
+    allocatable: Any
+    conditions: list[_Condition]
 
 
-class _Node(_Kinded):
-    metadata: _PodMeta | UnsetType = UNSET
-    spec: _NodeSpec | UnsetType = UNSET
-    status: _NodeStatus | UnsetType = UNSET
+class _Node(_Kinded, total=False):
+    metadata: _PodMeta
+    spec: _NodeSpec
+    status: _NodeStatus
 
 
-class _Container(Struct, rename="camel"):
-    name: Any = UNSET
-    resources: Any = UNSET
-    ports: Any = UNSET
-    restart_policy: Any = UNSET
+class _Container(TypedDict, total=False):
+    name: Any
+    resources: Any
+    ports: Any
+    restartPolicy: Any
 
 
-class _Volume(Struct, rename="camel"):
-    persistent_volume_claim: Any = UNSET
-    ephemeral: Any = UNSET
+class _Volume(TypedDict, total=False):
+    persistentVolumeClaim: Any
+    ephemeral: Any
 
 
-class _BoundSpec(Struct, rename="camel"):
+class _BoundSpec(TypedDict, total=False):
     """What a bound pod's record reads of its spec (`podspec.read_pod_use`)."""
 
-    node_name: Any = UNSET
-    containers: list[_Container] | UnsetType = UNSET
-    init_containers: list[_Container] | UnsetType = UNSET
-    overhead: Any = UNSET
-    host_network: Any = UNSET
+    nodeName: Any
+    containers: list[_Container]
+    initContainers: list[_Container]
+    overhead: Any
+    hostNetwork: Any
 
 
-class _PodSpec(_BoundSpec):
+class _PodSpec(_BoundSpec, total=False):
     """A pod spec as its shape reads it (`podspec.read_shape`)."""
 
-    node_selector: Any = UNSET
-    affinity: Any = UNSET
-    tolerations: Any = UNSET
-    topology_spread_constraints: Any = UNSET
-    volumes: list[_Volume] | UnsetType = UNSET
+    nodeSelector: Any
+    affinity: Any
+    tolerations: Any
+    topologySpreadConstraints: Any
+    volumes: list[_Volume]
 
 
-class _Template(Struct):
+class _Template(TypedDict, total=False):
     """A job's pod template: only its pod spec is read (`kinds.base.read_workers`,
     `kinds.gang`)."""
 
-    spec: _PodSpec | UnsetType = UNSET
+    spec: _PodSpec
 
 
-class _Replica(Struct):
-    replicas: Any = UNSET
-    template: _Template | UnsetType = UNSET
+class _Replica(TypedDict, total=False):
+    replicas: Any
+    template: _Template
 
 
-def _kubeflow(kind: str, replica_specs: str) -> type[Struct]:
-    """A Kubeflow job (`kinds.kubeflow`): its replica specs at `spec.<replica_specs>`."""
-    spec = msgspec.defstruct(
+def _kubeflow(kind: str, replica_specs: str) -> Any:
+    """A Kubeflow job (`kinds.kubeflow`): its replica specs at `spec.<replica_specs>`,
+    the field its kind names (a class statement cannot take a name from a variable)."""
+    spec = _typed_dict(
         f"_{kind}Spec",
-        [
-            (replica_specs, dict[str, _Replica] | UnsetType, UNSET),
-            ("elasticPolicy", Any, UNSET),
-            ("runPolicy", Any, UNSET),
-        ],
+        {replica_specs: dict[str, _Replica], "elasticPolicy": Any, "runPolicy": Any},
+        total=False,
     )
-    return msgspec.defstruct(
-        f"_{kind}",
-        [
-            ("metadata", _Meta | UnsetType, UNSET),
-            ("spec", spec | UnsetType, UNSET),
-            ("status", Any, UNSET),
-        ],
-        bases=(_Kinded,),
-    )
+    fields = {"apiVersion": Any, "kind": Any, "metadata": _Meta, "spec": spec, "status": Any}
+    return _typed_dict(f"_{kind}", fields, total=False)
 
 
-class _PodStatus(Struct):
-    phase: Any = UNSET
+# TypedDict's call form, for field names known only at run time (mypy types only a
+# literal call of it)
+_typed_dict: Any = TypedDict
 
 
-class _Pod(_Kinded):
-    metadata: _PodMeta | UnsetType = UNSET
-    spec: _PodSpec | UnsetType = UNSET
-    status: _PodStatus | UnsetType = UNSET
+class _PodStatus(TypedDict, total=False):
+    phase: Any
 
 
-class _BoundPod(_Kinded):
-    metadata: _PodMeta | UnsetType = UNSET
-    spec: _BoundSpec | UnsetType = UNSET
-    status: _PodStatus | UnsetType = UNSET
+class _Pod(_Kinded, total=False):
+    metadata: _PodMeta
+    spec: _PodSpec
+    status: _PodStatus
+
+
+class _BoundPod(_Kinded, total=False):
+    metadata: _PodMeta
+    spec: _BoundSpec
+    status: _PodStatus
 
 
 def read_whole(raw: bytes | msgspec.Raw) -> Any:
@@ -199,13 +198,12 @@ def read_whole(raw: bytes | msgspec.Raw) -> Any:
     return msgspec.json.decode(raw)
 
 
-def _lean(schema: type[Struct]) -> Reader:
+def _lean(schema: Any) -> Reader:
     decoder = msgspec.json.Decoder(schema)
-    to_builtins = msgspec.to_builtins
 
     def read(raw: bytes | msgspec.Raw) -> Any:
         try:
-            return to_builtins(decoder.decode(raw))
+            return decoder.decode(raw)
         except msgspec.ValidationError:
             # a field of another type than declared: read whole, so that its decoder
             # sees it and says what is wrong as before (malformed JSON raises alike)
@@ -219,23 +217,22 @@ def _pod_reader() -> Reader:
     with its shape's fields (`_PodSpec`)."""
     bound = msgspec.json.Decoder(_BoundPod)
     whole = _lean(_Pod)
-    to_builtins = msgspec.to_builtins
 
     def read(raw: bytes | msgspec.Raw) -> Any:
         try:
             pod = bound.decode(raw)
         except msgspec.ValidationError:
             return whole(raw)  # read whole there, if the type is wrong in _Pod's fields
-        spec = pod.spec
-        if spec is UNSET or not isinstance(spec.node_name, str) or not spec.node_name:
+        node = pod["spec"].get("nodeName") if "spec" in pod else None
+        if not isinstance(node, str) or not node:
             return whole(raw)
-        return to_builtins(pod)
+        return pod
 
     return read
 
 
-_SCHEMAS: dict[str, type[Struct]] = {"Node": _Node, "PodGroup": _Object}
-_JOB_SCHEMAS: dict[str, type[Struct]] = {
+_SCHEMAS: dict[str, Any] = {"Node": _Node, "PodGroup": _Object}
+_JOB_SCHEMAS: dict[str, Any] = {
     k.resource.kind: _kubeflow(k.resource.kind, k.replica_specs)
     for k in (PYTORCHJOB_KIND, PADDLEJOB_KIND)
 }
