@@ -28,7 +28,7 @@ from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
-from .status import Cycle, StatusDoc, WriteOutcome, build_status, with_cycle
+from .status import Cycle, StatusDoc, StatusMemo, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
 
@@ -132,6 +132,9 @@ class Controller:
         # `since` and resize state carry over)
         self.status = status
         self.last_status = previous_status
+        # what that document's build leaves for the next (a steady cycle's plan hands
+        # over the same decisions: their ranks, entries and lines are taken up)
+        self._status_memo = StatusMemo()
         self._identity = identity
         # queues the last plan left idle GPUs in: a gang bound there calls a cycle at once
         # (triggers.GangStarts)
@@ -232,6 +235,7 @@ class Controller:
                     identity=self._identity,
                     version=package_version(),
                     heartbeat_seconds=s.status_heartbeat_seconds,
+                    memo=self._status_memo,
                 )
             self.last_status = doc
             self.status.publish(doc)
