@@ -12,6 +12,8 @@ from dataclasses import replace
 from datetime import timedelta
 
 from builders import NOW, ej, gang, policy, snap
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.model import ClusterSnapshot, Plan, QueueState
 from autoscaler.planner import plan
@@ -186,3 +188,40 @@ def test_a_steady_cycle_of_many_jobs_takes_up_the_entries_and_lines():
     assert [j.name for j in second.jobs] == [j.name for j in first.jobs]
     assert all(a is b for a, b in zip(second.jobs, first.jobs, strict=True))
     assert set(run.memo.rows) == {id(j) for j in second.jobs}
+
+
+# one step of a random sequence: what changes before the cycle, and on which job
+_STEPS = st.tuples(
+    st.sampled_from(["same", "job", "free", "write", "restart", "bound", "old-plan"]),
+    st.integers(0, 7),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_STEPS, min_size=1, max_size=12))
+def test_any_sequence_of_cycles_gives_the_status_built_without_the_memo(steps):
+    jobs = [ej(f"j{i}", queue="qr"[i % 2], max=2 + i % 4, replicas=1 + i % 2) for i in range(8)]
+    s = snap({"q": 0, "r": 1}, jobs, [gang("g", 2, queue="r")])
+    run, t, max_jobs = Cycles(), NOW, 4
+    p = planned(s, t)
+    run.step(s, p, max_jobs=max_jobs)
+    outcomes = ["applied", "denied", "conflict", "dry_run", "gone"]
+    for what, i, n in steps:
+        t += timedelta(seconds=40)
+        writes: tuple[WriteOutcome, ...] = ()
+        previous: object = _LAST
+        if what in ("job", "old-plan"):  # a new object for one job (old-plan: same decisions)
+            j = s.jobs[i]
+            s = replace(s, jobs=(*s.jobs[:i], replace(j, active=n, priority=n), *s.jobs[i + 1 :]))
+        elif what == "free":
+            s = with_free(s, {"q": float(n), "r": 1.0})
+        elif what == "restart":
+            previous = None
+        elif what == "bound":
+            max_jobs = 1 + n
+        p = replace(p, now=t) if what == "old-plan" else planned(s, t)
+        if what == "write":
+            j = s.jobs[i]
+            writes = (WriteOutcome("ml", j.ref.name, j.ref.kind, outcomes[n % 5], "HTTP 403 no"),)
+        run.step(s, p, writes, previous, max_jobs=max_jobs)
