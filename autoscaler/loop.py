@@ -28,7 +28,7 @@ from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
-from .status import Cycle, StatusDoc, WriteOutcome, build_status, with_cycle
+from .status import Cycle, StatusDoc, StatusMemo, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
 
@@ -132,7 +132,13 @@ class Controller:
         # `since` and resize state carry over)
         self.status = status
         self.last_status = previous_status
+        # what that document's build leaves for the next (a steady cycle's plan hands
+        # over the same decisions: their ranks, entries and lines are taken up)
+        self._status_memo = StatusMemo()
         self._identity = identity
+        # queues the last plan left idle GPUs in: a gang bound there calls a cycle at once
+        # (triggers.GangStarts)
+        self.idle_queues: frozenset[str] = frozenset()
         start_at_zero(metrics.cycles, [s.value for s in CycleStatus])
         start_at_zero(metrics.writes, [o.value for o in Outcome])
 
@@ -149,6 +155,7 @@ class Controller:
                 if refused:
                     snapshot = dataclasses.replace(snapshot, refusals=refused)
                 plan = make_plan(snapshot, self.policy, now)
+                self.idle_queues = idle_queues(plan)
                 self._log_decisions(plan)
                 self.metrics.record_plan(plan)
                 applied = await self.actuator.apply(plan, now, self.may_write)
@@ -228,6 +235,7 @@ class Controller:
                     identity=self._identity,
                     version=package_version(),
                     heartbeat_seconds=s.status_heartbeat_seconds,
+                    memo=self._status_memo,
                 )
             self.last_status = doc
             self.status.publish(doc)
@@ -345,10 +353,15 @@ class Controller:
         return outcome
 
 
+def idle_queues(plan: Plan) -> frozenset[str]:
+    """Queues the plan left idle GPUs in (QueueSummary.idle_left_gpus)."""
+    return frozenset(name for name, q in plan.queues.items() if q.idle_left_gpus > 0)
+
+
 class Driver:
     """Runs cycles every `interval_seconds`, early when `trigger()` is called (debounced
-    to one per `min_interval_seconds`), until `stop()`; a stop waits for the current
-    cycle to finish."""
+    to one per `min_interval_seconds`; an urgent trigger is not held back), until
+    `stop()`; a stop waits for the current cycle to finish."""
 
     def __init__(
         self,
@@ -364,10 +377,14 @@ class Driver:
         self.ready_check = ready_check
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._urgent = False  # an urgent trigger came since the last cycle started
         self.cycles = 0
         self.cycling = False  # a cycle is under way (a stop lets it finish within a grace)
 
-    def trigger(self) -> None:
+    def trigger(self, urgent: bool = False) -> None:
+        """A cycle early: after min_interval_seconds from the last one's start, or, if
+        `urgent` (a job just started with idle GPUs to grow into), at once."""
+        self._urgent = self._urgent or urgent
         self._wake.set()
 
     def stop(self) -> None:
@@ -379,6 +396,7 @@ class Driver:
         while not self._stopping.is_set():
             started = clock()
             self._wake.clear()
+            self._urgent = False
             now = self.wall()
             retry_in: float | None = None
             if self.is_leader():
@@ -399,8 +417,18 @@ class Driver:
                 wait = min(wait, max(retry_in, RETRY_MIN_SECONDS))
             # wait for the interval or a trigger, then hold a trigger back to min_interval
             triggered = await self._wait(wait, self._wake)
-            if triggered and not self._stopping.is_set():
-                await self._wait(next_start(started, clock(), s, triggered=True), self._stopping)
+            if triggered:
+                await self._debounce(started)
+
+    async def _debounce(self, started: float) -> None:
+        """Hold a trigger back to min_interval_seconds after the last cycle's start,
+        unless an urgent one comes (or a stop) meanwhile."""
+        while not (self._urgent or self._stopping.is_set()):
+            left = next_start(started, self.controller.clock(), self.settings, triggered=True)
+            if left <= 0:
+                return
+            self._wake.clear()
+            await self._wait(left, self._wake)
 
     @staticmethod
     async def _wait(seconds: float, event: asyncio.Event) -> bool:

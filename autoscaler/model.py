@@ -734,6 +734,9 @@ class QueueSummary:
     trimmed_gpus: int = 0
     reason: Reason | None = None
     message: str = ""
+    # GPUs the plan left idle in the queue once gangs were served and jobs grown: a job
+    # that starts there may grow at once (the daemon's start trigger, triggers.py)
+    idle_left_gpus: int = 0
     # what the scheduler would bind for this queue now, before gangs and growth: the
     # smallest of `limits` (the room, in GPUs, each limit leaves), and which one that was;
     # `inputs` are the figures they were computed from (share, allocated, inqueue...)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -357,23 +358,26 @@ def build_status(
     version: str = "",
     heartbeat_seconds: float = 0.0,
     max_bytes: int | None = MAX_BYTES,
+    memo: StatusMemo | None = None,
 ) -> StatusDoc:
     """The status after this cycle. `previous` carries each job's `since` and resize state
     across cycles (and across restarts: the writer reads the object back at start).
+    `memo`: what the last status of the same daemon left to take up (StatusMemo); the
+    document is the same without it.
 
     Linear in the jobs with small constants (10k jobs: docs/benchmarks.md): every job is
     counted and ranked, but only the `max_jobs` most urgent become entries."""
 
     now = plan.now
     elastic = _by_ref(snapshot.jobs)
-    ranked = _ranked(plan, elastic, previous, writes, timedelta(seconds=cooldown_seconds))
+    if memo is not None:
+        memo.take_up(plan.decisions)
+    cooldown = timedelta(seconds=cooldown_seconds)
+    ranked = _ranked(plan, elastic, previous, writes, cooldown, max_jobs, memo)
     chosen = heapq.nsmallest(max_jobs, ranked) if len(ranked) > max_jobs else sorted(ranked)
-    entries = [
-        _job_entry(plan.decisions[c[5]], elastic.get(plan.decisions[c[5]].ref), c[1], c[6])
-        for c in chosen
-    ]
+    entries = _entries(chosen, plan.decisions, elastic, memo)
     # every job counted by queue and reason once: the queues' counts and the omitted's
-    counts = Counter((d.queue, d.reason) for d in plan.decisions)
+    counts = _counted(plan.decisions, memo)
     omitted: Counter[str] = Counter()
     for (_, reason), n in counts.items():
         omitted[_VALUE[reason]] += n
@@ -390,7 +394,7 @@ def build_status(
         gangs=_gang_entries(snapshot, plan),
         omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
     )
-    return bounded(doc, max_jobs, max_bytes)
+    return bounded(doc, max_jobs, max_bytes, memo)
 
 
 # (rank, since, namespace, name, kind, index in plan.decisions, resize): sorts by urgency
@@ -403,27 +407,32 @@ def _ranked(
     previous: StatusDoc | None,
     writes: Iterable[WriteOutcome],
     cooldown: timedelta,
+    max_jobs: int,
+    memo: StatusMemo | None,
 ) -> list[_Ranked]:
-    """Every decision ranked; only those with a history or a write need _resize."""
+    """The decisions that may be listed, ranked: every one named like a job with a
+    history or a write (only those need _resize), and the `max_jobs` first of the rest."""
     now = plan.now
     before = {j.key: j for j in previous.jobs} if previous is not None else {}
     outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
     # most jobs have neither: a name in neither needs no key built
-    named = {j.name for j in before.values()} | {w.name for w in outcomes.values()}
-    ranked: list[_Ranked] = []
-    for i, d in enumerate(plan.decisions):
+    named = frozenset({j.name for j in before.values()} | {w.name for w in outcomes.values()})
+    named_at, plain = _split_named(plan.decisions, named, max_jobs, memo)
+    # the rest are listed since now, with no resize: ranked by their decision alone
+    ranked: list[_Ranked] = [(r, now, ns, name, kind, i, None) for r, ns, name, kind, i in plain]
+    for i in named_at:
+        d = plan.decisions[i]
         ref, reason = d.ref, _VALUE[d.reason]
         resize: Resize | None = None
         since = now
-        if ref.name in named:
-            old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
-            written = outcomes.get((ref.namespace, ref.name, ref.kind))
-            if old is not None or written is not None:
-                resize = _resize(
-                    d, elastic.get(ref), written, old.resize if old else None, now, cooldown
-                )
-            if old is not None and old.reason == reason and old.target == d.target:
-                since = old.since
+        old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
+        written = outcomes.get((ref.namespace, ref.name, ref.kind))
+        if old is not None or written is not None:
+            resize = _resize(
+                d, elastic.get(ref), written, old.resize if old else None, now, cooldown
+            )
+        if old is not None and old.reason == reason and old.target == d.target:
+            since = old.since
         changed_size = d.target is not None and d.target != d.current
         if resize is None:
             rank = _plain_rank(changed_size, reason)
@@ -525,7 +534,107 @@ def _job_entry(
     )
 
 
-def bounded(doc: StatusDoc, max_jobs: int, max_bytes: int | None = MAX_BYTES) -> StatusDoc:
+# ---- what a daemon's next status takes up from its last ---------------------------------
+
+# a decision with no history and no write, ranked: (rank, namespace, name, kind, index)
+_Plain = tuple[int, str, str, str, int]
+# a listed job's entry with what it was made of: (decision, job, since, resize, entry)
+_KeptEntry = tuple[Decision, "ElasticJob | None", datetime, "Resize | None", JobEntry]
+
+
+@dataclass(slots=True)
+class StatusMemo:
+    """What one daemon's last status leaves for its next (Controller keeps one): a steady
+    cycle's plan hands over the same Decision objects (planner.py keeps a decision that
+    did not change), and ranking, counting, building and dumping them again was most of
+    a status at 10k jobs (docs/benchmarks.md, [placement] #27 fifth round). Each part is
+    taken up only when everything it was made of is the same: the same objects (kept
+    here, so an id cannot match a new object at an old address), or for a queue the
+    same JSON. A status built with a memo is the one built without, byte for byte
+    (tests/test_status_memo.py)."""
+
+    decisions: tuple[Decision, ...] = ()  # the last plan's; what follows was read of them
+    counts: Counter[tuple[str, Reason]] | None = None
+    # the names with a history or a write, max_jobs, where those names are in the
+    # decisions, and the max_jobs first of the others
+    split: tuple[frozenset[str], int, list[int], list[_Plain]] | None = None
+    entries: dict[int, _KeptEntry] = field(default_factory=dict)  # by id() of the decision
+    rows: dict[int, tuple[JobEntry, str]] = field(default_factory=dict)  # by id() of entry
+    queues: dict[str, str] = field(default_factory=dict)  # a queue's JSON -> its lines
+
+    def take_up(self, decisions: tuple[Decision, ...]) -> None:
+        """This plan's decisions: what was read of the last plan's is forgotten unless
+        these are the same objects in the same order."""
+        last = self.decisions
+        if len(decisions) == len(last) and all(map(operator.is_, decisions, last)):
+            return
+        self.decisions, self.counts, self.split = tuple(decisions), None, None
+
+
+def _counted(
+    decisions: tuple[Decision, ...], memo: StatusMemo | None
+) -> Counter[tuple[str, Reason]]:
+    """Every job counted by queue and reason."""
+    if memo is not None and memo.counts is not None:
+        return memo.counts
+    counts = Counter((d.queue, d.reason) for d in decisions)
+    if memo is not None:
+        memo.counts = counts
+    return counts
+
+
+def _split_named(
+    decisions: tuple[Decision, ...], named: frozenset[str], max_jobs: int, memo: StatusMemo | None
+) -> tuple[list[int], list[_Plain]]:
+    """Where the decisions named in `named` are, and the `max_jobs` first of the others
+    ranked (each is listed since now with no resize: its place depends on it alone, and
+    no more of them than `max_jobs` can be listed)."""
+    if memo is not None and memo.split is not None and memo.split[:2] == (named, max_jobs):
+        return memo.split[2], memo.split[3]
+    named_at: list[int] = []
+    plain: list[_Plain] = []
+    for i, d in enumerate(decisions):
+        ref = d.ref
+        if ref.name in named:
+            named_at.append(i)
+            continue
+        changed_size = d.target is not None and d.target != d.current
+        rank = _plain_rank(changed_size, _VALUE[d.reason])
+        plain.append((rank, ref.namespace, ref.name, ref.kind, i))
+    if len(plain) > max_jobs:
+        plain = heapq.nsmallest(max_jobs, plain)
+    if memo is not None:
+        memo.split = (named, max_jobs, named_at, plain)
+    return named_at, plain
+
+
+def _entries(
+    chosen: list[_Ranked],
+    decisions: tuple[Decision, ...],
+    elastic: Mapping[ObjectRef, ElasticJob],
+    memo: StatusMemo | None,
+) -> list[JobEntry]:
+    """The listed jobs' entries: the last status's entry of a job when it was made of the
+    same decision, job, since and resize."""
+    last = memo.entries if memo is not None else {}
+    kept: dict[int, _KeptEntry] = {}
+    out: list[JobEntry] = []
+    for c in chosen:
+        d = decisions[c[5]]
+        job, since, resize = elastic.get(d.ref), c[1], c[6]
+        k = last.get(id(d))
+        same = k is not None and k[0] is d and k[1] is job and k[2] is since and k[3] is resize
+        entry = k[4] if same and k is not None else _job_entry(d, job, since, resize)
+        kept[id(d)] = (d, job, since, resize, entry)
+        out.append(entry)
+    if memo is not None:
+        memo.entries = kept
+    return out
+
+
+def bounded(
+    doc: StatusDoc, max_jobs: int, max_bytes: int | None = MAX_BYTES, memo: StatusMemo | None = None
+) -> StatusDoc:
     """At most `max_jobs` jobs and gangs each, the rest counted by reason; then fewer
     until the document fits in `max_bytes`."""
 
@@ -542,7 +651,7 @@ def bounded(doc: StatusDoc, max_jobs: int, max_bytes: int | None = MAX_BYTES) ->
 
     n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
     out = cut(n_jobs, n_gangs)
-    while max_bytes is not None and len(dump(out)) > max_bytes and (n_jobs or n_gangs):
+    while max_bytes is not None and len(dump(out, memo)) > max_bytes and (n_jobs or n_gangs):
         n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
         out = cut(n_jobs, n_gangs)
     return out
@@ -653,6 +762,17 @@ def queue_dict(q: QueueEntry) -> dict[str, Any]:
 
 
 def to_dict(doc: StatusDoc) -> dict[str, Any]:
+    return {
+        **_head(doc),
+        "queues": {name: queue_dict(q) for name, q in doc.queues.items()},
+        "gangs": [gang_dict(g) for g in doc.gangs],
+        "jobs": [job_dict(j) for j in doc.jobs],
+        "omitted": {"jobs": dict(doc.omitted_jobs), "gangs": dict(doc.omitted_gangs)},
+    }
+
+
+def _head(doc: StatusDoc) -> dict[str, Any]:
+    """The document's first keys: when, who wrote it, the cycle."""
     c = doc.cycle
     return {
         "schema": SCHEMA,
@@ -676,26 +796,62 @@ def to_dict(doc: StatusDoc) -> dict[str, Any]:
                 "writes": dict(sorted(c.writes.items())),
             }
         ),
-        "queues": {name: queue_dict(q) for name, q in doc.queues.items()},
-        "gangs": [gang_dict(g) for g in doc.gangs],
-        "jobs": [job_dict(j) for j in doc.jobs],
-        "omitted": {"jobs": dict(doc.omitted_jobs), "gangs": dict(doc.omitted_gangs)},
     }
 
 
-def dump(doc: StatusDoc) -> str:
+def dump(doc: StatusDoc, memo: StatusMemo | None = None) -> str:
     """The document as the ConfigMap holds it: JSON (ten times faster to write than YAML,
     and `jq` reads it), the header and queues one field a line, each job and gang on one
-    line of its own, so `kubectl get ... | grep NAMESPACE/NAME` shows a whole entry."""
-    data = to_dict(doc)
-    lists = {key: data.pop(key) for key in ("gangs", "jobs")}
-    omitted = data.pop("omitted")
-    parts = [json.dumps(data, indent=1, ensure_ascii=False)[:-2]]  # without "\n}"
-    for key, items in lists.items():
-        rows = ",\n".join("  " + json.dumps(i, ensure_ascii=False) for i in items)
-        parts.append(f' "{key}": [\n{rows}\n ]' if items else f' "{key}": []')
+    line of its own, so `kubectl get ... | grep NAMESPACE/NAME` shows a whole entry.
+    `memo`: the last status's lines of the same jobs and queues taken up (StatusMemo)."""
+    parts = [
+        json.dumps(_head(doc), indent=1, ensure_ascii=False)[:-2],  # without "\n}"
+        f' "queues": {_queues_text(doc.queues, memo)}',
+    ]
+    gangs = [_line(gang_dict(g)) for g in doc.gangs]
+    for key, rows in (("gangs", gangs), ("jobs", _job_lines(doc.jobs, memo))):
+        lines = ",\n".join(rows)
+        parts.append(f' "{key}": [\n{lines}\n ]' if rows else f' "{key}": []')
+    omitted = {"jobs": dict(doc.omitted_jobs), "gangs": dict(doc.omitted_gangs)}
     parts.append(f' "omitted": {json.dumps(omitted)}')
     return ",\n".join(parts) + "\n}\n"
+
+
+def _line(item: dict[str, Any]) -> str:
+    return "  " + json.dumps(item, ensure_ascii=False)
+
+
+def _job_lines(jobs: tuple[JobEntry, ...], memo: StatusMemo | None) -> list[str]:
+    """Each job's line; the last dump's line of the same entry object when kept."""
+    last = memo.rows if memo is not None else {}
+    rows: dict[int, tuple[JobEntry, str]] = {}
+    for j in jobs:
+        k = last.get(id(j))
+        rows[id(j)] = k if k is not None and k[0] is j else (j, _line(job_dict(j)))
+    if memo is not None:
+        memo.rows = rows
+    return [line for _, line in rows.values()]
+
+
+def _queues_text(queues: Mapping[str, QueueEntry], memo: StatusMemo | None) -> str:
+    """The queues as `json.dumps(..., indent=1)` writes them one level in; each queue's
+    lines taken up from the last dump when its JSON is the same (the indented writer is
+    pure Python, and ten times slower than the compact one the key is made with)."""
+    if not queues:
+        return "{}"
+    last = memo.queues if memo is not None else {}
+    kept: dict[str, str] = {}
+    items = []
+    for name, q in queues.items():
+        data = queue_dict(q)
+        key = json.dumps(data, ensure_ascii=False)
+        # JSON strings hold no raw newline: each line of the queue goes two spaces in
+        text = last.get(key) or json.dumps(data, indent=1, ensure_ascii=False).replace("\n", "\n  ")
+        kept[key] = text
+        items.append(f"  {json.dumps(name, ensure_ascii=False)}: {text}")
+    if memo is not None:
+        memo.queues = kept
+    return "{\n" + ",\n".join(items) + "\n }"
 
 
 def to_data(doc: StatusDoc) -> dict[str, str]:

@@ -35,7 +35,7 @@ from .sources.kube import KubeSource, OnChange
 from .sources.live import LiveSource
 from .sources.prometheus import PrometheusSource
 from .status_writer import StatusWriter
-from .triggers import wants_cycle
+from .triggers import GangStarts, wants_cycle
 
 
 def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
@@ -164,9 +164,15 @@ class _Triggers:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.driver: Driver | None = None
+        self.starts = GangStarts()
 
     def on_change(self, kind: str, event_type: str, record: object) -> None:
-        if self.driver is not None and wants_cycle(kind, event_type, record):
+        bound = self.starts.bound(event_type, record)  # kept up to date before a driver
+        if self.driver is None:
+            return
+        if bound is not None and bound in self.driver.controller.idle_queues:
+            self.driver.trigger(urgent=True)
+        elif wants_cycle(kind, event_type, record):
             self.driver.trigger()
 
     def leadership(self, leading: bool) -> None:

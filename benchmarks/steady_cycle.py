@@ -7,8 +7,9 @@ so later cycles have nothing to do. Then `Controller.run_once` over that snapsho
 daemon runs it at the info log level (JSON lines to /dev/null): plan, decision logging,
 metrics, the status document. The snapshot source returns the same snapshot (what the
 watch caches give when nothing changed). Prints the median CPU time of a cycle (this
-process only: others' load on the machine does not count), the log lines a steady cycle
-wrote, and the garbage collections it ran. `--freeze` moves everything alive before the
+process only: others' load on the machine does not count) and of the status document's
+build within it (`status_cpu_ms`), the log lines a steady cycle wrote, and the garbage
+collections it ran. `--freeze` moves everything alive before the
 cycles (the snapshot, as the caches hold it) out of the collector's sight (gc.freeze), as
 a daemon may do once its caches are synced.
 
@@ -39,6 +40,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
+from autoscaler import loop  # noqa: E402
 from autoscaler.actuator import DryRunActuator  # noqa: E402
 from autoscaler.logs import configure_logging  # noqa: E402
 from autoscaler.loop import Controller  # noqa: E402
@@ -69,6 +71,21 @@ class _Lines(io.StringIO):
     def write(self, text: str) -> int:
         self.lines += text.count("\n")
         return len(text)
+
+
+class _StatusClock:
+    """The CPU time of each status document built (loop.build_status, wrapped)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._build = loop.build_status
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        start = time.process_time()
+        try:
+            return self._build(*args, **kw)
+        finally:
+            self.times.append(time.process_time() - start)
 
 
 class _GcClock:
@@ -128,6 +145,8 @@ async def measure(n: int, cycles: int, freeze: bool, nodes: int = 0) -> dict[str
         await controller.run_once(now)  # the first: every decision is news
         out.lines = 0
         collections = [s["collections"] for s in gc.get_stats()]
+        status = _StatusClock()
+        loop.build_status = status  # type: ignore[assignment]
         paused = _GcClock()
         gc.callbacks.append(paused)
         times, actions = [], 0
@@ -144,6 +163,7 @@ async def measure(n: int, cycles: int, freeze: bool, nodes: int = 0) -> dict[str
         "jobs": n,
         "nodes": len(snapshot.volcano.nodes or ()) if snapshot.volcano else 0,
         "cycle_cpu_ms": round(1000 * statistics.median(times), 1),
+        "status_cpu_ms": round(1000 * statistics.median(status.times), 1),
         "log_lines_per_cycle": round(out.lines / cycles, 1),
         "actions_per_cycle": round(actions / cycles, 1),
         "gc_per_cycle": [round(r / cycles, 1) for r in ran],

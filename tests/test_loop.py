@@ -377,6 +377,74 @@ async def test_driver_runs_early_cycles_and_stops_cleanly(api):
         assert driver.cycles == 2
 
 
+async def test_an_urgent_trigger_is_not_held_back(api):
+    # a trigger waits min_interval_seconds (an hour here) after the last cycle's start;
+    # an urgent one, even one that comes while another is held back, runs a cycle at once
+    api.put(pytorchjob("j", queue="team-a", replicas=2, active=2, max_replicas=2))
+    async with (
+        fake_prometheus(free_body(**{"team-a": 0})) as prom,
+        Daemon(api, settings_for(prom.url, interval_seconds=3600, min_interval_seconds=3600)) as d,
+    ):
+        driver = d.driver
+        task = asyncio.create_task(driver.run())
+        await eventually(lambda: driver.cycles == 1)
+        driver.trigger()
+        driver.trigger(urgent=True)
+        await eventually(lambda: driver.cycles == 2)
+        driver.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_a_gang_bound_beside_idle_gpus_calls_a_cycle_at_once(api):
+    # team-a has 4 GPUs free; the first cycle serves pg's 1-GPU gang and grows j 1 -> 2,
+    # leaving 2 idle. pg is then bound (Running): its job has started at the size it asked
+    # for, and a cycle at once grows it while it starts, not min_interval_seconds later
+    api.put(pytorchjob("j", queue="team-a", replicas=1, active=1, max_replicas=2))
+    api.put(podgroup("pg", queue="team-a", gpus=1, phase="Pending"))
+    async with (
+        fake_prometheus(free_body(**{"team-a": 4})) as prom,
+        Daemon(api, settings_for(prom.url, interval_seconds=3600, min_interval_seconds=3600)) as d,
+    ):
+        driver = d.driver
+        task = asyncio.create_task(driver.run())
+        await eventually(lambda: driver.cycles == 1)
+        assert d.controller.idle_queues == {"team-a"}
+        api.put(podgroup("pg", queue="team-a", gpus=1, phase="Running"))
+        await eventually(lambda: driver.cycles == 2)
+        driver.stop()
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.parametrize(
+    ("events", "bound"),
+    [
+        # seen waiting, then Running: bound, once
+        ([("ADDED", "Pending"), ("MODIFIED", "Running")], [None, "team-a"]),
+        (
+            [("ADDED", "Inqueue"), ("MODIFIED", "Running"), ("MODIFIED", "Running")],
+            [None, "team-a", None],
+        ),
+        # never seen waiting (running when the daemon started): not a start it saw
+        ([("ADDED", "Running")], [None]),
+        # deleted while waiting: forgotten
+        ([("ADDED", "Pending"), ("DELETED", "Pending"), ("ADDED", "Running")], [None, None, None]),
+        # waiting, then done without running (e.g. its job deleted): no start
+        ([("ADDED", "Pending"), ("MODIFIED", "Completed")], [None, None]),
+    ],
+)
+def test_gang_starts_tells_a_gang_bound_after_it_waited(events, bound):
+    from autoscaler.parse import decoders
+    from autoscaler.triggers import GangStarts
+
+    decode = decoders(Settings().read_options())["PodGroup"]
+    starts = GangStarts()
+    seen = [
+        starts.bound(etype, decode(podgroup("pg", queue="team-a", phase=phase)))
+        for etype, phase in events
+    ]
+    assert seen == bound
+
+
 def test_next_start_debounces_triggers():
     s = Settings(interval_seconds=120, min_interval_seconds=15)
     assert next_start(100.0, 101.0, s.loop_options(), triggered=False) == 119.0

@@ -328,3 +328,71 @@ def test_replanning_after_the_share_came_back_changes_nothing():
     # nothing more is taken: not from a1 (in reclaim cooldown), not from v (the
     # in-queue reclaim still does not pay)
     assert plan(s, policy(), NOW).actions == ()
+
+
+# ---- nothing declared: the wait estimated from the running jobs' ages -----------------------
+
+
+@pytest.mark.parametrize(
+    ("shortfall", "running", "wait"),
+    [
+        # 4 GPUs held, each job 600 s in: together they free 4 GPUs per 600 s
+        (1, [(600.0, 2), (600.0, 2)], 150.0),
+        (2, [(600.0, 2), (600.0, 2)], 300.0),
+        # GPU-weighted: the old 3-GPU job counts three times the young 1-GPU one
+        (1, [(4000.0, 3), (400.0, 1)], (3 * 4000 + 400) / 16),
+        (1, [], None),  # nothing runs: unknown
+    ],
+)
+def test_natural_wait(shortfall, running, wait):
+    assert payoff.natural_wait(shortfall, running) == wait
+
+
+def _crowd(age, others, started=True, v_workers=2):
+    """Queue full. v runs 2 workers (min 1): the only victim. `others` jobs of 1 GPU at
+    their min run beside it, all `age` seconds in. A 1-GPU gang waits; nobody declares
+    anything; restarts cost 30 s (v would pay 2 x 30 s)."""
+    at = ago(age) if started else None
+    jobs = [ej("v", min=1, max=8, replicas=v_workers, started=at)]
+    jobs += [ej(f"e{i}", min=1, max=1, replicas=1, started=at) for i in range(others)]
+    return jobs, [gang("g", 1, created=ago(30))]
+
+
+@pytest.mark.parametrize(
+    ("age", "others", "started", "pol", "gang_reason", "v_target"),
+    [
+        # 11 young jobs on 12 GPUs, 300 s in: a GPU frees in ~25 s, under 8 x 60 s of
+        # restarts: the gang waits, v keeps its second worker
+        (300, 10, True, {}, Reason.GANG_RECLAIM_UNPAID, 2),
+        # two old jobs on 3 GPUs, 10 h in: ~12000 s: reclaim
+        (36000, 1, True, {}, Reason.GANG_COVERED, 1),
+        # the check off, or a factor the estimate beats: reclaim (today's rule)
+        (300, 10, True, {"reclaim_wait_factor": 0}, Reason.GANG_COVERED, 1),
+        (300, 10, True, {"reclaim_wait_factor": 0.1}, Reason.GANG_COVERED, 1),
+        # no job's start is known: no estimate, reclaim as before
+        (300, 10, False, {}, Reason.GANG_COVERED, 1),
+    ],
+)
+def test_without_declared_runs_a_swap_waits_where_gpus_free_soon_anyway(
+    age, others, started, pol, gang_reason, v_target
+):
+    jobs, gangs = _crowd(age, others, started)
+    p = plan(snap({"q": 0}, jobs, gangs), policy(**pol), NOW)
+    assert {g.ref.name: g.reason for g in p.gangs} == {"g": gang_reason}
+    v = next(d for d in p.decisions if d.ref.name == "v")
+    assert v.target == v_target
+    if gang_reason is Reason.GANG_RECLAIM_UNPAID:
+        assert (
+            "GPUs would free on their own in ~25s (estimated from the running jobs' "
+            "ages); its victims would pay ~60s of restarts, reclaim_wait_factor=8)"
+            in p.gangs[0].message
+        )
+
+
+def test_taking_a_few_workers_of_a_large_job_is_not_weighed_by_ages():
+    # the same young crowd, but v runs 8 workers: the gang takes 1 and v keeps 7, not a
+    # swap: reclaimed for as before (the estimate would have refused it)
+    jobs, gangs = _crowd(300, 10, v_workers=8)
+    p = plan(snap({"q": 0}, jobs, gangs), policy(), NOW)
+    assert p.gangs[0].reason is Reason.GANG_COVERED
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 7

@@ -125,6 +125,20 @@ def test_planner_grows_then_reclaims_for_the_waiting_gang() -> None:
     assert result.cycles == 4  # t=0, 15, 55 (B finished), A finished
 
 
+def test_a_job_starting_beside_idle_gpus_is_grown_at_its_start() -> None:
+    # C holds 1 of 4 GPUs and cannot grow: the cycle at t=0 leaves 3 idle. D (1..2)
+    # arrives at t=5 and starts at 1 GPU; its submission alone would call a cycle at t=15
+    # (min_interval 15 s after t=0), growing it once it runs: a restart. Its gang bound
+    # in a queue the last plan left idle GPUs in calls the cycle at once (the daemon's
+    # start trigger): grown at its start, no restart.
+    c, d = job("c", 0, 100, 1, 1, 1), job("d", 5, 100, 1, 1, 2)
+    _, jobs = run("planner", [c, d], min_interval_seconds=15)
+    assert jobs["d"].first_start == pytest.approx(5)
+    assert jobs["d"].last_scale_time == pytest.approx(5)
+    assert jobs["d"].restarts == 0
+    assert jct(jobs["d"]) == pytest.approx(50)  # 100 s of work at twice the speed
+
+
 def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
     _, jobs = run("planner", [A, B])  # reclaim_cooldown_seconds=60 > 15 s since growth
     assert jobs["b"].first_start == pytest.approx(50)
@@ -132,24 +146,28 @@ def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
 
 
 @pytest.mark.parametrize(
-    ("job_info", "w_starts", "v_restarts"),
+    ("job_info", "wait_factor", "w_starts", "v_restarts"),
     [
-        # nothing declared: today's rule, one of v's 2 workers goes to w at the early
-        # cycle (t=15), and v is grown twice later: 3 restarts
-        ("none", 15.0, 3),
+        # nothing declared, the ages' estimate off: one of v's 2 workers goes to w at the
+        # early cycle (t=15), and v is grown twice later: 3 restarts
+        ("none", 0.0, 15.0, 3),
+        # nothing declared: taking 1 of v's 2 workers is a swap, and by the running jobs'
+        # ages (15 s) GPUs free within seconds: w waits (for e's, at 200 s)
+        ("none", 8.0, 200.0, 2),
         # declared: w would wait 185 s for e's GPUs; v would lose two restarts and 185 s of
         # a worker's work (its 1 left runs half as fast until e's GPUs free): w waits, and
         # v restarts only when it grows into e's GPUs and later w's
-        ("both", 200.0, 2),
+        ("both", 8.0, 200.0, 2),
     ],
 )
 def test_the_planner_reclaims_only_where_it_pays_when_jobs_declare_their_run(
-    job_info: str, w_starts: float, v_restarts: int
+    job_info: str, wait_factor: float, w_starts: float, v_restarts: int
 ) -> None:
     v = job("v", 0, 4000, 2, 1, 4)
     e = job("e", 0, 200, 2, 2, 2)
     w = job("w", 10, 2000, 1, 1, 1)
-    controller = make_controller("planner", Settings(), job_info)
+    settings = Settings(reclaim_wait_factor=wait_factor)
+    controller = make_controller("planner", settings, job_info)
     result = simulate([v, e, w], {"q": 4}, controller, 30.0)
     jobs = {j.name: j for j in result.jobs}
     assert jobs["w"].first_start == pytest.approx(w_starts)

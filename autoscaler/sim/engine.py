@@ -112,7 +112,9 @@ class Controller(Protocol):
         """When this controller wants to run next (math.inf: never)."""
 
     def notify(self, now: float, cluster: Cluster, event: str) -> None:
-        """A job was submitted or finished at `now` (event: "submit" | "finish")."""
+        """A job was submitted or finished at `now`, or gangs were admitted (event:
+        "submit" | "finish" | "start"; for "start", `cluster.started` holds their
+        queues)."""
 
     def cycle(self, now: float, cluster: Cluster) -> None:
         """Run one cycle: may change replicas of jobs through `cluster.resize`."""
@@ -149,6 +151,8 @@ class Cluster:
     queue_gpu_seconds: dict[str, float] = field(default_factory=dict)
     preemptions: int = 0
     cycles: int = 0  # controller cycles run
+    # queues where a gang was admitted (a job started) since the controllers were told
+    started: set[str] = field(default_factory=set)
     unbound_asks: int = 0  # workers a resize asked for, given up before they were bound
     # node pools (sim/nodes.py): pods bound where the fit filters admit them; None: every
     # GPU is interchangeable (no nodes)
@@ -405,6 +409,7 @@ class Cluster:
             if need <= free and self._bind(job, job.gang):  # room, and nodes that admit it
                 free -= need  # out of both the queue's room and the cluster's idle GPUs
                 job.admitted = True
+                self.started.add(queue)
                 self._request[queue] += job.replicas * job.gpw
                 job.last_update = self.now
                 job.paused_until = self.now
@@ -638,10 +643,14 @@ def _replay(
             nxt += 1
             controller.notify(cluster.now, cluster, "submit")
         cluster.schedule()
+        if cluster.started:  # as the daemon's watch sees PodGroups bound
+            controller.notify(cluster.now, cluster, "start")
+            cluster.started.clear()
         if controller.next_time() <= cluster.now + EPS:
             controller.cycle(cluster.now, cluster)
             cluster.cycles += 1
             cluster.schedule()
+            cluster.started.clear()  # gangs the cycle made room for: it planned them
         cluster.sample()
         if progress is not None:
             progress(cluster.now, finished)

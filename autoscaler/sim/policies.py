@@ -140,6 +140,12 @@ class PlannerController(_Elastic):
         return self._next
 
     def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        if event == "start":
+            # the daemon's start trigger (triggers.GangStarts): a gang bound in a queue
+            # the last plan left idle GPUs in calls a cycle at once, not debounced
+            if cluster.started & self.daemon.idle_queues:
+                self._next = now
+            return
         early = max(now, self._last + self.min_interval)
         self._next = min(self._next, early)
 
@@ -335,6 +341,8 @@ class HpaController(_Elastic):
         return self._next
 
     def notify(self, now: float, cluster: Cluster, event: str) -> None:
+        if event == "start":  # an HPA reads its metric on its period, whatever starts
+            return
         if self._next == math.inf:
             self._next = now
 
