@@ -32,8 +32,8 @@ Go collections); before each child the server is put in one state
 (`server_probe.settle`, on unless `--no-settle`), its heap may grow to 3x what is live
 before it collects (`--server-gogc`), and it runs without its periodic check of each
 watch cache against etcd (`server_probe.SERVER_ARGS`): the same LISTs cost it ~6 s of
-CPU, or ~11 s with a collection of its heap, ~16 s with a consistency check, ~23 s with
-their next pages read from etcd, at 10k jobs ([placement] #27, fifth round,
+CPU, or ~11 s with a collection of its heap, ~23 s with their next pages read from
+etcd, more with its consistency check, at 10k jobs ([placement] #27, fifth round,
 docs/benchmarks.md). `--watch-list N`: then the same
 collections streamed as client-go asks them (benchmarks/watch_list.py), N times.
 """

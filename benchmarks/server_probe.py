@@ -190,13 +190,14 @@ def settle(server: Any, mark: int) -> float:
       next pages from its snapshot at the first page's version, and drops every snapshot
       older than the revision etcd was compacted to (kube-apiserver compacts every 5
       minutes); a collection with no write since then has none left, and its next
-      pages are read from etcd (decoded, converted and encoded again: ~2x the server's
-      CPU). A live cluster writes its pods, nodes and jobs all the time; the loaded
-      benchmark cluster is quiet.
+      pages are read from etcd (decoded, converted and encoded again: at 10k jobs the
+      child's LISTs cost the server ~4x). A live cluster writes its pods, nodes and
+      jobs all the time; the loaded benchmark cluster is quiet.
     - A Go collection (`/debug/pprof/heap?gc=1`, the server started with SERVER_ARGS): at
       10k jobs the server's live heap is ~3.5 GB, a collection of it ~5 s of its CPU,
       and one landed in every other child (the LISTs of a child allocate about half
-      the heap's headroom). After it, a child's LISTs allocate less than the headroom.
+      the heap's headroom at GOGC=100). After it, at cycle_real's GOGC=200, a child's
+      LISTs allocate less than the headroom.
     """
     t0 = time.perf_counter()
     for prefix, plural in _TOUCHED:
