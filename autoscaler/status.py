@@ -825,12 +825,16 @@ def _job_lines(jobs: tuple[JobEntry, ...], memo: StatusMemo | None) -> list[str]
     """Each job's line; the last dump's line of the same entry object when kept."""
     last = memo.rows if memo is not None else {}
     rows: dict[int, tuple[JobEntry, str]] = {}
+    lines = []
     for j in jobs:
         k = last.get(id(j))
-        rows[id(j)] = k if k is not None and k[0] is j else (j, _line(job_dict(j)))
+        if k is None or k[0] is not j:
+            k = (j, _line(job_dict(j)))
+        rows[id(j)] = k
+        lines.append(k[1])
     if memo is not None:
         memo.rows = rows
-    return [line for _, line in rows.values()]
+    return lines
 
 
 def _queues_text(queues: Mapping[str, QueueEntry], memo: StatusMemo | None) -> str:

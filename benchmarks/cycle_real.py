@@ -29,10 +29,12 @@ each page read and thrown away. Floors and daemons alternate, a floor first and 
 side of it. Every row says what the server did meanwhile (`server_probe`: the API
 server's and etcd's CPU, LISTs served from the watch cache or from etcd, the server's
 Go collections); before each child the server is put in one state
-(`server_probe.settle`, on unless `--no-settle`), and its heap may grow to 3x what is
-live before it collects (`--server-gogc`): the same LISTs cost it ~6 s of CPU, or ~11 s
-with a collection of its heap, or ~23 s with their next pages read from etcd at 10k
-jobs ([placement] #27, fifth round, docs/benchmarks.md). `--watch-list N`: then the same
+(`server_probe.settle`, on unless `--no-settle`), its heap may grow to 3x what is live
+before it collects (`--server-gogc`), and it runs without its periodic check of each
+watch cache against etcd (`server_probe.SERVER_ARGS`): the same LISTs cost it ~6 s of
+CPU, or ~11 s with a collection of its heap, ~23 s with their next pages read from
+etcd, more with its consistency check, at 10k jobs ([placement] #27, fifth round,
+docs/benchmarks.md). `--watch-list N`: then the same
 collections streamed as client-go asks them (benchmarks/watch_list.py), N times.
 """
 
@@ -577,7 +579,7 @@ def _peak_rss_mib() -> float:
 async def _main(args: argparse.Namespace) -> None:
     from kubeserver import envtest_server
     from promserver import fake_prometheus, sample, vector_body
-    from server_probe import PROFILING
+    from server_probe import SERVER_ARGS
 
     now = time.time()
     body = vector_body(
@@ -587,7 +589,7 @@ async def _main(args: argparse.Namespace) -> None:
     if args.server_gogc:
         # the benchmark's server (and its etcd) only: see --server-gogc
         os.environ["GOGC"] = str(args.server_gogc)
-    with envtest_server("envtest-bench-", PROFILING if args.settle else None) as server:
+    with envtest_server("envtest-bench-", SERVER_ARGS if args.settle else None) as server:
         loaded = await _load(
             server.url, server.token, str(server.ca_file), args.jobs, args.pods, args.nodes
         )
@@ -645,7 +647,8 @@ def _against(daemon: dict, floors: list[dict]) -> dict:
 def _brief(server: dict) -> dict:
     """What says which mode the server served in: its CPU and etcd's, LIST pages from
     the watch cache and from etcd, its collections."""
-    keep = ("api_cpu_s", "etcd_cpu_s", "cache_lists", "storage_lists", "gc_cycles", "gc_cpu_s")
+    keep = ("api_cpu_s", "etcd_cpu_s", "cache_lists", "storage_lists", "storage_fetched")
+    keep += ("consistency_checks", "gc_cycles", "gc_cpu_s")
     return {k: server[k] for k in keep if k in server}
 
 

@@ -9,6 +9,9 @@
   (`apiserver_storage_list_total`), each by resource where any were;
 - `consistent_fallbacks`: consistent reads the watch cache could not serve in time and
   sent to etcd (`apiserver_watch_cache_consistent_read_total{fallback="true"}`);
+- `consistency_checks`: the server's own checks of a watch cache against etcd
+  (`apiserver_storage_consistency_checks_total`; each reads a whole collection from
+  both);
 - `gc_cycles`: the API server's Go collections completed, `gc_cpu_s` the time its
   collector took by the Go runtime's account (a collection started is counted as it
   goes), `heap_goal_mib` / `heap_live_mib` after.
@@ -94,6 +97,8 @@ def _metrics(target: Target) -> dict[str, float]:
             what = tags.get("resource_prefix") or tags.get("resource") or "?"
             key = f"{_COUNTERS[name]}:{what.rsplit('/', 1)[-1]}"
             out[key] = out.get(key, 0.0) + float(value)
+        elif name == "apiserver_storage_consistency_checks_total":
+            out["consistency_checks"] = out.get("consistency_checks", 0.0) + float(value)
         elif name == "apiserver_watch_cache_consistent_read_total":
             key = f"consistent_{'fallbacks' if tags.get('fallback') == 'true' else 'cache'}"
             out[key] = out.get(key, 0.0) + float(value)
@@ -146,6 +151,9 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "consistent_fallbacks": int(
             new.get("consistent_fallbacks", 0) - old.get("consistent_fallbacks", 0)
         ),
+        "consistency_checks": int(
+            new.get("consistency_checks", 0) - old.get("consistency_checks", 0)
+        ),
         "gc_cpu_s": round(
             new.get("go_cpu_classes_gc_total_cpu_seconds_total", 0)
             - old.get("go_cpu_classes_gc_total_cpu_seconds_total", 0),
@@ -168,7 +176,11 @@ _TOUCHED = (
     ("/apis/kubeflow.org/v1", "pytorchjobs"),
     ("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
 )
-PROFILING = ["--profiling=true"]  # the server's /debug/pprof, for `settle`'s collection
+# the benchmark's server, for `settle`: its /debug/pprof (the collection), and without its
+# watch caches' consistency check (DetectCacheInconsistency, on by default since 1.34):
+# every 5-7.5 minutes, for each collection, the server reads it whole from its cache and
+# from etcd (at 10k jobs ~95k objects decoded, ~10 s of its CPU), whenever that lands
+SERVER_ARGS = ["--profiling=true", "--feature-gates=DetectCacheInconsistency=false"]
 
 
 def settle(server: Any, mark: int) -> float:
@@ -178,13 +190,14 @@ def settle(server: Any, mark: int) -> float:
       next pages from its snapshot at the first page's version, and drops every snapshot
       older than the revision etcd was compacted to (kube-apiserver compacts every 5
       minutes); a collection with no write since then has none left, and its next
-      pages are read from etcd (decoded, converted and encoded again: ~2x the server's
-      CPU). A live cluster writes its pods, nodes and jobs all the time; the loaded
-      benchmark cluster is quiet.
-    - A Go collection (`/debug/pprof/heap?gc=1`, the server started with PROFILING): at
+      pages are read from etcd (decoded, converted and encoded again: at 10k jobs the
+      child's LISTs cost the server ~4x). A live cluster writes its pods, nodes and
+      jobs all the time; the loaded benchmark cluster is quiet.
+    - A Go collection (`/debug/pprof/heap?gc=1`, the server started with SERVER_ARGS): at
       10k jobs the server's live heap is ~3.5 GB, a collection of it ~5 s of its CPU,
       and one landed in every other child (the LISTs of a child allocate about half
-      the heap's headroom). After it, a child's LISTs allocate less than the headroom.
+      the heap's headroom at GOGC=100). After it, at cycle_real's GOGC=200, a child's
+      LISTs allocate less than the headroom.
     """
     t0 = time.perf_counter()
     for prefix, plural in _TOUCHED:

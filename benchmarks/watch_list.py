@@ -124,9 +124,9 @@ async def _child(server, what: str, kubeconfig: str) -> None:
 async def _main(args: argparse.Namespace) -> None:
     from cycle_real import _load
     from kubeserver import envtest_server
-    from server_probe import PROFILING
+    from server_probe import SERVER_ARGS
 
-    with envtest_server("envtest-watchlist-", PROFILING) as server:
+    with envtest_server("envtest-watchlist-", SERVER_ARGS) as server:
         loaded = await _load(
             server.url, server.token, str(server.ca_file), args.jobs, True, args.nodes
         )

@@ -225,3 +225,11 @@ def test_any_sequence_of_cycles_gives_the_status_built_without_the_memo(steps):
             j = s.jobs[i]
             writes = (WriteOutcome("ml", j.ref.name, j.ref.kind, outcomes[n % 5], "HTTP 403 no"),)
         run.step(s, p, writes, previous, max_jobs=max_jobs)
+
+
+def test_an_entry_listed_twice_is_dumped_twice():
+    s = snap({"q": 0}, [ej("a", max=4)])
+    doc = build_status(s, planned(s, NOW), OK)
+    twice = replace(doc, jobs=(doc.jobs[0], doc.jobs[0]))
+    memo = StatusMemo()
+    assert dump(twice, memo) == dump(twice, memo) == reference_dump(twice)
