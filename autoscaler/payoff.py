@@ -17,21 +17,10 @@ those estimates a reclaim is a trade between two jobs:
   job has no progress: its expected run time).
 
 The reclaim goes ahead only if the gain beats the losses (times the policy's
-`reclaim_payoff_factor`). A victim whose loss cannot be estimated counts nothing.
-
-A reclaim that swaps workers (its victims give up at least as many as they keep; the
-planner's `_swap`) is also weighed, declared runs or not, on what every cluster shows, the
-running jobs' ages (`natural_wait`): in a queue whose jobs come and go
-steadily, what is left of a running job's run is distributed like what it has run so far
-(renewal theory: a job's residual life and its age have the same law), so its GPUs free
-at about (GPUs held) / (mean age) per second. The reclaim then goes ahead only if that
-wait beats the restarts its victims would pay (two each: shrunk now, grown back later)
-times the policy's `reclaim_wait_factor`: where many jobs run and they are young, GPUs
-free on their own about as soon as a reclaim would free them, and the reclaim only buys
-the victims' restarts and a slower run. A gang whose wait cannot be estimated at all
-(nothing declared, and nothing of its queue runs with a known start) is reclaimed for as
-before (elastic workers go first). Only reclaims inside the gang's queue are weighed: what
-other queues give back of its queue's share is owed, not traded (the planner's `_cover`).
+`reclaim_payoff_factor`). What nobody declared is not guessed: a gang whose wait cannot be
+estimated, or a victim whose loss cannot, is reclaimed for as before (elastic workers go
+first). Only reclaims inside the gang's queue are weighed: what other queues give back of
+its queue's share is owed, not traded (the planner's `_cover`).
 """
 
 from __future__ import annotations
@@ -73,20 +62,6 @@ def gang_wait(shortfall: int, ending: Iterable[tuple[float, int]]) -> float | No
     return None
 
 
-def natural_wait(shortfall: int, running: Iterable[tuple[float, int]]) -> float | None:
-    """Seconds until `shortfall` GPUs free on their own, from what nobody declared:
-    `running` holds (seconds since start, GPUs held) of the queue's running jobs. Each
-    job's run left is taken to be like its age (renewal), so together they free GPUs at
-    (GPUs held) / (GPU-weighted mean age) per second; None when nothing runs."""
-    held = aged = 0.0
-    for age, gpus in running:
-        held += gpus
-        aged += gpus * max(0.0, age)
-    if held <= 0:
-        return None
-    return shortfall * aged / (held * held)
-
-
 def victim_loss(
     workers: int,
     taken: int,
@@ -119,12 +94,10 @@ def victim_loss(
 @dataclass(frozen=True, slots=True)
 class Trade:
     """A reclaim weighed: the gang's gain and the victims' losses (seconds), the losses
-    of victims whose loss is unknown left out. `estimated`: a swap weighed by the running
-    jobs' ages: the gain is `natural_wait`, the loss the victims' restarts alone."""
+    of victims whose loss is unknown left out."""
 
     gain: float | None
     loss: float
-    estimated: bool = False
 
     def pays(self, factor: float) -> bool:
         """Reclaim when the check is off (factor 0), the gain is unknown, or it beats
@@ -132,11 +105,5 @@ class Trade:
         return factor <= 0 or self.gain is None or self.gain > factor * self.loss
 
     def describe(self) -> str:
-        if self.estimated and self.gain is not None:
-            return (
-                f"GPUs would free on their own in ~{self.gain:.0f}s (estimated from the "
-                "running jobs' ages); its victims would pay "
-                f"~{self.loss:.0f}s of restarts"
-            )
         gain = "unknown" if self.gain is None else f"~{self.gain:.0f}s"
         return f"the gang would wait {gain}; its victims would lose ~{self.loss:.0f}s"

@@ -796,14 +796,6 @@ def _cut(jobs: Iterable[_Job | tuple[_Job, str]], cuts: Iterable[int]) -> list[t
     return out
 
 
-def _swap(victims: list[tuple[_Job, int]]) -> bool:
-    """The victims give up at least as many workers as they keep (summed as fractions of
-    what each keeps): at linear speedup they lose about as much time as the gang gains,
-    so only a long wait for the gang makes up their restarts. Taking a few workers of
-    large jobs is not weighed this way (before the cut: each keeps target - n)."""
-    return sum(n / max(1, w.target - n) for w, n in victims) >= 1
-
-
 def _gpus_of(victims: Iterable[tuple[_Job, int]]) -> int:
     """GPUs the victims' workers free."""
     return sum(n * w.job.gpus_per_worker for w, n in victims)
@@ -1052,7 +1044,6 @@ class _QueuePlanner:
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
         self._ends: list[tuple[float, int]] | None = None  # see _ending
-        self._ages: list[tuple[float, int]] | None = None  # see _estimated_trade
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
         self._no_room: dict[Hashable, Room] = {}  # see _room
@@ -1431,7 +1422,7 @@ class _QueuePlanner:
         if not victims:
             return victims, lent
         trade = self._reclaim_trade(g, left, victims)
-        if self._pays(trade):
+        if trade.pays(self.policy.reclaim_payoff_factor):
             return victims, lent
         pool.put_back(victims)
         if self.lenders is not None and lent:
@@ -1464,7 +1455,7 @@ class _QueuePlanner:
         victims, lent = _cut(local, room.cuts), _cut(lenders, room.cuts[len(local) :])
         if victims:
             trade = self._reclaim_trade(g, shortfall - _gpus_of(lent), victims)
-            if not self._pays(trade):
+            if not trade.pays(self.policy.reclaim_payoff_factor):
                 lenders = lenders or self._lending(g, limit)[0]
                 owed = self._room(g, [], lenders, gpus_short) if lenders else None
                 if owed is None or owed.cuts is None:
@@ -1597,38 +1588,7 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        gain = payoff.gang_wait(ahead + shortfall, self._ending())
-        if self.policy.reclaim_wait_factor > 0 and _swap(victims):
-            # a swap waits where GPUs free soon by the running jobs' ages, runs declared
-            # or not; where they tell the wait, the declared trade weighs it too
-            estimated = self._estimated_trade(ahead + shortfall, victims)
-            if gain is None or not self._pays(estimated):
-                return estimated
-        return payoff.Trade(gain, loss)
-
-    def _estimated_trade(self, need: int, victims: list[tuple[_Job, int]]) -> payoff.Trade:
-        """Nothing declared says when GPUs free: the wait for `need` GPUs estimated from
-        the ages of the queue's running jobs (payoff.natural_wait), against the restarts
-        the victims would pay (two each: shrunk now, grown back later; none for one
-        giving up only workers never placed)."""
-        if self._ages is None:
-            now = self.now
-            self._ages = [
-                ((now - j.started).total_seconds(), j.active * j.gpus_per_worker)
-                for w in self.work
-                for j in (w.job,)
-                if j.active > 0 and j.started is not None
-            ]
-        restarts = sum(
-            2 * self._restart_cost(w.job)
-            for w, workers in victims
-            if workers > max(0, w.target - w.job.active)
-        )
-        return payoff.Trade(payoff.natural_wait(need, self._ages), restarts, estimated=True)
-
-    def _pays(self, trade: payoff.Trade) -> bool:
-        p = self.policy
-        return trade.pays(p.reclaim_wait_factor if trade.estimated else p.reclaim_payoff_factor)
+        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;
@@ -1653,15 +1613,10 @@ class _QueuePlanner:
 
     def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
         """The reclaim would cost its victims more than the gang gains: it waits."""
-        p = self.policy
-        factor = (
-            f"reclaim_wait_factor={p.reclaim_wait_factor:g}"
-            if trade.estimated
-            else f"reclaim_payoff_factor={p.reclaim_payoff_factor:g}"
-        )
         message = (
             f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
-            f"({trade.describe()}, {factor}): it waits for GPUs to free"
+            f"({trade.describe()}, reclaim_payoff_factor="
+            f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
         )
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 

@@ -27,7 +27,6 @@ class PlannerPolicy:
     cooldown_restart_cost_factor: float = 10.0
     reclaim_cooldown_seconds: float = 60
     reclaim_payoff_factor: float = 1.0
-    reclaim_wait_factor: float = 8.0
     max_gang_wait_seconds: float = 1800
     starving_gang_blocks_later_gangs: bool = False
     unplaced_timeout_seconds: float = 300

@@ -107,19 +107,8 @@ class Settings(BaseSettings):
         description="Where jobs declare their run (annotations expected-runtime-seconds "
         "or progress), workers are reclaimed for a waiting gang only when the time the "
         "gang would otherwise wait exceeds this many times what its victims lose (their "
-        "restart and the work of the workers taken, while the gang runs). Swaps are "
-        "also weighed by reclaim_wait_factor. 0 turns the check off.",
-    )
-    reclaim_wait_factor: float = Field(
-        8.0,
-        ge=0,
-        description="A reclaim whose victims give up at least as many workers as they "
-        "keep goes ahead only when the gang's wait, estimated from the ages of its "
-        "queue's running jobs (a running job's run left is taken to be like what it has "
-        "run so far), exceeds this many times the restarts its victims would pay (two "
-        "each: shrunk now, grown back later); where jobs declare their run, "
-        "reclaim_payoff_factor weighs it too. Where many young jobs run, GPUs free on "
-        "their own about as soon. 0 turns this check off.",
+        "restart and the work of the workers taken, while the gang runs). Jobs that "
+        "declare nothing are reclaimed from as before. 0 turns the check off.",
     )
     max_gang_wait_seconds: float = Field(
         1800,

@@ -146,28 +146,24 @@ def test_planner_reclaim_cooldown_makes_the_gang_wait() -> None:
 
 
 @pytest.mark.parametrize(
-    ("job_info", "wait_factor", "w_starts", "v_restarts"),
+    ("job_info", "w_starts", "v_restarts"),
     [
-        # nothing declared, the ages' estimate off: one of v's 2 workers goes to w at the
-        # early cycle (t=15), and v is grown twice later: 3 restarts
-        ("none", 0.0, 15.0, 3),
-        # nothing declared: taking 1 of v's 2 workers is a swap, and by the running jobs'
-        # ages (15 s) GPUs free within seconds: w waits (for e's, at 200 s)
-        ("none", 8.0, 200.0, 2),
+        # nothing declared: today's rule, one of v's 2 workers goes to w at the early
+        # cycle (t=15), and v is grown twice later: 3 restarts
+        ("none", 15.0, 3),
         # declared: w would wait 185 s for e's GPUs; v would lose two restarts and 185 s of
         # a worker's work (its 1 left runs half as fast until e's GPUs free): w waits, and
         # v restarts only when it grows into e's GPUs and later w's
-        ("both", 8.0, 200.0, 2),
+        ("both", 200.0, 2),
     ],
 )
 def test_the_planner_reclaims_only_where_it_pays_when_jobs_declare_their_run(
-    job_info: str, wait_factor: float, w_starts: float, v_restarts: int
+    job_info: str, w_starts: float, v_restarts: int
 ) -> None:
     v = job("v", 0, 4000, 2, 1, 4)
     e = job("e", 0, 200, 2, 2, 2)
     w = job("w", 10, 2000, 1, 1, 1)
-    settings = Settings(reclaim_wait_factor=wait_factor)
-    controller = make_controller("planner", settings, job_info)
+    controller = make_controller("planner", Settings(), job_info)
     result = simulate([v, e, w], {"q": 4}, controller, 30.0)
     jobs = {j.name: j for j in result.jobs}
     assert jobs["w"].first_start == pytest.approx(w_starts)
