@@ -116,12 +116,12 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     # decisions once every queue ran: a gang of a later queue may take a job's workers
     # back from an earlier one (lent shares, _Lenders)
     decisions: list[Decision] = []
-    memo: _Decided = (_DECIDED[0], {})
+    memo: _Decided = (_KEPT.decided, {})
     for queue_plan, _ in planners:
         unmanaged = unmanaged_by_queue.get(queue_plan.state.name, ())
         decisions.extend(_with_unmanaged(queue_plan.decisions(memo), unmanaged, no_pods))
         gangs.extend(queue_plan.gangs)
-    _DECIDED[0] = memo[1]
+    _KEPT.decided = memo[1]
 
     gangs.sort(key=lambda g: (g.queue, g.ref.namespace, g.ref.name))
     return Plan(
@@ -203,15 +203,10 @@ class _Jobs:
     measurable: tuple[ElasticJob, ...]  # whose restart the plan may measure (_measure)
 
 
-# the last plan's jobs, indexed (a steady cluster hands the planner the same tuple of
-# the same jobs every cycle: the watch caches assemble a new one only when one changed)
-_JOBS: list[_Jobs] = []
-
-
 def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
     """The jobs indexed, or the last plan's index of this same tuple (a tuple and the
     frozen jobs in it cannot change; a list may, so it is indexed anew every time)."""
-    last = _JOBS[0] if _JOBS else None
+    last = _KEPT.jobs
     if last is not None and last.of is jobs:
         return last
     by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
@@ -227,7 +222,7 @@ def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
         tuple(j for j in jobs if j.last_scale_time is not None and j.awaits_restart_measure),
     )
     if isinstance(jobs, tuple):
-        _JOBS[:] = [index]
+        _KEPT.jobs = index
     return index
 
 
@@ -573,7 +568,22 @@ def _notes_for(has_min_available: bool, unmodelled: tuple[str, ...]) -> tuple[st
 # address; every other input of a decision is compared.
 _Seen = tuple[ElasticJob, int, Reason, str, float, Decision]
 _Decided = tuple[dict[int, _Seen], dict[int, _Seen]]  # (the last plan's, this plan's)
-_DECIDED: list[dict[int, _Seen]] = [{}]
+
+
+class _Kept:
+    """What a plan leaves for the next (docs/design.md): the index of its tuple of jobs
+    (a steady cluster hands the planner the same tuple of the same jobs every cycle: the
+    watch caches assemble a new one only when one changed, `_index`) and its decisions
+    (`_Decided`). What is kept is what planning anew gives."""
+
+    __slots__ = ("decided", "jobs")
+
+    def __init__(self) -> None:
+        self.jobs: _Jobs | None = None
+        self.decided: dict[int, _Seen] = {}
+
+
+_KEPT = _Kept()
 
 
 def _decision(j: ElasticJob, w: _Job, default_cost: float) -> Decision:
