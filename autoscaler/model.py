@@ -36,6 +36,7 @@ class Reason(StrEnum):
     OWN_GANG_WAITING = "HoldOwnGangWaiting"
     NO_MIN_AVAILABLE = "HoldNoMinAvailable"
     GANG_STARVING = "HoldGangStarving"
+    GANG_WAITING = "HoldGangWaiting"  # a gang waits for GPUs to free: reclaim does not pay
     NOT_WORTH_RESTART = "HoldNotWorthRestart"
     METRICS_MISSING = "HoldMetricsMissing"
     METRICS_INVALID = "HoldMetricsInvalid"

@@ -640,23 +640,36 @@ class _VictimPool:
         """GPUs the jobs of priority <= max_priority could still give up."""
         return sum(v for prio, v in self._by_priority.items() if prio <= max_priority)
 
-    def take(self, shortfall: int, max_priority: float) -> list[tuple[_Job, int]]:
+    def take(
+        self, shortfall: int, max_priority: float, skip: frozenset[int] = frozenset()
+    ) -> list[tuple[_Job, int]]:
         """Victims and how many workers each gives (highest index first); the caller
-        applies them and reports each back with `taken`."""
+        applies them and reports each back with `taken`. `skip`: ids of jobs not to
+        take from (they stay victims for later gangs)."""
         chosen: list[tuple[_Job, int]] = []
         left = (
             []
             if self._by_heap
-            else [w for w in self._jobs if w.job.priority <= max_priority and _extra_gpus(w) > 0]
+            else [
+                w
+                for w in self._jobs
+                if w.job.priority <= max_priority and _extra_gpus(w) > 0 and id(w) not in skip
+            ]
         )
+        skipped: list[_Job] = []
         while shortfall > 0:
             w = self._next(left, shortfall, max_priority)
             if w is None:
                 break
+            if id(w) in skip:  # popped off the heap: back on it once done
+                skipped.append(w)
+                continue
             j = w.job
             workers = min(w.target - j.min_replicas, math.ceil(shortfall / j.gpus_per_worker))
             chosen.append((w, workers))
             shortfall -= workers * j.gpus_per_worker
+        for w in skipped:
+            heapq.heappush(self._victim_heap(), _heap_entry(w))
         return chosen
 
     def ordered(self, max_priority: float) -> list[_Job]:
@@ -1054,6 +1067,9 @@ class _QueuePlanner:
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
         self._ends: list[tuple[float, int]] | None = None  # see _ending
+        # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
+        # does not pay (its message), "" while none does
+        self.waits_for = ""
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
         self._no_room: dict[Hashable, Room] = {}  # see _room
@@ -1366,6 +1382,9 @@ class _QueuePlanner:
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
                 )
                 continue
+            if self.waits_for:
+                starving = self._behind_unpaid(g, starving)
+                continue
             shortfall = max(need - (idle + releasing), node_short)
             covered = self._cover(g, shortfall, pool, need - (idle + releasing))
             if isinstance(covered, str):  # nobody can cover it
@@ -1373,6 +1392,11 @@ class _QueuePlanner:
                 continue
             if isinstance(covered, payoff.Trade):  # a reclaim that does not pay
                 starving = self._reclaim_unpaid(g, covered, starving)
+                self.waits_for = (
+                    f"{g.ref} waits for GPUs to free (reclaiming for it does not pay): "
+                    f"nothing in queue {g.queue} grows into them, and no gang behind it "
+                    "is served by reclaim"
+                )
                 continue
             victims, lent = covered
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
@@ -1428,7 +1452,17 @@ class _QueuePlanner:
                 return why
             lent = found
         left = shortfall - _gpus_of(lent)
-        victims = pool.take(left, limit) if left > 0 else []
+        skip = self._resized_now(left) if left > 0 else frozenset()
+        victims = pool.take(left, limit, skip) if left > 0 else []
+        if skip and _gpus_of(victims) < left:
+            pool.put_back(victims)
+            if self.lenders is not None and lent:
+                self.lenders.restore(g, lent)
+            why = (
+                "the rest of what could give way was resized by this plan already "
+                f"(reclaim_cooldown_seconds={self.policy.reclaim_cooldown_seconds:g})"
+            )
+            return why  # uncoverable this cycle, as the next plan sees it
         if not victims:
             return victims, lent
         trade = self._reclaim_trade(g, left, victims)
@@ -1453,7 +1487,8 @@ class _QueuePlanner:
         pod could not use yet (each cycle a restart), or workers on nodes that never
         fit it. The queue's own jobs first, then lent shares; the payoff rule weighs
         the victims of its queue, as by GPUs."""
-        local = pool.ordered(limit)
+        skip = self._resized_now(shortfall)
+        local = [w for w in pool.ordered(limit) if id(w) not in skip]
         room, why = self._room(g, local, [], gpus_short), ""
         lenders: list[tuple[_Job, str]] = []
         if room.cuts is None:
@@ -1629,6 +1664,27 @@ class _QueuePlanner:
             f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
         )
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
+
+    def _behind_unpaid(self, g: PendingGroup, starving: str) -> str:
+        """A gang behind one that waits because reclaiming for it does not pay, and that
+        does not fit in what is free: nothing is reclaimed for it. Volcano admits in
+        this order, so the GPUs a reclaim frees would go to the gang ahead first (the
+        next plan would serve that one from them): that reclaim was weighed already."""
+        message = f"{g.ref} needs {g.gpus} GPU(s) and waits behind: {self.waits_for}"
+        return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
+
+    def _resized_now(self, shortfall: int) -> frozenset[int]:
+        """Jobs this plan already trimmed or reclaimed from, where a reclaim for a gang
+        short of `shortfall` GPUs is weighed (rule 3b) and a resize starts the reclaim
+        cooldown: the next plan would not take from them, so neither does this one
+        (replanning its result then weighs the same victims: idempotence). Elsewhere a
+        job may give workers to several gangs of one plan."""
+        if self.policy.reclaim_cooldown_seconds <= 0 or self.policy.reclaim_payoff_factor <= 0:
+            return frozenset()
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
+        if payoff.gang_wait(ahead + shortfall, self._ending()) is None:
+            return frozenset()
+        return frozenset(id(w) for w in self.work if w.target != w.job.replicas)
 
     def _reclaim(
         self,
@@ -1855,6 +1911,8 @@ class _QueuePlanner:
         block = _growth_block(j, w.since, self.policy, missing)
         if block is None and starving:
             block = Reason.GANG_STARVING, starving
+        if block is None and self.waits_for:
+            block = Reason.GANG_WAITING, self.waits_for
         if block is None:
             return True
         self._hold(w, *block)

@@ -710,6 +710,9 @@ def check_plan(
                     and (now - last).total_seconds() < policy.reclaim_cooldown_seconds
                 )
                 lower = j.priority <= g.priority or policy.reclaim_from_higher_priority
+                # a job this plan resized starts its reclaim cooldown now: where a
+                # reclaim is weighed (rule 3b) no later gang of the plan takes from it
+                cool = cool or (j.ref in changes and policy.reclaim_cooldown_seconds > 0)
                 if lower and not cool and j.ref.name not in own:
                     reclaimable += (j.replicas - j.min_replicas) * j.gpus_per_worker
             if g.gpus <= idle + releasing + reclaimable - served:
