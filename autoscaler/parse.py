@@ -776,7 +776,12 @@ def parse_podgroup(
 
 
 def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
-    owners = dig(obj, "metadata", "ownerReferences")
+    return owner_of(dig(obj, "metadata", "ownerReferences"), namespace)
+
+
+def owner_of(owners: Any, namespace: str) -> ObjectRef | None:
+    """The object's owner by its metadata.ownerReferences (as served: any JSON): its
+    controller, else its first reference with a name and a kind."""
     if not isinstance(owners, list):
         return None
     candidates = [o for o in owners if isinstance(o, Mapping)]

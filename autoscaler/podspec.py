@@ -425,14 +425,14 @@ def read_pod_use(
     spec = obj.get("spec")
     if not is_map(spec):
         spec = {}
-    requests, ports = _pod_holds(spec)
+    requests, ports = pod_holds(spec)
     amounts = dict(requests)
     gpus = sum(amounts.get(g, 0) for g in gpu_names) // MILLI
     owner, index = _worker_of(obj)
     return PodUse(sys.intern(node), gpus, requests, ports, owner, index, group)
 
 
-def _pod_holds(spec: Any) -> tuple[Quantities, tuple[HostPort, ...]]:
+def pod_holds(spec: Any) -> tuple[Quantities, tuple[HostPort, ...]]:
     """What a pod of this spec requests and the host ports it takes, remembered by what
     they are read from: a cluster's pods repeat a few dozen (50k bound pods: ~5 us
     each to read anew)."""

@@ -1,0 +1,151 @@
+"""The records a LIST's bound pods and nodes are built into straight from their bytes
+(sources.straight) against the usual way (the whole object through `parse.decoders`):
+for every object it takes, the same cache key and the same record, for objects as the
+real API server serves them, as written, and with any one field changed to any JSON
+value (a hypothesis property); whatever it does not take is read the usual way."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from builders import podgroup
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_wire import CORPUS, JSON, NODE, POD, _changed, _paths, _unbound
+
+from autoscaler.parse import decoders
+from autoscaler.settings import Settings
+from autoscaler.sources.kube import _key
+from autoscaler.sources.straight import straight
+from autoscaler.sources.wire import read_whole
+
+OPTIONS = Settings.model_validate({}).read_options()
+# the other GPU names a cluster may set (gpu_resource_names): the GPUs counted by them
+OTHER = Settings.model_validate({"gpu_resource_names": ["amd.com/gpu"]}).read_options()
+KINDS = ("Pod", "Node", "PodGroup")
+
+
+def usual(kind: str, obj: dict[str, Any], options: Any = OPTIONS) -> tuple[Any, Any]:
+    """What the cache keeps of the object read the usual way: its key and its record."""
+    whole = read_whole(json.dumps(obj).encode())
+    return _key(whole), decoders(options)[kind](whole)
+
+
+# one reader per kind and options for the whole module, as a cache keeps one: what it
+# remembers of one object (a spec's holding, a pool's labels) must hold for the next
+READERS = {(kind, id(o)): straight(kind, o) for kind in KINDS for o in (OPTIONS, OTHER)}
+
+
+def check(kind: str, obj: dict[str, Any], options: Any = OPTIONS) -> bool:
+    """The straight reader's (key, record) is the usual one's, or it leaves the object to
+    the usual way; whether it took it."""
+    taken = READERS[kind, id(options)](json.dumps(obj).encode())  # type: ignore[misc]
+    if taken is None:
+        return False
+    assert taken == usual(kind, obj, options)
+    return True
+
+
+OWNED = copy.deepcopy(POD)
+OWNED["metadata"]["labels"] = {"training.kubeflow.org/replica-type": "Worker"}  # no index
+VOLCANO_POD = copy.deepcopy(POD)
+VOLCANO_POD["metadata"].update(
+    name="vc-job-worker-7",
+    labels={},
+    annotations={"volcano.sh/task-spec": "Worker"},
+    ownerReferences=[
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "name": "vc-job",
+            "controller": True,
+        }
+    ],
+)
+OWNED_GROUP = podgroup(phase="Completed", priority_class="high")
+OWNED_GROUP["metadata"]["ownerReferences"] = [
+    {"apiVersion": "batch/v1", "kind": "Job", "name": "other-group", "uid": "u1"},
+    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "t", "controller": True},
+]
+BARE_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
+TAINTED = copy.deepcopy(NODE)
+TAINTED["spec"]["taints"].append({"key": "gone", "effect": "NoExecute", "value": None})
+STRAIGHT = [(k, o) for k, o in CORPUS if k in KINDS] + [
+    ("Pod", OWNED),
+    ("Pod", VOLCANO_POD),
+    ("Node", BARE_NODE),
+    ("Node", TAINTED),
+    ("PodGroup", OWNED_GROUP),
+    ("PodGroup", podgroup(phase="Running", queue="")),
+]
+
+
+@pytest.mark.parametrize(("kind", "obj"), STRAIGHT, ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize("options", [OPTIONS, OTHER], ids=["nvidia", "amd"])
+def test_a_bound_pod_a_node_or_a_gang_not_waiting_is_taken_with_the_usual_record(
+    kind, obj, options
+):
+    taken = {
+        "Node": True,
+        "Pod": bool(obj.get("spec", {}).get("nodeName")),
+        "PodGroup": obj.get("status", {}).get("phase") not in ("Pending", "Inqueue", "Unknown"),
+    }
+    assert check(kind, obj, options) == taken[kind]
+
+
+def test_what_it_does_not_take_is_left_to_the_usual_way():
+    # an unbound pod (its shape), a finished one, a node without a name, types the API
+    # server would not serve
+    finished = copy.deepcopy(POD)
+    finished["status"]["phase"] = "Succeeded"
+    odd_label = copy.deepcopy(NODE)
+    odd_label["metadata"]["labels"]["gpus"] = 8
+    unhashable = copy.deepcopy(NODE)
+    unhashable["spec"]["taints"][0]["effect"] = ["NoSchedule"]
+    unschedulable = podgroup(
+        phase="Unknown", conditions=[{"type": "Unschedulable", "status": "True"}]
+    )
+    long_name = podgroup("x" * 254, phase="Running")
+    for kind, obj in [
+        ("PodGroup", unschedulable),  # the usual way: a gang waiting
+        ("PodGroup", long_name),  # the usual way: an invalid one
+        ("PodGroup", podgroup(phase="Inqueue")),
+        ("Pod", _unbound(POD)),
+        ("Pod", finished),
+        ("Node", {"kind": "Node", "metadata": {}}),
+        ("Node", odd_label),
+        ("Node", unhashable),
+    ]:
+        assert straight(kind, OPTIONS)(json.dumps(obj).encode()) is None  # type: ignore[misc]
+
+
+def test_only_pods_nodes_and_podgroups_have_a_straight_reader():
+    assert straight("PyTorchJob", OPTIONS) is None
+    assert straight("Queue", OPTIONS) is None
+
+
+def test_pods_of_one_spec_share_what_they_hold():
+    read = straight("Pod", OPTIONS)
+    assert read is not None
+    one, two = copy.deepcopy(POD), copy.deepcopy(POD)
+    two["metadata"]["name"] = "train-worker-4"
+    two["spec"]["containers"][0]["env"] = [{"name": "RANK", "value": "4"}]  # not read
+    first, second = read(json.dumps(one).encode()), read(json.dumps(two).encode())
+    assert first is not None and second is not None
+    assert first[1].requests is second[1].requests
+    # and a spec that holds otherwise is read anew, not taken from the memo
+    two["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    third = read(json.dumps(two).encode())
+    assert third is not None and third == usual("Pod", two)
+    assert (first[1].gpus, third[1].gpus) == (2, 3)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_field_changed_to_any_value_is_read_alike(data):
+    kind, obj = data.draw(st.sampled_from(STRAIGHT))
+    path = data.draw(st.sampled_from(_paths(obj)))
+    check(kind, _changed(obj, path, data.draw(JSON)))
