@@ -130,7 +130,7 @@ def _workers(template: Any, how: int = 0) -> Any:
 @given(st.lists(SPEC, min_size=2, max_size=6), st.data())
 def test_a_remembered_template_is_a_fresh_read(specs, data):
     """A worker template's GPUs per worker (or why not) and its shape, remembered by the
-    template as read (kinds.base._template_facts): the same as read with nothing
+    template as read (kinds.base.template_facts): the same as read with nothing
     remembered, whatever was read before."""
     # a template as a job carries it, or one that is no template at all
     templates = [

@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 import pytest
-from builders import podgroup
+from builders import edit, podgroup, pytorchjob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_wire import CORPUS, JSON, NODE, POD, _changed, _paths, _unbound
 
+from autoscaler.model import ElasticJob
 from autoscaler.parse import decoders
 from autoscaler.settings import Settings
 from autoscaler.sources.kube import _key
@@ -25,7 +26,7 @@ from autoscaler.sources.wire import read_whole
 OPTIONS = Settings.model_validate({}).read_options()
 # the other GPU names a cluster may set (gpu_resource_names): the GPUs counted by them
 OTHER = Settings.model_validate({"gpu_resource_names": ["amd.com/gpu"]}).read_options()
-KINDS = ("Pod", "Node", "PodGroup")
+KINDS = ("Pod", "Node", "PodGroup", "PyTorchJob")
 
 
 def usual(kind: str, obj: dict[str, Any], options: Any = OPTIONS) -> tuple[Any, Any]:
@@ -70,6 +71,37 @@ OWNED_GROUP["metadata"]["ownerReferences"] = [
     {"apiVersion": "batch/v1", "kind": "Job", "name": "other-group", "uid": "u1"},
     {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "t", "controller": True},
 ]
+A = "elastic-autoscaler.io"
+JOBS = [
+    pytorchjob(
+        annotations={
+            f"{A}/last-scale-time": "2026-11-22T09:00:00Z",
+            f"{A}/restart-cost-seconds": "90",
+            f"{A}/expected-runtime-seconds": "3600",
+            f"{A}/progress": "40%",
+            "scheduling.volcano.sh/queue-name": "team-b",  # not its queue: warned
+        },
+        priority_class="high",
+        min_available=None,  # growing raises its gang: said
+    ),
+    pytorchjob(annotations={f"{A}/measured-restart-cost": "75@2026-11-22T09:00:00Z"}, queue=None),
+    pytorchjob(annotations={f"{A}/restart-cost-seconds": "soon"}),  # unmanaged
+    pytorchjob(annotations={f"{A}/paused": " TRUE "}),
+    pytorchjob(replicas=3, active=5),  # more running than asked for: none in flight
+    pytorchjob(replicas=1, active=True),  # not a count: unmanaged
+    pytorchjob(replicas=9, active=9),  # outside its range
+    pytorchjob(gpus=0),
+    pytorchjob(min_replicas=None, max_replicas=None, replicas=3, active=3),
+    pytorchjob(min_replicas=4, max_replicas=2),
+    pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
+    pytorchjob(conditions=[{"type": "Suspended", "status": "True"}]),
+    pytorchjob(conditions=[{"type": "Running", "status": "True"}]),
+    edit(pytorchjob(), "spec.elasticPolicy.metrics", [{"type": "Resource"}]),
+    edit(pytorchjob(), "spec.runPolicy.suspend", True),
+    edit(pytorchjob(), "spec.elasticPolicy", {"min": 1, "max": 3}),
+    edit(pytorchjob(), "status.startTime", "yesterday"),
+    edit(pytorchjob(), "metadata.creationTimestamp", None),
+]
 BARE_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
 TAINTED = copy.deepcopy(NODE)
 TAINTED["spec"]["taints"].append({"key": "gone", "effect": "NoExecute", "value": None})
@@ -79,6 +111,7 @@ STRAIGHT = [(k, o) for k, o in CORPUS if k in KINDS] + [
     ("Node", BARE_NODE),
     ("Node", TAINTED),
     ("PodGroup", OWNED_GROUP),
+    *(("PyTorchJob", job) for job in JOBS),
     ("PodGroup", podgroup(phase="Running", queue="")),
 ]
 
@@ -88,12 +121,16 @@ STRAIGHT = [(k, o) for k, o in CORPUS if k in KINDS] + [
 def test_a_bound_pod_a_node_or_a_gang_not_waiting_is_taken_with_the_usual_record(
     kind, obj, options
 ):
-    taken = {
-        "Node": True,
-        "Pod": bool(obj.get("spec", {}).get("nodeName")),
-        "PodGroup": obj.get("status", {}).get("phase") not in ("Pending", "Inqueue", "Unknown"),
-    }
-    assert check(kind, obj, options) == taken[kind]
+    if kind == "PyTorchJob":  # one it may resize, every worker it asked for running
+        job = usual(kind, obj, options)[1].job
+        expected = isinstance(job, ElasticJob) and job.active >= job.replicas
+    else:
+        expected = {
+            "Node": True,
+            "Pod": bool(obj.get("spec", {}).get("nodeName")),
+            "PodGroup": obj.get("status", {}).get("phase") not in ("Pending", "Inqueue", "Unknown"),
+        }[kind]
+    assert check(kind, obj, options) == expected
 
 
 def test_what_it_does_not_take_is_left_to_the_usual_way():
@@ -122,8 +159,9 @@ def test_what_it_does_not_take_is_left_to_the_usual_way():
         assert straight(kind, OPTIONS)(json.dumps(obj).encode()) is None  # type: ignore[misc]
 
 
-def test_only_pods_nodes_and_podgroups_have_a_straight_reader():
-    assert straight("PyTorchJob", OPTIONS) is None
+def test_only_pods_nodes_podgroups_and_pytorchjobs_have_a_straight_reader():
+    assert straight("PaddleJob", OPTIONS) is None
+    assert straight("Job", OPTIONS) is None
     assert straight("Queue", OPTIONS) is None
 
 

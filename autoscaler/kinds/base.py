@@ -112,7 +112,7 @@ def read_workers(
         replicas = int_field(group.get("replicas", default_replicas), f"{where}.replicas")
     except BadField as exc:
         raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
-    gpw, shape = _template_facts(
+    gpw, shape = template_facts(
         group.get("template"),
         f"{where}.template",
         tuple(options.gpu_resource_names),
@@ -131,18 +131,22 @@ def read_workers(
     return Workers(replicas, running, gpw, f"{where}.replicas", at, shape, name)
 
 
-def _template_facts(
+def template_facts(
     template: Any,
     field: str,
     gpu_names: tuple[str, ...],
     extended_resource_toleration: bool,
     default_port: tuple[str, str, int] | None,
+    *,
+    key: bytes | None = None,
 ) -> tuple[int | str, PodShape]:
     """A worker template's GPUs per worker (or why they cannot be read, the message of
     `fields.gpus_per_worker`) and its pod's shape, remembered by the template as read
     (`podspec.encoded`): the jobs of a cluster repeat a few dozen templates, and reading
-    one costs ~8 us of a job's ~25 ([placement] #27, sixth round)."""
-    key = encoded(template)
+    one costs ~8 us of a job's ~25 ([placement] #27, sixth round). `key`: the
+    template's JSON, from a caller that read it from JSON (so `encoded` would give the
+    same bytes, without checking that it reads back as itself)."""
+    key = key if key is not None else encoded(template)
     memo_key = (key, field, gpu_names, extended_resource_toleration, default_port)
     found = _TEMPLATES.get(memo_key) if key is not None else None
     if found is not None:

@@ -824,7 +824,7 @@ class KubeSource:
             decode = decoders(read_options)
         fast = {
             kind: found
-            for kind in ("Pod", "Node", "PodGroup")
+            for kind in ("Pod", "Node", "PodGroup", "PyTorchJob")
             if read_options is not None and (found := straight(kind, read_options)) is not None
         }
         caches = _CacheMaker(

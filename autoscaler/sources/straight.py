@@ -25,14 +25,38 @@ from typing import Any
 
 import msgspec
 
-from ..model import MILLI, GroupRecord, HostPort, Labels, Node, ObjectRef, PodUse, Quantities, Taint
+from ..fields import MAX_REPLICAS, BadField
+from ..kinds.base import NotManaged, template_facts
+from ..kinds.kubeflow import PYTORCHJOB_KIND, elastic_bounds
+from ..model import (
+    MILLI,
+    ElasticJob,
+    GroupRecord,
+    HostPort,
+    JobRecord,
+    Labels,
+    Node,
+    ObjectRef,
+    PodUse,
+    Quantities,
+    Taint,
+)
 from ..options import ReadOptions
-from ..parse import DEFAULT_QUEUE, MAX_NAME_LENGTH, owner_of
+from ..parse import (
+    DEFAULT_QUEUE,
+    MAX_NAME_LENGTH,
+    created_at,
+    in_queue,
+    owner_of,
+    schedule_facts,
+    started_at,
+)
 from ..podspec import (
     FINISHED_POD_PHASES,
     HOSTNAME_LABEL,
     KUBEFLOW_INDEX_LABEL,
     KUBEFLOW_ROLE_LABEL,
+    PYTORCH_PORT,
     REPEL,
     VOLCANO_INDEX_ANNOTATION,
     VOLCANO_TASK_ANNOTATION,
@@ -41,7 +65,8 @@ from ..podspec import (
     pod_holds,
     quantities,
 )
-from ..resources import WAITING_PHASES
+from ..resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
+from .wire import _Template
 
 __all__ = ["Straight", "straight"]
 
@@ -269,13 +294,16 @@ def _node_reader(options: ReadOptions) -> Straight:
             ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
         taints: tuple[Taint, ...] = ()
         if spec is not None and spec.taints:
-            taints = intern(
-                tuple(
-                    Taint(_interned(t.key), _interned(t.value), _interned(t.effect))
-                    for t in spec.taints
-                    if _repels(t.effect)
+            try:
+                taints = intern(
+                    tuple(
+                        Taint(_interned(t.key), _interned(t.value), _interned(t.effect))
+                        for t in spec.taints
+                        if t.effect in REPEL
+                    )
                 )
-            )
+            except TypeError:  # an effect that is no key of a set: the usual way raises
+                return None
         labels, hostname = labels_of(meta.labels) if meta.labels else ((), "")
         return (sys.intern(meta.namespace), meta.name), Node(
             sys.intern(meta.name),
@@ -290,19 +318,6 @@ def _node_reader(options: ReadOptions) -> Straight:
         )
 
     return read
-
-
-def _repels(effect: Any) -> bool:
-    """`effect in REPEL`, false for a value that is no key of a set (a list, a map):
-    the usual way's `in` raises there, so such a node is read the usual way."""
-    try:
-        return effect in REPEL
-    except TypeError:
-        raise _Usual from None
-
-
-class _Usual(Exception):
-    """This object is read the usual way."""
 
 
 class _GroupMeta(msgspec.Struct, gc=False):
@@ -366,18 +381,230 @@ def _group_reader(options: ReadOptions) -> Straight:
     return read
 
 
+# ---- PyTorchJobs ------------------------------------------------------------------------
+
+
+class _Replica(msgspec.Struct, gc=False):
+    replicas: int = 1  # training-operator's default
+    # as the usual way reads it (sources.wire): what `kinds.base.template_facts` keys by
+    template: _Template | None = None
+
+
+class _Scheduling(msgspec.Struct, gc=False):
+    queue: Any = None
+    priorityClass: Any = None
+    minAvailable: Any = None
+
+
+class _RunPolicy(msgspec.Struct, gc=False):
+    suspend: Any = None
+    schedulingPolicy: _Scheduling | None = None
+
+
+class _JobSpec(msgspec.Struct, gc=False):
+    pytorchReplicaSpecs: dict[str, _Replica] | None = None
+    elasticPolicy: dict[str, Any] | None = None
+    runPolicy: _RunPolicy | None = None
+
+
+class _Active(msgspec.Struct, gc=False):
+    active: Any = None
+
+
+class _JobStatus(msgspec.Struct, gc=False):
+    conditions: list[_Condition] | None = None
+    replicaStatuses: dict[str, _Active] | None = None
+    startTime: Any = None
+
+
+def _job_schema(options: ReadOptions) -> tuple[Any, tuple[str, ...]] | None:
+    """A PyTorchJob as its reader decodes it, and the annotations it reads (ours, under
+    the settings' prefix, and Volcano's queue name), in the order its `annotations`
+    Struct has them: the others (kubectl's last-applied copy of the job, a few KB) are
+    skipped in the bytes. None when two of them are one (no reader then)."""
+    names = options.annotations
+    keys = (
+        names.paused,
+        names.last_scale,
+        names.restart_cost,
+        names.measured_restart_cost,
+        names.expected_runtime,
+        names.progress,
+        VOLCANO_QUEUE_ANNOTATION,
+    )
+    if len(set(keys)) != len(keys):
+        return None
+    fields = [f"a{i}" for i in range(len(keys))]
+    annotations = msgspec.defstruct(
+        "_JobAnnotations",
+        [(f, Any, None) for f in fields],
+        rename=dict(zip(fields, keys, strict=True)),
+        gc=False,
+    )
+    meta = msgspec.defstruct(
+        "_JobMeta",
+        [
+            *((f, Any, None) for f in ("name", "namespace", "uid", "resourceVersion")),
+            ("creationTimestamp", Any, None),
+            ("deletionTimestamp", Any, None),
+            ("annotations", annotations | None, None),
+        ],
+        gc=False,
+    )
+    job = msgspec.defstruct(
+        "_Job",
+        [
+            ("metadata", meta | None, None),
+            ("spec", _JobSpec | None, None),
+            ("status", _JobStatus | None, None),
+        ],
+        gc=False,
+    )
+    return job, keys
+
+
+_KIND = PYTORCHJOB_KIND.resource.kind
+_WORKER_AT = f"spec.{PYTORCHJOB_KIND.replica_specs}.Worker"
+_STOPPED = (*FINISHED_CONDITIONS, "Suspended")
+
+
+def _job_reader(options: ReadOptions) -> Straight:
+    """A PyTorchJob the planner may resize, every worker it asked for running (nearly
+    all of them): `parse.decode_job` as it reads one. Any other (done, suspended,
+    paused, not elastic, workers in flight, its gang maybe waiting, any field the usual
+    way would complain of) is read the usual way."""
+    schema = _job_schema(options)
+    if schema is None:
+        return lambda raw: None
+    decode, keys = msgspec.json.Decoder(schema[0]).decode, schema[1]
+    gpu_names = tuple(options.gpu_resource_names)
+    toleration = options.extended_resource_toleration
+    schedule_keys = frozenset(keys[1:6])  # what schedule_facts reads
+    no_schedule = schedule_facts({}, options)
+
+    def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
+        try:
+            job = decode(raw)
+        except msgspec.ValidationError:
+            return None
+        meta, spec, status = job.metadata, job.spec, job.status
+        if meta is None or spec is None or meta.deletionTimestamp is not None:
+            return None
+        name, ns = meta.name, meta.namespace
+        # what `parse._ref` takes without complaint, with a namespace of its own
+        if not (isinstance(name, str) and name and len(name) <= MAX_NAME_LENGTH):
+            return None
+        if not (isinstance(ns, str) and ns):
+            return None
+        run = spec.runPolicy or _RunPolicy()
+        if run.suspend is True or _stopped(status):
+            return None
+        worker = (spec.pytorchReplicaSpecs or {}).get("Worker")
+        if worker is None or not 0 <= worker.replicas <= MAX_REPLICAS:
+            return None
+        replicas = worker.replicas
+        active = _active(status)
+        # every worker asked for runs: nothing in flight, no gang that may wait
+        if active is None or active < replicas:
+            return None
+        gpw, shape = template_facts(
+            worker.template,
+            f"{_WORKER_AT}.template",
+            gpu_names,
+            toleration,
+            PYTORCH_PORT,
+            key=_ENCODE(worker.template),  # plain JSON: read from the bytes
+        )
+        bounds = _bounds(spec.elasticPolicy, replicas)
+        if isinstance(gpw, str) or not gpw or bounds is None:
+            return None
+        # the annotations read, as the usual way's dict has them (null is absent there)
+        annotations = {}
+        if meta.annotations is not None:
+            values = msgspec.structs.astuple(meta.annotations)
+            annotations = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+        paused = annotations.get(keys[0])
+        if isinstance(paused, str) and paused.strip().lower() == "true":
+            return None
+        if not annotations.keys() & schedule_keys:
+            schedule = no_schedule  # none of its annotations: what schedule_facts gives
+        else:
+            try:
+                schedule = schedule_facts(annotations, options)
+            except NotManaged:
+                return None
+        policy = run.schedulingPolicy or _Scheduling()
+        queue = policy.queue if isinstance(policy.queue, str) and policy.queue else DEFAULT_QUEUE
+        uid, rv = meta.uid, meta.resourceVersion
+        elastic = ElasticJob(
+            ref=ObjectRef(ns, name, _KIND, uid if isinstance(uid, str) else ""),
+            queue=queue,
+            min_replicas=bounds[0],
+            max_replicas=bounds[1],
+            replicas=replicas,
+            active=active,
+            gpus_per_worker=gpw,
+            created=created_at(meta.creationTimestamp),
+            last_scale_time=schedule.last_scale,
+            started=started_at(status.startTime if status is not None else None),
+            resource_version=rv if isinstance(rv, str) else "",
+            gang_grows=PYTORCHJOB_KIND.gang_grows_at(policy.minAvailable),
+            shape=shape,
+            restart_cost_seconds=schedule.restart_cost,
+            restart_cost_source=schedule.cost_source,
+            measured_for=schedule.measured_for,
+            expected_runtime_seconds=schedule.expected_runtime,
+            progress=schedule.progress,
+        )
+        annotation = annotations.get(VOLCANO_QUEUE_ANNOTATION)
+        annotation = annotation if isinstance(annotation, str) and annotation else None
+        record = in_queue(elastic, queue, annotation, from_podgroup=False)
+        priority = policy.priorityClass
+        return (sys.intern(ns), name), JobRecord(
+            record, priority if isinstance(priority, str) else None, annotation, None, 0
+        )
+
+    return read
+
+
+def _stopped(status: _JobStatus | None) -> bool:
+    """A condition the usual way stops at: finished or suspended (`KubeflowJob.finished`)."""
+    if status is None or not status.conditions:
+        return False
+    return any(c.status == "True" and c.type in _STOPPED for c in status.conditions)
+
+
+def _active(status: _JobStatus | None) -> int | None:
+    """Workers running, as `kinds.base.read_workers` reads them; None where it would
+    complain."""
+    found = (status.replicaStatuses or {}).get("Worker") if status is not None else None
+    active = found.active if found is not None else None
+    if active is None:
+        return 0
+    if isinstance(active, bool) or not isinstance(active, int):
+        return None
+    return active if 0 <= active <= MAX_REPLICAS else None
+
+
+def _bounds(elastic: dict[str, Any] | None, replicas: int) -> tuple[int, int] | None:
+    """[min, max] as `KubeflowJob.bounds` reads them and `parse._elastic_range` checks
+    them; None where either would not manage the job."""
+    if elastic is None or elastic.get("metrics"):
+        return None
+    try:
+        low, high = elastic_bounds(elastic, replicas)
+    except BadField:
+        return None
+    return (low, high) if low <= replicas <= high else None
+
+
 def straight(kind: str, options: ReadOptions) -> Straight | None:
     """The straight reader of a cache of `kind` (Pod, Node, PodGroup), None for other
     kinds."""
-    make = {"Pod": _pod_reader, "Node": _node_reader, "PodGroup": _group_reader}.get(kind)
-    if make is None:
-        return None
-    read = make(options)
-
-    def guarded(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
-        try:
-            return read(raw)
-        except _Usual:
-            return None
-
-    return guarded
+    make = {
+        "Pod": _pod_reader,
+        "Node": _node_reader,
+        "PodGroup": _group_reader,
+        "PyTorchJob": _job_reader,
+    }.get(kind)
+    return make(options) if make is not None else None
