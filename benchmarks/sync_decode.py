@@ -12,7 +12,8 @@ served (the JSON, uncompressed), gzipped into DIR.
 
 `--pages` replays them through each cache as `_Cache._list` takes a page (the page's
 envelope, then `_take` per object: its lean read, `sources.wire`, and its record,
-`parse.decoders`; then `_install`), with the network left out: what the sync spends
+`parse.decoders`, or `sources.straight`; then `_install`, each change reported to the
+daemon's triggers), with the network left out: what the sync spends
 beyond the floor's reader, which reads the same pages and throws them away. Printed per
 collection, process CPU (min over `--repeat` passes, no profiler): the envelope, the read,
 the record, the install, per object; then `KubeSource.objects()`, the records a first
@@ -124,16 +125,31 @@ def _clear_memos() -> None:
             cached.cache_clear()
 
 
+class _Driver:
+    """What the triggers ask of the daemon's driver during a sync: its last plan's idle
+    queues (none yet), and an early cycle (which the sync does not wait for)."""
+
+    class controller:
+        idle_queues: frozenset[str] = frozenset()
+
+    def trigger(self, urgent: bool = False) -> None:
+        pass
+
+
 class _Pass:
     """One pass over the pages: each cache's LIST taken as `_Cache._list` takes it."""
 
     def __init__(self, by_cache: dict[int, list[bytes]], client: Any) -> None:
+        from autoscaler.metrics import Metrics
         from autoscaler.settings import Settings
-        from autoscaler.wiring import build_sources
+        from autoscaler.wiring import _Triggers, build_sources
 
-        # the daemon's caches as `run` builds them with node_fit on (never started)
+        # the daemon's caches as `run` builds them with node_fit on (never started), every
+        # change reported to the daemon's triggers as `build` connects them
         settings = Settings(node_fit=True, kube_list_page_size=PAGE_SIZE, log_level="warning")
-        self.kube, prometheus = build_sources(settings, client)
+        triggers = _Triggers(settings, Metrics())
+        triggers.driver = _Driver()  # type: ignore[assignment]
+        self.kube, prometheus = build_sources(settings, client, triggers.on_change)
         prometheus.close()
         self.by_cache = by_cache
 
