@@ -18,6 +18,7 @@ beyond the floor's reader, which reads the same pages and throws them away. Prin
 collection, process CPU (min over `--repeat` passes, no profiler): the envelope, the read,
 the record, the install, per object; then `KubeSource.objects()`, the records a first
 cycle reads. `--profile N`: cProfile over one pass, its N heaviest functions by own time.
+`--code=DIR`: the caches' code of another checkout (main before a change).
 The caches' memos (shapes, holdings, resource lists) are cleared before each pass, as a
 daemon starts with them empty. [placement] #27, sixth round (docs/benchmarks.md).
 """
@@ -40,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+# the caches' code: this tree's, or another's (`--code DIR`: a checkout before a change)
+CODE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--code=")), str(ROOT))
+sys.path[:0] = [CODE, str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 PAGE_SIZE = 500
 
@@ -112,9 +115,11 @@ def _read_pages(folder: Path) -> dict[int, list[bytes]]:
 
 def _clear_memos() -> None:
     """What a daemon starts without: the readers' memos (shapes, holdings, resource
-    lists, interned values)."""
+    lists, interned values, worker templates)."""
     from autoscaler import podspec
+    from autoscaler.kinds import base
 
+    getattr(base, "_TEMPLATES", {}).clear()  # none before the sixth round
     for name in ("_SHAPES", "_HOLDS", "_QUANTITIES", "_INTERNED"):
         memo = getattr(podspec, name, None)
         if isinstance(memo, dict):
@@ -173,7 +178,8 @@ class _Pass:
                 items = page.items or ()
                 row["objects"] += len(items)
                 if timed:
-                    read, decode, fast = cache._read, cache._decode, cache._fast
+                    read, decode = cache._read, cache._decode
+                    fast = getattr(cache, "_fast", None)  # none before the sixth round
                     for raw in items:
                         t0 = clock()
                         if fast is not None and fast(raw) is not None:
@@ -273,6 +279,7 @@ def main() -> int:
     parser.add_argument("--pages", type=Path, help="replay the pages written here")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, help="cProfile: the N heaviest")
+    parser.add_argument("--code", help="--code=DIR: the caches' code of this checkout")
     args = parser.parse_args()
     if args.capture:
         args.capture.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,12 @@ import copy
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from builders import edit, podgroup, pytorchjob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kubernetes_asyncio.client import ApiClient, Configuration
 from test_wire import CORPUS, JSON, NODE, POD, _changed, _paths, _unbound
 
 from autoscaler.model import ElasticJob
@@ -22,6 +24,7 @@ from autoscaler.settings import Settings
 from autoscaler.sources.kube import _key
 from autoscaler.sources.straight import straight
 from autoscaler.sources.wire import read_whole
+from autoscaler.wiring import build_sources
 
 OPTIONS = Settings.model_validate({}).read_options()
 # the other GPU names a cluster may set (gpu_resource_names): the GPUs counted by them
@@ -187,3 +190,28 @@ def test_any_field_changed_to_any_value_is_read_alike(data):
     kind, obj = data.draw(st.sampled_from(STRAIGHT))
     path = data.draw(st.sampled_from(_paths(obj)))
     check(kind, _changed(obj, path, data.draw(JSON)))
+
+
+async def test_the_daemons_caches_take_the_bulk_kinds_straight_and_the_rest_as_before():
+    """The caches `run` builds read bound pods, nodes, PodGroups and PyTorchJobs
+    straight; what a LIST page holds is kept as before: an unbound pod its usual record,
+    an object over max_object_bytes dropped and reported."""
+    client = ApiClient(Configuration())
+    settings = Settings(node_fit=True, max_object_bytes=8192)
+    kube, prometheus = build_sources(settings, client)
+    prometheus.close()
+    caches = {c.resource.kind: c for c in kube._caches}
+    assert {k for k, c in caches.items() if c._fast is not None} == set(KINDS)
+    unbound = _unbound(POD)
+    unbound["metadata"]["name"] = "train-worker-4"
+    big = copy.deepcopy(POD)
+    big["metadata"]["name"] = "train-worker-5"
+    big["metadata"]["annotations"]["note"] = "x" * 8192
+    cache = caches["Pod"]
+    fresh: dict[Any, Any] = {}
+    seen: set[Any] = set()
+    for obj in (POD, unbound, big):
+        cache._take(msgspec.Raw(json.dumps(obj).encode()), fresh, seen)
+    assert fresh == dict(usual("Pod", o, settings.read_options()) for o in (POD, unbound))
+    assert set(cache.oversized) == {("ml", "train-worker-5")}
+    await client.close()
