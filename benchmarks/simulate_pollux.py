@@ -3,7 +3,13 @@ metrics, plus planner ablations. Used for docs/benchmarks.md.
 
     python benchmarks/simulate_pollux.py [TRACES_DIR] [--set key=value ...]
         [--volcano-plugin capacity|proportion] [--no-queue-capability] [--json out.json]
-        [--job-info none|runtime|progress|both]
+        [--job-info none|runtime|progress|both] [--timings 100/12,120/15,140/18 | sweep]
+
+`--timings` runs the planner's cycle at each interval/min_interval (seconds) and prints
+the mean (min..max) of each policy's average JCT over them: on these workloads a shift
+of a few seconds in one cycle decides which of two orders a backlog of gangs takes (one
+workload moves by 5-10 %), so one timing is one draw (docs/benchmarks.md, #29).
+`sweep`: interval 100..140 by 10 x min_interval 12, 15, 18 (15 timings).
 """
 
 from __future__ import annotations
@@ -96,6 +102,41 @@ def show(avg: dict[str, Any], ref: str = "planner") -> str:
     return "\n".join(lines)
 
 
+SWEEP = tuple((float(i), float(m)) for i in (100, 110, 120, 130, 140) for m in (12, 15, 18))
+
+
+def timings(text: str) -> tuple[tuple[float, float], ...]:
+    """`--timings`: "sweep", or interval/min_interval pairs separated by commas."""
+    if text == "sweep":
+        return SWEEP
+    out = []
+    for pair in text.split(","):
+        interval, _, least = pair.partition("/")
+        try:
+            out.append((float(interval), float(least)))
+        except ValueError:
+            raise SystemExit(f"--timings: {pair!r} is not interval/min_interval") from None
+    return tuple(out)
+
+
+def over_timings(runs: list[tuple[tuple[float, float], dict[str, Any]]]) -> str:
+    """One line per timing (average JCT of each policy), then mean (min..max)."""
+    policies = [p for p in runs[0][1] if not p.startswith("_")]
+    lines = [f"{'interval/min':14s} " + " ".join(f"{p:>22s}" for p in policies)]
+    for (interval, least), avg in runs:
+        lines.append(
+            f"{interval:g}/{least:g}".ljust(14)
+            + " "
+            + " ".join(f"{avg[p]['avg_jct'] / 3600:22.3f}" for p in policies)
+        )
+    cells = []
+    for p in policies:
+        v = [avg[p]["avg_jct"] / 3600 for _, avg in runs]
+        cells.append(f"{statistics.fmean(v):.4f} ({min(v):.3f}..{max(v):.3f})".rjust(22))
+    lines.append(f"{'mean (min..max)':14s} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -125,6 +166,11 @@ def main() -> None:
         action="store_true",
         help="do not show the planner the Queue's capability (the numbers before it was)",
     )
+    ap.add_argument(
+        "--timings",
+        help="interval/min_interval pairs (e.g. 100/12,120/15,140/18) or sweep: the "
+        "planner at each, the mean (min..max) of average JCT over them",
+    )
     args = ap.parse_args()
     if args.no_queue_capability:
         hide_queue_capability()
@@ -132,6 +178,28 @@ def main() -> None:
     settings = Settings(**overrides)
     t = time.time()
     opts = TraceOptions(elastic=ElasticRule.parse(args.elastic_range), speedup=args.speedup)
+    if args.timings:
+        runs = []
+        for interval, least in timings(args.timings):
+            # the timing wins over a --set of the same setting
+            at = Settings(
+                **(overrides | {"interval_seconds": interval, "min_interval_seconds": least})
+            )
+            one = run_all(
+                args.traces,
+                at,
+                tuple(args.policies.split(",")),
+                args.gpus,
+                args.penalty,
+                opts,
+                Plugin(args.volcano_plugin),
+                args.job_info,
+            )
+            print(f"== {interval:g}/{least:g}\n{per_workload(one)}", flush=True)
+            runs.append(((interval, least), one))
+        print(over_timings(runs))
+        print(f"({time.time() - t:.1f}s)", file=sys.stderr)
+        return
     avg = run_all(
         args.traces,
         settings,
