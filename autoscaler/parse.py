@@ -154,8 +154,13 @@ def ignored_words(ignored: Mapping[str, int]) -> str:
 
 
 def _created(meta: Mapping[str, Any]) -> datetime:
+    return created_at(meta.get("creationTimestamp"))
+
+
+def created_at(value: Any) -> datetime:
+    """metadata.creationTimestamp as read (any JSON), EPOCH where it is not a time."""
     try:
-        return parse_time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+        return parse_time(value, "metadata.creationTimestamp")
     except BadField:
         return EPOCH  # hand-written snapshots omit it; oldest-first is a safe default
 
@@ -513,7 +518,7 @@ def parse_job(
     known = _known(meta, workers, options)
     try:
         min_r, max_r = _elastic_range(obj, kind, workers, options, known)
-        schedule = _schedule_facts(meta.get("annotations") or {}, options)
+        schedule = schedule_facts(meta.get("annotations") or {}, options)
     except NotManaged as exc:
         return unmanaged(exc.reason, exc.message, **known)
     return ElasticJob(
@@ -639,7 +644,7 @@ class _Schedule:
     progress: float | None = None
 
 
-def _schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
+def schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
     """The last resize, the restart cost (the user's, else our measurement) and what the
     job declares of its run; a malformed one of the user's is NotManaged
     (INVALID_ANNOTATION), ours is measured again."""
@@ -678,7 +683,11 @@ def _run_facts(
 
 
 def _started(obj: Mapping[str, Any]) -> datetime | None:
-    raw_start = dig(obj, "status", "startTime")
+    return started_at(dig(obj, "status", "startTime"))
+
+
+def started_at(raw_start: Any) -> datetime | None:
+    """status.startTime as read (any JSON), None where it is absent or not a time."""
     if raw_start is None:
         return None
     try:
@@ -776,7 +785,12 @@ def parse_podgroup(
 
 
 def _owner(obj: Mapping[str, Any], namespace: str) -> ObjectRef | None:
-    owners = dig(obj, "metadata", "ownerReferences")
+    return owner_of(dig(obj, "metadata", "ownerReferences"), namespace)
+
+
+def owner_of(owners: Any, namespace: str) -> ObjectRef | None:
+    """The object's owner by its metadata.ownerReferences (as served: any JSON): its
+    controller, else its first reference with a name and a kind."""
     if not isinstance(owners, list):
         return None
     candidates = [o for o in owners if isinstance(o, Mapping)]

@@ -304,7 +304,7 @@ def _unmodelled(spec: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _encoded(value: Any) -> bytes | None:
+def encoded(value: Any) -> bytes | None:
     """`value` as JSON bytes: a memo's key for what is read of it (equal bytes, equal
     JSON); None when it is not plain JSON, which would not read back as itself (a
     snapshot file's YAML may hold dates and numbers as keys, which encode as strings;
@@ -336,10 +336,10 @@ def read_shape(
     is left out (the API server validated it)."""
     if not is_map(spec):
         spec = {}
-    encoded = _encoded(spec)
-    if encoded is None:
+    text = encoded(spec)
+    if text is None:
         return _read_shape(spec, extended_resource_toleration, default_port)
-    key = (encoded, extended_resource_toleration, default_port)
+    key = (text, extended_resource_toleration, default_port)
     shape = _SHAPES.get(key)
     if shape is None:
         shape = _read_shape(spec, extended_resource_toleration, default_port)
@@ -425,18 +425,18 @@ def read_pod_use(
     spec = obj.get("spec")
     if not is_map(spec):
         spec = {}
-    requests, ports = _pod_holds(spec)
+    requests, ports = pod_holds(spec)
     amounts = dict(requests)
     gpus = sum(amounts.get(g, 0) for g in gpu_names) // MILLI
     owner, index = _worker_of(obj)
     return PodUse(sys.intern(node), gpus, requests, ports, owner, index, group)
 
 
-def _pod_holds(spec: Any) -> tuple[Quantities, tuple[HostPort, ...]]:
+def pod_holds(spec: Any) -> tuple[Quantities, tuple[HostPort, ...]]:
     """What a pod of this spec requests and the host ports it takes, remembered by what
     they are read from: a cluster's pods repeat a few dozen (50k bound pods: ~5 us
     each to read anew)."""
-    key = _encoded(  # a list: a tuple would not read back as itself
+    key = encoded(  # a list: a tuple would not read back as itself
         [
             spec.get("containers"),
             spec.get("initContainers"),

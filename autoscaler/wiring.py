@@ -49,11 +49,13 @@ def build_sources(
 ) -> tuple[KubeSource, PrometheusSource]:
     """The watch caches (every job kind the settings name, nodes, and bound pods for
     node fit) and the Prometheus source: the daemon's and a one-shot `plan`'s alike."""
+    options = settings.read_options()
     kube = KubeSource(
         settings.kube_options(),
         api_client,
         on_change,
-        decode=decoders(settings.read_options()),
+        decode=decoders(options),
+        read_options=options,
         job_kinds=[k.resource for k in job_kinds(settings)],
         watch_nodes=True,
         watch_pods=settings.node_fit,

@@ -12,11 +12,13 @@ served (the JSON, uncompressed), gzipped into DIR.
 
 `--pages` replays them through each cache as `_Cache._list` takes a page (the page's
 envelope, then `_take` per object: its lean read, `sources.wire`, and its record,
-`parse.decoders`; then `_install`), with the network left out: what the sync spends
+`parse.decoders`, or `sources.straight`; then `_install`, each change reported to the
+daemon's triggers), with the network left out: what the sync spends
 beyond the floor's reader, which reads the same pages and throws them away. Printed per
 collection, process CPU (min over `--repeat` passes, no profiler): the envelope, the read,
 the record, the install, per object; then `KubeSource.objects()`, the records a first
 cycle reads. `--profile N`: cProfile over one pass, its N heaviest functions by own time.
+`--code=DIR`: the caches' code of another checkout (main before a change).
 The caches' memos (shapes, holdings, resource lists) are cleared before each pass, as a
 daemon starts with them empty. [placement] #27, sixth round (docs/benchmarks.md).
 """
@@ -39,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+# the caches' code: this tree's, or another's (`--code DIR`: a checkout before a change)
+CODE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--code=")), str(ROOT))
+sys.path[:0] = [CODE, str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 PAGE_SIZE = 500
 
@@ -111,9 +115,11 @@ def _read_pages(folder: Path) -> dict[int, list[bytes]]:
 
 def _clear_memos() -> None:
     """What a daemon starts without: the readers' memos (shapes, holdings, resource
-    lists, interned values)."""
+    lists, interned values, worker templates)."""
     from autoscaler import podspec
+    from autoscaler.kinds import base
 
+    getattr(base, "_TEMPLATES", {}).clear()  # none before the sixth round
     for name in ("_SHAPES", "_HOLDS", "_QUANTITIES", "_INTERNED"):
         memo = getattr(podspec, name, None)
         if isinstance(memo, dict):
@@ -124,16 +130,31 @@ def _clear_memos() -> None:
             cached.cache_clear()
 
 
+class _Driver:
+    """What the triggers ask of the daemon's driver during a sync: its last plan's idle
+    queues (none yet), and an early cycle (which the sync does not wait for)."""
+
+    class controller:
+        idle_queues: frozenset[str] = frozenset()
+
+    def trigger(self, urgent: bool = False) -> None:
+        pass
+
+
 class _Pass:
     """One pass over the pages: each cache's LIST taken as `_Cache._list` takes it."""
 
     def __init__(self, by_cache: dict[int, list[bytes]], client: Any) -> None:
+        from autoscaler.metrics import Metrics
         from autoscaler.settings import Settings
-        from autoscaler.wiring import build_sources
+        from autoscaler.wiring import _Triggers, build_sources
 
-        # the daemon's caches as `run` builds them with node_fit on (never started)
+        # the daemon's caches as `run` builds them with node_fit on (never started), every
+        # change reported to the daemon's triggers as `build` connects them
         settings = Settings(node_fit=True, kube_list_page_size=PAGE_SIZE, log_level="warning")
-        self.kube, prometheus = build_sources(settings, client)
+        triggers = _Triggers(settings, Metrics())
+        triggers.driver = _Driver()  # type: ignore[assignment]
+        self.kube, prometheus = build_sources(settings, client, triggers.on_change)
         prometheus.close()
         self.by_cache = by_cache
 
@@ -158,8 +179,12 @@ class _Pass:
                 row["objects"] += len(items)
                 if timed:
                     read, decode = cache._read, cache._decode
+                    fast = getattr(cache, "_fast", None)  # none before the sixth round
                     for raw in items:
                         t0 = clock()
+                        if fast is not None and fast(raw) is not None:
+                            row["straight"] += clock() - t0
+                            continue
                         obj = read(raw)
                         t1 = clock()
                         decode(obj)
@@ -200,24 +225,33 @@ async def _replay(folder: Path, repeat: int, profile: int) -> None:
         _clear_memos()
         timed = _Pass(by_cache, client).run(timed=True)
         for kind, row in result.items():
-            row.update({k: timed[kind][k] for k in ("read", "record") if k in timed[kind]})
+            row.update(
+                {k: v for k, v in timed[kind].items() if k in ("read", "record", "straight")}
+            )
             keep = best.setdefault(kind, dict(row))
             for k, v in row.items():
                 keep[k] = min(keep[k], v)
         del one, timed, result
+    columns = ("envelope", "read", "record", "straight", "take", "install")
     print(
-        f"{'collection':12s} {'objects':>8s} {'envelope':>9s} {'read':>8s} {'record':>8s} "
-        f"{'take':>8s} {'install':>8s} {'us/obj':>7s}  (CPU ms, min of {repeat})"
+        f"{'collection':24s} {'objects':>7s} "
+        + " ".join(f"{c:>8s}" for c in columns)
+        + f" {'us/obj':>7s}  (CPU ms, min of {repeat})"
     )
     for kind, row in best.items():
         n = int(row.get("objects", 0))
-        per = 1e6 * (row.get("take", 0) + row.get("envelope", 0)) / n if n else 0.0
+        if not n:
+            continue
+        # `take` is the envelope and every object taken, as the cache does it
         print(
-            f"{kind:12s} {n:8d} "
-            + " ".join(f"{1000 * row.get(k, 0.0):8.1f}" for k in ("envelope", "read", "record"))
-            + f" {1000 * row.get('take', 0.0):8.1f} {1000 * row.get('install', 0.0):8.1f}"
-            + (f" {per:7.1f}" if n else f"{'':8s}")
+            f"{kind:24s} {n:7d} "
+            + " ".join(f"{1000 * row.get(c, 0.0):8.1f}" for c in columns)
+            + f" {1e6 * row.get('take', 0.0) / n:7.1f}"
         )
+    print(
+        f"KubeSource.objects() (the records a first cycle reads): "
+        f"{1000 * best['(objects)']['records']:.1f} ms"
+    )
     print(
         f"whole pass (take + install + objects): {1000 * min(totals):.1f} ms CPU "
         f"(min of {repeat}; all: {', '.join(f'{1000 * t:.0f}' for t in totals)})"
@@ -245,6 +279,7 @@ def main() -> int:
     parser.add_argument("--pages", type=Path, help="replay the pages written here")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, help="cProfile: the N heaviest")
+    parser.add_argument("--code", help="--code=DIR: the caches' code of this checkout")
     args = parser.parse_args()
     if args.capture:
         args.capture.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler import podspec
+from autoscaler.kinds import base
+from autoscaler.kinds.base import NotManaged, read_workers
 from autoscaler.model import HostPort
 from autoscaler.podspec import PYTORCH_PORT, read_pod_use, read_shape
+from autoscaler.settings import Settings
 
 GPU = "nvidia.com/gpu"
+OPTIONS = Settings.model_validate({}).read_options()
+OTHER = Settings.model_validate({"gpu_resource_names": ["rdma/hca"]}).read_options()
+NO_TOLERATION = Settings.model_validate({"extended_resource_toleration": False}).read_options()
 AMOUNT = st.sampled_from(["1", "2", "500m", "8Gi", 4, "x"])
 RESOURCES = st.dictionaries(st.sampled_from([GPU, "cpu", "memory", "rdma/hca"]), AMOUNT)
 PORT = st.fixed_dictionaries(
@@ -97,3 +103,56 @@ def test_a_spec_that_is_not_plain_json_is_read_without_memory():
     assert as_list is not None and as_tuple is not None
     # read alike: both are sequences
     assert as_list.ports == as_tuple.ports == (HostPort(80, "TCP", ""),)
+
+
+READ_AS = [  # where the group is, the settings, the port its operator adds
+    ("spec.x.Worker", OPTIONS, PYTORCH_PORT),
+    ("spec.y.Worker", OPTIONS, PYTORCH_PORT),
+    ("spec.x.Worker", OPTIONS, None),
+    ("spec.x.Worker", OTHER, PYTORCH_PORT),
+    ("spec.x.Worker", NO_TOLERATION, PYTORCH_PORT),
+]
+
+
+def _workers(template: Any, how: int = 0) -> Any:
+    """A Kubeflow worker group of this template as read_workers reads it (`how`: an
+    entry of READ_AS): its Workers, or the NotManaged it raises (reason, message, what
+    it knew)."""
+    group = {"replicas": 2, "template": template}
+    where, options, port = READ_AS[how]
+    try:
+        return read_workers(group, where, 1, 1, "status.x", options, default_port=port)
+    except NotManaged as exc:
+        return exc.reason, exc.message, exc.known
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SPEC, min_size=2, max_size=6), st.data())
+def test_a_remembered_template_is_a_fresh_read(specs, data):
+    """A worker template's GPUs per worker (or why not) and its shape, remembered by the
+    template as read (kinds.base.template_facts): the same as read with nothing
+    remembered, whatever was read before."""
+    # a template as a job carries it, or one that is no template at all
+    templates = [
+        {"spec": s} if data.draw(st.booleans()) else data.draw(st.sampled_from([None, {}, []]))
+        for s in specs
+    ]
+    ways = [data.draw(st.integers(0, len(READ_AS) - 1)) for _ in templates]
+
+    def fresh(template: Any, how: int) -> Any:
+        base._TEMPLATES.clear()
+        podspec._SHAPES.clear()
+        return _workers(copy.deepcopy(template), how)
+
+    expected = [fresh(t, how) for t, how in zip(templates, ways, strict=True)]
+    for template in templates:  # warm: each template read every way
+        for how in range(len(READ_AS)):
+            _workers(template, how)
+    assert [_workers(t, how) for t, how in zip(templates, ways, strict=True)] == expected
+
+
+def test_a_remembered_template_is_bounded():
+    for n in range(base.TEMPLATES_LIMIT + 10):
+        template = {"spec": {"containers": [{"name": "c", "resources": {"limits": {GPU: n}}}]}}
+        assert _workers(template).gpus_per_worker == n
+    assert 0 < len(base._TEMPLATES) <= base.TEMPLATES_LIMIT

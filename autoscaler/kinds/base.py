@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from ..fields import BadField, dig, gpus_per_worker, int_field
 from ..model import PodShape, Reason
 from ..options import ReadOptions
-from ..podspec import read_shape
+from ..podspec import encoded, read_shape
 from ..resources import ResourceKind
 from .gang import GangPods
 
@@ -112,22 +112,61 @@ def read_workers(
         replicas = int_field(group.get("replicas", default_replicas), f"{where}.replicas")
     except BadField as exc:
         raise NotManaged(Reason.INVALID_REPLICAS, str(exc)) from None
-    try:
-        gpw = gpus_per_worker(
-            group.get("template"), options.gpu_resource_names, f"{where}.template"
-        )
-    except BadField as exc:
-        raise NotManaged(Reason.INVALID_SPEC, str(exc), replicas=replicas) from None
+    gpw, shape = template_facts(
+        group.get("template"),
+        f"{where}.template",
+        tuple(options.gpu_resource_names),
+        options.extended_resource_toleration,
+        default_port,
+    )
+    if isinstance(gpw, str):
+        raise NotManaged(Reason.INVALID_SPEC, gpw, replicas=replicas)
     try:
         running = 0 if active is None else int_field(active, active_field)
     except BadField as exc:
         raise NotManaged(
             Reason.INVALID_SPEC, str(exc), replicas=replicas, gpus_per_worker=gpw
         ) from None
-    shape = read_shape(
-        dig(group.get("template"), "spec"),
-        extended_resource_toleration=options.extended_resource_toleration,
-        default_port=default_port,
-    )
     name = at.partition(":")[2].lower() or "worker"
     return Workers(replicas, running, gpw, f"{where}.replicas", at, shape, name)
+
+
+def template_facts(
+    template: Any,
+    field: str,
+    gpu_names: tuple[str, ...],
+    extended_resource_toleration: bool,
+    default_port: tuple[str, str, int] | None,
+    *,
+    key: bytes | None = None,
+) -> tuple[int | str, PodShape]:
+    """A worker template's GPUs per worker (or why they cannot be read, the message of
+    `fields.gpus_per_worker`) and its pod's shape, remembered by the template as read
+    (`podspec.encoded`): the jobs of a cluster repeat a few dozen templates, and reading
+    one costs ~8 us of a job's ~25 ([placement] #27, sixth round). `key`: the
+    template's JSON, from a caller that read it from JSON (so `encoded` would give the
+    same bytes, without checking that it reads back as itself)."""
+    key = key if key is not None else encoded(template)
+    memo_key = (key, field, gpu_names, extended_resource_toleration, default_port)
+    found = _TEMPLATES.get(memo_key) if key is not None else None
+    if found is not None:
+        return found
+    gpw: int | str
+    try:
+        gpw = gpus_per_worker(template, gpu_names, field)
+    except BadField as exc:
+        gpw = str(exc)
+    shape = read_shape(
+        dig(template, "spec"),
+        extended_resource_toleration=extended_resource_toleration,
+        default_port=default_port,
+    )
+    if key is not None:
+        if len(_TEMPLATES) >= TEMPLATES_LIMIT:  # never grows without bound on churn
+            _TEMPLATES.clear()
+        _TEMPLATES[memo_key] = gpw, shape
+    return gpw, shape
+
+
+TEMPLATES_LIMIT = 1024
+_TEMPLATES: dict[tuple[Any, ...], tuple[int | str, PodShape]] = {}

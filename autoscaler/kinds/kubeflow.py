@@ -107,7 +107,7 @@ class KubeflowJob:
             raise NotManaged(Reason.INVALID_POLICY, "spec.elasticPolicy must be a mapping")
         self._check_elastic(obj, elastic, options)
         try:
-            return _elastic_bounds(elastic, workers.replicas)
+            return elastic_bounds(elastic, workers.replicas)
         except BadField as exc:
             raise NotManaged(Reason.INVALID_POLICY, str(exc), range_error=True) from None
 
@@ -129,7 +129,11 @@ class KubeflowJob:
         # schedulingPolicy.minAvailable is set, written over the PodGroup on every sync
         # (SyncPodGroup); while the PodGroup is Pending no pod is created or deleted
         # (control/podgroup_control.go DelayPodCreationDueToPodGroup)
-        if dig(obj, "spec", "runPolicy", "schedulingPolicy", "minAvailable") is not None:
+        return self.gang_grows_at(dig(obj, "spec", "runPolicy", "schedulingPolicy", "minAvailable"))
+
+    def gang_grows_at(self, min_available: Any) -> str:
+        """`gang_grows` of a job whose schedulingPolicy.minAvailable is this (None: unset)."""
+        if min_available is not None:
             return ""
         return (
             "spec.runPolicy.schedulingPolicy.minAvailable is not set: training-operator "
@@ -156,7 +160,7 @@ class KubeflowJob:
         return "Worker"
 
 
-def _elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:
+def elastic_bounds(elastic: Mapping[str, Any], replicas: int) -> tuple[int, int]:
     """minReplicas/maxReplicas (or the older min/max), defaulted as training-operator's
     setElasticPolicy does: one bound missing takes the other's value, both missing take
     the Worker's replicas."""

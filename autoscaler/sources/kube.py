@@ -38,7 +38,7 @@ from ..errors import yaml_error_line
 from ..heap import release_free_memory
 from ..kubeapi import ApiFailure, classify, error_text, retry_after
 from ..model import GroupRecord, HpaTarget, JobRecord, Node, PodUse, PriorityValue, QueueSpec
-from ..options import KubeOptions
+from ..options import KubeOptions, ReadOptions
 from ..parse import Decoder, Records, decoders
 from ..redact import remember_client
 from ..resources import (
@@ -54,6 +54,7 @@ from ..resources import (
     ResourceKind,
 )
 from ..settings import Settings
+from .straight import Straight, straight
 from .wire import Reader, reader
 
 __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
@@ -243,10 +244,14 @@ class _Cache:
         optional: bool = False,
         field_selector: str = "",
         read: Reader = msgspec.json.decode,
+        fast: Straight | None = None,
     ) -> None:
         self.resource = resource
         # bytes -> what `decode` reads: only the fields it reads (sources.wire)
         self._read = read
+        # bytes -> (key, record) for the objects it takes, the rest read as above
+        # (sources.straight: bound pods and nodes, by the ten thousand)
+        self._fast = fast
         self.field_selector = field_selector
         # a job kind whose CRD may not be installed: a 404 means "none of these", checked
         # again every ABSENT_RECHECK_SECONDS, not an error
@@ -600,6 +605,13 @@ class _Cache:
             seen.add(key)
             self._fits(key, len(raw))
             return
+        taken = self._fast(raw) if self._fast is not None else None
+        if taken is not None:
+            key, record = taken
+            seen.add(key)
+            self._fits(key, len(raw))
+            fresh[key] = record
+            return
         obj = self._read(raw)
         if not isinstance(obj, dict):
             raise ValueError(f"LIST of {self.name} holds an item that is not an object")
@@ -741,6 +753,8 @@ class _CacheMaker:
     backoff: Callable[[int], float]
     page_size: int
     decode: Mapping[str, Decoder]
+    # kind -> its straight reader: only with the options `decode` was made with
+    fast: Mapping[str, Straight]
 
     def make(
         self,
@@ -763,6 +777,7 @@ class _CacheMaker:
             optional,
             field_selector,
             reader(resource.kind, job=resource in JOB_RESOURCES),
+            self.fast.get(resource.kind),
         )
 
 
@@ -789,17 +804,29 @@ class KubeSource:
         watch_nodes: bool = False,
         watch_pods: bool = False,
         decode: Mapping[str, Decoder] | None = None,
+        read_options: ReadOptions | None = None,
     ) -> None:
         """`job_kinds`: the job resources to cache (the daemon passes the managed kinds).
         Each object is decoded when it arrives with `decode[its kind]`: the daemon passes
         `parse.decoders(settings)`; None, the readers of the default settings (GPU
-        resource names, annotation names as `Settings()` has them)."""
+        resource names, annotation names as `Settings()` has them). `read_options`: the
+        options `decode` was made with, for the readers that build a LIST's bound pods
+        and nodes straight from their bytes (sources.straight); None with `decode`
+        given: those are decoded by `decode` too."""
         self._settings = settings
         self._on_change = on_change
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
         remember_client(api_client.configuration)
+        if decode is None:
+            read_options = read_options or Settings.model_validate({}).read_options()
+            decode = decoders(read_options)
+        fast = {
+            kind: found
+            for kind in ("Pod", "Node", "PodGroup", "PyTorchJob")
+            if read_options is not None and (found := straight(kind, read_options)) is not None
+        }
         caches = _CacheMaker(
             ObjectsApi(api_client),
             settings,
@@ -807,7 +834,8 @@ class KubeSource:
             self._backoff,
             # a LIST of big objects is parsed page by page: only one page is held raw at once
             page_size or settings.kube_list_page_size,
-            decode or decoders(Settings.model_validate({}).read_options()),
+            decode,
+            fast,
         )
         namespaces = namespace_scopes(settings.namespaces)
         selector = settings.label_selector.strip()
