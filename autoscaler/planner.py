@@ -1070,6 +1070,11 @@ class _QueuePlanner:
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
         # does not pay (its message), "" while none does
         self.waits_for = ""
+        # rule 3b: gangs refused a reclaim and still waiting (gang, GPUs it needs, its
+        # decision's index): a reclaim for a gang behind them frees GPUs Volcano gives
+        # them first, so it is weighed for all of them (_weigh_behind)
+        self._refused: list[tuple[PendingGroup, int, int]] = []
+        self._members: list[tuple[PendingGroup, int]] = []  # those weighed together now
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
         self._no_room: dict[Hashable, Room] = {}  # see _room
@@ -1382,8 +1387,12 @@ class _QueuePlanner:
                     f"{g.ref} needs {g.gpus} GPU(s): fits in what is free or being released",
                 )
                 continue
-            if self.waits_for:
-                starving = self._behind_unpaid(g, starving)
+            if self._refused:
+                served, idle, releasing, starving = self._weigh_behind(
+                    g, need, pool, idle, releasing, starving
+                )
+                if served:
+                    idle, releasing, from_idle = self._consume(served, idle, releasing, from_idle)
                 continue
             shortfall = max(need - (idle + releasing), node_short)
             covered = self._cover(g, shortfall, pool, need - (idle + releasing))
@@ -1391,12 +1400,7 @@ class _QueuePlanner:
                 starving = self._uncoverable(g, shortfall, starving, covered)
                 continue
             if isinstance(covered, payoff.Trade):  # a reclaim that does not pay
-                starving = self._reclaim_unpaid(g, covered, starving)
-                self.waits_for = (
-                    f"{g.ref} waits for GPUs to free (reclaiming for it does not pay): "
-                    f"nothing in queue {g.queue} grows into them, and no gang behind it "
-                    "is served by reclaim"
-                )
+                starving = self._reclaim_unpaid(g, need, covered, starving)
                 continue
             victims, lent = covered
             idle, releasing = self._reclaim(g, victims, pool, idle, releasing, lent)
@@ -1611,15 +1615,13 @@ class _QueuePlanner:
         """What the gang would gain from these victims' workers and what they would
         lose, from what the jobs declare of their run (unknowns left out)."""
         now = self.now
-        owner = self._gang_owner(g)
-        gang_runtime = None if owner is None else payoff.remaining_seconds(owner, now)
+        gang_runtime = self._gang_runtime(g)
         taken = sum(n * w.job.gpus_per_worker for w, n in victims)
         # the victims are grown back once the GPUs freed cover every other waiting gang
         # of the queue and what they gave up
-        others = sum(x.gpus for x in self.pending if x is not g)
+        weighed = {x.ref for x, _ in self._members} or {g.ref}
+        others = sum(x.gpus for x in self.pending if x.ref not in weighed)
         back_in = payoff.gang_wait(others + taken, self._ending())
-        # gangs ahead of it that still wait take the GPUs that free first
-        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1633,7 +1635,19 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        return payoff.Trade(payoff.gang_wait(ahead + shortfall, self._ending()), loss)
+        # gangs ahead of it that still wait take the GPUs that free first
+        return payoff.Trade(self._gain(shortfall), loss)
+
+    def _gang_runtime(self, g: PendingGroup) -> float | None:
+        """How long the gang's job runs (its GPUs then come back); for gangs weighed
+        together, the longest that is known."""
+        runs = [
+            payoff.remaining_seconds(owner, self.now)
+            for x in ([x for x, _ in self._members] or [g])
+            if (owner := self._gang_owner(x)) is not None
+        ]
+        known = [r for r in runs if r is not None]
+        return max(known) if known else None
 
     def _ending(self) -> list[tuple[float, int]]:
         """(seconds left, GPUs held) of the queue's running jobs that declared their run;
@@ -1656,22 +1670,117 @@ class _QueuePlanner:
                 return w.job
         return None
 
-    def _reclaim_unpaid(self, g: PendingGroup, trade: payoff.Trade, starving: str) -> str:
-        """The reclaim would cost its victims more than the gang gains: it waits."""
+    def _reclaim_unpaid(
+        self, g: PendingGroup, need: int, trade: payoff.Trade, starving: str, ahead: str = ""
+    ) -> str:
+        """The reclaim would cost its victims more than the gang gains: it waits, and
+        holds its queue's growth (the GPUs that free are its). `ahead`: the gangs
+        weighed with it (_weigh_behind)."""
+        with_ahead = f" with {ahead} ahead of it" if ahead else ""
         message = (
-            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it does not pay "
+            f"{g.ref} needs {g.gpus} GPU(s): reclaiming for it{with_ahead} does not pay "
             f"({trade.describe()}, reclaim_payoff_factor="
             f"{self.policy.reclaim_payoff_factor:g}): it waits for GPUs to free"
         )
+        if not self.waits_for:
+            self.waits_for = (
+                f"{g.ref} waits for GPUs to free (reclaiming for it does not pay): "
+                f"nothing in queue {g.queue} grows into them"
+            )
+        self._refused.append((g, need, len(self.gangs)))
         return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
 
-    def _behind_unpaid(self, g: PendingGroup, starving: str) -> str:
-        """A gang behind one that waits because reclaiming for it does not pay, and that
-        does not fit in what is free: nothing is reclaimed for it. Volcano admits in
-        this order, so the GPUs a reclaim frees would go to the gang ahead first (the
-        next plan would serve that one from them): that reclaim was weighed already."""
-        message = f"{g.ref} needs {g.gpus} GPU(s) and waits behind: {self.waits_for}"
-        return self._skip_gang(g, Reason.GANG_RECLAIM_UNPAID, message, starving, say_why=True)
+    def _weigh_behind(
+        self,
+        g: PendingGroup,
+        need: int,
+        pool: _VictimPool,
+        idle: int,
+        releasing: int,
+        starving: str,
+    ) -> tuple[int, int, int, str]:
+        """A gang behind gangs refused a reclaim, that does not fit in what is free. Volcano
+        admits in order: what a reclaim frees goes to the gangs ahead first (the next plan
+        would serve them from it). So the reclaim covers all of them and g, and weighs
+        their summed gain; if it pays all are served by it, else g waits with them.
+        Returns the GPUs served (to consume), idle, releasing and the starving gang."""
+        members = [*((x, n) for x, n, _ in self._refused), (g, need)]
+        pods = tuple(p for x, _ in members for p in x.pods)
+        known = all(x.pods for x, _ in members)
+        group = replace(g, gpus=sum(x.gpus for x, _ in members), pods=pods if known else ())
+        total = sum(n for _, n in members)
+        node_short, _ = self._node_short(group)
+        shortfall = max(total - (idle + releasing), node_short)
+        names = ", ".join(str(x.ref) for x, _, _ in self._refused)
+        self._members = members
+        covered = self._cover(group, shortfall, pool, total - (idle + releasing))
+        self._members = []
+        if isinstance(covered, str):
+            why = f"counted with {names} ahead of it, which what is freed goes to first"
+            why += f"; {covered}" if covered else ""
+            return 0, idle, releasing, self._uncoverable(g, shortfall, starving, why)
+        if isinstance(covered, payoff.Trade):
+            return 0, idle, releasing, self._reclaim_unpaid(g, need, covered, starving, names)
+        victims, lent = covered
+        idle, releasing = self._reclaim(group, victims, pool, idle, releasing, lent)
+        self._place_gang(group)
+        done, ahead = self.gangs[-1], group.gpus - g.gpus
+        words = (
+            f"needs {g.gpus} GPU(s) and waits behind {names} ({ahead} GPU(s), refused a "
+            "reclaim alone; Volcano gives them what is freed first): reclaimed for all,"
+        )
+        self.gangs[-1] = replace(
+            done, gpus=g.gpus, message=done.message.replace(f"needs {group.gpus} GPU(s):", words, 1)
+        )
+        for x, _, at in self._refused:
+            self.gangs[at] = replace(
+                self.gangs[at],
+                reason=Reason.GANG_COVERED,
+                message=f"{x.ref} needs {x.gpus} GPU(s): covered by the reclaim made for "
+                f"{g.ref} behind it (Volcano gives what is freed to it first)",
+                victims=done.victims,
+                blockers=(),
+            )
+        self._refused, self.waits_for = [], ""
+        return total, idle, releasing, self._starving_again(starving)
+
+    def _starving_again(self, starving: str) -> str:
+        """The starving gang once gangs refused a reclaim were served after all: the first
+        gang still waiting that has waited too long, "" if none."""
+        if not starving:
+            return starving
+        waiting = {d.ref for d in self.gangs if d.reason in _STILL_WAITING}
+        limit = self.policy.max_gang_wait_seconds
+        for x in self.pending:
+            waited = (self.now - x.created).total_seconds()
+            if x.ref in waiting and waited > limit:
+                return (
+                    f"{x.ref} has waited {waited:.0f}s (> max_gang_wait_seconds="
+                    f"{limit:.0f}): nothing in queue {x.queue} grows until it fits"
+                )
+        return ""
+
+    def _ahead(self) -> int:
+        """GPUs of the gangs ahead that still wait (they take the GPUs that free first),
+        but for those weighed with the gang now (_weigh_behind)."""
+        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
+        return ahead - sum(x.gpus for x, _ in self._members[:-1])
+
+    def _gain(self, shortfall: int) -> float | None:
+        """Seconds the gang would wait without the reclaim; for gangs weighed together,
+        the sum of each one's wait (each short of what it and those ahead of it need)."""
+        ahead, ends = self._ahead(), self._ending()
+        if not self._members:
+            return payoff.gang_wait(ahead + shortfall, ends)
+        gain, behind = 0.0, sum(n for _, n in self._members)
+        for _, n in self._members:
+            behind -= n
+            short = shortfall - behind
+            wait = payoff.gang_wait(ahead + short, ends) if short > 0 else 0.0
+            if wait is None:
+                return None
+            gain += wait
+        return gain
 
     def _resized_now(self, shortfall: int) -> frozenset[int]:
         """Jobs this plan already trimmed or reclaimed from, where a reclaim for a gang
@@ -1681,8 +1790,7 @@ class _QueuePlanner:
         job may give workers to several gangs of one plan."""
         if self.policy.reclaim_cooldown_seconds <= 0 or self.policy.reclaim_payoff_factor <= 0:
             return frozenset()
-        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
-        if payoff.gang_wait(ahead + shortfall, self._ending()) is None:
+        if self._gain(shortfall) is None:
             return frozenset()
         return frozenset(id(w) for w in self.work if w.target != w.job.replicas)
 

@@ -188,18 +188,70 @@ def test_a_gang_refused_a_reclaim_still_starves_growth():
 
 
 def test_victims_passed_over_stay_victims_for_the_next_gang():
-    # the first gang's reclaim does not pay; a smaller gang behind it (1 GPU, so what is
-    # freed for it cannot start the first one), whose own job runs 60 s, may take one of
-    # the same victim's workers: v loses 30 + 60/3 s, the gang would wait behind w
-    jobs, gangs = _scene()
+    # the first gang's reclaim does not pay (v has 4 spare workers: it would wait 600 s,
+    # v lose 30 + 3600 * 2/4 s); the 1-GPU gang behind it, whose job runs 60 s, is
+    # weighed with it: what v frees goes to w first (Volcano admits in order), so the
+    # reclaim covers both (3 GPUs) and their waits (600 + 7200 s) beat v's loss
+    # (30 + 3600 * 3/3 s, the longest of their runs): v gives 3 to both
+    jobs, gangs = _scene(v_workers=6)
     short = declared(ej("s", min=1, max=1, replicas=1, active=0, created=ago(30)), 60.0, None)
     gangs.append(gang("s", 1, owner="s", created=ago(30)))
-    p = plan(snap({"q": 0}, [*jobs, short], gangs), policy(), NOW)
+    snapshot = snap({"q": 0}, [*jobs, short], gangs)
+    p, again = _replanned(snapshot)
     assert {g.ref.name: g.reason for g in p.gangs} == {
-        "w": Reason.GANG_RECLAIM_UNPAID,
+        "w": Reason.GANG_COVERED,
         "s": Reason.GANG_COVERED,
     }
     assert next(d for d in p.decisions if d.ref.name == "v").target == 3
+    w, s = sorted(p.gangs, key=lambda g: g.ref.name, reverse=True)
+    assert "covered by the reclaim made for PodGroup ml/s behind it" in w.message
+    assert "waits behind PodGroup ml/w" in s.message and s.gpus == 1
+    assert again.actions == ()  # the next plan sees both fit in what v releases
+
+
+def test_a_gang_behind_a_refused_one_is_not_served_by_a_reclaim_that_serves_it():
+    # v may give 2 GPUs; w (2) was refused them. A reclaim for s (1, behind) would free
+    # what Volcano gives w first once it is enough (the next plan would serve w from it
+    # and weigh s again): counted with w, 3 GPUs, nobody covers it, nothing is taken
+    jobs, gangs = _scene()
+    short = declared(ej("s", min=1, max=1, replicas=1, active=0, created=ago(30)), 60.0, None)
+    gangs.append(gang("s", 1, owner="s", created=ago(30)))
+    p, again = _replanned(snap({"q": 0}, [*jobs, short], gangs))
+    assert {g.ref.name: g.reason for g in p.gangs} == {
+        "w": Reason.GANG_RECLAIM_UNPAID,
+        "s": Reason.GANG_UNCOVERABLE,
+    }
+    s = next(g for g in p.gangs if g.ref.name == "s")
+    assert "counted with PodGroup ml/w ahead of it" in s.message
+    assert p.actions == () and again.actions == ()
+
+
+def test_a_refused_gang_holds_its_queues_growth():
+    # 1 GPU free, the gang short 2: the scene's trade, refused. x could grow into the
+    # free GPU, but then the gang would be short 3 and the next plan weigh another
+    # trade: x holds (the GPUs that free are the gang's)
+    jobs, gangs = _scene()
+    gangs = [replace(gangs[0], gpus=3)]
+    jobs.append(ej("x", min=1, max=8, replicas=1))
+    p, again = _replanned(snap({"q": 1}, jobs, gangs))
+    assert p.gangs[0].reason is Reason.GANG_RECLAIM_UNPAID
+    x = next(d for d in p.decisions if d.ref.name == "x")
+    assert (x.target, x.reason) == (1, Reason.GANG_WAITING)
+    assert "PodGroup ml/w waits for GPUs to free" in x.message
+    assert again.actions == ()
+
+
+def _replanned(snapshot, pol=None):
+    """The plan, and the plan of its result applied (the actuator's writes: replicas and
+    the last-scale time; status as it was): idempotence wants no action in the second."""
+    pol = pol or policy()
+    first = plan(snapshot, pol, NOW)
+    targets = {d.ref: d.target for d in first.actions}
+    jobs = tuple(
+        replace(j, replicas=targets[j.ref], last_scale_time=NOW) if j.ref in targets else j
+        for j in snapshot.jobs
+    )
+    return first, plan(replace(snapshot, jobs=jobs), pol, NOW)
 
 
 # ---- the annotations ----------------------------------------------------------------------------
@@ -251,18 +303,27 @@ def test_now_is_the_only_clock():
 
 
 def test_a_gang_behind_others_that_wait_waits_longer():
-    # w2 (as big as w, behind it) would wait for the GPUs w takes first: until v's end
-    # (7200 s), which beats what v loses (30 s + 3600 s of w2's run): reclaimed for.
-    # Volcano gives the freed GPUs to w, ahead; the line moves up either way.
-    jobs, gangs = _scene()
+    # w2 (as big as w, behind it) waits for the GPUs w takes first: weighed with w, the
+    # reclaim covers both (4 of v's 4 spare GPUs); their waits (600 s, and until v's end,
+    # 7200 s) beat v's loss (30 s + 3600 s * 4/2): both are served, v gives 4
+    jobs, gangs = _scene(v_workers=6)
     w2 = declared(ej("w2", min=2, max=4, replicas=2, active=0, created=ago(30)), 3600.0)
     gangs.append(gang("w2", 2, owner="w2", created=ago(30)))
-    p = plan(snap({"q": 0}, [*jobs, w2], gangs), policy(), NOW)
+    p, again = _replanned(snap({"q": 0}, [*jobs, w2], gangs))
     assert {g.ref.name: g.reason for g in p.gangs} == {
-        "w": Reason.GANG_RECLAIM_UNPAID,
+        "w": Reason.GANG_COVERED,
         "w2": Reason.GANG_COVERED,
     }
     assert next(d for d in p.decisions if d.ref.name == "v").target == 2
+    assert again.actions == ()
+    # w2's job runs 10 h: v would lose its 2 workers until v's own end, 30 + 7200 * 4/2
+    # s, more than both gain: both wait
+    long = replace(w2, expected_runtime_seconds=36000.0)
+    p, again = _replanned(snap({"q": 0}, [*jobs, long], gangs))
+    assert [g.reason for g in p.gangs] == [Reason.GANG_RECLAIM_UNPAID] * 2
+    w2 = next(g for g in p.gangs if g.ref.name == "w2")
+    assert "with PodGroup ml/w ahead of it does not pay" in w2.message
+    assert p.actions == () and again.actions == ()
 
 
 # ---- what other queues hold of the gang's share is owed, not traded ---------------------------
