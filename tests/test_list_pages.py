@@ -11,7 +11,6 @@ import gc
 import json
 from typing import Any
 
-import msgspec
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -173,63 +172,3 @@ async def test_a_long_page_lets_the_event_loop_run_while_it_is_decoded() -> None
     # the ticker ran while the page was half decoded, not only before and after it
     assert any(0 < decoded < 250 for decoded in ticks)
     assert len(cache.items) == 250
-
-
-class _RawApi(_PagedApi):
-    """Pages given as their bytes, as a server might send them."""
-
-    def __init__(self, bodies: list[bytes], log: Log) -> None:
-        super().__init__([], log, {})
-        self._bodies = bodies
-
-    async def list_cluster_custom_object(self, *_: Any, **kwargs: Any) -> _Answer:
-        token = kwargs.get("_continue") or ""
-        self._log.append(("ask", token))
-        await asyncio.sleep(0)
-        return _Answer(self._bodies[int(token or 0)])
-
-
-def _raw_cache(bodies: list[bytes], log: Log) -> _Cache:
-    cache, _ = _cache([], log)
-    cache._api = _RawApi(bodies, log)  # type: ignore[assignment]
-    return cache
-
-
-async def test_the_next_page_is_asked_for_before_this_one_is_read() -> None:
-    """The continue token is taken from the page's bytes before they are decoded (the
-    LIST's critical path): a page that then fails to decode has asked for the next one,
-    which is dropped without an unretrieved failure."""
-    log: Log = []
-    unseen: list[dict[str, Any]] = []
-    asyncio.get_running_loop().set_exception_handler(lambda _, context: unseen.append(context))
-    broken = b'{"metadata":{"resourceVersion":"7","continue":"1"},"items":[{"metadata":'
-    cache = _raw_cache([broken, b'{"metadata":{},"items":[]}'], log)
-    with pytest.raises(msgspec.DecodeError):
-        await cache._list()
-    for _ in range(3):
-        await asyncio.sleep(0)
-    gc.collect()
-    assert log[:2] == [("ask", ""), ("ask", "1")] and unseen == []
-    assert not cache.synced.is_set()
-
-
-async def test_a_token_in_an_objects_field_is_not_taken_for_the_lists() -> None:
-    """An object with a field named `continue` where the list's metadata would be: the
-    page asked for on it is dropped, the list's own next page asked for, every object
-    read once."""
-    log: Log = []
-    odd = {"metadata": {"name": "q-odd"}, "spec": {"continue": "9"}}
-    bodies = [
-        # a custom resource's list: its metadata last, the object's field first
-        json.dumps({"items": [odd], "metadata": {"continue": "1"}}).encode(),
-        json.dumps({"items": [odd | {"metadata": {"name": "q-last"}}], "metadata": {}}).encode(),
-    ]
-    bodies[0] = bodies[0].replace(b'"continue": "', b'"continue":"')
-    bodies[1] = bodies[1].replace(b'"continue": "', b'"continue":"')
-    cache = _raw_cache([*bodies, *([b"{}"] * 8)], log)
-    await cache._list()
-    asked = [token for what, token in log if what == "ask"]
-    assert asked[:3] == ["", "9", "1"] and asked[3:] == ["9"]
-    assert [name for what, name in log if what == "decode"] == ["q-odd", "q-last"]
-    assert [name for _, name in cache.items] == ["q-odd", "q-last"]
-    assert cache.synced.is_set() and cache.resource_version == ""
