@@ -39,12 +39,12 @@ def test_fast_soak_through_the_parse_layer():
     assert sum(result.actions.values()) > 0
 
 
-@pytest.mark.parametrize("seed", (1, 2, 3))
+@pytest.mark.parametrize("seed", (1, 3, 19))  # 19: where a reclaim took from a job resized
 def test_fast_soak_with_declared_runs_has_no_violations(seed):
     # every job declares its run: rule 3b weighs reclaims, and a gang refused one holds
     # its queue's growth, a reclaim behind it is weighed with it, a weighed reclaim
     # takes from no job this plan resized (each broke idempotence or gangs-first)
-    result = run_soak(1500, seed, declared=True)
+    result = run_soak(2000, seed, declared=True)
     assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
 
 
