@@ -129,6 +129,16 @@ class Limits:
         rows = [(n, w, r, real, g) for n, w, r, real, g, asks in self._rows if asks]
         return water_fill(self.total, rows)
 
+    def owned(self) -> dict[str, float]:
+        """Proportion: each queue's deserved if every queue of the view asked for the
+        whole cluster, its weight's part (capped at its real capability, at least its
+        guarantee): what it keeps whoever asks. What a queue holds beyond it is idle
+        share of others, borrowed: theirs once they ask."""
+        if self.total is None or self.view.plugin is Plugin.CAPACITY:
+            return {}
+        rows = [(n, w, math.inf, real, g) for n, w, _, real, g, _ in self._rows]
+        return water_fill(self.total, rows)
+
     def limit(self, name: str) -> PluginLimit | None:
         """Room for queue `name` (see plugin_limit)."""
         view, total = self.view, self.total
