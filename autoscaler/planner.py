@@ -916,7 +916,8 @@ class _Lenders:
         self.shares, self.best_effort, self.held = shares, best_effort, held
         self.usable, self.work, self.policy = usable, work, policy
         # what each queue keeps whoever asks (its deserved under capacity, its weight's
-        # part of the cluster under proportion): beyond it, it holds others' idle share
+        # part of the cluster among the queues with jobs under proportion): beyond it, it
+        # holds others' idle share
         self.owned = dict(shares)
         # what locks a job in its own queue's accounting (_account), known before that
         # queue is planned: a job taken here must not be locked there at its old size

@@ -385,7 +385,7 @@ def test_the_loan_still_comes_back_to_the_lenders_gang():
 def test_no_gang_takes_its_own_queues_workers_beyond_what_the_queue_keeps(weights, jobs, gangs):
     """Rule 3c as an invariant: a gang covered by workers of its own queue never takes the
     queue's gangs (its jobs' minimum, before this plan) beyond its weight's part of the
-    cluster."""
+    cluster among the queues with jobs."""
     ejs = [
         ej(f"j{i}", queue=q, min=m, replicas=m + extra, max=m + extra)
         for i, (q, m, extra) in enumerate(jobs)
@@ -408,6 +408,9 @@ def test_no_gang_takes_its_own_queues_workers_beyond_what_the_queue_keeps(weight
             continue
         if not any(queue_of[v.name] == g.queue for v in g.victims):
             continue
-        owned = total * weights["ab".index(g.queue)] / sum(weights)
+        asking = {j.queue for j in ejs} | {q for q, _ in gangs}  # the water-fill's queues
+        owned = total * weights["ab".index(g.queue)] / sum(
+            w for q, w in zip("ab", weights, strict=True) if q in asking
+        )
         locked = sum(j.min_replicas for j in ejs if j.queue == g.queue)
         assert locked + g.gpus <= owned + 1e-9
