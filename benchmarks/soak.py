@@ -3,6 +3,7 @@
     python benchmarks/soak.py --cycles 10000 --seed 1
     python benchmarks/soak.py --cycles 10000 --seeds 1-5
     python benchmarks/soak.py --cycles 1000 --seed 1 --mode parse
+    python benchmarks/soak.py --cycles 1500 --seeds 1-8 --declared   # jobs declare their run
 
 A seeded driver runs `plan()` once per cycle (60 s of simulated time) over a cluster that
 keeps changing: elastic jobs and non-elastic gangs arrive, get placed by a Volcano-like
@@ -77,6 +78,7 @@ PRIORITIES = {"low": 0, "mid": 10, "high": 100}
 GPU = "nvidia.com/gpu"
 ANNOTATION = "elastic-autoscaler.io/last-scale-time"
 PAUSED = "elastic-autoscaler.io/paused"
+EXPECTED = "elastic-autoscaler.io/expected-runtime-seconds"
 # the reasons a job may shrink by: for a gang of its queue, of another (lent shares), or
 # workers that never landed
 _SHRINKS = (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE, Reason.TRIM_UNPLACED)
@@ -102,6 +104,7 @@ class SimJob:
     paused: bool = False
     broken: bool = False  # a user typo: minReplicas above maxReplicas (InvalidPolicy)
     stuck: bool = False  # its extra workers never land (e.g. a node selector nobody fits)
+    expected: float | None = None  # its declared run (--declared), seconds from its start
 
     @property
     def ref(self) -> ObjectRef:
@@ -145,8 +148,9 @@ class SoakResult:
 
 
 class World:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, declared: bool = False) -> None:
         self.rng = rng
+        self.declared = declared
         self.jobs: dict[str, SimJob] = {}
         self.gangs: dict[str, SimGang] = {}
         self.serial = 0
@@ -186,6 +190,7 @@ class World:
                 r.choice(["low", "low", "mid", "high"]),
                 now,
                 stuck=r.random() < 0.05,
+                expected=_expected_run(name) if self.declared else None,
             )
         if r.random() < (0.08 if busy else 0.03) and len(self.gangs) < 12:
             name = self._name("g")
@@ -332,6 +337,7 @@ class World:
                         last_scale_time=j.last_scale,
                         started=j.started,
                         resource_version=str(j.version),
+                        expected_runtime_seconds=j.expected,
                     )
                 )
             if j.active == 0:
@@ -434,12 +440,21 @@ class World:
         return applied
 
 
+def _expected_run(name: str) -> float:
+    """A job's declared run time (--declared): 5 minutes to 3 hours, drawn from its name
+    alone, so the world's own draws (and so the cycles) are those of the same seed
+    without it."""
+    return float(random.Random(f"run-{name}").randrange(300, 10_800, 60))
+
+
 def raw_job(j: SimJob) -> dict[str, Any]:
     annotations = {}
     if j.last_scale is not None:
         annotations[ANNOTATION] = format_time(j.last_scale)
     if j.paused:
         annotations[PAUSED] = "true"
+    if j.expected is not None:
+        annotations[EXPECTED] = f"{j.expected:g}"
     status: dict[str, Any] = {"replicaStatuses": {"Worker": {"active": j.active}}}
     if j.started is not None:
         status["startTime"] = format_time(j.started)
@@ -753,6 +768,7 @@ def run_soak(
     policy: Settings | None = None,
     check_every: int = 1,
     planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = make_plan,
+    declared: bool = False,
 ) -> SoakResult:
     """`planner` is for testing the checker with a broken planner; the soak uses plan()."""
     if mode not in ("model", "parse"):
@@ -760,7 +776,7 @@ def run_soak(
     policy = policy or policy_for(seed)
     planner_policy = policy.planner_policy()
     rng = random.Random(seed)
-    world = World(rng)
+    world = World(rng, declared)
     history = History()
     violations: list[Violation] = []
     digest = hashlib.sha256()
@@ -846,11 +862,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="a range a-b or a list a,b,c (overrides --seed)")
     parser.add_argument("--mode", choices=("model", "parse"), default="model")
     parser.add_argument("--show", type=int, default=5, help="violations to print per seed")
+    parser.add_argument(
+        "--declared",
+        action="store_true",
+        help="every job declares its run (expected-runtime-seconds, 5 min to 3 h): the "
+        "planner weighs its reclaims (rule 3b, reclaim_payoff_factor)",
+    )
     args = parser.parse_args(argv)
     total = 0
     seeds = _seeds(args.seeds) if args.seeds else [args.seed]
     for seed in seeds:
-        res = run_soak(args.cycles, seed, mode=args.mode)
+        res = run_soak(args.cycles, seed, mode=args.mode, declared=args.declared)
         total += len(res.violations)
         kinds = ", ".join(f"{k}={n}" for k, n in sorted(res.by_kind.items())) or "-"
         acts = ", ".join(f"{k}={n}" for k, n in sorted(res.actions.items()))

@@ -47,6 +47,17 @@ def test_same_seed_same_plans_other_seed_other_plans():
     assert run_soak(300, 7, mode="parse", policy=policy_for(7)).digest == a.digest
 
 
+def test_declared_runs_reach_the_planner_through_both_paths():
+    # --declared: every job carries an expected run time, as the annotation says it; the
+    # planner then weighs reclaims (rule 3b), so the plans differ from the same world's
+    # without it, and the parse path reads the annotation as the model path has it
+    declared, plain = run_soak(600, 2, declared=True), run_soak(600, 2)
+    assert declared.digest != plain.digest
+    parsed = run_soak(600, 2, mode="parse", declared=True, policy=policy_for(2))
+    assert [v for v in parsed.violations if v.kind == "parse"] == []
+    assert parsed.digest == declared.digest
+
+
 def test_policies_differ_across_seeds():
     policies = {
         (p.growth_policy, p.min_step_workers, p.reserve_gpus_per_queue, p.victim_order)
