@@ -409,8 +409,10 @@ def test_no_gang_takes_its_own_queues_workers_beyond_what_the_queue_keeps(weight
         if not any(queue_of[v.name] == g.queue for v in g.victims):
             continue
         asking = {j.queue for j in ejs} | {q for q, _ in gangs}  # the water-fill's queues
-        owned = total * weights["ab".index(g.queue)] / sum(
-            w for q, w in zip("ab", weights, strict=True) if q in asking
+        owned = (
+            total
+            * weights["ab".index(g.queue)]
+            / sum(w for q, w in zip("ab", weights, strict=True) if q in asking)
         )
         locked = sum(j.min_replicas for j in ejs if j.queue == g.queue)
         assert locked + g.gpus <= owned + 1e-9
