@@ -129,6 +129,18 @@ class Limits:
         rows = [(n, w, r, real, g) for n, w, r, real, g, asks in self._rows if asks]
         return water_fill(self.total, rows)
 
+    def owned(self) -> dict[str, float]:
+        """Proportion: each queue's deserved if every queue with jobs (running, waiting
+        or asked for: those in the water-fill) asked for the whole cluster, its weight's
+        part of it (capped at its real capability, at least its guarantee): what it
+        keeps whoever of them asks. What a queue holds beyond it is the others' idle
+        share, borrowed: theirs once they ask. A queue without jobs Volcano leaves out
+        of the fill, as `shares`."""
+        if self.total is None or self.view.plugin is Plugin.CAPACITY:
+            return {}
+        rows = [(n, w, math.inf, real, g) for n, w, _, real, g, asks in self._rows if asks]
+        return water_fill(self.total, rows)
+
     def limit(self, name: str) -> PluginLimit | None:
         """Room for queue `name` (see plugin_limit)."""
         view, total = self.view, self.total

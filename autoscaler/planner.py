@@ -57,6 +57,8 @@ CLOSED_STATES = frozenset({"Closed", "Closing"})
 _STILL_WAITING = frozenset(
     {Reason.GANG_UNCOVERABLE, Reason.GANG_RECLAIM_UNPAID, Reason.GANG_BLOCKED}
 )
+# gangs served this cycle: their GPUs are held at their jobs' minimum once bound
+_SERVED = frozenset({Reason.GANG_FITS, Reason.GANG_COVERED})
 _EPS = 1e-9
 
 
@@ -926,6 +928,10 @@ class _Lenders:
     ) -> None:
         self.shares, self.best_effort, self.held = shares, best_effort, held
         self.usable, self.work, self.policy = usable, work, policy
+        # what each queue keeps whoever asks (its deserved under capacity, its weight's
+        # part of the cluster among the queues with jobs under proportion): beyond it, it
+        # holds others' idle share
+        self.owned = dict(shares)
         # what locks a job in its own queue's accounting (_account), known before that
         # queue is planned: a job taken here must not be locked there at its old size
         self.own = _own_waiting(list(snapshot.pending))
@@ -955,7 +961,10 @@ class _Lenders:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
         usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
-        return cls(shares, best_effort, held, usable, work, policy, snapshot)
+        lenders = cls(shares, best_effort, held, usable, work, policy, snapshot)
+        if view.plugin is Plugin.PROPORTION:
+            lenders.owned = cluster.limits.owned()
+        return lenders
 
     def within(self, g: PendingGroup) -> str:
         """ "" when g's queue, with g, stays within its share; else why not."""
@@ -970,6 +979,26 @@ class _Lenders:
                 f"{share:g}: nothing is taken back from other queues for it"
             )
         return ""
+
+    def on_loan(self, g: PendingGroup, locked: float) -> str:
+        """Rule 3c: "" when g's queue, its gangs holding `locked` GPUs (its jobs' minimum
+        and the gangs served this plan), may start g by taking its own elastic workers;
+        else why not. Beyond what the queue keeps whoever asks (`owned`), the GPUs its
+        elastic workers hold are on loan: given back in one restart when another
+        queue's gang asks for its share (rule 3, lent shares). A gang started on them
+        holds them until its job ends, and no give-back reaches a gang, so the lenders'
+        shares would wait on the borrower's run times. Volcano still starts g on GPUs
+        that free (its own plugin's rule); only the reclaim is not made."""
+        q = g.queue
+        owned = self.owned.get(q)
+        if owned is None or q in self.best_effort or locked + g.gpus <= owned + _EPS:
+            return ""
+        return (
+            f"queue {q}'s gangs hold {locked:g} GPU(s) at their jobs' minimum; with it "
+            f"{locked + g.gpus:g}, beyond the {owned:g} the queue keeps whoever asks: its "
+            "elastic workers are on loan from other queues' shares and are not turned "
+            "into a gang's, which nothing gives back until its job ends"
+        )
 
     def pools(self, g: PendingGroup) -> list[tuple[str, float, _VictimPool]]:
         """The other queues over their share, most over first: (queue, GPUs over, its
@@ -1075,6 +1104,7 @@ class _QueuePlanner:
         # them first, so it is weighed for all of them (_weigh_behind)
         self._refused: list[tuple[PendingGroup, int, int]] = []
         self._members: list[tuple[PendingGroup, int]] = []  # those weighed together now
+        self._locked: int | None = None  # see _locked_gpus
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
         self._no_room: dict[Hashable, Room] = {}  # see _room
@@ -1448,12 +1478,13 @@ class _QueuePlanner:
         if self.nodes is not None and g.pods:
             return self._cover_by_nodes(g, shortfall, pool, limit, max(0, gpus_short))
         lent: list[tuple[_Job, int]] = []
-        local = pool.reclaimable(limit)
+        loan = self._on_loan(g)
+        local = 0 if loan else pool.reclaimable(limit)
         if local < shortfall:
             # then from other queues holding more than their share (lent shares)
             found, why = self._lent(g, shortfall - local, limit)
             if found is None:
-                return why
+                return "; ".join(w for w in (loan, why) if w)
             lent = found
         left = shortfall - _gpus_of(lent)
         skip = self._resized_now(left) if left > 0 else frozenset()
@@ -1491,8 +1522,9 @@ class _QueuePlanner:
         pod could not use yet (each cycle a restart), or workers on nodes that never
         fit it. The queue's own jobs first, then lent shares; the payoff rule weighs
         the victims of its queue, as by GPUs."""
+        loan = self._on_loan(g)
         skip = self._resized_now(shortfall)
-        local = [w for w in pool.ordered(limit) if id(w) not in skip]
+        local = [] if loan else [w for w in pool.ordered(limit) if id(w) not in skip]
         room, why = self._room(g, local, [], gpus_short), ""
         lenders: list[tuple[_Job, str]] = []
         if room.cuts is None:
@@ -1500,7 +1532,7 @@ class _QueuePlanner:
             if lenders:
                 room = self._room(g, local, lenders, gpus_short)
         if room.cuts is None:
-            return room.why + (f"; {why}" if why else "")
+            return "; ".join(w for w in (room.why, loan, why) if w)
         victims, lent = _cut(local, room.cuts), _cut(lenders, room.cuts[len(local) :])
         if victims:
             trade = self._reclaim_trade(g, shortfall - _gpus_of(lent), victims)
@@ -1551,6 +1583,22 @@ class _QueuePlanner:
             return [], why
         found = [(w, name) for name, _, pool in self.lenders.pools(g) for w in pool.ordered(limit)]
         return found, "" if found else "no other queue holds more than its share"
+
+    def _on_loan(self, g: PendingGroup) -> str:
+        """Rule 3c (_Lenders.on_loan): why g may not take its own queue's elastic
+        workers, "" when it may (or where shares are unknown)."""
+        if self.lenders is None:
+            return ""
+        return self.lenders.on_loan(g, self._locked_gpus())
+
+    def _locked_gpus(self) -> int:
+        """GPUs the queue's gangs hold: its running jobs' minimum workers (once per
+        plan) and the gangs served so far in this plan (counted in _gang)."""
+        if self._locked is None:
+            self._locked = sum(
+                min(w.job.active, w.job.min_replicas) * w.job.gpus_per_worker for w in self.work
+            ) + sum(d.gpus for d in self.gangs if d.reason in _SERVED)
+        return self._locked
 
     def _uncredited(self, g: PendingGroup) -> int:
         """GPUs the gang still needs: an admitted (Inqueue) gang's are already out of
@@ -1927,6 +1975,8 @@ class _QueuePlanner:
                 g.ref, g.queue, g.gpus, reason, message, victims, g.owner, g.need_from, blockers
             )
         )
+        if self._locked is not None and reason in _SERVED:
+            self._locked += g.gpus
 
     def _victims(self) -> list[_Job]:
         """Jobs whose extra workers a waiting gang may take: above min, out of reclaim
@@ -1949,12 +1999,15 @@ class _QueuePlanner:
         its extra workers did not give way (the first `most`)."""
         p, out = self.policy, []
         cool = p.reclaim_cooldown_seconds
+        loan = self._on_loan(g)
         for w in self.work:
             j, extra = w.job, w.target - w.job.min_replicas
             if extra <= 0:
                 continue
             what = f"{j.ref.namespace}/{j.ref.name}: {extra} worker(s) above its min"
-            if w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
+            if loan:
+                why = "on loan from other queues' shares (see the gang's message)"
+            elif w.reason in (Reason.CLOCK_SKEW, Reason.WRITE_REFUSED, Reason.OWN_GANG_WAITING):
                 why = f"held ({w.reason})"
             elif w.since is not None and w.since < cool:
                 why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"

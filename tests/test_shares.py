@@ -285,3 +285,134 @@ def test_capacity_a_queue_that_holds_keeps_nothing_idle_for_itself():
     p = plan(s, policy(), NOW)
     assert targets(p)["ja"] == (30, Reason.SCALE_UP_IDLE_GPUS)
     assert targets(p)["jb"] == (2, Reason.METRICS_STALE)
+
+
+# ---- rule 3c: a borrowing queue does not turn its loan into gangs --------------------------
+
+
+def borrowed_view(plugin: Plugin, deserved: float | None = 16) -> VolcanoView:
+    """A holds 30 of the 32 GPUs (B 2): under proportion both weigh 1, so A keeps 16
+    whoever asks; under capacity A deserves `deserved`."""
+    return lent_view(plugin, 30, 2, deserved=deserved)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "a_min", "deserved", "covered"),
+    [
+        # A's gangs hold 8 at its jobs' minimum: with the 4-GPU gang 12 <= 16, its own
+        # elastic workers make room, as before
+        (Plugin.PROPORTION, 8, 16, True),
+        (Plugin.CAPACITY, 8, 16, True),
+        # 14 + 4 = 18 > 16: the workers it would take are on loan; the gang waits
+        (Plugin.PROPORTION, 14, 16, False),
+        (Plugin.CAPACITY, 14, 16, False),
+        # a best-effort capacity queue is owed nothing and lends nothing: as before
+        (Plugin.CAPACITY, 14, None, True),
+    ],
+)
+def test_a_gang_of_a_borrowing_queue_takes_no_worker_of_its_own_queue(
+    plugin, a_min, deserved, covered
+):
+    view = borrowed_view(plugin, deserved)
+    jobs = [
+        ej("ja", queue="a", min=a_min, replicas=30, max=30),
+        ej("jb", queue="b", min=2, replicas=2, max=2),
+    ]
+    p = plan(vsnap(view, jobs, [gang("ga", 4, queue="a")]), policy(), NOW)
+    g = p.gangs[0]
+    if covered:
+        assert targets(p)["ja"] == (26, Reason.RECLAIM_FOR_PENDING)
+        assert g.reason is Reason.GANG_COVERED
+        return
+    assert targets(p)["ja"][0] == 30  # nothing taken
+    assert g.reason is Reason.GANG_UNCOVERABLE
+    assert f"queue a's gangs hold {a_min} GPU(s) at their jobs' minimum" in g.message
+    assert "beyond the 16 the queue keeps whoever asks" in g.message
+    assert "on loan from other queues' shares" in g.blockers[0]
+
+
+def test_gangs_served_in_the_same_plan_count_as_held():
+    """Two gangs of A: the first (4 GPUs: 10 + 4 = 14 <= 16) takes A's workers; the
+    second (4 more: 18 > 16) does not."""
+    view = borrowed_view(Plugin.PROPORTION)
+    jobs = [ej("ja", queue="a", min=10, replicas=30, max=30)]
+    pending = [gang("g1", 4, queue="a", created=ago(90)), gang("g2", 4, queue="a")]
+    p = plan(vsnap(view, jobs, pending), policy(), NOW)
+    by = {g.ref.name: g for g in p.gangs}
+    assert by["g1"].reason is Reason.GANG_COVERED
+    assert by["g2"].reason is Reason.GANG_UNCOVERABLE
+    assert "with it 18" in by["g2"].message
+    assert targets(p)["ja"] == (26, Reason.RECLAIM_FOR_PENDING)
+
+
+def test_a_queue_alone_keeps_the_whole_cluster():
+    """One queue: it keeps every GPU whoever asks, so nothing it holds is on loan."""
+    view = VolcanoView(
+        Plugin.PROPORTION,
+        {"a": VolcanoQueue("a", allocated=32, request=32)},
+        kit(used=32),
+    )
+    jobs = [ej("ja", queue="a", min=28, replicas=32, max=32)]
+    p = plan(vsnap(view, jobs, [gang("ga", 4, queue="a")]), policy(), NOW)
+    assert targets(p)["ja"] == (28, Reason.RECLAIM_FOR_PENDING)
+    assert p.gangs[0].reason is Reason.GANG_COVERED
+
+
+def test_the_loan_still_comes_back_to_the_lenders_gang():
+    """What A may not turn into its own gangs, B's gang (within B's share) takes back."""
+    view = borrowed_view(Plugin.PROPORTION)
+    jobs = [
+        ej("ja", queue="a", min=14, replicas=30, max=30),
+        ej("jb", queue="b", min=2, replicas=2, max=2),
+    ]
+    pending = [gang("ga", 4, queue="a", created=ago(90)), gang("gb", 8, queue="b")]
+    p = plan(vsnap(view, jobs, pending), policy(), NOW)
+    by = {g.ref.name: g for g in p.gangs}
+    assert by["ga"].reason is Reason.GANG_UNCOVERABLE
+    assert by["gb"].reason is Reason.GANG_COVERED
+    assert targets(p)["ja"] == (22, Reason.RECLAIM_FOR_QUEUE)
+
+
+@given(
+    weights=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    jobs=st.lists(
+        st.tuples(st.sampled_from("ab"), st.integers(1, 4), st.integers(0, 6)),
+        min_size=1,
+        max_size=6,
+    ),
+    gangs=st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 6)), min_size=1, max_size=4),
+)
+def test_no_gang_takes_its_own_queues_workers_beyond_what_the_queue_keeps(weights, jobs, gangs):
+    """Rule 3c as an invariant: a gang covered by workers of its own queue never takes the
+    queue's gangs (its jobs' minimum, before this plan) beyond its weight's part of the
+    cluster among the queues with jobs."""
+    ejs = [
+        ej(f"j{i}", queue=q, min=m, replicas=m + extra, max=m + extra)
+        for i, (q, m, extra) in enumerate(jobs)
+    ]
+    held = {q: float(sum(j.replicas for j in ejs if j.queue == q)) for q in "ab"}
+    total = max(32, int(sum(held.values())))
+    view = VolcanoView(
+        Plugin.PROPORTION,
+        {
+            q: VolcanoQueue(q, allocated=held[q], request=held[q], weight=w)
+            for q, w in zip("ab", weights, strict=True)
+        },
+        (NodeGpus("n0", total, int(sum(held.values()))),),
+    )
+    pending = [gang(f"g{i}", n, queue=q, created=ago(60 + i)) for i, (q, n) in enumerate(gangs)]
+    p = plan(vsnap(view, ejs, pending), policy(), NOW)
+    queue_of = {j.ref.name: j.queue for j in ejs}
+    for g in p.gangs:
+        if g.reason is not Reason.GANG_COVERED:
+            continue
+        if not any(queue_of[v.name] == g.queue for v in g.victims):
+            continue
+        asking = {j.queue for j in ejs} | {q for q, _ in gangs}  # the water-fill's queues
+        owned = (
+            total
+            * weights["ab".index(g.queue)]
+            / sum(w for q, w in zip("ab", weights, strict=True) if q in asking)
+        )
+        locked = sum(j.min_replicas for j in ejs if j.queue == g.queue)
+        assert locked + g.gpus <= owned + 1e-9
