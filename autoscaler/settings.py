@@ -108,7 +108,9 @@ class Settings(BaseSettings):
         "or progress), workers are reclaimed for a waiting gang only when the time the "
         "gang would otherwise wait exceeds this many times what its victims lose (their "
         "restart and the work of the workers taken, while the gang runs). Jobs that "
-        "declare nothing are reclaimed from as before. 0 turns the check off.",
+        "declare nothing are reclaimed from as before. A gang behind gangs refused "
+        "this way is weighed with them (Volcano admits them first): one reclaim "
+        "for all of them, or none. 0 turns the check off.",
     )
     max_gang_wait_seconds: float = Field(
         1800,
