@@ -51,6 +51,7 @@ import ssl
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -483,40 +484,47 @@ async def daemon_caches(
     return client, kube
 
 
+_TOKEN_AT = re.compile(rb'"continue":"([^"]*)"')
+
+
+async def list_pages(cache: Any, page_size: int) -> AsyncIterator[tuple[bool, bytes]]:
+    """A cache's LIST, page by page, as the daemon asks for it: (served, body); a kind
+    whose CRD is not installed answers one page, not served."""
+    func, args, kwargs = cache._call_args()
+    token = ""
+    while True:
+        response = await func(
+            *args,
+            **kwargs,
+            limit=page_size,
+            _continue=token or None,
+            _request_timeout=120,
+            _preload_content=False,
+        )
+        body = await response.read()
+        response.release()
+        yield response.status == 200, body
+        if response.status != 200:
+            return
+        # the list's metadata (and its continue token) comes before the items in the
+        # core group's lists (Pods, Nodes), after them in a custom resource's: the
+        # floor before [placement] #27's second round read one page of each core list
+        found = _TOKEN_AT.search(body, 0, 4096) or _TOKEN_AT.search(body, max(0, len(body) - 4096))
+        token = found.group(1).decode() if found else ""
+        if not token:
+            return
+
+
 async def read_lists(kube: Any, page_size: int) -> dict:
     """Every cache's LIST (as KubeSource would make it, all at once), each page read
     and discarded: pages, bytes (uncompressed, whatever the wire carried), wall and CPU
     seconds."""
-    token_at = re.compile(rb'"continue":"([^"]*)"')
     read = {"pages": 0, "bytes": 0}
 
-    async def read_all(cache) -> None:
-        func, args, kwargs = cache._call_args()
-        token = ""
-        while True:
-            response = await func(
-                *args,
-                **kwargs,
-                limit=page_size,
-                _continue=token or None,
-                _request_timeout=120,
-                _preload_content=False,
-            )
-            body = await response.read()
-            response.release()
+    async def read_all(cache: Any) -> None:
+        async for _, body in list_pages(cache, page_size):
             read["pages"] += 1
             read["bytes"] += len(body)
-            # the list's metadata (and its continue token) comes before the items in the
-            # core group's lists (Pods, Nodes), after them in a custom resource's: the
-            # floor before [placement] #27's second round read one page of each core list
-            found = (
-                token_at.search(body, 0, 4096) or token_at.search(body, max(0, len(body) - 4096))
-                if response.status == 200
-                else None
-            )
-            token = found.group(1).decode() if found else ""
-            if not token:
-                return
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(read_all(c) for c in kube._caches))

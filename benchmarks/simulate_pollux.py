@@ -178,6 +178,13 @@ def main() -> None:
     settings = Settings(**overrides)
     t = time.time()
     opts = TraceOptions(elastic=ElasticRule.parse(args.elastic_range), speedup=args.speedup)
+
+    def run_at(at: Settings) -> dict[str, dict[str, float]]:
+        policies, plugin = tuple(args.policies.split(",")), Plugin(args.volcano_plugin)
+        return run_all(
+            args.traces, at, policies, args.gpus, args.penalty, opts, plugin, args.job_info
+        )
+
     if args.timings:
         runs = []
         for interval, least in timings(args.timings):
@@ -185,31 +192,13 @@ def main() -> None:
             at = Settings(
                 **(overrides | {"interval_seconds": interval, "min_interval_seconds": least})
             )
-            one = run_all(
-                args.traces,
-                at,
-                tuple(args.policies.split(",")),
-                args.gpus,
-                args.penalty,
-                opts,
-                Plugin(args.volcano_plugin),
-                args.job_info,
-            )
+            one = run_at(at)
             print(f"== {interval:g}/{least:g}\n{per_workload(one)}", flush=True)
             runs.append(((interval, least), one))
         print(over_timings(runs))
         print(f"({time.time() - t:.1f}s)", file=sys.stderr)
         return
-    avg = run_all(
-        args.traces,
-        settings,
-        tuple(args.policies.split(",")),
-        args.gpus,
-        args.penalty,
-        opts,
-        Plugin(args.volcano_plugin),
-        args.job_info,
-    )
+    avg = run_at(settings)
     print(show(avg))
     print(per_workload(avg))
     print(f"({time.time() - t:.1f}s)", file=sys.stderr)

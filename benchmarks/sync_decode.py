@@ -33,7 +33,6 @@ import gzip
 import io
 import json
 import pstats
-import re
 import sys
 import time
 from collections import defaultdict
@@ -49,48 +48,19 @@ PAGE_SIZE = 500
 
 
 async def _dump(kubeconfig: str, out: Path) -> dict[str, int]:
-    from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client
-    from autoscaler.wiring import build_sources
+    from cycle_real import daemon_caches, list_pages
 
-    settings = Settings(
-        kubeconfig=Path(kubeconfig),
-        node_fit=True,
-        kube_list_page_size=PAGE_SIZE,
-        log_level="warning",
-        kube_request_timeout_seconds=120,
-    )
-    client = await make_api_client(settings.kube_options())
-    kube, prometheus = build_sources(settings, client)
-    prometheus.close()
-    token_at = re.compile(rb'"continue":"([^"]*)"')
+    client, kube = await daemon_caches(kubeconfig, PAGE_SIZE, node_fit=True)
     pages: dict[str, int] = {}
     for i, cache in enumerate(kube._caches):
-        func, args, kwargs = cache._call_args()
-        token, page = "", 0
-        while True:
-            response = await func(
-                *args,
-                **kwargs,
-                limit=PAGE_SIZE,
-                _continue=token or None,
-                _request_timeout=120,
-                _preload_content=False,
-            )
-            body = await response.read()
-            response.release()
-            if response.status != 200:  # a kind whose CRD is not installed
+        kind, page = cache.resource.kind, 0
+        async for served, body in list_pages(cache, PAGE_SIZE):
+            if not served:  # a kind whose CRD is not installed
                 break
-            name = f"{i:02d}-{cache.resource.kind}-{page:04d}.json.gz"
+            name = f"{i:02d}-{kind}-{page:04d}.json.gz"
             (out / name).write_bytes(gzip.compress(body, compresslevel=1))
-            pages[cache.resource.kind] = pages.get(cache.resource.kind, 0) + 1
+            pages[kind] = pages.get(kind, 0) + 1
             page += 1
-            found = token_at.search(body, 0, 4096) or token_at.search(
-                body, max(0, len(body) - 4096)
-            )
-            token = found.group(1).decode() if found else ""
-            if not token:
-                break
     await client.close()
     return pages
 
