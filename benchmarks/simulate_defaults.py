@@ -6,7 +6,11 @@ multi-GPU). A default changes only with the row that justifies it (docs/benchmar
     PYTHONPATH=. python benchmarks/simulate_defaults.py \\
         [--candidate 'name:key=value,key=value' ...] [--json out.json]
         [--volcano-plugin capacity|proportion] [--no-queue-capability]
-        [--job-info none|runtime|progress|both]
+        [--job-info none|runtime|progress|both] [--one-queue]
+
+`--one-queue` puts every job of a scenario in one queue (ONE_QUEUE): the Philly slices
+then hold one FIFO backlog instead of the trace's 11 queues, where a queue alone borrows
+nothing and every swap inside it is the planner's in-queue reclaim ([outcomes] #29).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from autoscaler.sim.traces import TraceOptions, read_trace
 from autoscaler.sim.workload import Workload, with_restart_costs
 
 BASELINES = ("volcano-default", "static", "volcano-elastic")
+ONE_QUEUE = "one"
 PHILLY_GPUS = 128
 SCENARIOS = {
     # name: (workloads, GPUs)
@@ -44,6 +49,11 @@ CANDIDATES = {
     "starving gang does not block": {"starving_gang_blocks_later_gangs": False},
     "both": {"cooldown_restart_cost_factor": 10, "starving_gang_blocks_later_gangs": False},
 }
+
+
+def one_queue(ws: list[Workload]) -> list[Workload]:
+    """The same workloads with every job in the queue ONE_QUEUE."""
+    return [replace(w, jobs=tuple(replace(j, queue=ONE_QUEUE) for j in w.jobs)) for w in ws]
 
 
 def workloads(kind: str) -> list[Workload]:
@@ -105,6 +115,11 @@ def main() -> None:
         action="store_true",
         help="do not show the planner the Queue's capability (the numbers before it was)",
     )
+    ap.add_argument(
+        "--one-queue",
+        action="store_true",
+        help="every job of a scenario in one queue (the Philly slices' 11 queues as one)",
+    )
     args = ap.parse_args()
     plugin = Plugin(args.volcano_plugin)
     if args.no_queue_capability:
@@ -118,19 +133,20 @@ def main() -> None:
     for scenario, (kind, gpus) in SCENARIOS.items():
         if args.only and not any(scenario.startswith(p) for p in args.only.split(",")):
             continue
-        ws = workloads(kind)
+        ws = one_queue(workloads(kind)) if args.one_queue else workloads(kind)
         base = measure(ws, gpus, Settings(), BASELINES, plugin)
         out[scenario] = {"baselines": base, "planner": {}}
         for name, overrides in candidates.items():
             got = measure(ws, gpus, Settings(**overrides), ("planner",), plugin, args.job_info)
             got = got["planner"]
             out[scenario]["planner"][name] = got
-        print(f"\n{scenario} ({gpus} GPUs; {time.time() - t:.0f}s so far)")
+        where = ", one queue" if args.one_queue else ""
+        print(f"\n{scenario} ({gpus} GPUs{where}; {time.time() - t:.0f}s so far)")
         for p, m in base.items():
             print(f"  {p:30s} JCT {m['avg_jct_h']:.3f} h  restarts/job {m['restarts_per_job']:.2f}")
         ve, vd, st = base["volcano-elastic"], base["volcano-default"], base["static"]
         print(
-            f"  {'planner candidate':30s} JCT h   x default  x static  x elastic  "
+            f"  {'planner candidate':30s} JCT h   x stock    x static  x elastic  "
             "restarts  x elastic"
         )
         for name, m in out[scenario]["planner"].items():
