@@ -1770,7 +1770,8 @@ class _QueuePlanner:
         if isinstance(covered, payoff.Trade):
             return 0, idle, releasing, self._reclaim_unpaid(g, need, covered, starving, names)
         victims, lent = covered
-        idle, releasing = self._reclaim(group, victims, pool, idle, releasing, lent)
+        refused = tuple(x for x, _, _ in self._refused)
+        idle, releasing = self._reclaim(group, victims, pool, idle, releasing, lent, refused)
         self._place_gang(group)
         done, ahead = self.gangs[-1], group.gpus - g.gpus
         words = (
@@ -1850,15 +1851,19 @@ class _QueuePlanner:
         idle: int,
         releasing: int,
         lent: Iterable[tuple[_Job, int]] = (),
+        ahead: Sequence[PendingGroup] = (),
     ) -> tuple[int, int]:
         """Take the victims' workers for gang `g`: those never placed come back as idle,
         running ones are released; `lent`'s, other queues', are all the gang's (what
-        they free is not this queue's idle). Returns the new idle and releasing GPUs."""
+        they free is not this queue's idle). `ahead`: gangs refused a reclaim alone that
+        this one serves too (a victim names them all). Returns the new idle and releasing
+        GPUs."""
         left: list[str] = []
         self._no_room.clear()  # the nodes and the victims change
         for w, workers in (*victims, *lent):  # in make_room's order: the room it planned
             left += self._release_workers(w, workers, g)
-        given = self._give_back(g, lent)
+        served = [f"{x.ref.namespace}/{x.ref.name}" for x in (*ahead, g)]
+        given = self._give_back(g, lent, served)
         releasing += given
         gained = 0
         for w, workers in victims:
@@ -1868,7 +1873,7 @@ class _QueuePlanner:
             releasing += (workers - unplaced) * j.gpus_per_worker
             gained += workers * j.gpus_per_worker
             w.target -= workers
-            w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
+            w.victim_of = [*(w.victim_of or ()), *served]
             self._settle(
                 w,
                 w.target,
@@ -1892,15 +1897,18 @@ class _QueuePlanner:
         self._gang(g, Reason.GANG_COVERED, message, tuple(w.key for w, _ in (*victims, *lent)))
         return idle, releasing
 
-    def _give_back(self, g: PendingGroup, lent: Iterable[tuple[_Job, int]]) -> int:
-        """Lent shares come back: each job of another queue gives its workers to g."""
+    def _give_back(
+        self, g: PendingGroup, lent: Iterable[tuple[_Job, int]], served: list[str]
+    ) -> int:
+        """Lent shares come back: each job of another queue gives its workers to g (and
+        to `served`, the gangs this reclaim serves)."""
         given = 0
         for w, workers in lent:
             j = w.job
             gpus = workers * j.gpus_per_worker
             given += gpus
             w.target -= workers
-            w.victim_of = [*(w.victim_of or ()), f"{g.ref.namespace}/{g.ref.name}"]
+            w.victim_of = [*(w.victim_of or ()), *served]
             w.target, w.reason, w.locked = w.target, Reason.RECLAIM_FOR_QUEUE, True
             w.message = (
                 f"{j.replicas} -> {w.target} worker(s): gives back {gpus} GPU(s) of queue "

@@ -206,6 +206,8 @@ def test_victims_passed_over_stay_victims_for_the_next_gang():
     w, s = sorted(p.gangs, key=lambda g: g.ref.name, reverse=True)
     assert "covered by the reclaim made for PodGroup ml/s behind it" in w.message
     assert "waits behind PodGroup ml/w" in s.message and s.gpus == 1
+    v = next(d for d in p.decisions if d.ref.name == "v")
+    assert v.message.endswith("to make room for PodGroup ml/w, ml/s")  # both it serves
     assert again.actions == ()  # the next plan sees both fit in what v releases
 
 
