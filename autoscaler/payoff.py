@@ -21,6 +21,13 @@ The reclaim goes ahead only if the gain beats the losses (times the policy's
 estimated, or a victim whose loss cannot, is reclaimed for as before (elastic workers go
 first). Only reclaims inside the gang's queue are weighed: what other queues give back of
 its queue's share is owed, not traded (the planner's `_cover`).
+
+One thing is read without declarations: the queue's own run times (`RunTimes`: finished
+jobs' start to completion, running jobs' ages, one Kaplan-Meier estimate). Where the gang
+declares nothing, a swap (its victims give up as many workers as they keep) whose every
+victim is known to have no more run left than a newcomer's expected run and the swap's
+restarts does not pay (`swap_short`): with near-linear speedup, fewer jobs faster beat
+more jobs slower unless the one kept waiting is the shorter.
 """
 
 from __future__ import annotations
