@@ -128,8 +128,11 @@ def reclaim_gain(
     (the same ends, the victims' moved later and smaller: sorted), the served gangs
     started now and freeing theirs at their ends. A gang that does not start on what is
     known in either walk is left out with all behind it. None when a served gang's
-    own wait is unknown (then nothing is known of what the reclaim buys)."""
+    own wait is unknown (then nothing is known of what the reclaim buys), or when they
+    are short of no GPU (of room on nodes, which a walk of GPUs knows nothing of)."""
     a, s = len(backlog.ahead), len(backlog.served)
+    if sum(need for need, _ in backlog.served) <= backlog.free:
+        return None
     before = starts(backlog.free, ending, [*backlog.ahead, *backlog.served, *backlog.behind])
     if len(before) < a + s:
         return None

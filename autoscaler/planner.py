@@ -1874,7 +1874,7 @@ class _QueuePlanner:
             return frozenset()
         backlog = self._backlog(g, shortfall)
         line = [*backlog.ahead, *backlog.served]
-        if len(payoff.starts(backlog.free, self._ending(), line)) < len(line):
+        if shortfall <= 0 or len(payoff.starts(backlog.free, self._ending(), line)) < len(line):
             return frozenset()  # the gang's wait is unknown: not weighed
         return frozenset(id(w) for w in self.work if w.target != w.job.replicas)
 
