@@ -105,10 +105,12 @@ class Settings(BaseSettings):
         1.0,
         ge=0,
         description="Where jobs declare their run (annotations expected-runtime-seconds "
-        "or progress), workers are reclaimed for a waiting gang only when the time the "
-        "gang would otherwise wait exceeds this many times what its victims lose (their "
-        "restart and the work of the workers taken, while the gang runs). Jobs that "
-        "declare nothing are reclaimed from as before. A gang behind gangs refused "
+        "or progress), workers are reclaimed for a waiting gang only when what the "
+        "reclaim buys the queue's waiting gangs (how much sooner they start in all, the "
+        "gang and those behind it, walked over the declared runs with the victims ending "
+        "later) exceeds this many times what its victims lose (their restart and the "
+        "work of the workers taken, while the gang runs). Jobs that declare nothing are "
+        "reclaimed from as before. A gang behind gangs refused "
         "this way is weighed with them (Volcano admits them first): one reclaim "
         "for all of them, or none. 0 turns the check off.",
     )
