@@ -4,11 +4,20 @@ it pays"). Pure: estimates from what jobs declare, time from the plan's `now`.
 A job may declare how long it runs (our `expected-runtime-seconds` annotation: seconds
 from its start) or report how far it is (our `progress` annotation: the fraction of its
 work done). From either, `remaining_seconds` estimates what is left of its run. With
-those estimates a reclaim is a trade between two jobs:
+those estimates a reclaim is a trade between the queue's waiting gangs and its victims:
 
-- the waiting gang gains the time it would otherwise wait: until the running jobs of its
-  queue, in the order they are expected to end, free the GPUs it is short of and those
-  of the gangs ahead of it that still wait (`gang_wait`);
+- the waiting gangs gain the time by which they start sooner, summed over all of them in
+  admission order (`reclaim_gain`): a small event walk (`starts`) replays, with and
+  without the reclaim, when GPUs free in the queue: the running jobs' declared ends (at
+  their current sizes) and each gang, once started, freeing its GPUs at its own
+  declared end. Without the reclaim the gangs it serves wait in line; with it they start
+  now, and each victim, short of the workers it gave up, ends later (at linear speedup:
+  its restart plus its run left times taken / kept) and returns its GPUs later. So a
+  reclaim for the head of a backlog moves every gang behind it up, and a victim's late
+  return delays the gangs that would have taken its GPUs: the gain can be negative. A
+  gang whose run is unknown holds its GPUs past the walk's end (nothing is guessed of
+  when they free); a gang that cannot start on what is known is left out of the sum, as
+  is every gang behind it (`gang_wait` is the walk for one gang and no backlog);
 - each victim loses its restart, plus the work of the workers it gives up, for as long
   as it runs without them, at linear speedup (`victim_loss`): until the gang's job ends
   (its GPUs come back to the queue), its own end, or the queue's running jobs have freed
@@ -33,7 +42,8 @@ more jobs slower unless the one kept waiting is the shorter.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -70,6 +80,97 @@ def gang_wait(shortfall: int, ending: Iterable[tuple[float, int]]) -> float | No
     return None
 
 
+# a waiting gang in a walk: (GPUs it needs, seconds it runs once started; None: unknown)
+Gang = tuple[int, float | None]
+
+
+def starts(free: int, ending: Iterable[tuple[float, int]], gangs: Iterable[Gang]) -> list[float]:
+    """Seconds from now at which `gangs` start, in admission order, one after the other
+    (strictly in order: the walk does not let a smaller gang past one that does not fit),
+    each once the GPUs free cover it: `free` now, then `ending` ((seconds, GPUs), sorted:
+    the running jobs' declared ends), then each started gang's GPUs at its declared end
+    (a gang whose run is unknown holds them past the walk). Stops at the first gang the
+    known frees never cover: the starts of those before it."""
+    out: list[float] = []
+    done: list[tuple[float, int]] = []  # the started gangs' ends, a heap
+    frees = iter(ending)
+    nxt = next(frees, None)
+    at = 0.0
+    for need, run in gangs:
+        while free < need:
+            if done and (nxt is None or done[0][0] <= nxt[0]):
+                at, gpus = heapq.heappop(done)
+            elif nxt is not None:
+                (at, gpus), nxt = nxt, next(frees, None)
+            else:
+                return out
+            free += gpus
+        free -= need
+        out.append(at)
+        if run is not None:
+            heapq.heappush(done, (at + run, need))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A queue's waiting gangs around one reclaim, each in admission order: those still
+    waiting ahead of the gangs it serves, those it serves, those behind; `free`: GPUs
+    free for them now (less than the served need: else no reclaim)."""
+
+    ahead: Sequence[Gang]
+    served: Sequence[Gang]
+    behind: Sequence[Gang]
+    free: int
+
+
+def reclaim_gain(
+    backlog: Backlog,
+    ending: Sequence[tuple[float, int]],
+    ending_after: Iterable[tuple[float, int]],
+    taken: int,
+) -> tuple[float, float] | None:
+    """(the served gangs' summed wait, the backlog's gain) of a reclaim that frees
+    `taken` GPUs now: the seconds by which the queue's waiting gangs start sooner in all,
+    each walked (`starts`) without the reclaim on `ending` and with it on `ending_after`
+    (the same ends, the victims' moved later and smaller: sorted), the served gangs
+    started now and freeing theirs at their ends. A gang that does not start on what is
+    known in either walk is left out with all behind it. None when a served gang's
+    own wait is unknown (then nothing is known of what the reclaim buys), or when they
+    are short of no GPU (of room on nodes, which a walk of GPUs knows nothing of)."""
+    a, s = len(backlog.ahead), len(backlog.served)
+    if sum(need for need, _ in backlog.served) <= backlog.free:
+        return None
+    before = starts(backlog.free, ending, [*backlog.ahead, *backlog.served, *backlog.behind])
+    if len(before) < a + s:
+        return None
+    wait = sum(before[a : a + s])
+    left = backlog.free + taken - sum(need for need, _ in backlog.served)
+    served_ends = sorted((run, need) for need, run in backlog.served if run is not None)
+    after = starts(
+        max(0, left),
+        heapq.merge(ending_after, served_ends),
+        [*backlog.ahead, *backlog.behind],
+    )
+    gain = wait
+    for i in range(min(a, len(after), len(before))):
+        gain += before[i] - after[i]
+    for k in range(min(len(after) - a, len(before) - a - s)):
+        gain += before[a + s + k] - after[a + k]
+    return wait, gain
+
+
+def delayed_end(left: float, workers: int, taken: int, restart_seconds: float) -> float | None:
+    """When a victim running `workers` with `left` seconds to go ends once `taken` of
+    them go: its restart, then its run left at linear speedup (the speedup the trade
+    assumes throughout) on the workers it keeps, not grown back while gangs wait (gangs
+    come first). None when it keeps none (it frees nothing more in the walk)."""
+    kept = workers - taken
+    if kept <= 0:
+        return None
+    return restart_seconds + left * workers / kept
+
+
 def victim_loss(
     workers: int,
     taken: int,
@@ -101,11 +202,14 @@ def victim_loss(
 
 @dataclass(frozen=True, slots=True)
 class Trade:
-    """A reclaim weighed: the gang's gain and the victims' losses (seconds), the losses
-    of victims whose loss is unknown left out."""
+    """A reclaim weighed: the waiting gangs' gain (the seconds by which they start
+    sooner in all, `reclaim_gain`) and the victims' losses (seconds), the losses of
+    victims whose loss is unknown left out; `wait`: the served gangs' own wait, where it
+    differs from the gain (gangs ahead or behind moved too)."""
 
     gain: float | None
     loss: float
+    wait: float | None = None
     # a swap refused by the queue's run times where nothing is declared (swap_short):
     # what the estimate said; "" for a trade of declared runs
     estimate: str = ""
@@ -120,7 +224,16 @@ class Trade:
     def describe(self) -> str:
         if self.estimate:
             return self.estimate
-        gain = "unknown" if self.gain is None else f"~{self.gain:.0f}s"
+        if self.gain is None:
+            return f"the gang would wait unknown; its victims would lose ~{self.loss:.0f}s"
+        if self.wait is None or abs(self.wait - self.gain) < 0.5:
+            gain = f"~{self.gain:.0f}s"
+        else:
+            sooner = "sooner" if self.gain >= 0 else "later"
+            gain = (
+                f"~{self.wait:.0f}s, the queue's waiting gangs in all would start "
+                f"~{abs(self.gain):.0f}s {sooner}"
+            )
         return f"the gang would wait {gain}; its victims would lose ~{self.loss:.0f}s"
 
 

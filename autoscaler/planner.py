@@ -1096,8 +1096,12 @@ class _QueuePlanner:
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
         self._ends: list[tuple[float, int]] | None = None  # see _ending
-        self._run_times: payoff.RunTimes | None = None  # see _runs
-        self._runs_read = False
+        self._end_ids: list[int] = []  # the job (id of its _Job) of each of _ends
+        self._walked: list[payoff.Gang | None] | None = None  # see _walk_gangs
+        self._runs: dict[ObjectRef, float | None] = {}  # each waiting gang's job's run left
+        self._next = 0  # index in `pending` of the first gang behind the one served now
+        self._run_times: payoff.RunTimes | None = None  # see _queue_runs
+        self._run_times_read = False
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
         # does not pay (its message), "" while none does
         self.waits_for = ""
@@ -1400,7 +1404,8 @@ class _QueuePlanner:
     def _serve_gangs(self, idle: int, releasing: int) -> tuple[int, int, str]:
         p, starving, from_idle = self.policy, "", 0
         pool = _VictimPool(self._victims(), p, self._restart_cost)
-        for g in self.pending:
+        for at, g in enumerate(self.pending):
+            self._next = at + 1
             if starving and p.starving_gang_blocks_later_gangs:
                 self._gang(
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
@@ -1489,7 +1494,7 @@ class _QueuePlanner:
                 return "; ".join(w for w in (loan, why) if w)
             lent = found
         left = shortfall - _gpus_of(lent)
-        skip = self._resized_now(left) if left > 0 else frozenset()
+        skip = self._resized_now(g, left) if left > 0 else frozenset()
         victims = pool.take(left, limit, skip) if left > 0 else []
         if skip and _gpus_of(victims) < left:
             pool.put_back(victims)
@@ -1525,7 +1530,7 @@ class _QueuePlanner:
         fit it. The queue's own jobs first, then lent shares; the payoff rule weighs
         the victims of its queue, as by GPUs."""
         loan = self._on_loan(g)
-        skip = self._resized_now(shortfall)
+        skip = self._resized_now(g, shortfall)
         local = [] if loan else [w for w in pool.ordered(limit) if id(w) not in skip]
         room, why = self._room(g, local, [], gpus_short), ""
         lenders: list[tuple[_Job, str]] = []
@@ -1686,8 +1691,13 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        # gangs ahead of it that still wait take the GPUs that free first
-        return payoff.Trade(self._gain(shortfall), loss)
+        walked = payoff.reclaim_gain(
+            self._backlog(g, shortfall), self._ending(), self._ending_after(victims), taken
+        )
+        if walked is None:
+            return payoff.Trade(None, loss)
+        wait, gain = walked
+        return payoff.Trade(gain, loss, wait)
 
     def _swap_check(
         self, g: PendingGroup, victims: list[tuple[_Job, int]], trade: payoff.Trade
@@ -1699,7 +1709,7 @@ class _QueuePlanner:
         factor = self.policy.reclaim_payoff_factor
         if not trade.pays(factor) or self._gang_runtime(g) is not None:
             return trade
-        runs = self._runs()
+        runs = self._queue_runs()
         if runs is None or not victims:
             return trade
         newcomer, lefts = runs.mean(), []
@@ -1720,7 +1730,7 @@ class _QueuePlanner:
             f"newcomer runs ~{newcomer:.0f}s and its victims have at most ~{longest:.0f}s "
             f"left ({name}): no more than that and the swap's two restarts"
         )
-        return payoff.Trade(trade.gain, trade.loss, estimate)
+        return payoff.Trade(trade.gain, trade.loss, trade.wait, estimate)
 
     def _left_of(self, j: ElasticJob, runs: payoff.RunTimes) -> float | None:
         """A victim's run left: declared, else by the queue's run times where at least
@@ -1733,12 +1743,12 @@ class _QueuePlanner:
             return None
         return runs.remaining(age)
 
-    def _runs(self) -> payoff.RunTimes | None:
+    def _queue_runs(self) -> payoff.RunTimes | None:
         """The queue's run times: its finished jobs' runs (status.startTime to
         completionTime) and its running jobs' ages; None below payoff.EVIDENCE_RUNS
         finished runs. Once per plan."""
-        if not self._runs_read:
-            self._runs_read = True
+        if not self._run_times_read:
+            self._run_times_read = True
             finished = [
                 (u.completed - u.started).total_seconds()
                 for u in self.unmanaged
@@ -1759,34 +1769,79 @@ class _QueuePlanner:
     def _gang_runtime(self, g: PendingGroup) -> float | None:
         """How long the gang's job runs (its GPUs then come back); for gangs weighed
         together, the longest that is known."""
-        runs = [
-            payoff.remaining_seconds(owner, self.now)
-            for x in ([x for x, _ in self._members] or [g])
-            if (owner := self._gang_owner(x)) is not None
-        ]
+        self._walk_gangs()
+        runs = [self._runs.get(x.ref) for x in ([x for x, _ in self._members] or [g])]
         known = [r for r in runs if r is not None]
         return max(known) if known else None
 
     def _ending(self) -> list[tuple[float, int]]:
-        """(seconds left, GPUs held) of the queue's running jobs that declared their run;
-        found at the first reclaim weighed, once per plan."""
+        """(seconds left, GPUs held) of the queue's running jobs that declared their run,
+        soonest first; found at the first reclaim weighed, once per plan."""
         if self._ends is None:
-            self._ends = [
-                (left, w.job.active * w.job.gpus_per_worker)
+            ends = sorted(
+                (left, w.job.active * w.job.gpus_per_worker, id(w))
                 for w in self.work
                 if w.job.active > 0
                 and (left := payoff.remaining_seconds(w.job, self.now)) is not None
-            ]
+            )
+            self._ends = [(left, gpus) for left, gpus, _ in ends]
+            self._end_ids = [i for _, _, i in ends]
         return self._ends
 
-    def _gang_owner(self, g: PendingGroup) -> ElasticJob | None:
-        """The job whose PodGroup this is (by owner, else by name), if it is ours."""
-        ref = g.owner
-        key = (ref.namespace, ref.name) if ref is not None else (g.ref.namespace, g.ref.name)
-        for w in self.work:
-            if (w.job.ref.namespace, w.job.ref.name) == key:
-                return w.job
-        return None
+    def _ending_after(self, victims: list[tuple[_Job, int]]) -> Iterable[tuple[float, int]]:
+        """_ending once the victims gave up their workers: each declared victim that loses
+        running workers ends later (payoff.delayed_end) holding fewer GPUs."""
+        moved: dict[int, tuple[float, int] | None] = {}
+        for w, workers in victims:
+            j = w.job
+            running = workers - min(workers, max(0, w.target - j.active))
+            left = payoff.remaining_seconds(j, self.now) if j.active > 0 else None
+            if running <= 0 or left is None:
+                continue  # it frees what it held when it did (or never, as before)
+            end = payoff.delayed_end(left, j.active, running, self._restart_cost(j))
+            kept = (j.active - running) * j.gpus_per_worker
+            moved[id(w)] = None if end is None else (end, kept)
+        ends = self._ending()
+        if not moved:
+            return ends
+        kept_ends = (e for e, i in zip(ends, self._end_ids, strict=True) if i not in moved)
+        return heapq.merge(kept_ends, sorted(m for m in moved.values() if m is not None))
+
+    def _walk_gangs(self) -> list[payoff.Gang | None]:
+        """Each waiting gang of `pending` as the walk sees it, (GPUs, its job's declared
+        run left), None for one Volcano never admits (it waits outside the line); once
+        per plan."""
+        if self._walked is None:
+            jobs = {(w.job.ref.namespace, w.job.ref.name): w.job for w in self.work}
+            self._walked = []
+            for x in self.pending:
+                ref = x.owner or x.ref
+                owner = jobs.get((ref.namespace, ref.name))
+                run = None if owner is None else payoff.remaining_seconds(owner, self.now)
+                admissible = not beyond(self.state.limits, x.pods)[0]
+                self._walked.append((x.gpus, run) if admissible else None)
+                self._runs[x.ref] = run
+        return self._walked
+
+    def _backlog(self, g: PendingGroup, shortfall: int) -> payoff.Backlog:
+        """The queue's waiting gangs around a reclaim of `shortfall` GPUs for g (or for the
+        gangs weighed with it, _weigh_behind), in admission order: those ahead that still
+        wait (by what their decisions say they need), those it serves (each its need, the
+        last short of the rest; `free` the GPUs they have now), those behind."""
+        walked, runs = self._walk_gangs(), self._runs
+        members = self._members or [(g, shortfall)]
+        needs = [n for _, n in members]
+        total = sum(needs)
+        needs[-1] += max(0, shortfall - total)
+        weighed = {x.ref for x, _ in members}
+        ahead = [
+            (d.gpus, runs.get(d.ref))
+            for d in self.gangs
+            if d.reason in _STILL_WAITING and d.ref not in weighed
+        ]
+        served = [(n, runs.get(x.ref)) for (x, _), n in zip(members, needs, strict=True)]
+        behind = [gang for gang in walked[self._next :] if gang is not None]
+        return payoff.Backlog(ahead, served, behind, max(0, total - shortfall))
 
     def _reclaim_unpaid(
         self, g: PendingGroup, need: int, trade: payoff.Trade, starving: str, ahead: str = ""
@@ -1879,29 +1934,7 @@ class _QueuePlanner:
                 )
         return ""
 
-    def _ahead(self) -> int:
-        """GPUs of the gangs ahead that still wait (they take the GPUs that free first),
-        but for those weighed with the gang now (_weigh_behind)."""
-        ahead = sum(d.gpus for d in self.gangs if d.reason in _STILL_WAITING)
-        return ahead - sum(x.gpus for x, _ in self._members[:-1])
-
-    def _gain(self, shortfall: int) -> float | None:
-        """Seconds the gang would wait without the reclaim; for gangs weighed together,
-        the sum of each one's wait (each short of what it and those ahead of it need)."""
-        ahead, ends = self._ahead(), self._ending()
-        if not self._members:
-            return payoff.gang_wait(ahead + shortfall, ends)
-        gain, behind = 0.0, sum(n for _, n in self._members)
-        for _, n in self._members:
-            behind -= n
-            short = shortfall - behind
-            wait = payoff.gang_wait(ahead + short, ends) if short > 0 else 0.0
-            if wait is None:
-                return None
-            gain += wait
-        return gain
-
-    def _resized_now(self, shortfall: int) -> frozenset[int]:
+    def _resized_now(self, g: PendingGroup, shortfall: int) -> frozenset[int]:
         """Jobs this plan already trimmed or reclaimed from, where a reclaim for a gang
         short of `shortfall` GPUs is weighed (rule 3b) and a resize starts the reclaim
         cooldown: the next plan would not take from them, so neither does this one
@@ -1909,8 +1942,13 @@ class _QueuePlanner:
         job may give workers to several gangs of one plan."""
         if self.policy.reclaim_cooldown_seconds <= 0 or self.policy.reclaim_payoff_factor <= 0:
             return frozenset()
-        if self._gain(shortfall) is None and self._runs() is None:
-            return frozenset()  # nothing weighs the reclaim: today's rule
+        if shortfall <= 0:
+            return frozenset()
+        if self._queue_runs() is None:  # else swaps are weighed by the queue's run times
+            backlog = self._backlog(g, shortfall)
+            line = [*backlog.ahead, *backlog.served]
+            if len(payoff.starts(backlog.free, self._ending(), line)) < len(line):
+                return frozenset()  # the gang's wait is unknown: not weighed
         return frozenset(id(w) for w in self.work if w.target != w.job.replicas)
 
     def _reclaim(

@@ -8,7 +8,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from builders import NOW, ago, ej, gang, policy, pytorchjob, settings, snap
+from builders import NOW, ago, ej, gang, policy, pytorchjob, snap
+from builders import settings as app_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler import payoff
 from autoscaler.model import (
@@ -67,6 +70,102 @@ def test_remaining_seconds(started, runtime, progress, left):
 )
 def test_gang_wait(shortfall, ending, wait):
     assert payoff.gang_wait(shortfall, ending) == wait
+
+
+@pytest.mark.parametrize(
+    ("free", "ending", "gangs", "at"),
+    [
+        (0, [(60.0, 1), (600.0, 2)], [(2, None)], [600.0]),  # gang_wait's walk for one gang
+        (1, [(600.0, 2)], [(1, None), (2, None)], [0.0, 600.0]),  # free now, then in order
+        # the first gang's GPUs come back at its end (100 + 50 s) before e's at 600 s
+        (0, [(100.0, 2), (600.0, 2)], [(2, 50.0), (2, None)], [100.0, 150.0]),
+        # strictly in order: the 1-GPU gang does not pass the 4-GPU one ahead of it
+        (1, [(600.0, 4)], [(4, None), (1, None)], [600.0, 600.0]),
+        # a gang whose run is unknown holds its GPUs past the walk: the next never starts
+        (0, [(100.0, 2)], [(2, None), (2, 60.0)], [100.0]),
+        (0, [], [(1, 60.0)], []),  # nothing known frees: no start
+    ],
+)
+def test_starts(free, ending, gangs, at):
+    assert payoff.starts(free, ending, gangs) == at
+
+
+@pytest.mark.parametrize(
+    ("backlog", "after", "taken", "gained"),
+    [
+        # one gang, nothing else waiting: its wait, as gang_wait says
+        (payoff.Backlog((), [(2, 3600.0)], (), 0), None, 2, (600.0, 600.0)),
+        # two short gangs behind it start at e's end (600 s) instead of w's (4200 s)
+        (
+            payoff.Backlog((), [(2, 3600.0)], [(1, 60.0), (1, 60.0)], 0),
+            None,
+            2,
+            (600.0, 600.0 + 2 * 3600.0),
+        ),
+        # ... but the victim, 2 GPUs short, ends at 9000 s instead of 7200 s: the 4-GPU
+        # gang behind, which its 4 GPUs would have started then, starts 1800 s later
+        (
+            payoff.Backlog((), [(2, None)], [(4, None)], 0),
+            [(600.0, 2), (9000.0, 2)],
+            2,
+            (600.0, 600.0 - 1800.0),
+        ),
+        # a gang ahead that still waits takes what frees first, either way
+        (payoff.Backlog([(2, None)], [(2, None)], (), 0), None, 2, (7200.0, 7200.0)),
+        # the gang's own wait unknown: nothing is known of the reclaim's worth
+        (payoff.Backlog((), [(9, None)], (), 0), None, 9, None),
+    ],
+)
+def test_reclaim_gain(backlog, after, taken, gained):
+    ending = [(600.0, 2), (7200.0, 4)]
+    assert payoff.reclaim_gain(backlog, ending, ending if after is None else after, taken) == gained
+
+
+_ENDS = st.lists(st.tuples(st.integers(1, 10_000).map(float), st.integers(1, 8)), max_size=6).map(
+    sorted
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    free=st.integers(0, 4),
+    ending=_ENDS,
+    needs=st.lists(st.integers(1, 8), min_size=1, max_size=4),
+)
+def test_with_nothing_else_waiting_the_walk_is_the_pairwise_wait(free, ending, needs):
+    # the gangs a reclaim serves, no gang ahead or behind, none ending within the walk:
+    # the backlog's gain is the sum of their waits, each as gang_wait says for what it
+    # and those before it need (the trade before the walk)
+    short = sum(needs) - free
+    waits = []
+    for k in range(len(needs)):
+        need = sum(needs[: k + 1]) - free
+        waits.append(0.0 if need <= 0 else payoff.gang_wait(need, ending))
+    backlog = payoff.Backlog((), [(n, None) for n in needs], (), free)
+    gained = payoff.reclaim_gain(backlog, ending, ending, max(short, 0))
+    if None in waits or short <= 0:  # unknown, or no GPU short: the walk says nothing
+        assert gained is None
+    else:
+        assert gained == (sum(waits), sum(waits))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ending=_ENDS,
+    served=st.lists(st.integers(1, 4), min_size=1, max_size=2),
+    behind=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 5000).map(float)), max_size=5),
+    late=st.lists(st.integers(0, 5000).map(float), min_size=6, max_size=6),
+)
+def test_a_victim_returning_its_gpus_later_never_makes_a_reclaim_pay_more(
+    ending, served, behind, late
+):
+    # the same reclaim, the victims' ends moved later: no gang starts sooner
+    backlog = payoff.Backlog((), [(n, 600.0) for n in served], behind, 0)
+    later = sorted((at + dt, gpus) for (at, gpus), dt in zip(ending, late, strict=False))
+    sooner = payoff.reclaim_gain(backlog, ending, ending, sum(served))
+    worse = payoff.reclaim_gain(backlog, ending, later, sum(served))
+    if sooner is not None and worse is not None:
+        assert worse[1] <= sooner[1] + 1e-6
 
 
 @pytest.mark.parametrize(
@@ -188,22 +287,43 @@ def test_a_gang_refused_a_reclaim_still_starves_growth():
     assert (x.target, x.reason) == (1, Reason.GANG_STARVING)
 
 
+def _line(*, v=(7200.0, 4), e=(600.0, 2), w=3600.0, behind=()):
+    """A full queue (0 free): v runs v[1] workers (min 2) with v[0] s left, e runs e[1]
+    (min = max) with e[0] s left; gang w (2 GPUs, its job runs `w` s) waits, and behind
+    it `behind`'s gangs (name, GPUs, run), each of a job of that size."""
+    started = ago(3600)
+    (v_left, v_workers), (e_left, e_workers) = v, e
+    jobs = [
+        declared(ej("v", min=2, max=8, replicas=v_workers, started=started), v_left + 3600),
+        declared(
+            ej("e", min=e_workers, max=e_workers, replicas=e_workers, started=started),
+            e_left + 3600,
+        ),
+        declared(ej("w", min=2, max=4, replicas=2, active=0), w),
+    ]
+    gangs = [gang("w", 2, owner="w", created=ago(60))]
+    for k, (name, gpus, run) in enumerate(behind):
+        made = ago(30 - k)
+        jobs.append(
+            declared(ej(name, min=gpus, max=gpus, replicas=gpus, active=0, created=made), run)
+        )
+        gangs.append(gang(name, gpus, owner=name, created=made))
+    return snap({"q": 0}, jobs, gangs)
+
+
 def test_victims_passed_over_stay_victims_for_the_next_gang():
-    # the first gang's reclaim does not pay (v has 4 spare workers: it would wait 600 s,
-    # v lose 30 + 3600 * 2/4 s); the 1-GPU gang behind it, whose job runs 60 s, is
-    # weighed with it: what v frees goes to w first (Volcano admits in order), so the
-    # reclaim covers both (3 GPUs) and their waits (600 + 7200 s) beat v's loss
-    # (30 + 3600 * 3/3 s, the longest of their runs): v gives 3 to both
-    jobs, gangs = _scene(v_workers=6)
-    short = declared(ej("s", min=1, max=1, replicas=1, active=0, created=ago(30)), 60.0, None)
-    gangs.append(gang("s", 1, owner="s", created=ago(30)))
-    snapshot = snap({"q": 0}, [*jobs, short], gangs)
-    p, again = _replanned(snapshot)
+    # w alone would take 2 of v's 5 workers: it waits 1800 s otherwise (v's end), but v,
+    # short of 2, ends at 30 + 1800 x 5/3 = 3030 s instead, so s behind (1 GPU), which v's
+    # end would start at 1800 s, starts at 3000 s (e's end): the queue gains 1800 - 1200
+    # = 600 s, v loses 30 + 1800 x 2/3 = 1230 s: w waits. s is weighed with w: what v
+    # frees goes to w first (Volcano admits in order), so the reclaim covers both (3
+    # GPUs), and their waits (1800 + 1800 s) beat v's loss (30 + 1800 x 3/2 s): v gives 3
+    p, again = _replanned(_line(v=(1800.0, 5), e=(3000.0, 2), behind=[("s", 1, 60.0)]))
     assert {g.ref.name: g.reason for g in p.gangs} == {
         "w": Reason.GANG_COVERED,
         "s": Reason.GANG_COVERED,
     }
-    assert next(d for d in p.decisions if d.ref.name == "v").target == 3
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 2
     w, s = sorted(p.gangs, key=lambda g: g.ref.name, reverse=True)
     assert "covered by the reclaim made for PodGroup ml/s behind it" in w.message
     assert "waits behind PodGroup ml/w" in s.message and s.gpus == 1
@@ -213,17 +333,20 @@ def test_victims_passed_over_stay_victims_for_the_next_gang():
 
 
 def test_a_gang_behind_a_refused_one_is_not_served_by_a_reclaim_that_serves_it():
-    # v may give 2 GPUs; w (2) was refused them. A reclaim for s (1, behind) would free
-    # what Volcano gives w first once it is enough (the next plan would serve w from it
-    # and weigh s again): counted with w, 3 GPUs, nobody covers it, nothing is taken
-    jobs, gangs = _scene()
-    short = declared(ej("s", min=1, max=1, replicas=1, active=0, created=ago(30)), 60.0, None)
-    gangs.append(gang("s", 1, owner="s", created=ago(30)))
-    p, again = _replanned(snap({"q": 0}, [*jobs, short], gangs))
+    # v may give 2 GPUs. For w alone: it would wait 600 s (e's end) and s behind it 1800
+    # s (v's end); with the reclaim w starts now, s at 600 s (e's), and v ends at 30 +
+    # 1800 x 4/2 s: the queue gains 600 + 1200 s, v loses 30 + 1800 s: w waits. A
+    # reclaim for s (1, behind) would free what Volcano gives w first once it is enough
+    # (the next plan would serve w from it and weigh s again): counted with w, 3 GPUs,
+    # nobody covers it, nothing is taken
+    p, again = _replanned(_line(v=(1800.0, 4), behind=[("s", 1, 60.0)]))
     assert {g.ref.name: g.reason for g in p.gangs} == {
         "w": Reason.GANG_RECLAIM_UNPAID,
         "s": Reason.GANG_UNCOVERABLE,
     }
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert "the queue's waiting gangs in all would start ~1800s sooner" in w.message
+    assert "its victims would lose ~1830s" in w.message
     s = next(g for g in p.gangs if g.ref.name == "s")
     assert "counted with PodGroup ml/w ahead of it" in s.message
     assert p.actions == () and again.actions == ()
@@ -273,7 +396,7 @@ def _replanned(snapshot, pol=None):
     ],
 )
 def test_the_run_a_job_declares_is_read_from_its_annotations(notes, runtime, progress):
-    job = parse_job(pytorchjob(annotations=notes), settings().read_options(), Priorities({}))
+    job = parse_job(pytorchjob(annotations=notes), app_settings().read_options(), Priorities({}))
     assert (job.expected_runtime_seconds, job.progress) == (runtime, progress)
 
 
@@ -293,7 +416,9 @@ def test_the_run_a_job_declares_is_read_from_its_annotations(notes, runtime, pro
     ],
 )
 def test_a_bad_run_annotation_names_the_field(key, value):
-    job = parse_job(pytorchjob(annotations={key: value}), settings().read_options(), Priorities({}))
+    job = parse_job(
+        pytorchjob(annotations={key: value}), app_settings().read_options(), Priorities({})
+    )
     assert isinstance(job, UnmanagedJob) and job.reason is Reason.INVALID_ANNOTATION
     assert f"metadata.annotations[{key}]" in job.message
 
@@ -306,27 +431,72 @@ def test_now_is_the_only_clock():
 
 
 def test_a_gang_behind_others_that_wait_waits_longer():
-    # w2 (as big as w, behind it) waits for the GPUs w takes first: weighed with w, the
-    # reclaim covers both (4 of v's 4 spare GPUs); their waits (600 s, and until v's end,
-    # 7200 s) beat v's loss (30 s + 3600 s * 4/2): both are served, v gives 4
-    jobs, gangs = _scene(v_workers=6)
-    w2 = declared(ej("w2", min=2, max=4, replicas=2, active=0, created=ago(30)), 3600.0)
-    gangs.append(gang("w2", 2, owner="w2", created=ago(30)))
-    p, again = _replanned(snap({"q": 0}, [*jobs, w2], gangs))
-    assert {g.ref.name: g.reason for g in p.gangs} == {
-        "w": Reason.GANG_COVERED,
-        "w2": Reason.GANG_COVERED,
-    }
-    assert next(d for d in p.decisions if d.ref.name == "v").target == 2
-    assert again.actions == ()
-    # w2's job runs 10 h: v would lose its 2 workers until v's own end, 30 + 7200 * 4/2
-    # s, more than both gain: both wait
-    long = replace(w2, expected_runtime_seconds=36000.0)
-    p, again = _replanned(snap({"q": 0}, [*jobs, long], gangs))
+    # w2 (as big as w, behind it) starts at v's end (1800 s) with w either way, unless
+    # the reclaim delays v: alone, w's reclaim (2 of v's 6) gains 1800 s for w and
+    # costs w2 930 s (v ends at 30 + 1800 x 6/4 = 2730 s), v loses 30 + 1800 x 2/4 s:
+    # w waits. w2 is weighed with w: the reclaim covers both (4 of v's 4 spare); their
+    # waits (1800 + 1800 s) against v's loss (30 + 1800 x 4/2 s): both wait
+    p, again = _replanned(_line(v=(1800.0, 6), e=(3000.0, 2), behind=[("w2", 2, 3600.0)]))
     assert [g.reason for g in p.gangs] == [Reason.GANG_RECLAIM_UNPAID] * 2
     w2 = next(g for g in p.gangs if g.ref.name == "w2")
     assert "with PodGroup ml/w ahead of it does not pay" in w2.message
+    assert "the gang would wait ~3600s; its victims would lose ~3630s" in w2.message
     assert p.actions == () and again.actions == ()
+    # v runs 7: w's reclaim alone keeps v's end (1800 x 7/5 + 30 = 2550 s) before e's,
+    # w gains 1800 s, w2 loses 750, v 30 + 1800 x 2/5 = 750 s: w alone is served, and
+    # w2 is not (v was resized by this plan: its workers wait for the next)
+    p, again = _replanned(_line(v=(1800.0, 7), e=(3000.0, 2), behind=[("w2", 2, 3600.0)]))
+    assert {g.ref.name: g.reason for g in p.gangs} == {
+        "w": Reason.GANG_COVERED,
+        "w2": Reason.GANG_UNCOVERABLE,
+    }
+    assert next(d for d in p.decisions if d.ref.name == "v").target == 5
+    assert again.actions == ()
+
+
+# ---- the backlog: what a reclaim for the head of the line buys the gangs behind it ----------
+
+
+@pytest.mark.parametrize(
+    ("line", "w_reason", "v_target", "words"),
+    [
+        # The scene's trade (w would wait 600 s, v lose 660 s) with two 1-GPU gangs of
+        # 60 s behind w: without the reclaim they wait for w's end (4200 s: w takes
+        # e's 2 GPUs at 600 s); with it they start at 600 s on e's GPUs. The queue gains
+        # 600 + 2 x 3600 s, v loses 30 + 3600 s (w's run; v is grown back only at its
+        # end, 7200 s, when the queue has freed enough for all of them): reclaim. The
+        # pairwise trade (600 s against 3630 s) refused it.
+        (
+            {"behind": [("s1", 1, 60.0), ("s2", 1, 60.0)]},
+            Reason.GANG_COVERED,
+            2,
+            "",
+        ),
+        # The reverse: v (6 workers) ends in 1000 s, when w and the two 2-GPU gangs
+        # behind it would all start on its GPUs. Pairwise w gains 1000 s and v loses 30
+        # + 1000 x 2/4 s: it paid. But v, short of 2, ends at 30 + 1000 x 6/4 = 1530 s
+        # and holds the gangs behind 530 s each: the queue gains 1000 - 2 x 530 s, less
+        # than v's loss: w waits.
+        (
+            {
+                "v": (1000.0, 6),
+                "e": (36000.0, 2),
+                "behind": [("b1", 2, 36000.0), ("b2", 2, 36000.0)],
+            },
+            Reason.GANG_RECLAIM_UNPAID,
+            6,
+            "the gang would wait ~1000s, the queue's waiting gangs in all would start ~60s "
+            "later; its victims would lose ~530s",
+        ),
+    ],
+)
+def test_a_reclaim_is_weighed_by_what_it_buys_the_backlog(line, w_reason, v_target, words):
+    p, again = _replanned(_line(**line))
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is w_reason
+    assert next(d for d in p.decisions if d.ref.name == "v").target == v_target
+    assert words in w.message
+    assert again.actions == ()
 
 
 # ---- what other queues hold of the gang's share is owed, not traded ---------------------------
@@ -483,9 +653,9 @@ def test_a_finished_job_keeps_its_start_and_completion():
     obj = pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}])
     obj["status"]["startTime"] = "2026-11-22T08:00:00Z"
     obj["status"]["completionTime"] = "2026-11-22T09:30:00Z"
-    job = parse_job(obj, settings().read_options(), Priorities({}))
+    job = parse_job(obj, app_settings().read_options(), Priorities({}))
     assert isinstance(job, UnmanagedJob) and job.reason is Reason.FINISHED
     assert (job.completed - job.started).total_seconds() == 5400.0
     obj["status"]["completionTime"] = "later"  # not a time: no run, no error
-    job = parse_job(obj, settings().read_options(), Priorities({}))
+    job = parse_job(obj, app_settings().read_options(), Priorities({}))
     assert job.reason is Reason.FINISHED and job.completed is None
