@@ -207,6 +207,10 @@ class UnmanagedJob:
     # the worker group's name on its pods ("" unknown): its workers are counted by spec
     # against the Queue's GPU capability, so their pods are not counted again
     workers_group: str = ""
+    # a finished job's run, status.startTime and status.completionTime (None: not
+    # given): the queue's run times weigh swaps where nothing is declared (payoff.py)
+    started: datetime | None = None
+    completed: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -508,7 +508,7 @@ def parse_job(
     if not isinstance(obj.get("spec"), Mapping):
         return unmanaged(Reason.INVALID_SPEC, "spec is missing")
     if (done := kind.finished(obj)) is not None:
-        return unmanaged(*done)
+        return unmanaged(*done, started=_started(obj), completed=_completed(obj))
     # What the job holds and is owed, known before deciding whether we manage it, so that
     # even a job we leave alone keeps its promised GPUs in the queue's accounting.
     try:
@@ -684,6 +684,17 @@ def _run_facts(
 
 def _started(obj: Mapping[str, Any]) -> datetime | None:
     return started_at(dig(obj, "status", "startTime"))
+
+
+def _completed(obj: Mapping[str, Any]) -> datetime | None:
+    """status.completionTime of a finished job, None where absent or not a time."""
+    raw = dig(obj, "status", "completionTime")
+    if raw is None:
+        return None
+    try:
+        return parse_time(raw, "status.completionTime")
+    except BadField:
+        return None  # only an estimate of run times; its absence is not an error
 
 
 def started_at(raw_start: Any) -> datetime | None:

@@ -30,10 +30,18 @@ The reclaim goes ahead only if the gain beats the losses (times the policy's
 estimated, or a victim whose loss cannot, is reclaimed for as before (elastic workers go
 first). Only reclaims inside the gang's queue are weighed: what other queues give back of
 its queue's share is owed, not traded (the planner's `_cover`).
+
+One thing is read without declarations: the queue's own run times (`RunTimes`: finished
+jobs' start to completion, running jobs' ages, one Kaplan-Meier estimate). Where the gang
+declares nothing, a swap (its victims give up as many workers as they keep) whose every
+victim is known to have no more run left than a newcomer's expected run and the swap's
+restarts does not pay (`swap_short`): with near-linear speedup, fewer jobs faster beat
+more jobs slower unless the one kept waiting is the shorter.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -209,13 +217,20 @@ class Trade:
     gain: float | None
     loss: float
     wait: float | None = None
+    # a swap refused by the queue's run times where nothing is declared (swap_short):
+    # what the estimate said; "" for a trade of declared runs
+    estimate: str = ""
 
     def pays(self, factor: float) -> bool:
         """Reclaim when the check is off (factor 0), the gain is unknown, or it beats
-        the losses."""
+        the losses; never where the run times refused the swap."""
+        if self.estimate:
+            return False
         return factor <= 0 or self.gain is None or self.gain > factor * self.loss
 
     def describe(self) -> str:
+        if self.estimate:
+            return self.estimate
         if self.gain is None:
             return f"the gang would wait unknown; its victims would lose ~{self.loss:.0f}s"
         if self.wait is None or abs(self.wait - self.gain) < 0.5:
@@ -227,3 +242,73 @@ class Trade:
                 f"~{abs(self.gain):.0f}s {sooner}"
             )
         return f"the gang would wait {gain}; its victims would lose ~{self.loss:.0f}s"
+
+
+# ---- swaps without declared runs: the queue's own run times ---------------------------
+
+# Finished runs a Kaplan-Meier estimate needs beyond an age before it says anything of a
+# job of that age: the usual sample for a mean. Below it the estimate is not used (today's
+# rule: elastic workers go first).
+EVIDENCE_RUNS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class RunTimes:
+    """A queue's run times as Kaplan-Meier estimates them: the finished jobs' runs
+    (start to completion) are events, the running jobs' ages censored samples (each has
+    run at least that long). `times` ascending, `survival[k]` = S(t) on
+    [times[k], times[k+1]), `area[k]` = the area under S from times[k] to the last time:
+    every mean is restricted to the longest run seen."""
+
+    times: tuple[float, ...]
+    survival: tuple[float, ...]
+    area: tuple[float, ...]
+    finished: tuple[float, ...]  # the finished runs, ascending
+    running: int = 0  # the running jobs' ages among the samples
+
+    @classmethod
+    def of(cls, finished: Iterable[float], ages: Iterable[float]) -> RunTimes:
+        done = sorted(max(0.0, t) for t in finished)
+        running = [(max(0.0, a), 0) for a in ages]
+        samples = sorted([(t, 1) for t in done] + running)
+        times, survival, s, i, n = [0.0], [1.0], 1.0, 0, len(samples)
+        while i < n:
+            t, events, at_risk = samples[i][0], 0, n - i
+            while i < n and samples[i][0] == t:
+                events, i = events + samples[i][1], i + 1
+            s *= 1 - events / at_risk
+            times.append(t)
+            survival.append(s)
+        area = [0.0] * len(times)
+        for k in range(len(times) - 2, -1, -1):
+            area[k] = area[k + 1] + survival[k] * (times[k + 1] - times[k])
+        return cls(tuple(times), tuple(survival), tuple(area), tuple(done), len(running))
+
+    def known_beyond(self, age: float) -> int:
+        """Finished runs longer than `age`: the evidence for a job of that age."""
+        return len(self.finished) - bisect.bisect_right(self.finished, age)
+
+    def remaining(self, age: float) -> float:
+        """Expected run left of a job that has run `age` seconds: E[T - a | T > a]."""
+        k = max(0, bisect.bisect_right(self.times, age) - 1)
+        s = self.survival[k]
+        if s <= 0 or k + 1 >= len(self.times):
+            return 0.0
+        return (self.area[k + 1] + s * (self.times[k + 1] - age)) / s
+
+    def mean(self) -> float:
+        """Expected run of a job not started."""
+        return self.area[0]
+
+
+def swap_short(
+    remaining: float | None, newcomer: float | None, restarts: float, factor: float
+) -> bool:
+    """A victim that gives up as many workers as it keeps (a swap) is known to be worth
+    less than the newcomer: its expected run left is at most `factor` x (the newcomer's
+    expected run + the `restarts` seconds the swap costs it). For mean JCT with
+    near-linear speedup, running fewer jobs faster wins unless the job kept waiting is
+    the shorter: the GPU goes to the job with the least work left. None: not known."""
+    if remaining is None or newcomer is None or factor <= 0:
+        return False
+    return remaining <= factor * (newcomer + restarts)

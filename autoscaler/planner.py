@@ -1100,6 +1100,8 @@ class _QueuePlanner:
         self._walked: list[payoff.Gang | None] | None = None  # see _walk_gangs
         self._runs: dict[ObjectRef, float | None] = {}  # each waiting gang's job's run left
         self._next = 0  # index in `pending` of the first gang behind the one served now
+        self._run_times: payoff.RunTimes | None = None  # see _queue_runs
+        self._run_times_read = False
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
         # does not pay (its message), "" while none does
         self.waits_for = ""
@@ -1505,7 +1507,7 @@ class _QueuePlanner:
             return why  # uncoverable this cycle, as the next plan sees it
         if not victims:
             return victims, lent
-        trade = self._reclaim_trade(g, left, victims)
+        trade = self._swap_check(g, victims, self._reclaim_trade(g, left, victims))
         if trade.pays(self.policy.reclaim_payoff_factor):
             return victims, lent
         pool.put_back(victims)
@@ -1541,6 +1543,7 @@ class _QueuePlanner:
         victims, lent = _cut(local, room.cuts), _cut(lenders, room.cuts[len(local) :])
         if victims:
             trade = self._reclaim_trade(g, shortfall - _gpus_of(lent), victims)
+            trade = self._swap_check(g, victims, trade)
             if not trade.pays(self.policy.reclaim_payoff_factor):
                 lenders = lenders or self._lending(g, limit)[0]
                 owed = self._room(g, [], lenders, gpus_short) if lenders else None
@@ -1706,6 +1709,73 @@ class _QueuePlanner:
             return payoff.Trade(None, loss)
         wait, gain, _ = walked
         return payoff.Trade(gain, loss, wait)
+
+    def _swap_check(
+        self, g: PendingGroup, victims: list[tuple[_Job, int]], trade: payoff.Trade
+    ) -> payoff.Trade:
+        """Rule 3b where the gang declares nothing: a reclaim whose every victim gives up
+        as many running workers as it keeps (a swap) and is known, by its queue's run
+        times, to have less run left than the newcomer's run and the swap's two restarts
+        (payoff.swap_short) does not pay. Else the trade as weighed."""
+        factor = self.policy.reclaim_payoff_factor
+        if not trade.pays(factor) or self._gang_runtime(g) is not None:
+            return trade
+        runs = self._queue_runs()
+        if runs is None or not victims:
+            return trade
+        newcomer, lefts = runs.mean(), []
+        for w, workers in victims:
+            j = w.job
+            running = workers - min(workers, max(0, w.target - j.active))
+            left = self._left_of(j, runs)
+            restarts = 2 * self._restart_cost(j)
+            if running <= 0 or running < j.active - running or left is None:
+                return trade  # not a swap, or its run left is not known
+            if not payoff.swap_short(left, newcomer, restarts, factor):
+                return trade
+            lefts.append((left, j.ref.name))
+        longest, name = max(lefts)
+        estimate = (
+            f"nothing declared; by queue {g.queue}'s run times ({len(runs.finished)} "
+            f"finished, {runs.running} running, Kaplan-Meier) a "
+            f"newcomer runs ~{newcomer:.0f}s and its victims have at most ~{longest:.0f}s "
+            f"left ({name}): no more than that and the swap's two restarts"
+        )
+        return payoff.Trade(trade.gain, trade.loss, trade.wait, estimate)
+
+    def _left_of(self, j: ElasticJob, runs: payoff.RunTimes) -> float | None:
+        """A victim's run left: declared, else by the queue's run times where at least
+        payoff.EVIDENCE_RUNS finished runs were longer than its age; None: not known."""
+        declared = payoff.remaining_seconds(j, self.now)
+        if declared is not None or j.started is None:
+            return declared
+        age = max(0.0, (self.now - j.started).total_seconds())
+        if runs.known_beyond(age) < payoff.EVIDENCE_RUNS:
+            return None
+        return runs.remaining(age)
+
+    def _queue_runs(self) -> payoff.RunTimes | None:
+        """The queue's run times: its finished jobs' runs (status.startTime to
+        completionTime) and its running jobs' ages; None below payoff.EVIDENCE_RUNS
+        finished runs. Once per plan."""
+        if not self._run_times_read:
+            self._run_times_read = True
+            finished = [
+                (u.completed - u.started).total_seconds()
+                for u in self.unmanaged
+                if u.reason is Reason.FINISHED
+                and u.started is not None
+                and u.completed is not None
+                and u.completed >= u.started
+            ]
+            ages = [
+                (self.now - w.job.started).total_seconds()
+                for w in self.work
+                if w.job.active > 0 and w.job.started is not None
+            ]
+            enough = len(finished) >= payoff.EVIDENCE_RUNS
+            self._run_times = payoff.RunTimes.of(finished, ages) if enough else None
+        return self._run_times
 
     def _gang_runtime(self, g: PendingGroup) -> float | None:
         """How long the gang's job runs (its GPUs then come back); for gangs weighed
@@ -1883,10 +1953,13 @@ class _QueuePlanner:
         job may give workers to several gangs of one plan."""
         if self.policy.reclaim_cooldown_seconds <= 0 or self.policy.reclaim_payoff_factor <= 0:
             return frozenset()
-        backlog = self._backlog(g, shortfall)
-        line = [*backlog.ahead, *backlog.served]
-        if shortfall <= 0 or len(payoff.starts(backlog.free, self._ending(), line)) < len(line):
-            return frozenset()  # the gang's wait is unknown: not weighed
+        if shortfall <= 0:
+            return frozenset()
+        if self._queue_runs() is None:  # else swaps are weighed by the queue's run times
+            backlog = self._backlog(g, shortfall)
+            line = [*backlog.ahead, *backlog.served]
+            if len(payoff.starts(backlog.free, self._ending(), line)) < len(line):
+                return frozenset()  # the gang's wait is unknown: not weighed
         return frozenset(id(w) for w in self.work if w.target != w.job.replicas)
 
     def _reclaim(

@@ -110,7 +110,10 @@ class Settings(BaseSettings):
         "gang and those behind it, walked over the declared runs with the victims ending "
         "later) exceeds this many times what its victims lose (their restart and the "
         "work of the workers taken, while the gang runs). Jobs that declare nothing are "
-        "reclaimed from as before. A gang behind gangs refused "
+        "reclaimed from as before, but for swaps (every victim gives up as many running "
+        "workers as it keeps): where the queue's finished jobs (start and completion) "
+        "show each victim to have no more than this many times a newcomer's expected "
+        "run plus two restarts left, the swap is refused. A gang behind gangs refused "
         "this way is weighed with them (Volcano admits them first): one reclaim "
         "for all of them, or none. 0 turns the check off.",
     )

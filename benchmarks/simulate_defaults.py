@@ -6,11 +6,13 @@ multi-GPU). A default changes only with the row that justifies it (docs/benchmar
     PYTHONPATH=. python benchmarks/simulate_defaults.py \\
         [--candidate 'name:key=value,key=value' ...] [--json out.json]
         [--volcano-plugin capacity|proportion] [--no-queue-capability]
-        [--job-info none|runtime|progress|both] [--one-queue]
+        [--job-info none|runtime|progress|both] [--one-queue] [--history N]
 
 `--one-queue` puts every job of a scenario in one queue (ONE_QUEUE): the Philly slices
 then hold one FIFO backlog instead of the trace's 11 queues, where a queue alone borrows
 nothing and every swap inside it is the planner's in-queue reclaim ([outcomes] #29).
+`--history N` lists the runs of the N jobs of each queue before a Philly window to the
+planner as finished jobs (simulate_slices.py --history).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulate_pollux import hide_queue_capability
+from simulate_slices import trace_history
 
 from autoscaler.model import Plugin
 from autoscaler.settings import Settings
@@ -54,6 +57,16 @@ CANDIDATES = {
 def one_queue(ws: list[Workload]) -> list[Workload]:
     """The same workloads with every job in the queue ONE_QUEUE."""
     return [replace(w, jobs=tuple(replace(j, queue=ONE_QUEUE) for j in w.jobs)) for w in ws]
+
+
+def with_history(ws: list[Workload], kind: str, count: int, queue: str | None) -> list[Workload]:
+    """A Philly scenario with the runs of the `count` jobs of each queue before its window
+    listed as finished (simulate_slices.trace_history); Pollux workloads have none."""
+    if count <= 0 or not kind.startswith("philly"):
+        return ws
+    start = int(kind.split(":")[1].split(",")[0])
+    runs = trace_history(start, count, lambda _gpus: True, queue, 5 * count)
+    return [replace(w, history=runs) for w in ws]
 
 
 def workloads(kind: str) -> list[Workload]:
@@ -120,6 +133,12 @@ def main() -> None:
         action="store_true",
         help="every job of a scenario in one queue (the Philly slices' 11 queues as one)",
     )
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="list the runs of the N jobs of each queue before a Philly window as finished",
+    )
     args = ap.parse_args()
     plugin = Plugin(args.volcano_plugin)
     if args.no_queue_capability:
@@ -134,6 +153,7 @@ def main() -> None:
         if args.only and not any(scenario.startswith(p) for p in args.only.split(",")):
             continue
         ws = one_queue(workloads(kind)) if args.one_queue else workloads(kind)
+        ws = with_history(ws, kind, args.history, ONE_QUEUE if args.one_queue else None)
         base = measure(ws, gpus, Settings(), BASELINES, plugin)
         out[scenario] = {"baselines": base, "planner": {}}
         for name, overrides in candidates.items():

@@ -12,7 +12,13 @@ spread of planner / stock over the seeds is the noise of one slice.
     PYTHONPATH=. nice -n 10 python benchmarks/simulate_slices.py \\
         [--kinds 1gpu,multi] [--slices 0,1,2,3] [--seeds 0,1,2] \\
         [--set key=value ...] [--job-info none|runtime|progress|both] \\
-        [--volcano-plugin capacity|proportion] [--json out.json]
+        [--volcano-plugin capacity|proportion] [--history N] [--json out.json]
+
+`--history N` lists the N runs of the slice's kind before its window (the trace's
+durations) to the planner as finished jobs of the queue, as a cluster that keeps its
+finished jobs would: where nothing is declared, the planner weighs swaps by the queue's
+run times (docs/design.md rule 3b), and a slice cut from an empty cluster has none in
+its first hour. Stock Volcano does not read them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -59,6 +66,32 @@ def workload(kind: str, index: int) -> Workload:
     return replace(w, jobs=with_restart_costs(tuple(jobs), 30.0), source=f"{kind}#{index}")
 
 
+def trace_history(
+    start: int, count: int, keep: Callable[[int], bool], queue: str | None, span: int
+) -> tuple[tuple[str, float], ...]:
+    """The runs of the last `count` jobs `keep` takes (by their GPUs) among the `span`
+    trace rows before row `start`, each (queue, run seconds), in `queue` if given (else
+    its own): the jobs a cluster that keeps its finished jobs still lists when the
+    window starts. A run is the trace's duration (at the size the job asked for)."""
+    w = read_trace(
+        bundled_trace("philly"), TraceOptions(philly_slice=(max(0, start - span), start))
+    )
+    runs: dict[str, list[float]] = {}
+    for j in w.jobs:
+        if keep(j.requested_gpus):
+            runs.setdefault(queue or j.queue, []).append(j.work)
+    return tuple((q, r) for q, v in sorted(runs.items()) for r in v[-count:])
+
+
+def with_history(w: Workload, kind: str, index: int, count: int) -> Workload:
+    """The slice with the `count` runs of its kind before its window as finished jobs."""
+    if count <= 0:
+        return w
+    _, first, stride, keep = KINDS[kind]
+    span = count * (5 if kind == "1gpu" else 30)
+    return replace(w, history=trace_history(first + index * stride, count, keep, QUEUE, span))
+
+
 def perturbed(w: Workload, seed: int) -> Workload:
     """The same jobs, each submitted up to SHIFT seconds later (seed 0: unchanged)."""
     if seed == 0:
@@ -86,11 +119,12 @@ def run(
     overrides: dict[str, str],
     plugin: Plugin,
     job_info: str = "none",
+    history: int = 0,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in kinds:
         for index in slices:
-            base = workload(kind, index)
+            base = with_history(workload(kind, index), kind, index, history)
             gpus = cluster_gpus(base)
             rows = []
             for seed in seeds:
@@ -140,6 +174,12 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="planner setting key=value")
     ap.add_argument("--volcano-plugin", choices=["capacity", "proportion"], default="capacity")
     ap.add_argument("--job-info", choices=JOB_INFO, default="none")
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="list the N runs of the trace before each slice as finished jobs (0: none)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     t = time.time()
@@ -150,6 +190,7 @@ def main() -> None:
         dict(kv.split("=", 1) for kv in args.set),
         Plugin(args.volcano_plugin),
         args.job_info,
+        args.history,
     )
     print(f"({time.time() - t:.0f}s)", file=sys.stderr)
     if args.json:

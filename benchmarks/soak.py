@@ -105,6 +105,7 @@ class SimJob:
     broken: bool = False  # a user typo: minReplicas above maxReplicas (InvalidPolicy)
     stuck: bool = False  # its extra workers never land (e.g. a node selector nobody fits)
     expected: float | None = None  # its declared run (--declared), seconds from its start
+    completed: datetime | None = None  # when it finished (--history)
 
     @property
     def ref(self) -> ObjectRef:
@@ -147,10 +148,17 @@ class SoakResult:
         return Counter(v.kind for v in self.violations)
 
 
+FINISHED_KEPT = 60  # finished jobs listed per queue (--history), the most recent
+
+
 class World:
-    def __init__(self, rng: random.Random, declared: bool = False) -> None:
+    def __init__(self, rng: random.Random, declared: bool = False, history: bool = False) -> None:
         self.rng = rng
         self.declared = declared
+        # --history: jobs that finished after running stay listed with their start and
+        # completion (the queue's run times weigh swaps where nothing is declared)
+        self.history = history
+        self.finished: dict[str, list[SimJob]] = {q: [] for q in CAPACITY}
         self.jobs: dict[str, SimJob] = {}
         self.gangs: dict[str, SimGang] = {}
         self.serial = 0
@@ -204,6 +212,11 @@ class World:
         for j in list(self.jobs.values()):
             if r.random() < (0.012 if j.active else 0.01):
                 del self.jobs[j.name]  # finished, or given up on while waiting
+                if self.history and j.active and j.started is not None:
+                    j.completed = now
+                    kept = self.finished[j.queue]
+                    kept.append(j)
+                    del kept[:-FINISHED_KEPT]
             elif r.random() < 0.004:
                 self._edit(j)
         for q, state in self.queue_state.items():  # an admin closes a queue for a while
@@ -351,6 +364,18 @@ class World:
                         owner=ObjectRef("ml", j.name, "PyTorchJob", f"uid-{j.name}"),
                     )
                 )
+        for q in sorted(self.finished):
+            for j in self.finished[q]:
+                unmanaged.append(
+                    UnmanagedJob(
+                        j.ref,
+                        j.queue,
+                        Reason.FINISHED,
+                        "job has condition Succeeded",
+                        started=j.started,
+                        completed=j.completed,
+                    )
+                )
         for g in sorted(self.gangs.values(), key=lambda g: g.name):
             if not g.running:
                 pending.append(
@@ -388,6 +413,7 @@ class World:
         """The same cluster as the API server would serve it."""
 
         jobs = [raw_job(j) for j in sorted(self.jobs.values(), key=lambda j: j.name)]
+        jobs += [raw_job(j) for q in sorted(self.finished) for j in self.finished[q]]
         groups = [
             raw_podgroup(j.name, j.queue, j.min * j.gpw, j.priority, j.created, owner=j.name)
             for j in sorted(self.jobs.values(), key=lambda j: j.name)
@@ -458,6 +484,9 @@ def raw_job(j: SimJob) -> dict[str, Any]:
     status: dict[str, Any] = {"replicaStatuses": {"Worker": {"active": j.active}}}
     if j.started is not None:
         status["startTime"] = format_time(j.started)
+    if j.completed is not None:
+        status["completionTime"] = format_time(j.completed)
+        status["conditions"] = [{"type": "Succeeded", "status": "True"}]
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -772,6 +801,7 @@ def run_soak(
     check_every: int = 1,
     planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = make_plan,
     declared: bool = False,
+    history: bool = False,
 ) -> SoakResult:
     """`planner` is for testing the checker with a broken planner; the soak uses plan()."""
     if mode not in ("model", "parse"):
@@ -779,7 +809,7 @@ def run_soak(
     policy = policy or policy_for(seed)
     planner_policy = policy.planner_policy()
     rng = random.Random(seed)
-    world = World(rng, declared)
+    world = World(rng, declared, history)
     history = History()
     violations: list[Violation] = []
     digest = hashlib.sha256()
@@ -871,11 +901,19 @@ def main(argv: list[str] | None = None) -> int:
         help="every job declares its run (expected-runtime-seconds, 5 min to 3 h): the "
         "planner weighs its reclaims (rule 3b, reclaim_payoff_factor)",
     )
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="jobs that finished stay listed with their start and completion: the planner "
+        "weighs swaps by the queue's run times where nothing is declared (rule 3b)",
+    )
     args = parser.parse_args(argv)
     total = 0
     seeds = _seeds(args.seeds) if args.seeds else [args.seed]
     for seed in seeds:
-        res = run_soak(args.cycles, seed, mode=args.mode, declared=args.declared)
+        res = run_soak(
+            args.cycles, seed, mode=args.mode, declared=args.declared, history=args.history
+        )
         total += len(res.violations)
         kinds = ", ".join(f"{k}={n}" for k, n in sorted(res.by_kind.items())) or "-"
         acts = ", ".join(f"{k}={n}" for k, n in sorted(res.actions.items()))

@@ -17,6 +17,7 @@ from autoscaler import payoff
 from autoscaler.model import (
     ClusterSnapshot,
     NodeGpus,
+    ObjectRef,
     Plugin,
     QueueState,
     Reason,
@@ -583,3 +584,100 @@ def test_replanning_after_the_share_came_back_changes_nothing():
     # nothing more is taken: not from a1 (in reclaim cooldown), not from v (the
     # in-queue reclaim still does not pay)
     assert plan(s, policy(), NOW).actions == ()
+
+
+# ---- swaps without declared runs: the queue's own run times ------------------------------
+
+
+def test_run_times_by_kaplan_meier():
+    # finished 100, 200, 300 s; one job running for 150 s (at least that long)
+    runs = payoff.RunTimes.of([100.0, 200.0, 300.0], [150.0])
+    assert runs.mean() == pytest.approx(212.5)  # 100 + 50 x 0.75 + 50 x 0.75 + 100 x 0.375
+    assert runs.remaining(150.0) == pytest.approx(100.0)  # the 200 and the 300 s runs
+    assert runs.remaining(0.0) == pytest.approx(runs.mean())
+    assert runs.remaining(300.0) == 0.0  # nothing seen beyond: restricted to 300 s
+    assert (runs.known_beyond(150.0), runs.known_beyond(300.0)) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("left", "newcomer", "restarts", "factor", "short"),
+    [
+        (1700.0, 2000.0, 60.0, 1.0, True),
+        (2100.0, 2000.0, 60.0, 1.0, False),  # it has more left than the newcomer's run
+        (2050.0, 2000.0, 60.0, 1.0, True),  # ... but not more than the swap's restarts
+        (1700.0, 2000.0, 60.0, 0.5, False),
+        (1700.0, 2000.0, 60.0, 0.0, False),  # the check off
+        (None, 2000.0, 60.0, 1.0, False),  # not known
+    ],
+)
+def test_swap_short(left, newcomer, restarts, factor, short):
+    assert payoff.swap_short(left, newcomer, restarts, factor) is short
+
+
+def _finished(runs, queue="q"):
+    """Finished jobs of the queue as parse.py reads them: start and completion."""
+    return [
+        UnmanagedJob(
+            ObjectRef("ml", f"done-{i}"),
+            queue,
+            Reason.FINISHED,
+            "job has condition Succeeded",
+            started=ago(100_000 + run),
+            completed=ago(100_000),
+        )
+        for i, run in enumerate(runs)
+    ]
+
+
+def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2):
+    """Four 1-GPU jobs grown to 2 workers `age` seconds into their run, a 1-GPU gang
+    waiting, nothing free, nothing declared; `runs` the queue's finished runs."""
+    jobs = [
+        ej(f"a{i}", min=1, max=victim_max, replicas=victim_replicas, started=ago(age))
+        for i in range(4)
+    ]
+    jobs.append(ej("w", min=1, max=2, replicas=1, active=0, created=ago(30)))
+    return snap({"q": 0}, jobs, [gang("w", 1, owner="w", created=ago(30))], _finished(runs))
+
+
+@pytest.mark.parametrize(
+    ("runs", "scene", "pol", "reason"),
+    [
+        # 40 runs of 2000 s: a newcomer runs ~2000 s, a victim 300 s in has ~1700 s
+        # left: fewer jobs faster; the gang waits for GPUs to free
+        ([2000.0] * 40, {}, {}, Reason.GANG_RECLAIM_UNPAID),
+        ([], {}, {}, Reason.GANG_COVERED),  # no history: today's rule
+        ([2000.0] * 29, {}, {}, Reason.GANG_COVERED),  # too few runs to say
+        # the victims are older than any run seen finish: their run left is not known
+        ([2000.0] * 40, {"age": 2500.0}, {}, Reason.GANG_COVERED),
+        # heavy-tailed runs: a job 300 s in is likely a long one (~19,700 s left) and a
+        # newcomer likely short (~10,000 s on average): the newcomer goes first
+        ([100.0] * 30 + [20_000.0] * 30, {}, {}, Reason.GANG_COVERED),
+        ([2000.0] * 40, {}, {"reclaim_payoff_factor": 0}, Reason.GANG_COVERED),  # off
+        # a worker of a large job is not a swap: not weighed this way
+        ([2000.0] * 40, {"victim_max": 8, "victim_replicas": 8}, {}, Reason.GANG_COVERED),
+    ],
+)
+def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, scene, pol, reason):
+    snapshot = _swap_scene(runs, **scene)
+    p, again = _replanned(snapshot, policy(**pol))
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is reason
+    taken = [d for d in p.actions if d.reason is Reason.RECLAIM_FOR_PENDING]
+    assert len(taken) == (0 if reason is Reason.GANG_RECLAIM_UNPAID else 1)
+    if reason is Reason.GANG_RECLAIM_UNPAID:
+        assert "nothing declared; by queue q's run times (40 finished, 4 running" in w.message
+        assert "a newcomer runs ~2000s and its victims have at most ~1700s left" in w.message
+        assert again.actions == ()
+
+
+def test_a_finished_job_keeps_its_start_and_completion():
+    obj = pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}])
+    obj["status"]["startTime"] = "2026-11-22T08:00:00Z"
+    obj["status"]["completionTime"] = "2026-11-22T09:30:00Z"
+    job = parse_job(obj, app_settings().read_options(), Priorities({}))
+    assert isinstance(job, UnmanagedJob) and job.reason is Reason.FINISHED
+    assert (job.completed - job.started).total_seconds() == 5400.0
+    obj["status"]["completionTime"] = "later"  # not a time: no run, no error
+    job = parse_job(obj, app_settings().read_options(), Priorities({}))
+    assert job.reason is Reason.FINISHED and job.completed is None

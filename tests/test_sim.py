@@ -1175,3 +1175,33 @@ def test_node_pools_never_overcommit_a_node_nor_break_a_filter() -> None:
     controller.cycle = cycle  # type: ignore[method-assign]
     result = simulate(specs, {"q": 16}, controller, 30.0, pools=TWO_POOLS)
     assert checked > 20 and all(j.finish is not None for j in result.jobs)
+
+
+def test_the_planner_sees_the_finished_jobs_the_api_would_list() -> None:
+    """A finished job stays listed with its start and completion (the last
+    FINISHED_LISTED of each queue), after the workload's history: the planner's source
+    hands them over as parse.py reads a finished PyTorchJob."""
+    import asyncio
+
+    from autoscaler.sim import policies
+    from autoscaler.sim.engine import Cluster, SimJob
+
+    sims = [SimJob(replace(A, name=f"j{i}"), 1, 4, 2, 1, i) for i in range(3)]
+    cluster = Cluster({"q": 8}, sims, 30.0)
+    for s in sims:
+        cluster.submit(s)
+    cluster.schedule()
+    cluster.advance(A.work * 2)
+    assert len(cluster.finish_due()) == 3
+    history = [("q", 60.0 * (i + 1)) for i in range(policies.FINISHED_LISTED)]
+    controller = PlannerController(Settings(), history=history)
+    source = policies._SimSource(controller)
+    controller._cluster = cluster
+    listed = asyncio.run(source.read(sim_time(cluster.now))).unmanaged
+    assert len(listed) == policies.FINISHED_LISTED  # the oldest history went
+    assert {u.reason for u in listed} == {Reason.FINISHED}
+    assert [u.ref.name for u in listed[-3:]] == ["j0", "j1", "j2"]
+    done = listed[-1]
+    assert done.started == sim_time(sims[2].first_start)
+    assert done.completed == sim_time(sims[2].finish)
+    assert (listed[0].completed - listed[0].started).total_seconds() == 60.0 * 4

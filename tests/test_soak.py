@@ -48,6 +48,26 @@ def test_fast_soak_with_declared_runs_has_no_violations(seed):
     assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
 
 
+@pytest.mark.parametrize("seed", (1, 3))
+def test_fast_soak_with_finished_runs_listed_has_no_violations(seed):
+    # --history: jobs that finished stay listed with their start and completion, so
+    # where nothing is declared rule 3b weighs swaps by the queue's run times; refused
+    # swaps go the way declared runs' refusals do (hold growth, weighed in order, no
+    # second take from a job this plan resized)
+    result = run_soak(2000, seed, history=True)
+    assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
+
+
+def test_finished_runs_reach_the_planner_through_both_paths():
+    # the run times weigh swaps (the plans differ from the same world's without them),
+    # and the parse path reads status.startTime and completionTime as the model has them
+    listed, plain = run_soak(1000, 2, history=True), run_soak(1000, 2)
+    assert listed.digest != plain.digest
+    parsed = run_soak(1000, 2, mode="parse", history=True, policy=policy_for(2))
+    assert [v for v in parsed.violations if v.kind == "parse"] == []
+    assert parsed.digest == listed.digest
+
+
 def test_same_seed_same_plans_other_seed_other_plans():
     a, b = run_soak(300, 7), run_soak(300, 7)
     assert a.digest == b.digest and a.actions == b.actions

@@ -166,6 +166,7 @@ class Cluster:
         self.queue_gpu_seconds = {q: 0.0 for q in self.deserved}
         self._by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
         self._live: list[SimJob] = []  # submitted, not done
+        self.done_by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
         # queues whose jobs or free GPUs changed since the scheduler last looked: the
         # scheduler is a function of a queue's state, so a clean queue needs no pass
         self._dirty: set[str] = set()
@@ -349,6 +350,7 @@ class Cluster:
             self._live.remove(job)
             self._request[job.queue] -= job.replicas * job.gpw
             self._by_queue[job.queue].remove(job)
+            self.done_by_queue[job.queue].append(job)
             self._dirty.add(job.queue)
         return done
 

@@ -28,7 +28,8 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -36,7 +37,16 @@ import structlog
 from .. import loop
 from ..actuator import ActionResult, ApplyResult, Outcome, refusal
 from ..metrics import Metrics
-from ..model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, Plan, QueueState
+from ..model import (
+    ClusterSnapshot,
+    ElasticJob,
+    ObjectRef,
+    PendingGroup,
+    Plan,
+    QueueState,
+    Reason,
+    UnmanagedJob,
+)
 from ..settings import Settings
 from .engine import Cluster, Controller, SimJob
 
@@ -58,6 +68,10 @@ DESCRIPTIONS = {
 # reports it at epoch ends); or both
 JOB_INFO = ("none", "runtime", "progress", "both")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 as the planner's clock
+# finished jobs of each queue the simulated API lists, the most recent first: a finished
+# PyTorchJob stays (with status.startTime and completionTime) until it is deleted; a
+# cluster keeping a few hundred per queue is assumed, the rest deleted
+FINISHED_LISTED = 200
 NAMESPACE = "sim"
 
 
@@ -111,11 +125,17 @@ class PlannerController(_Elastic):
 
     name = "planner"
 
-    def __init__(self, settings: Settings, job_info: str = "none") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        job_info: str = "none",
+        history: Sequence[tuple[str, float]] = (),
+    ) -> None:
         if job_info not in JOB_INFO:
             raise ValueError(f"unknown job info {job_info!r}: choose from {', '.join(JOB_INFO)}")
         self.settings = settings
         self.job_info = job_info
+        self.history = history
         self.interval = settings.interval_seconds
         self.min_interval = settings.min_interval_seconds
         self._next = math.inf
@@ -183,6 +203,7 @@ class _SimSource:
     def __init__(self, owner: PlannerController) -> None:
         self._owner = owner
         self._jobs: dict[str, tuple[tuple[object, ...], ElasticJob]] = {}
+        self._done = _Finished(owner.history)
 
     async def read(self, now: datetime) -> ClusterSnapshot:
         cluster = self._owner._cluster
@@ -190,7 +211,47 @@ class _SimSource:
         if len(self._jobs) > 2 * len(cluster.live()) + 64:  # forget finished jobs
             live = {j.name for j in cluster.live()}
             self._jobs = {k: v for k, v in self._jobs.items() if k in live}
-        return snapshot_of(cluster, self._jobs, self._owner.job_info)
+        snapshot = snapshot_of(cluster, self._jobs, self._owner.job_info)
+        return replace(snapshot, unmanaged=self._done.listed(cluster))
+
+
+class _Finished:
+    """The finished jobs the API lists, as the daemon parses them (UnmanagedJob, reason
+    FINISHED, with their start and completion): the workload's history before it
+    started, then the jobs that finished since, the last FINISHED_LISTED of each queue."""
+
+    def __init__(self, history: Sequence[tuple[str, float]]) -> None:
+        self._by_queue: dict[str, list[UnmanagedJob]] = {}
+        for i, (queue, run) in enumerate(history):
+            self._add(f"before-{i}", queue, sim_time(-1.0 - run), sim_time(-1.0))
+        self._seen: dict[str, int] = {}
+        self._listed: tuple[UnmanagedJob, ...] = ()
+
+    def _add(self, name: str, queue: str, started: datetime, completed: datetime) -> None:
+        ref = ObjectRef(NAMESPACE, name)
+        job = UnmanagedJob(
+            ref,
+            queue,
+            Reason.FINISHED,
+            f"{ref}: job has condition Succeeded",
+            started=started,
+            completed=completed,
+        )
+        kept = self._by_queue.setdefault(queue, [])
+        kept.append(job)
+        del kept[:-FINISHED_LISTED]
+
+    def listed(self, cluster: Cluster) -> tuple[UnmanagedJob, ...]:
+        changed = not self._listed and bool(self._by_queue)
+        for queue, done in cluster.done_by_queue.items():
+            for j in done[self._seen.get(queue, 0) :]:
+                assert j.first_start is not None and j.finish is not None
+                self._add(j.name, queue, sim_time(j.first_start), sim_time(j.finish))
+                changed = True
+            self._seen[queue] = len(done)
+        if changed:
+            self._listed = tuple(u for q in sorted(self._by_queue) for u in self._by_queue[q])
+        return self._listed
 
 
 class _SimActuator:
@@ -376,13 +437,18 @@ class HpaController(_Elastic):
         self._next = now + self.period if cluster.live() else math.inf
 
 
-def make_controller(name: str, settings: Settings, job_info: str = "none") -> Controller:
+def make_controller(
+    name: str,
+    settings: Settings,
+    job_info: str = "none",
+    history: Sequence[tuple[str, float]] = (),
+) -> Controller:
     if name in ("static", "volcano-default", "volcano-elastic"):
         return _Passive(name)
     if name == "hpa":
         return HpaController()
     if name == "planner":
-        return PlannerController(settings, job_info)
+        return PlannerController(settings, job_info, history)
     raise ValueError(f"unknown policy {name!r}: choose from {', '.join(POLICIES)}")
 
 

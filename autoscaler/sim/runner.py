@@ -64,7 +64,7 @@ def compare(
     runs: dict[str, RunResult] = {}
     metrics: dict[str, Metrics] = {}
     for name in policies:
-        controller = make_controller(name, settings, job_info)
+        controller = make_controller(name, settings, job_info, workload.history)
         cb = None if progress is None else (lambda _t, done, n=name: progress(n, done))
         run = simulate(
             workload.jobs,

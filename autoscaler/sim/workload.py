@@ -135,6 +135,10 @@ class Workload:
     # how its jobs' restart costs were set, for the reader: "flat", "profile" (each job
     # its model's, PROFILE_FALLBACK_SECONDS for the rest), "" not said
     restart_costs: str = ""
+    # jobs that finished in the same queues before the workload starts, (queue, seconds
+    # from start to completion): listed to the planner as finished jobs are by the API
+    # until deleted (sim/policies.py FINISHED_LISTED); () none
+    history: tuple[tuple[str, float], ...] = ()
 
     @property
     def queues(self) -> tuple[str, ...]:
