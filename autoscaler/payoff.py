@@ -20,10 +20,10 @@ those estimates a reclaim is a trade between the queue's waiting gangs and its v
   is every gang behind it (`gang_wait` is the walk for one gang and no backlog);
 - each victim loses its restart, plus the work of the workers it gives up, for as long
   as it runs without them, at linear speedup (`victim_loss`): until the gang's job ends
-  (its GPUs come back to the queue), its own end, or the queue's running jobs have freed
-  enough for every waiting gang and for the workers taken (then it is grown back, a
-  second restart), whichever is soonest. The gang's job must declare its run (a waiting
-  job has no progress: its expected run time).
+  (its GPUs come back to the queue), its own end, or, in the walk with the reclaim,
+  every waiting gang has started and as many GPUs as it gave up are free again (then it
+  is grown back, a second restart), whichever is soonest. The gang's job must declare
+  its run (a waiting job has no progress: its expected run time).
 
 The reclaim goes ahead only if the gain beats the losses (times the policy's
 `reclaim_payoff_factor`). What nobody declared is not guessed: a gang whose wait cannot be
@@ -129,15 +129,20 @@ def reclaim_gain(
     ending: Sequence[tuple[float, int]],
     ending_after: Iterable[tuple[float, int]],
     taken: int,
-) -> tuple[float, float] | None:
-    """(the served gangs' summed wait, the backlog's gain) of a reclaim that frees
-    `taken` GPUs now: the seconds by which the queue's waiting gangs start sooner in all,
-    each walked (`starts`) without the reclaim on `ending` and with it on `ending_after`
-    (the same ends, the victims' moved later and smaller: sorted), the served gangs
-    started now and freeing theirs at their ends. A gang that does not start on what is
-    known in either walk is left out with all behind it. None when a served gang's
-    own wait is unknown (then nothing is known of what the reclaim buys), or when they
-    are short of no GPU (of room on nodes, which a walk of GPUs knows nothing of)."""
+    grow_back: int = 0,
+) -> tuple[float, float, float | None] | None:
+    """(the served gangs' summed wait, the backlog's gain, when the victims are grown
+    back) of a reclaim that frees `taken` GPUs now. The gain: the seconds by which the
+    queue's waiting gangs start sooner in all, each walked (`starts`) without the
+    reclaim on `ending` and with it on `ending_after` (the same ends, the victims' moved
+    later and smaller: sorted), the served gangs started now and freeing theirs at
+    their ends. A gang that does not start on what is known in either walk is left out
+    with all behind it. None when a served gang's own wait is unknown (then nothing is
+    known of what the reclaim buys), or when they are short of no GPU (of room on nodes,
+    which a walk of GPUs knows nothing of). The victims are grown back once, with the
+    reclaim, every waiting gang has started and `grow_back` more GPUs are free (nothing
+    grows while gangs wait): the walk's last "gang"; None when that is unknown or
+    nothing is to come back."""
     a, s = len(backlog.ahead), len(backlog.served)
     if sum(need for need, _ in backlog.served) <= backlog.free:
         return None
@@ -147,17 +152,19 @@ def reclaim_gain(
     wait = sum(before[a : a + s])
     left = backlog.free + taken - sum(need for need, _ in backlog.served)
     served_ends = sorted((run, need) for need, run in backlog.served if run is not None)
+    line = [*backlog.ahead, *backlog.behind]
     after = starts(
         max(0, left),
         heapq.merge(ending_after, served_ends),
-        [*backlog.ahead, *backlog.behind],
+        [*line, (grow_back, None)] if grow_back > 0 else line,
     )
+    back_in = after.pop() if grow_back > 0 and len(after) > len(line) else None
     gain = wait
     for i in range(min(a, len(after), len(before))):
         gain += before[i] - after[i]
     for k in range(min(len(after) - a, len(before) - a - s)):
         gain += before[a + s + k] - after[a + k]
-    return wait, gain
+    return wait, gain, back_in
 
 
 def delayed_end(left: float, workers: int, taken: int, restart_seconds: float) -> float | None:

@@ -1673,11 +1673,25 @@ class _QueuePlanner:
         now = self.now
         gang_runtime = self._gang_runtime(g)
         taken = sum(n * w.job.gpus_per_worker for w, n in victims)
-        # the victims are grown back once the GPUs freed cover every other waiting gang
-        # of the queue and what they gave up
-        weighed = {x.ref for x, _ in self._members} or {g.ref}
-        others = sum(x.gpus for x in self.pending if x.ref not in weighed)
-        back_in = payoff.gang_wait(others + taken, self._ending())
+        # the victims are grown back once, in the walk with the reclaim, every waiting
+        # gang has started and what they gave up is free again; where the walk does not
+        # know, once the running jobs' ends cover every other waiting gang and that
+        running_taken = sum(
+            (n - min(n, max(0, w.target - w.job.active))) * w.job.gpus_per_worker
+            for w, n in victims
+        )
+        walked = payoff.reclaim_gain(
+            self._backlog(g, shortfall),
+            self._ending(),
+            self._ending_after(victims),
+            taken,
+            running_taken,
+        )
+        back_in = None if walked is None else walked[2]
+        if back_in is None:
+            weighed = {x.ref for x, _ in self._members} or {g.ref}
+            others = sum(x.gpus for x in self.pending if x.ref not in weighed)
+            back_in = payoff.gang_wait(others + taken, self._ending())
         loss = 0.0
         for w, workers in victims:
             j = w.job
@@ -1691,12 +1705,9 @@ class _QueuePlanner:
                 back_in,
             )
             loss += 0.0 if lost is None else lost
-        walked = payoff.reclaim_gain(
-            self._backlog(g, shortfall), self._ending(), self._ending_after(victims), taken
-        )
         if walked is None:
             return payoff.Trade(None, loss)
-        wait, gain = walked
+        wait, gain, _ = walked
         return payoff.Trade(gain, loss, wait)
 
     def _swap_check(

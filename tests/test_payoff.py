@@ -118,7 +118,19 @@ def test_starts(free, ending, gangs, at):
 )
 def test_reclaim_gain(backlog, after, taken, gained):
     ending = [(600.0, 2), (7200.0, 4)]
-    assert payoff.reclaim_gain(backlog, ending, ending if after is None else after, taken) == gained
+    got = payoff.reclaim_gain(backlog, ending, ending if after is None else after, taken)
+    assert got == (gained if gained is None else (*gained, None))
+
+
+def test_the_walk_says_when_the_victims_are_grown_back():
+    # w starts now, s behind it at e's end (600 s) and done at 660 s: then 2 GPUs are
+    # free with no gang waiting, and the victims get back the 2 they gave
+    backlog = payoff.Backlog((), [(2, 3600.0)], [(1, 60.0)], 0)
+    ending = [(600.0, 2), (7200.0, 4)]
+    assert payoff.reclaim_gain(backlog, ending, ending, 2, grow_back=2) == (600.0, 4200.0, 660.0)
+    # a gang behind whose run is unknown holds its GPUs: not before v's end
+    backlog = payoff.Backlog((), [(2, 3600.0)], [(1, None)], 0)
+    assert payoff.reclaim_gain(backlog, ending, ending, 2, grow_back=2)[2] == 3600.0
 
 
 _ENDS = st.lists(st.tuples(st.integers(1, 10_000).map(float), st.integers(1, 8)), max_size=6).map(
@@ -146,7 +158,7 @@ def test_with_nothing_else_waiting_the_walk_is_the_pairwise_wait(free, ending, n
     if None in waits or short <= 0:  # unknown, or no GPU short: the walk says nothing
         assert gained is None
     else:
-        assert gained == (sum(waits), sum(waits))
+        assert gained == (sum(waits), sum(waits), None)
 
 
 @settings(max_examples=300, deadline=None)
@@ -339,7 +351,7 @@ def test_a_gang_behind_a_refused_one_is_not_served_by_a_reclaim_that_serves_it()
     # reclaim for s (1, behind) would free what Volcano gives w first once it is enough
     # (the next plan would serve w from it and weigh s again): counted with w, 3 GPUs,
     # nobody covers it, nothing is taken
-    p, again = _replanned(_line(v=(1800.0, 4), behind=[("s", 1, 60.0)]))
+    p, again = _replanned(_line(v=(1800.0, 4), behind=[("s", 1, 3600.0)]))
     assert {g.ref.name: g.reason for g in p.gangs} == {
         "w": Reason.GANG_RECLAIM_UNPAID,
         "s": Reason.GANG_UNCOVERABLE,
@@ -487,6 +499,16 @@ def test_a_gang_behind_others_that_wait_waits_longer():
             6,
             "the gang would wait ~1000s, the queue's waiting gangs in all would start ~60s "
             "later; its victims would lose ~530s",
+        ),
+        # v (4 workers, 1800 s left) gives 2: w starts now, s behind it (60 s) at e's end
+        # (600 s) instead of v's (1800 s). When s ends, at 660 s, no gang waits: v is grown
+        # back then (a second restart), so it loses 2 x 30 + 660 s, not 30 + 1800 s (until
+        # its end, as the running jobs' ends alone said): the queue gains 600 + 1200 s
+        (
+            {"v": (1800.0, 4), "behind": [("s", 1, 60.0)]},
+            Reason.GANG_COVERED,
+            2,
+            "",
         ),
     ],
 )
