@@ -1675,7 +1675,8 @@ class _QueuePlanner:
         taken = sum(n * w.job.gpus_per_worker for w, n in victims)
         # the victims are grown back once, in the walk with the reclaim, every waiting
         # gang has started and what they gave up is free again; where the walk does not
-        # know, once the running jobs' ends cover every other waiting gang and that
+        # know, once the running jobs' ends cover every other waiting gang and what the
+        # victims gave up
         running_taken = sum(
             (n - min(n, max(0, w.target - w.job.active))) * w.job.gpus_per_worker
             for w, n in victims
