@@ -840,6 +840,12 @@ def _room_to_max(j: ElasticJob) -> int:
     return max(0, j.max_replicas - j.replicas) * j.gpus_per_worker
 
 
+def _running_taken(w: _Job, workers: int) -> int:
+    """Of `workers` taken from w, those that run: the highest indexes go first, and the
+    ones this plan asked for that never landed (above what is active) cost nothing."""
+    return workers - min(workers, max(0, w.target - w.job.active))
+
+
 def _extra_gpus(w: _Job) -> int:
     return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
 
@@ -1677,10 +1683,7 @@ class _QueuePlanner:
         # gang has started and what they gave up is free again; where the walk does not
         # know, once the running jobs' ends cover every other waiting gang and what the
         # victims gave up
-        running_taken = sum(
-            (n - min(n, max(0, w.target - w.job.active))) * w.job.gpus_per_worker
-            for w, n in victims
-        )
+        running_taken = sum(_running_taken(w, n) * w.job.gpus_per_worker for w, n in victims)
         walked = payoff.reclaim_gain(
             self._backlog(g, shortfall),
             self._ending(),
@@ -1696,7 +1699,7 @@ class _QueuePlanner:
         loss = 0.0
         for w, workers in victims:
             j = w.job
-            running = workers - min(workers, max(0, w.target - j.active))  # unplaced: free
+            running = _running_taken(w, workers)  # unplaced: free
             lost = payoff.victim_loss(
                 j.active,
                 running,
@@ -1727,7 +1730,7 @@ class _QueuePlanner:
         newcomer, lefts = runs.mean(), []
         for w, workers in victims:
             j = w.job
-            running = workers - min(workers, max(0, w.target - j.active))
+            running = _running_taken(w, workers)
             left = self._left_of(j, runs)
             restarts = 2 * self._restart_cost(j)
             if running <= 0 or running < j.active - running or left is None:
@@ -1806,7 +1809,7 @@ class _QueuePlanner:
         moved: dict[int, tuple[float, int] | None] = {}
         for w, workers in victims:
             j = w.job
-            running = workers - min(workers, max(0, w.target - j.active))
+            running = _running_taken(w, workers)
             left = payoff.remaining_seconds(j, self.now) if j.active > 0 else None
             if running <= 0 or left is None:
                 continue  # it frees what it held when it did (or never, as before)
@@ -1988,7 +1991,7 @@ class _QueuePlanner:
         gained = 0
         for w, workers in victims:
             j = w.job
-            unplaced = min(workers, max(0, w.target - j.active))
+            unplaced = workers - _running_taken(w, workers)
             idle += unplaced * j.gpus_per_worker
             releasing += (workers - unplaced) * j.gpus_per_worker
             gained += workers * j.gpus_per_worker

@@ -58,16 +58,6 @@ def test_fast_soak_with_finished_runs_listed_has_no_violations(seed):
     assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
 
 
-def test_finished_runs_reach_the_planner_through_both_paths():
-    # the run times weigh swaps (the plans differ from the same world's without them),
-    # and the parse path reads status.startTime and completionTime as the model has them
-    listed, plain = run_soak(1000, 2, history=True), run_soak(1000, 2)
-    assert listed.digest != plain.digest
-    parsed = run_soak(1000, 2, mode="parse", history=True, policy=policy_for(2))
-    assert [v for v in parsed.violations if v.kind == "parse"] == []
-    assert parsed.digest == listed.digest
-
-
 def test_same_seed_same_plans_other_seed_other_plans():
     a, b = run_soak(300, 7), run_soak(300, 7)
     assert a.digest == b.digest and a.actions == b.actions
@@ -76,15 +66,26 @@ def test_same_seed_same_plans_other_seed_other_plans():
     assert run_soak(300, 7, mode="parse", policy=policy_for(7)).digest == a.digest
 
 
-def test_declared_runs_reach_the_planner_through_both_paths():
-    # --declared: every job carries an expected run time, as the annotation says it; the
-    # planner then weighs reclaims (rule 3b), so the plans differ from the same world's
-    # without it, and the parse path reads the annotation as the model path has it
-    declared, plain = run_soak(600, 2, declared=True), run_soak(600, 2)
-    assert declared.digest != plain.digest
-    parsed = run_soak(600, 2, mode="parse", declared=True, policy=policy_for(2))
+@pytest.mark.parametrize(
+    ("cycles", "world"),
+    [
+        # --declared: every job carries an expected run time, as the annotation says it;
+        # the planner then weighs reclaims (rule 3b)
+        (600, {"declared": True}),
+        # --history: finished jobs listed; their run times weigh swaps (rule 3b), and the
+        # parse path reads status.startTime and completionTime as the model has them
+        (1000, {"history": True}),
+    ],
+    ids=["declared", "history"],
+)
+def test_what_jobs_tell_reaches_the_planner_through_both_paths(cycles, world):
+    # the plans differ from the same world's without it, and the parse path plans
+    # exactly what the model path plans
+    told, plain = run_soak(cycles, 2, **world), run_soak(cycles, 2)
+    assert told.digest != plain.digest
+    parsed = run_soak(cycles, 2, mode="parse", policy=policy_for(2), **world)
     assert [v for v in parsed.violations if v.kind == "parse"] == []
-    assert parsed.digest == declared.digest
+    assert parsed.digest == told.digest
 
 
 def test_policies_differ_across_seeds():
