@@ -688,23 +688,23 @@ def _started(obj: Mapping[str, Any]) -> datetime | None:
 
 def _completed(obj: Mapping[str, Any]) -> datetime | None:
     """status.completionTime of a finished job, None where absent or not a time."""
-    raw = dig(obj, "status", "completionTime")
-    if raw is None:
-        return None
-    try:
-        return parse_time(raw, "status.completionTime")
-    except BadField:
-        return None  # only an estimate of run times; its absence is not an error
+    return _time_or_none(dig(obj, "status", "completionTime"), "status.completionTime")
 
 
 def started_at(raw_start: Any) -> datetime | None:
     """status.startTime as read (any JSON), None where it is absent or not a time."""
-    if raw_start is None:
+    return _time_or_none(raw_start, "status.startTime")
+
+
+def _time_or_none(raw: Any, name: str) -> datetime | None:
+    """A status time as read (any JSON), None where it is absent or not a time: these
+    times only feed estimates (progress, run times); their absence is not an error."""
+    if raw is None:
         return None
     try:
-        return parse_time(raw_start, "status.startTime")
+        return parse_time(raw, name)
     except BadField:
-        return None  # only an estimate of progress; its absence is not an error
+        return None
 
 
 def read_measured(value: Any) -> tuple[float, datetime] | None:
