@@ -76,9 +76,9 @@ TICK = 60  # seconds of simulated time per cycle
 CAPACITY = {"qa": 32, "qb": 16, "qc": 64}
 PRIORITIES = {"low": 0, "mid": 10, "high": 100}
 GPU = "nvidia.com/gpu"
-ANNOTATION = "elastic-autoscaler.io/last-scale-time"
-PAUSED = "elastic-autoscaler.io/paused"
-EXPECTED = "elastic-autoscaler.io/expected-runtime-seconds"
+# our annotations as the daemon names them (the default prefix)
+_NAMES = Settings().annotations
+ANNOTATION, PAUSED, EXPECTED = _NAMES.last_scale, _NAMES.paused, _NAMES.expected_runtime
 # the reasons a job may shrink by: for a gang of its queue, of another (lent shares), or
 # workers that never landed
 _SHRINKS = (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE, Reason.TRIM_UNPLACED)
