@@ -28,6 +28,7 @@ from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
+from .run_memory import RunMemory
 from .status import Cycle, StatusDoc, StatusMemo, WriteOutcome, build_status, with_cycle
 
 log = structlog.get_logger("autoscaler.loop")
@@ -139,6 +140,8 @@ class Controller:
         # queues the last plan left idle GPUs in: a gang bound there calls a cycle at once
         # (triggers.GangStarts)
         self.idle_queues: frozenset[str] = frozenset()
+        # finished jobs' runs, kept after the API stops listing them (rule 3b's evidence)
+        self.runs = RunMemory()
         start_at_zero(metrics.cycles, [s.value for s in CycleStatus])
         start_at_zero(metrics.writes, [o.value for o in Outcome])
 
@@ -150,7 +153,7 @@ class Controller:
         snapshot: ClusterSnapshot | None = None
         try:
             async with asyncio.timeout(self.settings.cycle_deadline_seconds):
-                snapshot = await self.source.read(now)
+                snapshot = self.runs.remember(await self.source.read(now))
                 refused = self.refusals(now)
                 if refused:
                     snapshot = dataclasses.replace(snapshot, refusals=refused)

@@ -214,6 +214,18 @@ class UnmanagedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """The run of a finished job this daemon saw that the API no longer lists (deleted
+    after it finished, e.g. by its ttlSecondsAfterFinished): one sample of its queue's
+    run times (run_memory.py), seconds from status.startTime to completionTime."""
+
+    ref: ObjectRef
+    queue: str
+    seconds: float
+    completed: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class PendingGroup:
     """A Volcano PodGroup waiting for its gang (phase Pending/Inqueue, or Unknown and
     unschedulable): GPUs it needs before any of its pods can start."""
@@ -650,6 +662,8 @@ class ClusterSnapshot:
     # None: pods are not watched (node_fit off, a snapshot file without pods), so no job
     # is ever said to have none
     pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
+    # runs of finished jobs no longer listed, as this daemon remembers them (run_memory)
+    finished_runs: tuple[FinishedRun, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .model import ElasticJob
+from .model import ElasticJob, FinishedRun, Reason, UnmanagedJob
 
 
 def remaining_seconds(job: ElasticJob, now: datetime) -> float | None:
@@ -299,6 +299,16 @@ class RunTimes:
     def mean(self) -> float:
         """Expected run of a job not started."""
         return self.area[0]
+
+
+def run_of(job: UnmanagedJob) -> FinishedRun | None:
+    """A finished job's run, None where it has none (no start or completion read)."""
+    if job.reason is not Reason.FINISHED or job.started is None or job.completed is None:
+        return None
+    if job.completed < job.started:
+        return None
+    seconds = (job.completed - job.started).total_seconds()
+    return FinishedRun(job.ref, job.queue, seconds, job.completed)
 
 
 def swap_short(

@@ -1760,17 +1760,14 @@ class _QueuePlanner:
 
     def _queue_runs(self) -> payoff.RunTimes | None:
         """The queue's run times: its finished jobs' runs (status.startTime to
-        completionTime) and its running jobs' ages; None below payoff.EVIDENCE_RUNS
-        finished runs. Once per plan."""
+        completionTime; those the API no longer lists as the daemon remembers them) and
+        its running jobs' ages; None below payoff.EVIDENCE_RUNS finished runs. Once per
+        plan."""
         if not self._run_times_read:
             self._run_times_read = True
-            finished = [
-                (u.completed - u.started).total_seconds()
-                for u in self.unmanaged
-                if u.reason is Reason.FINISHED
-                and u.started is not None
-                and u.completed is not None
-                and u.completed >= u.started
+            finished = [r.seconds for u in self.unmanaged if (r := payoff.run_of(u)) is not None]
+            finished += [
+                r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name
             ]
             ages = [
                 (self.now - w.job.started).total_seconds()

@@ -683,3 +683,36 @@ async def test_build_info_and_every_counter_series_from_zero(api):
         'elastic_autoscaler_status_writes_total{result="failed"} 0.0',
     ):
         assert line in text, line
+
+
+async def test_runs_of_deleted_finished_jobs_still_weigh_swaps(api):
+    """A cluster that deletes its finished jobs (ttlSecondsAfterFinished) keeps its run
+    times for rule 3b: the daemon remembers the runs it saw finish (run_memory.py)."""
+    for i in range(40):  # 40 runs of 2000 s: a newcomer runs ~2000 s
+        done = pytorchjob(f"done-{i}", conditions=[{"type": "Succeeded", "status": "True"}])
+        done["status"]["startTime"] = "2026-11-21T08:00:00Z"
+        done["status"]["completionTime"] = "2026-11-21T08:33:20Z"
+        api.put(done)
+    for i in range(4):  # 1-GPU jobs grown to 2, 300 s in: ~1700 s left each
+        job = pytorchjob(f"a{i}", min_replicas=1, max_replicas=2, replicas=2, active=2)
+        job["status"]["startTime"] = "2026-11-22T09:55:00Z"
+        api.put(job)
+    api.put(pytorchjob("w", min_replicas=1, max_replicas=2, replicas=1, active=0))
+    api.put(podgroup("w-pg", gpus=1, owner="w"))
+
+    def gang_w(result):
+        return next(g for g in result.plan.gangs if g.ref.name == "w-pg")
+
+    async with (
+        fake_prometheus(free_body(**{"team-a": 0})) as prom,
+        Daemon(api, settings_for(prom.url), dry_run=True) as d,
+    ):
+        listed = await d.controller.run_once(NOW)
+        assert gang_w(listed).reason is Reason.GANG_RECLAIM_UNPAID, gang_w(listed).message
+        for i in range(40):
+            api.delete("pytorchjobs", "ml", f"done-{i}")
+        await eventually(lambda: len(d.kube.objects().jobs) == 5, message="deletions seen")
+        gone = await d.controller.run_once(NOW + timedelta(seconds=1))
+        assert gang_w(gone).reason is Reason.GANG_RECLAIM_UNPAID, gang_w(gone).message
+        assert "(40 finished, 4 running" in gang_w(gone).message
+        assert gone.plan.actions == ()
