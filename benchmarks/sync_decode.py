@@ -19,6 +19,8 @@ collection, process CPU (min over `--repeat` passes, no profiler): the envelope,
 the record, the install, per object; then `KubeSource.objects()`, the records a first
 cycle reads. `--profile N`: cProfile over one pass, its N heaviest functions by own time.
 `--code=DIR`: the caches' code of another checkout (main before a change).
+`--straight KIND` (with `--pages`): KIND's straight reader alone over its objects, memos
+warm, min of `--repeat` passes: a change to `sources/straight.py` measured by itself.
 The caches' memos (shapes, holdings, resource lists) are cleared before each pass, as a
 daemon starts with them empty. [placement] #27, sixth round (docs/benchmarks.md).
 """
@@ -239,6 +241,35 @@ async def _replay(folder: Path, repeat: int, profile: int) -> None:
     await client.close()
 
 
+def _straight_alone(folder: Path, kind: str, repeat: int) -> None:
+    """`--straight KIND`: the straight reader of KIND (`sources.straight`, the daemon's
+    settings with node_fit on) alone over that kind's captured objects, its memos warm
+    after the first pass: the per-object cost of the reader's own code, min of passes."""
+    from autoscaler.settings import Settings
+    from autoscaler.sources.kube import _PAGE
+    from autoscaler.sources.straight import straight
+
+    read = straight(kind, Settings(node_fit=True).read_options())
+    if read is None:
+        raise SystemExit(f"no straight reader for {kind}")
+    items = [
+        raw
+        for path in sorted(folder.glob(f"*-{kind}-*.json.gz"))
+        for raw in _PAGE.decode(gzip.decompress(path.read_bytes())).items or ()
+    ]
+    taken = sum(read(raw) is not None for raw in items)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.process_time()
+        for raw in items:
+            read(raw)
+        best = min(best, time.process_time() - t)
+    print(
+        f"{kind}: {len(items)} objects, {taken} taken straight: {1000 * best:.1f} ms CPU, "
+        f"{1e6 * best / max(1, len(items)):.2f} us an object (min of {repeat} passes)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -250,11 +281,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, help="cProfile: the N heaviest")
     parser.add_argument("--code", help="--code=DIR: the caches' code of this checkout")
+    parser.add_argument("--straight", help="with --pages: time this kind's straight reader")
     args = parser.parse_args()
     if args.capture:
         args.capture.mkdir(parents=True, exist_ok=True)
         asyncio.run(_capture(args.capture, args.jobs, args.nodes))
-    if args.pages:
+    if args.pages and args.straight:
+        _straight_alone(args.pages, args.straight, args.repeat)
+    elif args.pages:
         asyncio.run(_replay(args.pages, args.repeat, args.profile))
     return 0
 
