@@ -633,7 +633,7 @@ def _elastic_range(
 
 
 @dataclass(frozen=True)
-class _Schedule:
+class Schedule:
     """What our annotations say of a job's past resizes and their cost, and of its run."""
 
     last_scale: datetime | None = None
@@ -644,7 +644,7 @@ class _Schedule:
     progress: float | None = None
 
 
-def schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Schedule:
+def schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> Schedule:
     """The last resize, the restart cost (the user's, else our measurement) and what the
     job declares of its run; a malformed one of the user's is NotManaged
     (INVALID_ANNOTATION), ours is measured again."""
@@ -658,13 +658,13 @@ def schedule_facts(annotations: Mapping[str, Any], options: ReadOptions) -> _Sch
         key = names.restart_cost
         if annotations.get(key) is not None:
             cost = seconds_field(annotations[key], f"metadata.annotations[{key}]")
-            return _Schedule(last_scale, cost, "annotation", None, *run)
+            return Schedule(last_scale, cost, "annotation", None, *run)
     except BadField as exc:
         raise NotManaged(Reason.INVALID_ANNOTATION, str(exc)) from None
     measured = read_measured(annotations.get(names.measured_restart_cost))
     if measured is not None:
-        return _Schedule(last_scale, measured[0], "measured", measured[1], *run)
-    return _Schedule(last_scale, None, "", None, *run)
+        return Schedule(last_scale, measured[0], "measured", measured[1], *run)
+    return Schedule(last_scale, None, "", None, *run)
 
 
 def _run_facts(

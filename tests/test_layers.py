@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -145,4 +146,53 @@ def test_the_floor_check_can_fail(tmp_path):
     assert _violations(tmp_path / "planner.py", tmp_path) == [
         "autoscaler.loop (floor 5)",
         "autoscaler.render (floor 3)",
+    ]
+
+
+# Project rule: no function over 60 lines outside the simulator (autoscaler/sim/). A
+# longer one is split into functions whose names say what they do.
+MAX_FUNCTION_LINES = 60
+
+
+def _long_functions(path: Path) -> list[str]:
+    """`path`'s functions over MAX_FUNCTION_LINES, from `def` to their last line (nested
+    functions and methods too; a nested function's lines count in its parent's)."""
+    long = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                long.append((node.lineno, f"{node.name} (line {node.lineno}, {lines} lines)"))
+    return [text for _, text in sorted(long)]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if "sim" not in p.relative_to(PACKAGE).parts[:-1]],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_no_function_over_60_lines(path):
+    long = _long_functions(path)
+    assert not long, f"split into functions whose names say what they do: {long}"
+
+
+def test_the_length_check_can_fail(tmp_path):
+    """It sees a long method, a long async function and a long nested one; 60 lines pass."""
+
+    def function(head: str, lines: int) -> str:  # `head` and lines - 1 statements
+        return head + "\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+
+    (tmp_path / "m.py").write_text(
+        function("def fits():", 60)
+        + "class C:\n"
+        + textwrap.indent(function("def method(self):", 61), "    ")
+        + function("async def later():", 61)
+        + "def outer():\n"
+        + textwrap.indent(function("def inner():", 61), "    ")
+    )
+    assert _long_functions(tmp_path / "m.py") == [
+        "method (line 62, 61 lines)",
+        "later (line 123, 61 lines)",
+        "outer (line 184, 62 lines)",
+        "inner (line 185, 61 lines)",
     ]

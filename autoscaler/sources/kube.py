@@ -781,6 +781,23 @@ class _CacheMaker:
         )
 
 
+def _readers(
+    decode: Mapping[str, Decoder] | None, read_options: ReadOptions | None
+) -> tuple[Mapping[str, Decoder], dict[str, Straight]]:
+    """Each kind's decoder (`decode`, else the default settings' readers) and the straight
+    readers of the kinds a LIST brings by the ten thousand: only with the options
+    `decode` was made with (`KubeSource`'s `decode`, `read_options`)."""
+    if decode is None:
+        read_options = read_options or Settings.model_validate({}).read_options()
+        decode = decoders(read_options)
+    fast = {
+        kind: found
+        for kind in ("Pod", "Node", "PodGroup", "PyTorchJob")
+        if read_options is not None and (found := straight(kind, read_options)) is not None
+    }
+    return decode, fast
+
+
 class KubeSource:
     """Informer-like caches of the managed job kinds, PodGroups, Queues, PriorityClasses
     and HorizontalPodAutoscalers.
@@ -819,14 +836,7 @@ class KubeSource:
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
         remember_client(api_client.configuration)
-        if decode is None:
-            read_options = read_options or Settings.model_validate({}).read_options()
-            decode = decoders(read_options)
-        fast = {
-            kind: found
-            for kind in ("Pod", "Node", "PodGroup", "PyTorchJob")
-            if read_options is not None and (found := straight(kind, read_options)) is not None
-        }
+        decode, fast = _readers(decode, read_options)
         caches = _CacheMaker(
             ObjectsApi(api_client),
             settings,
@@ -837,6 +847,20 @@ class KubeSource:
             decode,
             fast,
         )
+        self._make_caches(caches, job_kinds, watch_nodes=watch_nodes, watch_pods=watch_pods)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._memo = _Memo()
+
+    def _make_caches(
+        self,
+        caches: _CacheMaker,
+        job_kinds: Sequence[ResourceKind],
+        *,
+        watch_nodes: bool,
+        watch_pods: bool,
+    ) -> None:
+        """One cache per resource and namespace scope (see the class docstring)."""
+        settings = caches.settings
         namespaces = namespace_scopes(settings.namespaces)
         selector = settings.label_selector.strip()
         # one list per kind: a PyTorchJob and a Volcano Job may share a name
@@ -859,8 +883,6 @@ class KubeSource:
         self._hpas = [caches.make(HPA, ns, optional=True) for ns in namespaces]
         self._caches = [*self._jobs, *self._podgroups, *self._queues, *self._priorityclasses]
         self._caches += [*self._nodes, *self._pods, *self._hpas]
-        self._tasks: list[asyncio.Task[None]] = []
-        self._memo = _Memo()
 
     # -- lifecycle ----------------------------------------------------------------------
 

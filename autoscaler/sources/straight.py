@@ -37,6 +37,7 @@ from ..model import (
     Labels,
     Node,
     ObjectRef,
+    PodShape,
     PodUse,
     Quantities,
     Taint,
@@ -45,6 +46,7 @@ from ..options import ReadOptions
 from ..parse import (
     DEFAULT_QUEUE,
     MAX_NAME_LENGTH,
+    Schedule,
     created_at,
     in_queue,
     owner_of,
@@ -241,11 +243,9 @@ def _name_index(name: str) -> str | None:
     return tail if tail.isdigit() else None
 
 
-def _node_reader(options: ReadOptions) -> Straight:
-    """A Node: `podspec.read_node` as it reads one."""
-    decode = msgspec.json.Decoder(_Node).decode
-    gpu_names = tuple(options.gpu_resource_names)
-    # a node's labels but its hostname, as served -> as kept: a pool's nodes share them
+def _labels_reader() -> Callable[[dict[str, str]], tuple[Labels, str]]:
+    """A node's labels as served -> (its labels but its hostname as kept, its hostname),
+    remembered: a pool's nodes share them."""
     label_sets: dict[tuple[tuple[str, str], ...], Labels] = {}
 
     def labels_of(raw: dict[str, str]) -> tuple[Labels, str]:
@@ -261,7 +261,12 @@ def _node_reader(options: ReadOptions) -> Straight:
             label_sets[key] = labels
         return labels, sys.intern(hostname) if hostname is not None else ""
 
-    # allocatable as served -> (as kept, its GPUs): a pool's nodes share one
+    return labels_of
+
+
+def _allocatable_reader(gpu_names: tuple[str, ...]) -> Callable[[Any], tuple[Quantities, int]]:
+    """A node's allocatable as served -> (as kept, its GPUs), remembered: a pool's nodes
+    share one."""
     resource_sets: dict[tuple[tuple[str, Any], ...], tuple[Quantities, int]] = {}
 
     def resources_of(allocatable: Any) -> tuple[Quantities, int]:
@@ -278,6 +283,15 @@ def _node_reader(options: ReadOptions) -> Straight:
                     resource_sets.clear()
                 resource_sets[key] = found
         return found
+
+    return resources_of
+
+
+def _node_reader(options: ReadOptions) -> Straight:
+    """A Node: `podspec.read_node` as it reads one."""
+    decode = msgspec.json.Decoder(_Node).decode
+    labels_of = _labels_reader()
+    resources_of = _allocatable_reader(tuple(options.gpu_resource_names))
 
     def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
         try:
@@ -464,7 +478,7 @@ def _job_schema(options: ReadOptions) -> tuple[Any, tuple[str, ...]] | None:
 
 
 _KIND = PYTORCHJOB_KIND.resource.kind
-_WORKER_AT = f"spec.{PYTORCHJOB_KIND.replica_specs}.Worker"
+_TEMPLATE_AT = f"spec.{PYTORCHJOB_KIND.replica_specs}.Worker.template"
 _STOPPED = (*FINISHED_CONDITIONS, "Suspended")
 
 
@@ -507,22 +521,14 @@ def _job_reader(options: ReadOptions) -> Straight:
         # every worker asked for runs: nothing in flight, no gang that may wait
         if active is None or active < replicas:
             return None
+        key = _ENCODE(worker.template)  # plain JSON: read from the bytes
         gpw, shape = template_facts(
-            worker.template,
-            f"{_WORKER_AT}.template",
-            gpu_names,
-            toleration,
-            PYTORCH_PORT,
-            key=_ENCODE(worker.template),  # plain JSON: read from the bytes
+            worker.template, _TEMPLATE_AT, gpu_names, toleration, PYTORCH_PORT, key=key
         )
         bounds = _bounds(spec.elasticPolicy, replicas)
         if isinstance(gpw, str) or not gpw or bounds is None:
             return None
-        # the annotations read, as the usual way's dict has them (null is absent there)
-        annotations = {}
-        if meta.annotations is not None:
-            values = msgspec.structs.astuple(meta.annotations)
-            annotations = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+        annotations = _annotations_read(meta.annotations, keys)
         paused = annotations.get(keys[0])
         if isinstance(paused, str) and paused.strip().lower() == "true":
             return None
@@ -533,38 +539,64 @@ def _job_reader(options: ReadOptions) -> Straight:
                 schedule = schedule_facts(annotations, options)
             except NotManaged:
                 return None
-        policy = run.schedulingPolicy or _Scheduling()
-        queue = policy.queue if isinstance(policy.queue, str) and policy.queue else DEFAULT_QUEUE
-        uid, rv = meta.uid, meta.resourceVersion
-        elastic = ElasticJob(
-            ref=ObjectRef(ns, name, _KIND, uid if isinstance(uid, str) else ""),
-            queue=queue,
-            min_replicas=bounds[0],
-            max_replicas=bounds[1],
-            replicas=replicas,
-            active=active,
-            gpus_per_worker=gpw,
-            created=created_at(meta.creationTimestamp),
-            last_scale_time=schedule.last_scale,
-            started=started_at(status.startTime if status is not None else None),
-            resource_version=rv if isinstance(rv, str) else "",
-            gang_grows=PYTORCHJOB_KIND.gang_grows_at(policy.minAvailable),
-            shape=shape,
-            restart_cost_seconds=schedule.restart_cost,
-            restart_cost_source=schedule.cost_source,
-            measured_for=schedule.measured_for,
-            expected_runtime_seconds=schedule.expected_runtime,
-            progress=schedule.progress,
-        )
-        annotation = annotations.get(VOLCANO_QUEUE_ANNOTATION)
-        annotation = annotation if isinstance(annotation, str) and annotation else None
-        record = in_queue(elastic, queue, annotation, from_podgroup=False)
-        priority = policy.priorityClass
-        return (sys.intern(ns), name), JobRecord(
-            record, priority if isinstance(priority, str) else None, annotation, None, 0
-        )
+        return _job_record(job, run, replicas, active, gpw, shape, bounds, annotations, schedule)
 
     return read
+
+
+def _annotations_read(struct: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A job's annotations that its reader reads (`_job_schema`'s Struct and `keys`), as
+    the usual way's dict has them: null is absent there."""
+    if struct is None:
+        return {}
+    values = msgspec.structs.astuple(struct)
+    return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+
+
+def _job_record(
+    job: Any,
+    run: _RunPolicy,
+    replicas: int,
+    active: int,
+    gpw: int,
+    shape: PodShape,
+    bounds: tuple[int, int],
+    annotations: dict[str, Any],
+    schedule: Schedule,
+) -> tuple[Key, JobRecord]:
+    """The cache key and record of a job `_job_reader` takes, as `parse.decode_job` makes
+    them."""
+    meta, status = job.metadata, job.status
+    name, ns, uid, rv = meta.name, meta.namespace, meta.uid, meta.resourceVersion
+    policy = run.schedulingPolicy or _Scheduling()
+    queue = policy.queue if isinstance(policy.queue, str) and policy.queue else DEFAULT_QUEUE
+    elastic = ElasticJob(
+        ref=ObjectRef(ns, name, _KIND, uid if isinstance(uid, str) else ""),
+        queue=queue,
+        min_replicas=bounds[0],
+        max_replicas=bounds[1],
+        replicas=replicas,
+        active=active,
+        gpus_per_worker=gpw,
+        created=created_at(meta.creationTimestamp),
+        last_scale_time=schedule.last_scale,
+        started=started_at(status.startTime if status is not None else None),
+        resource_version=rv if isinstance(rv, str) else "",
+        gang_grows=PYTORCHJOB_KIND.gang_grows_at(policy.minAvailable),
+        shape=shape,
+        restart_cost_seconds=schedule.restart_cost,
+        restart_cost_source=schedule.cost_source,
+        measured_for=schedule.measured_for,
+        expected_runtime_seconds=schedule.expected_runtime,
+        progress=schedule.progress,
+    )
+    annotation = annotations.get(VOLCANO_QUEUE_ANNOTATION)
+    annotation = annotation if isinstance(annotation, str) and annotation else None
+    record = in_queue(elastic, queue, annotation, from_podgroup=False)
+    priority = policy.priorityClass
+    return (sys.intern(ns), name), JobRecord(
+        record, priority if isinstance(priority, str) else None, annotation, None, 0
+    )
 
 
 def _stopped(status: _JobStatus | None) -> bool:
