@@ -15,7 +15,7 @@ import heapq
 from dataclasses import replace
 from datetime import datetime
 
-from .model import ClusterSnapshot, FinishedRun
+from .model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob
 from .payoff import run_of
 
 # per queue; as many as the simulator's API lists (sim/policies.py FINISHED_LISTED), and
@@ -27,10 +27,6 @@ REMEMBERED_RUNS = 200
 _Key = tuple[str, str, str, datetime]
 
 
-def _key(run: FinishedRun) -> _Key:
-    return (run.ref.namespace, run.ref.name, run.ref.kind, run.completed)
-
-
 class RunMemory:
     """The latest `per_queue` runs of each queue this daemon saw finish."""
 
@@ -40,37 +36,62 @@ class RunMemory:
         # oldest, the first to go when a later run comes
         self._runs: dict[str, dict[_Key, FinishedRun]] = {}
         self._oldest: dict[str, list[tuple[datetime, _Key]]] = {}
+        # the last listing read and what it did not list: a cycle whose caches did not
+        # change hands over the same jobs (parse.assemble runs only on a change)
+        self._read: tuple[UnmanagedJob, ...] | None = None
+        self._gone: tuple[FinishedRun, ...] = ()
 
     def remember(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """The snapshot with the remembered runs of the jobs it no longer lists; each run
         it lists is remembered for later."""
-        listed: set[_Key] = set()
-        for job in snapshot.unmanaged:
-            run = run_of(job)
-            if run is not None:
-                key = _key(run)
-                listed.add(key)
-                self._keep(run, key)
-        gone = tuple(
-            run for runs in self._runs.values() for key, run in runs.items() if key not in listed
-        )
-        if not gone:
+        if snapshot.unmanaged is not self._read:
+            self._read = snapshot.unmanaged
+            listed = self._listed(snapshot.unmanaged)
+            self._gone = tuple(
+                run
+                for runs in self._runs.values()
+                for key, run in runs.items()
+                if key not in listed
+            )
+        if not self._gone:
             return snapshot
-        return replace(snapshot, finished_runs=snapshot.finished_runs + gone)
+        return replace(snapshot, finished_runs=snapshot.finished_runs + self._gone)
 
-    def _keep(self, run: FinishedRun, key: _Key) -> None:
-        runs = self._runs.setdefault(run.queue, {})
-        if key in runs:
-            return
-        oldest = self._oldest.setdefault(run.queue, [])
-        if len(runs) >= self.per_queue:
-            if not oldest or oldest[0][0] >= run.completed:
-                return  # older than every run kept: not among the latest
+    def _listed(self, jobs: tuple[UnmanagedJob, ...]) -> set[_Key]:
+        """The runs kept that `jobs` list, the new ones kept first. A cluster that keeps
+        its finished jobs lists thousands: one lookup each for those already kept or
+        older than every run kept."""
+        listed: set[_Key] = set()
+        for job in jobs:
+            completed = job.completed
+            if completed is None or job.reason is not Reason.FINISHED:
+                continue
+            ref = job.ref
+            key = (ref.namespace, ref.name, ref.kind, completed)
+            runs = self._runs.get(job.queue)
+            if runs is not None and key in runs:
+                listed.add(key)
+            elif self._keep(job, key):
+                listed.add(key)
+        return listed
+
+    def _keep(self, job: UnmanagedJob, key: _Key) -> bool:
+        """Keep the job's run if it is among its queue's latest; whether it was kept."""
+        runs = self._runs.setdefault(job.queue, {})
+        oldest = self._oldest.setdefault(job.queue, [])
+        full = len(runs) >= self.per_queue
+        if full and (not oldest or oldest[0][0] >= key[3]):
+            return False  # older than every run kept: not among the latest
+        run = run_of(job)
+        if run is None:
+            return False
+        if full:
             _, dropped = heapq.heapreplace(oldest, (run.completed, key))
             del runs[dropped]
         else:
             heapq.heappush(oldest, (run.completed, key))
         runs[key] = run
+        return True
 
     def __len__(self) -> int:
         return sum(len(runs) for runs in self._runs.values())
