@@ -3,6 +3,8 @@ the planner weighing swaps by them as by the runs it lists."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from builders import NOW, ago, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,6 +98,28 @@ def test_remembered_runs_are_the_latest_not_listed(cycles):
             assert not {(r.ref.name, r.completed) for r in mine} & listed
             latest = sorted({c for (_, qq, c) in seen if qq == q}, reverse=True)[:3]
             assert all(r.completed >= latest[-1] for r in mine)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 12), st.sampled_from("qp"), st.integers(1, 50)),
+            max_size=8,
+        ),
+        max_size=6,
+    )
+)
+def test_the_same_jobs_in_a_new_tuple_are_read_as_they_were(cycles):
+    """The sources assemble a new tuple whenever any cache changed: the same job
+    objects read again hand over what a memory that read them once hands over, and a
+    memory fed new objects (copies) alike."""
+    memory, fresh = RunMemory(per_queue=3), RunMemory(per_queue=3)
+    for cycle in cycles:
+        jobs = tuple(done(f"j{n}", 10 + n, ended=end, queue=q) for n, q, end in cycle)
+        once = fresh.remember(listing(*[replace(j) for j in jobs]))
+        assert runs(memory.remember(listing(*jobs))) == runs(once)
+        assert runs(memory.remember(listing(*jobs))) == runs(once)  # a new tuple
 
 
 def _swap_scene(listed=()):
