@@ -255,9 +255,12 @@ class _Listed:
     inflight: list[UnmanagedJob]  # with GPUs in flight (inflight_gpus not 0)
     by_spec: list[UnmanagedJob]  # holding GPUs by spec (replicas x gpus per worker not 0)
     names: frozenset[tuple[str, str]]  # (namespace, name) of each
+    # the seconds of the latest payoff.RECENT_RUNS finished runs by completion (rule 3b's
+    # evidence, `_QueuePlanner._queue_runs`)
+    runs: tuple[float, ...]
 
 
-_NONE_LISTED = _Listed([], [], [], [], [], [], frozenset())
+_NONE_LISTED = _Listed([], [], [], [], [], [], frozenset(), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +315,17 @@ def _listed(
         [u for u in jobs if u.inflight_gpus],
         [u for u in jobs if (u.replicas or 0) * (u.gpus_per_worker or 0)],
         frozenset((u.ref.namespace, u.ref.name) for u in jobs),
+        _latest_runs(jobs),
     )
+
+
+def _latest_runs(jobs: Iterable[UnmanagedJob]) -> tuple[float, ...]:
+    """The seconds of the latest payoff.RECENT_RUNS runs of `jobs` by completion (runs
+    that completed together and ran alike are the same evidence, whichever is taken)."""
+    runs = [r for u in jobs if (r := payoff.run_of(u)) is not None]
+    if len(runs) > payoff.RECENT_RUNS:
+        runs = heapq.nlargest(payoff.RECENT_RUNS, runs, key=lambda r: (r.completed, r.seconds))
+    return tuple(r.seconds for r in runs)
 
 
 def _with_listed(decisions: list[Decision], listed: _Listed, no_pods: NoPods) -> list[Decision]:
@@ -1876,12 +1889,12 @@ class _QueuePlanner:
 
     def _queue_runs(self) -> payoff.RunTimes | None:
         """The queue's run times: its finished jobs' runs (status.startTime to
-        completionTime; those the API no longer lists as the daemon remembers them) and
-        its running jobs' ages; None below payoff.EVIDENCE_RUNS finished runs. Once per
-        plan."""
+        completionTime: the latest payoff.RECENT_RUNS the API lists, by completion, and
+        those it no longer lists as the daemon remembers them) and its running jobs'
+        ages; None below payoff.EVIDENCE_RUNS finished runs. Once per plan."""
         if not self._run_times_read:
             self._run_times_read = True
-            finished = [r.seconds for u in self.listed.jobs if (r := payoff.run_of(u)) is not None]
+            finished = list(self.listed.runs)
             finished += [
                 r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name
             ]

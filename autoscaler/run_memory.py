@@ -17,11 +17,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from .model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob
-from .payoff import run_of
+from .payoff import RECENT_RUNS, run_of
 
-# per queue; as many as the simulator's API lists (sim/policies.py FINISHED_LISTED), and
-# several times the planner's floor of evidence (payoff.EVIDENCE_RUNS)
-REMEMBERED_RUNS = 200
+# per queue; as many listed runs as the planner reads (payoff.RECENT_RUNS, as many as the
+# simulator's API lists, sim/policies.py FINISHED_LISTED), and several times the
+# planner's floor of evidence (payoff.EVIDENCE_RUNS)
+REMEMBERED_RUNS = RECENT_RUNS
 
 # a run: its job and when it completed (a job deleted and created again under the same
 # name is another run)

@@ -149,3 +149,15 @@ def test_runs_remembered_weigh_a_swap_as_runs_listed_do():
     other_queue = [done(f"d{i}", 2000, queue="p") for i in range(40)]
     p = plan(_deleted(_swap_scene(), other_queue), policy(), NOW)
     assert next(g for g in p.gangs if g.ref.name == "w").reason is Reason.GANG_COVERED
+
+
+def test_a_swap_is_weighed_by_the_latest_runs_listed():
+    """A cluster that keeps every finished job: of 500 listed, the latest 200 (by
+    completion: 2000 s runs) are the evidence, not 300 older 200 s runs, which would
+    make a newcomer look short enough (~920 s) for the swap to go ahead."""
+    latest = [done(f"d{i}", 2000, ended=1000 + i) for i in range(200)]
+    older = [done(f"o{i}", 200, ended=100_000 + i) for i in range(300)]
+    p = plan(_swap_scene(listed=[*older[:150], *latest, *older[150:]]), policy(), NOW)
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is Reason.GANG_RECLAIM_UNPAID, w.message
+    assert "(200 finished, 4 running" in w.message and "newcomer runs ~2000s" in w.message
