@@ -193,3 +193,26 @@ def test_an_unmanaged_job_whose_pods_never_came_is_told_so_once_the_timeout_pass
         "HoldNoPods: no pods for 3 of its workers after 6m",
         "HoldNoPods: no pods for 3 of its workers after 10m",
     ]
+
+
+def test_a_status_over_cycles_with_thousands_of_finished_jobs_is_the_one_built_anew():
+    """The status of plans whose finished jobs' decisions are kept (the same objects
+    cycle after cycle, then a new listing with one gone and one new, then a listing
+    reassembled: a new tuple of the same jobs) is the one built without a memo, byte
+    for byte (test_status_memo.Cycles)."""
+    from test_status_memo import Cycles, planned
+
+    done = tuple(finished(f"d{i:04d}", queue=("q", "p")[i % 2], at=i) for i in range(3000))
+    snapshot = ClusterSnapshot(
+        queues={"q": QueueState("q", 2), "p": QueueState("p", 0)},
+        jobs=(ej("a", max=4), ej("d0007", max=8, queue="p"), ej("zz")),
+        unmanaged=done,
+    )
+    later = replace(snapshot, unmanaged=(*done[:10], finished("new"), *done[11:]))
+    cycles = Cycles()
+    for i, s in enumerate(
+        (snapshot, snapshot, later, replace(later, unmanaged=tuple(list(later.unmanaged))))
+    ):
+        doc = cycles.step(s, planned(s, NOW + timedelta(seconds=i)), max_jobs=50)
+        listed = sum(j.reason == "SkipFinished" for j in doc.jobs)
+        assert listed + doc.omitted_jobs["SkipFinished"] == 3000
