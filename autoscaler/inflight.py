@@ -58,6 +58,13 @@ class NoPods:
             return 0
         return gpw * self.workers(u.ref, u.replicas or 0, u.inflight_gpus // gpw, u.asked_at)
 
+    @staticmethod
+    def may_count(u: UnmanagedJob) -> bool:
+        """Whether `gpus_of(u)` may be other than 0, whatever the pods and the time: a
+        finished job's is never (the planner decides those once, planner._listing)."""
+        gpw = u.gpus_per_worker or 0
+        return gpw > 0 and u.inflight_gpus // gpw > 0 and u.asked_at is not None
+
     def words(self, workers: int, asked_at: datetime | None) -> str:
         """HoldNoPods' message."""
         waited = duration((self.now - asked_at).total_seconds()) if asked_at else "?"

@@ -251,6 +251,13 @@ class Trade:
 # rule: elastic workers go first).
 EVIDENCE_RUNS = 30
 
+# Finished runs of a queue the estimate reads at most, the latest by completion: a
+# cluster that never deletes its finished jobs (training-operator's default) lists tens
+# of thousands, and the latest runs say more of the jobs running now than last year's.
+# As many as the daemon remembers of jobs no longer listed (run_memory.py) and the
+# simulator lists (sim/policies.py FINISHED_LISTED).
+RECENT_RUNS = 200
+
 
 @dataclass(frozen=True, slots=True)
 class RunTimes:

@@ -16,6 +16,7 @@ Per queue, in order:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import operator
@@ -84,7 +85,7 @@ class _Job:
 def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Plan:
     index = _index(snapshot.jobs)
     jobs_by_queue = index.by_queue
-    unmanaged_by_queue = _by_queue(snapshot.unmanaged)
+    unmanaged_by_queue = _listing(snapshot.unmanaged).by_queue
     pending_by_queue = _by_queue(snapshot.pending)
 
     gangs: list[GangDecision] = [
@@ -120,8 +121,9 @@ def plan(snapshot: ClusterSnapshot, policy: PlannerPolicy, now: datetime) -> Pla
     decisions: list[Decision] = []
     memo: _Decided = (_KEPT.decided, {})
     for queue_plan, _ in planners:
-        unmanaged = unmanaged_by_queue.get(queue_plan.state.name, ())
-        decisions.extend(_with_unmanaged(queue_plan.decisions(memo), unmanaged, no_pods))
+        own = queue_plan.decisions(memo)
+        listed = unmanaged_by_queue.get(queue_plan.state.name)
+        decisions.extend(_with_listed(own, listed, no_pods) if listed is not None else own)
         gangs.extend(queue_plan.gangs)
     _KEPT.decided = memo[1]
 
@@ -140,7 +142,7 @@ def _plan_queue(
     snapshot: ClusterSnapshot,
     cluster: _Cluster | None,
     work: list[_Job],
-    by_queue: tuple[dict[str, list[UnmanagedJob]], dict[str, list[PendingGroup]]],
+    by_queue: tuple[Mapping[str, _Listed], dict[str, list[PendingGroup]]],
     shared: _Shared,
     policy: PlannerPolicy,
     now: datetime,
@@ -157,7 +159,7 @@ def _plan_queue(
     queue_plan = _QueuePlanner(
         state,
         work,
-        unmanaged.get(name, []),
+        unmanaged.get(name, _NONE_LISTED),
         pending.get(name, []),
         snapshot,
         policy,
@@ -206,10 +208,12 @@ class _Jobs:
 
 
 def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
-    """The jobs indexed, or the last plan's index of this same tuple (a tuple and the
-    frozen jobs in it cannot change; a list may, so it is indexed anew every time)."""
+    """The jobs indexed, or the last plan's index of the same jobs: the same tuple (a
+    tuple and the frozen jobs in it cannot change), or a new sequence of the same job
+    objects in the same order (the sources assemble a new tuple whenever any of their
+    caches changed, most often not a job)."""
     last = _KEPT.jobs
-    if last is not None and last.of is jobs:
+    if last is not None and _same_items(last.of, jobs):
         return last
     by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
     index = _Jobs(
@@ -223,9 +227,128 @@ def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
         tuple(j for _, js in sorted(by_queue.items()) for j in js if j.inflight_workers),
         tuple(j for j in jobs if j.last_scale_time is not None and j.awaits_restart_measure),
     )
-    if isinstance(jobs, tuple):
-        _KEPT.jobs = index
+    _KEPT.jobs = index
     return index
+
+
+def _same_items(kept: tuple[Any, ...], items: Sequence[Any]) -> bool:
+    """`items` are the objects kept, in the same order (a list changed in place is not)."""
+    return kept is items or (len(kept) == len(items) and all(map(operator.is_, kept, items)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A queue's unmanaged jobs as plan() reads them alone, whatever the time and the
+    rest of the snapshot: kept for the same jobs (`_listing`). Read only.
+
+    A cluster that keeps its finished jobs lists tens of thousands (training-operator
+    deletes none by default): each one's decision is made once, from its record alone,
+    and the queue's are sorted once, not every plan."""
+
+    jobs: list[UnmanagedJob]  # in the snapshot's order
+    # the decisions that are the record's alone (no HoldNoPods note can come), in
+    # (namespace, name, kind) order, and those keys; None: two of the queue's unmanaged
+    # jobs share a key (a duplicate), merged as each plan sorts them (`_with_unmanaged`)
+    fixed: list[Decision] | None
+    keys: list[_Key]
+    timed: list[UnmanagedJob]  # the others: decided every plan, in the snapshot's order
+    inflight: list[UnmanagedJob]  # with GPUs in flight (inflight_gpus not 0)
+    by_spec: list[UnmanagedJob]  # holding GPUs by spec (replicas x gpus per worker not 0)
+    names: frozenset[tuple[str, str]]  # (namespace, name) of each
+    # the seconds of the latest payoff.RECENT_RUNS finished runs by completion (rule 3b's
+    # evidence, `_QueuePlanner._queue_runs`)
+    runs: tuple[float, ...]
+
+
+_NONE_LISTED = _Listed([], [], [], [], [], [], frozenset(), ())
+
+
+@dataclass(frozen=True, slots=True)
+class _Unmanaged:
+    """The unmanaged jobs by queue (`_Listed`) and, by id() of each job kept, its
+    decision (the job object is kept too, so an id cannot match a new job at an old
+    address)."""
+
+    of: tuple[UnmanagedJob, ...]
+    by_queue: Mapping[str, _Listed]
+    decided: dict[int, tuple[UnmanagedJob, Decision]]
+
+
+def _listing(unmanaged: Sequence[UnmanagedJob]) -> _Unmanaged:
+    """The unmanaged jobs by queue, or the last plan's for the same job objects in the
+    same order; a job kept from the last keeps its decision."""
+    last = _KEPT.unmanaged
+    if last is not None and _same_items(last.of, unmanaged):
+        return last
+    seen = last.decided if last is not None else {}
+    decided: dict[int, tuple[UnmanagedJob, Decision]] = {}
+    by_queue = {q: _listed(us, seen, decided) for q, us in _by_queue(unmanaged).items()}
+    _KEPT.unmanaged = _Unmanaged(tuple(unmanaged), by_queue, decided)
+    return _KEPT.unmanaged
+
+
+def _listed(
+    jobs: list[UnmanagedJob],
+    seen: Mapping[int, tuple[UnmanagedJob, Decision]],
+    decided: dict[int, tuple[UnmanagedJob, Decision]],
+) -> _Listed:
+    fixed: list[Decision] = []
+    timed: list[UnmanagedJob] = []
+    for u in jobs:
+        if NoPods.may_count(u):
+            timed.append(u)
+            continue
+        kept = seen.get(id(u))
+        if kept is None or kept[0] is not u:
+            kept = (u, _report(u, ()))
+        decided[id(u)] = kept
+        fixed.append(kept[1])
+    fixed.sort(key=_decision_order)
+    keys = [_decision_order(d) for d in fixed]
+    every = set(keys)
+    every.update((u.ref.namespace, u.ref.name, u.ref.kind) for u in timed)
+    return _Listed(
+        jobs,
+        fixed if len(every) == len(jobs) else None,
+        keys,
+        timed,
+        [u for u in jobs if u.inflight_gpus],
+        [u for u in jobs if (u.replicas or 0) * (u.gpus_per_worker or 0)],
+        frozenset((u.ref.namespace, u.ref.name) for u in jobs),
+        _latest_runs(jobs),
+    )
+
+
+def _latest_runs(jobs: Iterable[UnmanagedJob]) -> tuple[float, ...]:
+    """The seconds of the latest payoff.RECENT_RUNS runs of `jobs` by completion (runs
+    that completed together and ran alike are the same evidence, whichever is taken)."""
+    runs = [r for u in jobs if (r := payoff.run_of(u)) is not None]
+    if len(runs) > payoff.RECENT_RUNS:
+        runs = heapq.nlargest(payoff.RECENT_RUNS, runs, key=lambda r: (r.completed, r.seconds))
+    return tuple(r.seconds for r in runs)
+
+
+def _with_listed(decisions: list[Decision], listed: _Listed, no_pods: NoPods) -> list[Decision]:
+    """`_with_unmanaged`, the same list, from what is kept: the few decisions made this
+    plan (the queue's jobs', its unmanaged jobs' that may say HoldNoPods) placed among
+    the kept ones by bisection. Ties (a job and an unmanaged one of the same key) put the
+    job's first, as heapq.merge does."""
+    fixed, keys = listed.fixed, listed.keys
+    if fixed is None:
+        return list(_with_unmanaged(decisions, listed.jobs, no_pods))
+    timed = sorted((_unmanaged_decision(u, no_pods) for u in listed.timed), key=_decision_order)
+    made = list(heapq.merge(decisions, timed, key=_decision_order)) if timed else decisions
+    if not made:
+        return fixed
+    out: list[Decision] = []
+    at = 0
+    for d in made:
+        to = bisect.bisect_left(keys, _decision_order(d), at)
+        out += fixed[at:to]
+        out.append(d)
+        at = to
+    out += fixed[at:]
+    return out
 
 
 class _Queued(Protocol):
@@ -511,6 +634,11 @@ def _unmanaged_decision(u: UnmanagedJob, no_pods: NoPods) -> Decision:
     if gone:
         workers = gone // (u.gpus_per_worker or 1)
         notes = (f"{Reason.NO_PODS}: {no_pods.words(workers, u.asked_at)}",)
+    return _report(u, notes)
+
+
+def _report(u: UnmanagedJob, notes: tuple[str, ...]) -> Decision:
+    """An unmanaged job's decision, with what the plan says of its pods."""
     return Decision(
         ref=u.ref,
         queue=u.queue,
@@ -578,11 +706,12 @@ class _Kept:
     watch caches assemble a new one only when one changed, `_index`) and its decisions
     (`_Decided`). What is kept is what planning anew gives."""
 
-    __slots__ = ("decided", "jobs")
+    __slots__ = ("decided", "jobs", "unmanaged")
 
     def __init__(self) -> None:
         self.jobs: _Jobs | None = None
         self.decided: dict[int, _Seen] = {}
+        self.unmanaged: _Unmanaged | None = None  # the unmanaged jobs' (`_listing`)
 
 
 _KEPT = _Kept()
@@ -1075,7 +1204,7 @@ class _QueuePlanner:
         self,
         state: QueueState,
         work: list[_Job],
-        unmanaged: list[UnmanagedJob],
+        listed: _Listed,
         pending: list[PendingGroup],
         snapshot: ClusterSnapshot,
         policy: PlannerPolicy,
@@ -1095,7 +1224,7 @@ class _QueuePlanner:
         self.placed_gang_gpus = 0  # GPUs of gangs' pods placed on nodes by their shape
         self.node_fit_limited = False
         self.work = work
-        self.unmanaged = unmanaged
+        self.listed = listed  # the queue's unmanaged jobs
         self.pending = sorted(
             pending, key=lambda g: (-g.priority, g.created, g.ref.namespace, g.ref.name)
         )
@@ -1255,7 +1384,7 @@ class _QueuePlanner:
                 )
         inflight += sum(
             u.inflight_gpus - self.no_pods.gpus_of(u)
-            for u in self.unmanaged
+            for u in self.listed.inflight  # the others' GPUs in flight: none
             if not _waits_for_own_gang(u.ref, own_waiting)
         )
         return inflight, releasing
@@ -1311,11 +1440,11 @@ class _QueuePlanner:
         )
         held += sum(
             (u.replicas or 0) * (u.gpus_per_worker or 0)
-            for u in self.unmanaged
+            for u in self.listed.by_spec  # the others hold none by spec
             if not _waits_for_own_gang(u.ref, unserved_owners)
         )
         known = {(w.job.ref.namespace, w.job.ref.name) for w in self.work}
-        known |= {(u.ref.namespace, u.ref.name) for u in self.unmanaged}
+        known |= self.listed.names
         for g in self.pending:
             owned = g.owner is not None and (g.owner.namespace, g.owner.name) in known
             if g.ref in served and not owned:
@@ -1760,12 +1889,12 @@ class _QueuePlanner:
 
     def _queue_runs(self) -> payoff.RunTimes | None:
         """The queue's run times: its finished jobs' runs (status.startTime to
-        completionTime; those the API no longer lists as the daemon remembers them) and
-        its running jobs' ages; None below payoff.EVIDENCE_RUNS finished runs. Once per
-        plan."""
+        completionTime: the latest payoff.RECENT_RUNS the API lists, by completion, and
+        those it no longer lists as the daemon remembers them) and its running jobs'
+        ages; None below payoff.EVIDENCE_RUNS finished runs. Once per plan."""
         if not self._run_times_read:
             self._run_times_read = True
-            finished = [r.seconds for u in self.unmanaged if (r := payoff.run_of(u)) is not None]
+            finished = list(self.listed.runs)
             finished += [
                 r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name
             ]

@@ -12,15 +12,17 @@ restarted daemon, or a new leader, starts from what the API lists. Pure state, n
 from __future__ import annotations
 
 import heapq
+import operator
 from dataclasses import replace
 from datetime import datetime
 
 from .model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob
-from .payoff import run_of
+from .payoff import RECENT_RUNS, run_of
 
-# per queue; as many as the simulator's API lists (sim/policies.py FINISHED_LISTED), and
-# several times the planner's floor of evidence (payoff.EVIDENCE_RUNS)
-REMEMBERED_RUNS = 200
+# per queue; as many listed runs as the planner reads (payoff.RECENT_RUNS, as many as the
+# simulator's API lists, sim/policies.py FINISHED_LISTED), and several times the
+# planner's floor of evidence (payoff.EVIDENCE_RUNS)
+REMEMBERED_RUNS = RECENT_RUNS
 
 # a run: its job and when it completed (a job deleted and created again under the same
 # name is another run)
@@ -37,14 +39,16 @@ class RunMemory:
         self._runs: dict[str, dict[_Key, FinishedRun]] = {}
         self._oldest: dict[str, list[tuple[datetime, _Key]]] = {}
         # the last listing read and what it did not list: a cycle whose caches did not
-        # change hands over the same jobs (parse.assemble runs only on a change)
+        # change hands over the same tuple, and one where another cache changed a new
+        # tuple of the same jobs (parse.assemble runs on any change): read again, the
+        # same jobs would keep and drop nothing
         self._read: tuple[UnmanagedJob, ...] | None = None
         self._gone: tuple[FinishedRun, ...] = ()
 
     def remember(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """The snapshot with the remembered runs of the jobs it no longer lists; each run
         it lists is remembered for later."""
-        if snapshot.unmanaged is not self._read:
+        if not _same_items(self._read, snapshot.unmanaged):
             self._read = snapshot.unmanaged
             listed = self._listed(snapshot.unmanaged)
             self._gone = tuple(
@@ -95,3 +99,10 @@ class RunMemory:
 
     def __len__(self) -> int:
         return sum(len(runs) for runs in self._runs.values())
+
+
+def _same_items(kept: tuple[UnmanagedJob, ...] | None, jobs: tuple[UnmanagedJob, ...]) -> bool:
+    """`jobs` are the objects read last, in the same order."""
+    if kept is None:
+        return False
+    return kept is jobs or (len(kept) == len(jobs) and all(map(operator.is_, kept, jobs)))

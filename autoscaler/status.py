@@ -571,13 +571,18 @@ class StatusMemo:
         self.decisions, self.counts, self.split = tuple(decisions), None, None
 
 
+_QUEUE = operator.attrgetter("queue")
+_REASON = operator.attrgetter("reason")
+
+
 def _counted(
     decisions: tuple[Decision, ...], memo: StatusMemo | None
 ) -> Counter[tuple[str, Reason]]:
     """Every job counted by queue and reason."""
     if memo is not None and memo.counts is not None:
         return memo.counts
-    counts = Counter((d.queue, d.reason) for d in decisions)
+    # pairs made and counted in C: a cluster that keeps its finished jobs lists 60k
+    counts = Counter(zip(map(_QUEUE, decisions), map(_REASON, decisions), strict=True))
     if memo is not None:
         memo.counts = counts
     return counts

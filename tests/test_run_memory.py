@@ -3,6 +3,8 @@ the planner weighing swaps by them as by the runs it lists."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from builders import NOW, ago, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,6 +100,30 @@ def test_remembered_runs_are_the_latest_not_listed(cycles):
             assert all(r.completed >= latest[-1] for r in mine)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 12), st.sampled_from("qp"), st.integers(1, 50)),
+            max_size=8,
+        ),
+        max_size=6,
+    )
+)
+def test_the_same_jobs_in_a_new_tuple_are_read_as_they_were(cycles):
+    """The sources assemble a new tuple whenever any cache changed: the same job
+    objects read again hand over what a memory that read them once hands over, and a
+    memory fed copies after an empty listing (which keeps nothing: it only makes the
+    next listing one to read) alike."""
+    memory, fresh = RunMemory(per_queue=3), RunMemory(per_queue=3)
+    for cycle in cycles:
+        jobs = tuple(done(f"j{n}", 10 + n, ended=end, queue=q) for n, q, end in cycle)
+        fresh.remember(listing())
+        once = fresh.remember(listing(*[replace(j) for j in jobs]))
+        assert runs(memory.remember(listing(*jobs))) == runs(once)
+        assert runs(memory.remember(listing(*jobs))) == runs(once)  # a new tuple
+
+
 def _swap_scene(listed=()):
     """Four 1-GPU jobs grown to 2 workers 300 s into their run, a 1-GPU gang waiting,
     nothing free, nothing declared; `listed`: finished jobs the API lists."""
@@ -123,3 +149,15 @@ def test_runs_remembered_weigh_a_swap_as_runs_listed_do():
     other_queue = [done(f"d{i}", 2000, queue="p") for i in range(40)]
     p = plan(_deleted(_swap_scene(), other_queue), policy(), NOW)
     assert next(g for g in p.gangs if g.ref.name == "w").reason is Reason.GANG_COVERED
+
+
+def test_a_swap_is_weighed_by_the_latest_runs_listed():
+    """A cluster that keeps every finished job: of 500 listed, the latest 200 (by
+    completion: 2000 s runs) are the evidence, not 300 older 200 s runs, which would
+    make a newcomer look short enough (~920 s) for the swap to go ahead."""
+    latest = [done(f"d{i}", 2000, ended=1000 + i) for i in range(200)]
+    older = [done(f"o{i}", 200, ended=100_000 + i) for i in range(300)]
+    p = plan(_swap_scene(listed=[*older[:150], *latest, *older[150:]]), policy(), NOW)
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is Reason.GANG_RECLAIM_UNPAID, w.message
+    assert "(200 finished, 4 running" in w.message and "newcomer runs ~2000s" in w.message
