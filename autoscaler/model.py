@@ -8,11 +8,13 @@ structlog (a test enforces it).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
+from itertools import compress
 
 
 class Reason(StrEnum):
@@ -779,6 +781,10 @@ class Measurement:
     resource_version: str = ""
 
 
+_TARGET = operator.attrgetter("target")
+_CURRENT = operator.attrgetter("current")
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     now: datetime
@@ -791,7 +797,9 @@ class Plan:
     actions: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        actions = tuple(
-            a for d in self.decisions if d.target != d.current and (a := Action.of(d)) is not None
-        )
+        # those whose target is not their size found in C (a cluster that keeps its
+        # finished jobs lists tens of thousands of decisions, few of them resizes)
+        ds = self.decisions
+        moved = compress(ds, map(operator.ne, map(_TARGET, ds), map(_CURRENT, ds)))
+        actions = tuple(a for d in moved if (a := Action.of(d)) is not None)
         object.__setattr__(self, "actions", actions)

@@ -38,6 +38,9 @@ class RunMemory:
         # oldest, the first to go when a later run comes
         self._runs: dict[str, dict[_Key, FinishedRun]] = {}
         self._oldest: dict[str, list[tuple[datetime, _Key]]] = {}
+        # each run kept: in how many queues (a finished job listed in another queue than
+        # before, e.g. once its PodGroup is gone, is still listed)
+        self._held: dict[_Key, int] = {}
         # the last listing read and what it did not list: a cycle whose caches did not
         # change hands over the same tuple, and one where another cache changed a new
         # tuple of the same jobs (parse.assemble runs on any change): read again, the
@@ -75,7 +78,7 @@ class RunMemory:
             runs = self._runs.get(job.queue)
             if runs is not None and key in runs:
                 listed.add(key)
-            elif self._keep(job, key):
+            elif self._keep(job, key) or key in self._held:
                 listed.add(key)
         return listed
 
@@ -92,9 +95,14 @@ class RunMemory:
         if full:
             _, dropped = heapq.heapreplace(oldest, (run.completed, key))
             del runs[dropped]
+            if self._held[dropped] > 1:
+                self._held[dropped] -= 1
+            else:
+                del self._held[dropped]
         else:
             heapq.heappush(oldest, (run.completed, key))
         runs[key] = run
+        self._held[key] = self._held.get(key, 0) + 1
         return True
 
     def __len__(self) -> int:

@@ -67,6 +67,10 @@ class ResizeState(StrEnum):
 
 # rank of a listed job: lower is listed first, and kept when the list is cut
 RANK_REJECTED, RANK_RESIZING, RANK_INVALID, RANK_HELD, RANK_SETTLED, RANK_REST = range(6)
+# a finished job never runs again: listed after every other, the first cut (a cluster
+# that keeps its finished jobs lists tens of thousands, and they must not crowd out the
+# jobs that run)
+RANK_FINISHED = 6
 _RESIZING = {ResizeState.REQUESTED, ResizeState.RUNNING, ResizeState.RETRYING}
 _RESIZING |= {ResizeState.WOULD_RESIZE}
 # reasons of jobs that do not wait for anything: listed last
@@ -288,7 +292,7 @@ def _rank_of(r: Resize | None, changed: bool, reason: str) -> int:
         return RANK_HELD
     if r is not None:
         return RANK_SETTLED
-    return RANK_REST
+    return RANK_FINISHED if reason == "SkipFinished" else RANK_REST
 
 
 @cache

@@ -58,3 +58,16 @@ def test_a_place_left_out_has_no_news(pool, data, dry_run):
         if before is None or before.ref is not d.ref:
             before = index.get(d.ref)
         assert not _news(d, before, dry_run), (i, d, before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(decisions(), max_size=8))
+def test_a_plans_actions_are_its_decisions_that_change_a_job_in_order(ds):
+    """Plan.actions (found in C) as every decision read one by one finds them."""
+    from builders import NOW
+
+    from autoscaler.model import Plan
+
+    expected = tuple(a for d in ds if d.target != d.current and (a := Action.of(d)) is not None)
+    assert Plan(NOW, tuple(ds)).actions == expected
+    assert all(isinstance(a, Action) and a.changed for a in expected)

@@ -161,3 +161,19 @@ def test_a_swap_is_weighed_by_the_latest_runs_listed():
     w = next(g for g in p.gangs if g.ref.name == "w")
     assert w.reason is Reason.GANG_RECLAIM_UNPAID, w.message
     assert "(200 finished, 4 running" in w.message and "newcomer runs ~2000s" in w.message
+
+
+def test_a_run_listed_in_another_queue_than_before_is_not_handed_over():
+    """A finished job seen in queue p, then listed in queue q (its PodGroup gone, its
+    own queue field read) where q keeps later runs only: still listed, so not handed
+    over as a deleted job's run."""
+    memory = RunMemory(per_queue=2)
+    memory.remember(listing(done("moved", 10, ended=300, queue="p")))
+    later = listing(
+        done("a", 10, ended=100), done("b", 10, ended=200), done("moved", 10, ended=300)
+    )
+    assert runs(memory.remember(later)) == []
+    assert runs(memory.remember(listing(done("a", 10, ended=100)))) == [
+        ("b", 10.0),
+        ("moved", 10.0),
+    ]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from builders import NOW, ago, ej, gang, policy, snap
 
-from autoscaler.model import ClusterSnapshot
+from autoscaler.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
 from autoscaler.planner import plan
 from autoscaler.settings import Settings
 from autoscaler.snapshot_file import load_snapshot_file
@@ -340,3 +340,19 @@ def test_a_job_changed_since_the_last_status_is_shown_as_it_now_is():
     assert entry(cycle(listed), "a").active == 2
     jobs[0] = ej("a", replicas=2, active=0)
     assert entry(cycle(listed), "a").active == 0
+
+
+def test_finished_jobs_are_listed_after_every_job_that_runs_and_cut_first():
+    """A cluster that keeps its finished jobs lists thousands: they must not crowd the
+    running jobs out of the list, whatever their names."""
+    finished = [
+        UnmanagedJob(ObjectRef("ml", f"a-done-{i}"), "q", Reason.FINISHED, "job has condition")
+        for i in range(40)
+    ]
+    jobs = [ej(f"z-run-{i}", replicas=4, max=4) for i in range(10)]
+    doc = cycle(snap({"q": 0}, jobs, [], finished), max_jobs=20)
+    assert [j.name for j in doc.jobs[:10]] == [f"z-run-{i}" for i in range(10)]
+    assert {j.reason for j in doc.jobs[10:]} == {"SkipFinished"}
+    assert doc.omitted_jobs == {"SkipFinished": 30}
+    table = status_table(doc, wide=True)
+    assert table.index("z-run-0") < table.index("a-done-0")
