@@ -58,9 +58,10 @@ from .model import (
 )
 from .options import ReadOptions
 from .podspec import (
-    FINISHED_POD_PHASES,
+    finished_pod,
     frozen,
     is_extended,
+    items,
     milli,
     read_node,
     read_pod_use,
@@ -331,7 +332,7 @@ def decode_pod(obj: Mapping[str, Any], options: ReadOptions) -> PodUse | None:
     which job and gang it belongs to and its shape: a job's workers with no pod at all
     stop counting (HoldNoPods), a gang's pods say what it needs (resolve_gangs). None
     for a finished pod, or an unbound one of no job and no PodGroup."""
-    if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
+    if finished_pod(obj):
         return None
     ns = dig(obj, "metadata", "namespace")
     ns = ns if isinstance(ns, str) else ""
@@ -578,7 +579,7 @@ def _asked_at(meta: Mapping[str, Any], options: ReadOptions) -> datetime:
         last = read_time(annotations.get(options.annotations.last_scale))
         if last is not None:
             times.append(last)
-    for entry in meta.get("managedFields") or ():
+    for entry in items(meta.get("managedFields")):
         if isinstance(entry, Mapping) and entry.get("subresource") != "status":
             when = read_time(entry.get("time"))
             if when is not None:

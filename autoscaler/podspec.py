@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -79,6 +79,20 @@ def is_map(obj: Any) -> bool:
     # JSON gives plain dicts: test that first, the abstract Mapping check costs ten
     # times more, and a template is a few dozen such checks
     return type(obj) is dict or isinstance(obj, Mapping)
+
+
+def items(value: Any) -> Sequence[Any]:
+    """A list field's items (a list, or a tuple built in code); none where it holds
+    anything else (an object the API server did not validate, e.g. a snapshot file's,
+    may hold a scalar there)."""
+    return value if isinstance(value, (list, tuple)) else ()
+
+
+def finished_pod(obj: Any) -> bool:
+    """The pod has ended (status.phase Succeeded or Failed; a phase that is not a
+    string is none)."""
+    phase = dig(obj, "status", "phase")
+    return isinstance(phase, str) and phase in FINISHED_POD_PHASES
 
 
 def dig(obj: Any, *path: str) -> Any:
@@ -191,11 +205,11 @@ def pod_requests(spec: Any) -> dict[str, int]:
     if not is_map(spec):
         spec = {}
     total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
+    for container in items(spec.get("containers")):
         _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or ():
+    for container in items(spec.get("initContainers")):
         own = _container_requests(container)
         if dig(container, "restartPolicy") == "Always":  # a sidecar: runs beside the rest
             _add(sidecars, own)
@@ -214,7 +228,7 @@ def pod_requests(spec: Any) -> dict[str, int]:
 
 def _tolerations(spec: Any, requests: Iterable[str], extended: bool) -> tuple[Toleration, ...]:
     found = []
-    for t in spec.get("tolerations") or ():
+    for t in items(spec.get("tolerations")):
         if not is_map(t):
             continue
         found.append(
@@ -230,9 +244,9 @@ def _tolerations(spec: Any, requests: Iterable[str], extended: bool) -> tuple[To
     return tuple(dict.fromkeys(found))
 
 
-def _requirements(items: Any) -> tuple[Requirement, ...]:
+def _requirements(reqs: Any) -> tuple[Requirement, ...]:
     out = []
-    for r in items or ():
+    for r in items(reqs):
         if not is_map(r):
             continue
         values = r.get("values") or ()
@@ -267,10 +281,10 @@ def _host_ports(spec: Any, default_port: tuple[str, str, int] | None) -> tuple[H
     is there."""
     host_network = spec.get("hostNetwork") is True
     found: list[HostPort] = []
-    for container in spec.get("containers") or ():
+    for container in items(spec.get("containers")):
         if not is_map(container):
             continue
-        ports = [p for p in container.get("ports") or () if is_map(p)]
+        ports = [p for p in items(container.get("ports")) if is_map(p)]
         if (
             default_port is not None
             and container.get("name") == default_port[0]
@@ -295,10 +309,10 @@ def _unmodelled(spec: Any) -> tuple[str, ...]:
         out.append("inter-pod affinity")
     if dig(affinity, "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
         out.append("inter-pod anti-affinity")
-    spread = spec.get("topologySpreadConstraints") or ()
+    spread = items(spec.get("topologySpreadConstraints"))
     if any(dig(c, "whenUnsatisfiable") in (None, "DoNotSchedule") for c in spread):
         out.append("topology spread")
-    volumes = spec.get("volumes") or ()
+    volumes = items(spec.get("volumes"))
     if any(is_map(v) and ("persistentVolumeClaim" in v or "ephemeral" in v) for v in volumes):
         out.append("volumes")
     return tuple(out)
@@ -383,12 +397,12 @@ def read_node(obj: Mapping[str, Any], gpu_names: Iterable[str]) -> Node | None:
     gpus = sum(allocatable.get(g, 0) for g in gpu_names) // MILLI
     ready = any(
         is_map(c) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in dig(obj, "status", "conditions") or ()
+        for c in items(dig(obj, "status", "conditions"))
     )
     taints = tuple(
         Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
-        for t in dig(obj, "spec", "taints") or ()
-        if is_map(t) and t.get("effect") in REPEL
+        for t in items(dig(obj, "spec", "taints"))
+        if is_map(t) and _str(t.get("effect")) in REPEL
     )
     raw_labels = dig(obj, "metadata", "labels")
     labels: Labels = ()
@@ -420,7 +434,7 @@ def read_pod_use(
     node = dig(obj, "spec", "nodeName")
     if not isinstance(node, str) or not node:
         return None
-    if dig(obj, "status", "phase") in FINISHED_POD_PHASES:
+    if finished_pod(obj):
         return None
     spec = obj.get("spec")
     if not is_map(spec):
@@ -464,7 +478,7 @@ def _worker_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str, str, str] | None
     controller = next(
         (
             o
-            for o in dig(obj, "metadata", "ownerReferences") or ()
+            for o in items(dig(obj, "metadata", "ownerReferences"))
             if is_map(o) and o.get("controller") is True
         ),
         None,
