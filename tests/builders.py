@@ -12,6 +12,7 @@ from autoscaler.model import (
     ObjectRef,
     PendingGroup,
     QueueState,
+    Reason,
     UnmanagedJob,
 )
 from autoscaler.policy import PlannerPolicy
@@ -376,3 +377,18 @@ def hpa(
             ],
         },
     }
+
+
+def orphan(asked_seconds_ago: float) -> UnmanagedJob:
+    """A PaddleJob we do not manage (min > max) with 3 GPUs in flight since
+    `asked_seconds_ago` and, unless a test gives it pods, none (HoldNoPods)."""
+    return UnmanagedJob(
+        ObjectRef("ml", "orphan", "PaddleJob"),
+        "q",
+        Reason.INVALID_POLICY,
+        "min > max",
+        replicas=3,
+        gpus_per_worker=1,
+        inflight_gpus=3,
+        asked_at=ago(asked_seconds_ago),
+    )

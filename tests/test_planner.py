@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from builders import NOW, ago, ej, gang, policy, snap
+from builders import NOW, ago, ej, gang, orphan, policy, snap
 
 from autoscaler.model import ClusterSnapshot, ObjectRef, QueueState, Reason, UnmanagedJob
 from autoscaler.planner import plan
@@ -520,18 +520,8 @@ def test_no_capacity_known_means_no_bound():
 
 
 def _no_pods_snap(pods, *, asked_seconds_ago: float, free: int = 4):
-    bad = UnmanagedJob(
-        ObjectRef("ml", "orphan", "PaddleJob"),
-        "q",
-        Reason.INVALID_POLICY,
-        "min > max",
-        replicas=3,
-        gpus_per_worker=1,
-        inflight_gpus=3,
-        asked_at=ago(asked_seconds_ago),
-    )
     grow = ej("grow", replicas=1, max=10)
-    return replace(snap({"q": free}, [grow], [], [bad]), pods_by_owner=pods)
+    return replace(snap({"q": free}, [grow], [], [orphan(asked_seconds_ago)]), pods_by_owner=pods)
 
 
 @pytest.mark.parametrize(

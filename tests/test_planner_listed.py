@@ -10,7 +10,7 @@ import copy
 from dataclasses import replace
 from datetime import timedelta
 
-from builders import NOW, ago, ej, policy
+from builders import NOW, ago, ej, orphan, policy
 from hypothesis import given
 from hypothesis import strategies as st
 from test_planner_properties import QUEUES, common, policies, snapshots
@@ -164,20 +164,10 @@ def test_an_unmanaged_job_whose_pods_never_came_is_told_so_once_the_timeout_pass
     """The same job object, its 3 GPUs in flight since 200s, no pod: nothing said at
     first; 200s later (past no_pods_timeout_seconds, 300) HoldNoPods, with the wait
     of each plan: a decision that may change with time is not kept."""
-    orphan = UnmanagedJob(
-        ObjectRef("ml", "orphan", "PaddleJob"),
-        "q",
-        Reason.INVALID_POLICY,
-        "min > max",
-        replicas=3,
-        gpus_per_worker=1,
-        inflight_gpus=3,
-        asked_at=ago(200),
-    )
     snapshot = ClusterSnapshot(
         queues={"q": QueueState("q", 0)},
         jobs=(ej("a"),),
-        unmanaged=(finished("done"), orphan),
+        unmanaged=(finished("done"), orphan(200)),
         pods_by_owner={},
     )
     notes = [

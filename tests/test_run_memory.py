@@ -72,16 +72,14 @@ def test_a_job_created_again_under_its_name_is_another_run():
     assert runs(again) == [("a", 100.0)]  # the first run, gone; the second listed
 
 
+def _cycles(most: int) -> st.SearchStrategy[list[list[tuple[int, str, int]]]]:
+    """Cycles of listed finished jobs: (job number, queue, seconds since it ended)."""
+    job = st.tuples(st.integers(0, 12), st.sampled_from("qp"), st.integers(1, 50))
+    return st.lists(st.lists(job, max_size=8), max_size=most)
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.lists(
-            st.tuples(st.integers(0, 12), st.sampled_from("qp"), st.integers(1, 50)),
-            max_size=8,
-        ),
-        max_size=8,
-    )
-)
+@given(_cycles(8))
 def test_remembered_runs_are_the_latest_not_listed(cycles):
     """Whatever jobs come and go: the runs handed over are never the listed ones, never
     more than per_queue of a queue, and each is among its queue's latest seen."""
@@ -101,15 +99,7 @@ def test_remembered_runs_are_the_latest_not_listed(cycles):
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.lists(
-            st.tuples(st.integers(0, 12), st.sampled_from("qp"), st.integers(1, 50)),
-            max_size=8,
-        ),
-        max_size=6,
-    )
-)
+@given(_cycles(6))
 def test_the_same_jobs_in_a_new_tuple_are_read_as_they_were(cycles):
     """The sources assemble a new tuple whenever any cache changed: the same job
     objects read again hand over what a memory that read them once hands over, and a
