@@ -26,7 +26,7 @@ import structlog
 from .actuator import Actuator, ApplyResult, Outcome
 from .heap import release_free_memory
 from .metrics import Metrics, package_version, start_at_zero
-from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
+from .model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal, resized
 from .options import LoopOptions
 from .planner import plan as make_plan
 from .policy import PlannerPolicy
@@ -45,8 +45,6 @@ def _enabled(logger: Any, level: int) -> bool:
 
 
 _REASON = operator.attrgetter("reason")
-_TARGET = operator.attrgetter("target")
-_CURRENT = operator.attrgetter("current")
 
 
 def _to_compare(
@@ -59,8 +57,7 @@ def _to_compare(
     places = set(compress(range(len(decisions)), map(operator.is_not, decisions, last)))
     places.update(range(len(last), len(decisions)))
     if not dry_run:
-        targets, currents = map(_TARGET, decisions), map(_CURRENT, decisions)
-        places.update(compress(range(len(decisions)), map(operator.ne, targets, currents)))
+        places.update(compress(range(len(decisions)), resized(decisions)))
     return sorted(places)
 
 

@@ -9,7 +9,7 @@ structlog (a test enforces it).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -785,6 +785,13 @@ _TARGET = operator.attrgetter("target")
 _CURRENT = operator.attrgetter("current")
 
 
+def resized(decisions: Sequence[Decision]) -> Iterator[bool]:
+    """Whether each decision's target is not its size, in order, found in C (a cluster
+    that keeps its finished jobs lists tens of thousands of decisions, few of them
+    resizes)."""
+    return map(operator.ne, map(_TARGET, decisions), map(_CURRENT, decisions))
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     now: datetime
@@ -797,9 +804,6 @@ class Plan:
     actions: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # those whose target is not their size found in C (a cluster that keeps its
-        # finished jobs lists tens of thousands of decisions, few of them resizes)
-        ds = self.decisions
-        moved = compress(ds, map(operator.ne, map(_TARGET, ds), map(_CURRENT, ds)))
+        moved = compress(self.decisions, resized(self.decisions))
         actions = tuple(a for d in moved if (a := Action.of(d)) is not None)
         object.__setattr__(self, "actions", actions)

@@ -66,11 +66,12 @@ class ResizeState(StrEnum):
 
 
 # rank of a listed job: lower is listed first, and kept when the list is cut
-RANK_REJECTED, RANK_RESIZING, RANK_INVALID, RANK_HELD, RANK_SETTLED, RANK_REST = range(6)
-# a finished job never runs again: listed after every other, the first cut (a cluster
-# that keeps its finished jobs lists tens of thousands, and they must not crowd out the
-# jobs that run)
-RANK_FINISHED = 6
+# (RANK_FINISHED: a finished job never runs again: listed after every other, the first
+# cut; a cluster that keeps its finished jobs lists tens of thousands, and they must not
+# crowd out the jobs that run)
+RANK_REJECTED, RANK_RESIZING, RANK_INVALID, RANK_HELD, RANK_SETTLED, RANK_REST, RANK_FINISHED = (
+    range(7)
+)
 _RESIZING = {ResizeState.REQUESTED, ResizeState.RUNNING, ResizeState.RETRYING}
 _RESIZING |= {ResizeState.WOULD_RESIZE}
 # reasons of jobs that do not wait for anything: listed last
