@@ -143,6 +143,7 @@ class KubeOptions:
     kube_request_timeout_seconds: float
     watch_timeout_seconds: int
     kube_list_page_size: int
+    kube_protobuf: bool
     max_object_bytes: int
 
 

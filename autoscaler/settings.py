@@ -390,6 +390,14 @@ class Settings(BaseSettings):
         "re-lists after 410): larger pages mean fewer round trips, smaller ones less memory "
         "per page.",
     )
+    kube_protobuf: bool = Field(
+        True,
+        description="LIST Pods and Nodes in protobuf (initial sync and re-lists), as "
+        "client-go's informers ask for built-in kinds: the API server spends about half the "
+        "CPU on those LISTs it spends encoding JSON. Off: JSON, for a proxy in front of the "
+        "API server that does not pass protobuf. Watches and custom resources are JSON "
+        "either way; a server that answers in JSON is read as JSON.",
+    )
     kube_max_stale_seconds: float = Field(
         120,
         gt=0,

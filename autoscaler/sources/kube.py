@@ -54,7 +54,8 @@ from ..resources import (
     ResourceKind,
 )
 from ..settings import Settings
-from .straight import Straight, straight
+from . import proto
+from .straight import Straight, proto_straight, straight
 from .wire import Reader, reader
 
 __all__ = ["KubeObjects", "KubeSource", "OnChange", "make_api_client"]
@@ -146,6 +147,7 @@ class _Counters:
     events: int = 0
     dropped_oversized: int = 0
     errors: int = 0
+    proto_pages: int = 0  # LIST pages read in protobuf
 
 
 class ObjectsApi:
@@ -202,13 +204,37 @@ class ObjectsApi:
             "GET",
             {},
             query,
-            {"Accept": "application/json"},
+            {"Accept": kwargs.get("_accept") or "application/json"},
             response_types_map={200: "object"},
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
             _preload_content=kwargs.get("_preload_content", True),
             _request_timeout=kwargs.get("_request_timeout"),
         )
+
+
+# how a LIST page's item is taken into the fresh items: (raw, fresh, seen)
+_Take = Callable[[Any, dict[Key, Any], set[Key]], None]
+
+
+@dataclass(frozen=True)
+class ProtoReaders:
+    """How a Pod or Node cache reads the items of a protobuf LIST page: `wire`, an item
+    as the dict its decoder reads (the usual way); `fast`, straight to its record, or
+    None for an item left to the usual way (sources.straight)."""
+
+    wire: Callable[[bytes], dict[str, Any]]
+    fast: Straight | None
+
+
+def proto_readers(kind: str, read_options: ReadOptions | None) -> ProtoReaders | None:
+    """The protobuf readers of a cache of `kind`: Pods and Nodes only (CRDs are served in
+    JSON only; the other built-in kinds we list are few)."""
+    wire = {"Pod": proto.pod_wire, "Node": proto.node_wire}.get(kind)
+    if wire is None:
+        return None
+    fast = proto_straight(kind, read_options) if read_options is not None else None
+    return ProtoReaders(lambda raw: wire(proto.parse(kind, raw)), fast)
 
 
 @dataclass
@@ -245,8 +271,12 @@ class _Cache:
         field_selector: str = "",
         read: Reader = msgspec.json.decode,
         fast: Straight | None = None,
+        proto: ProtoReaders | None = None,
     ) -> None:
         self.resource = resource
+        # Pods and Nodes: LIST pages asked for in protobuf (sources.proto), their items
+        # read by these; None once a protobuf answer could not be read (JSON from then on)
+        self._proto = proto
         # bytes -> what `decode` reads: only the fields it reads (sources.wire)
         self._read = read
         # bytes -> (key, record) for the objects it takes, the rest read as above
@@ -408,20 +438,18 @@ class _Cache:
         seen: set[Key] = set()
         body = await self._page(func, args, kwargs, "")
         while True:
-            page = _PAGE.decode(body)
-            del body  # the items are slices of it: freed with `page`
-            meta = page.metadata or {}
-            token = meta.get("continue") or ""
+            version, token, raws, take = self._read_page(body)
+            del body  # the items are slices of it (or copies): freed with `raws`
             ahead = asyncio.ensure_future(self._page(func, args, kwargs, token)) if token else None
             try:
-                await self._take_page(page, fresh, seen)
+                await self._take_page(raws, take, fresh, seen)
             except BaseException:
                 if ahead is not None:
                     # not wanted any more; if it failed already, its failure is no news
                     # (cancel() of a done task stops the loop reporting it unretrieved)
                     ahead.cancel()
                 raise
-            del page
+            del raws
             if ahead is None:
                 break
             body = await ahead
@@ -429,14 +457,34 @@ class _Cache:
         if self.absent:
             self.absent = False
             log.info("kube.kind_installed", cache=self.name)
-        self._install(fresh, seen, str(meta.get("resourceVersion") or ""))
+        self._install(fresh, seen, version)
         self._recovered()
         self.synced.set()
+
+    def _read_page(self, body: bytes) -> tuple[str, str, Sequence[Any], _Take]:
+        """A LIST answer: (its resourceVersion, its continue token, its items still
+        encoded, how each is taken). Protobuf when the server sent it (sources.proto);
+        one that cannot be read fails this LIST, and the cache asks in JSON from then on."""
+        if self._proto is not None and proto.is_proto(body):
+            try:
+                version, token, raws = proto.list_page(body)
+            except proto.ProtoError as exc:
+                log.warning("kube.protobuf_unreadable", cache=self.name, error=str(exc))
+                self._proto = None
+                raise
+            self.counters.proto_pages += 1
+            return version, token, raws, self._take_proto
+        page = _PAGE.decode(body)
+        meta = page.metadata or {}
+        version = str(meta.get("resourceVersion") or "")
+        return version, meta.get("continue") or "", page.items or (), self._take
 
     async def _page(
         self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], token: str
     ) -> bytes:
         """One page of the LIST, its bytes."""
+        if self._proto is not None:
+            kwargs = {**kwargs, "_accept": proto.ACCEPT}
         response = await func(
             *args,
             **kwargs,
@@ -447,18 +495,19 @@ class _Cache:
         )
         return await _body(response)
 
-    async def _take_page(self, page: _Page, fresh: dict[Key, Any], seen: set[Key]) -> None:
+    async def _take_page(
+        self, items: Sequence[Any], take: _Take, fresh: dict[Key, Any], seen: set[Key]
+    ) -> None:
         """Decode a page object by object: only one raw object is held decoded at a time,
         and only the records of a large LIST stay in memory. The event loop runs between
         every TAKE_CHUNK objects: the next page's request goes out first (a pooled
         connection takes no wait) and its answer is read while we decode."""
-        items = page.items or ()
         await asyncio.sleep(0)  # let the next page's request start
         for start in range(0, len(items), TAKE_CHUNK):
             if start:
                 await asyncio.sleep(0)
             for raw in items[start : start + TAKE_CHUNK]:
-                self._take(raw, fresh, seen)
+                take(raw, fresh, seen)
 
     def _absent(self) -> None:
         """The API server does not serve the resource (its CRD is not installed): the cache
@@ -620,6 +669,30 @@ class _Cache:
         self._fits(key, len(raw))
         fresh[key] = self._decode(obj)
 
+    def _take_proto(self, raw: bytes, fresh: dict[Key, Any], seen: set[Key]) -> None:
+        """One object of a protobuf LIST page (sources.proto), as `_take` takes a JSON
+        one: its size is its length as served."""
+        readers = self._proto
+        assert readers is not None  # only pages read while it is set come here
+        try:
+            if len(raw) > self._settings.max_object_bytes:
+                key = _key(readers.wire(raw))
+                seen.add(key)
+                self._fits(key, len(raw))
+                return
+            taken = readers.fast(raw) if readers.fast is not None else None
+            if taken is None:
+                obj = readers.wire(raw)
+                taken = _key(obj), self._decode(obj)
+        except proto.ProtoError as exc:
+            log.warning("kube.protobuf_unreadable", cache=self.name, error=str(exc))
+            self._proto = None
+            raise
+        key, record = taken
+        seen.add(key)
+        self._fits(key, len(raw))
+        fresh[key] = record
+
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
 
@@ -696,13 +769,14 @@ _NAMES = msgspec.json.Decoder(_Names)
 
 async def _body(response: Any) -> bytes:
     """The body of an unpreloaded answer; a failure raised as the ApiException the client
-    raises for a preloaded one (it does not check unpreloaded answers itself)."""
+    raises for a preloaded one (it does not check unpreloaded answers itself), its
+    Status in JSON if the server sent it in protobuf."""
     try:
         data: bytes = await response.read()
     finally:
         response.release()
     if not 200 <= response.status <= 299:
-        raise _api_exception(response, data)
+        raise _api_exception(response, proto.status_json(data) if proto.is_proto(data) else data)
     return data
 
 
@@ -755,6 +829,8 @@ class _CacheMaker:
     decode: Mapping[str, Decoder]
     # kind -> its straight reader: only with the options `decode` was made with
     fast: Mapping[str, Straight]
+    # kind -> how its protobuf LIST items are read (settings.kube_protobuf)
+    protos: Mapping[str, ProtoReaders]
 
     def make(
         self,
@@ -778,12 +854,13 @@ class _CacheMaker:
             field_selector,
             reader(resource.kind, job=resource in JOB_RESOURCES),
             self.fast.get(resource.kind),
+            self.protos.get(resource.kind),
         )
 
 
 def _readers(
     decode: Mapping[str, Decoder] | None, read_options: ReadOptions | None
-) -> tuple[Mapping[str, Decoder], dict[str, Straight]]:
+) -> tuple[Mapping[str, Decoder], dict[str, Straight], ReadOptions | None]:
     """Each kind's decoder (`decode`, else the default settings' readers) and the straight
     readers of the kinds a LIST brings by the ten thousand: only with the options
     `decode` was made with (`KubeSource`'s `decode`, `read_options`)."""
@@ -795,7 +872,7 @@ def _readers(
         for kind in ("Pod", "Node", "PodGroup", "PyTorchJob")
         if read_options is not None and (found := straight(kind, read_options)) is not None
     }
-    return decode, fast
+    return decode, fast, read_options
 
 
 class KubeSource:
@@ -836,7 +913,7 @@ class KubeSource:
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
         remember_client(api_client.configuration)
-        decode, fast = _readers(decode, read_options)
+        decode, fast, read_options = _readers(decode, read_options)
         caches = _CacheMaker(
             ObjectsApi(api_client),
             settings,
@@ -846,6 +923,12 @@ class KubeSource:
             page_size or settings.kube_list_page_size,
             decode,
             fast,
+            {
+                kind: found
+                for kind in ("Pod", "Node")
+                if settings.kube_protobuf
+                and (found := proto_readers(kind, read_options)) is not None
+            },
         )
         self._make_caches(caches, job_kinds, watch_nodes=watch_nodes, watch_pods=watch_pods)
         self._tasks: list[asyncio.Task[None]] = []

@@ -68,9 +68,10 @@ from ..podspec import (
     quantities,
 )
 from ..resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
+from . import proto
 from .wire import _Template
 
-__all__ = ["Straight", "straight"]
+__all__ = ["Straight", "node_record", "pod_record", "proto_straight", "straight"]
 
 Key = tuple[str, str]
 # an object's bytes -> (its cache key, its record), or None: read it the usual way
@@ -197,21 +198,31 @@ def _pod_reader(options: ReadOptions) -> Straight:
             pod = decode(raw)
         except msgspec.ValidationError:
             return None
-        meta, spec, status = pod.metadata, pod.spec, pod.status
-        if meta is None or spec is None or not spec.nodeName:
-            return None  # not bound: its shape is read the usual way
-        if status is not None and status.phase in FINISHED_POD_PHASES:
-            return None
-        ns = sys.intern(meta.namespace)
-        group = (meta.annotations or {}).get(GROUP_ANNOTATION)
-        group = sys.intern(f"{ns}/{group}") if group else ""
-        requests, ports, gpus = held(spec)
-        owner, index = _worker_of(meta, ns)
-        return (ns, meta.name), PodUse(
-            sys.intern(spec.nodeName), gpus, requests, ports, owner, index, group
-        )
+        return pod_record(pod, held)
 
     return read
+
+
+Held = tuple[Quantities, tuple[HostPort, ...], int]  # (requests, host ports, GPUs)
+
+
+def pod_record(pod: Any, held: Callable[[Any], Held]) -> tuple[Key, Any] | None:
+    """A bound, unfinished pod's key and record, of a pod read as `_Pod` (or as its
+    protobuf message, whose fields have the same names: sources.proto); `held` reads
+    what its spec holds. None: read it the usual way."""
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    if meta is None or spec is None or not spec.nodeName:
+        return None  # not bound: its shape is read the usual way
+    if status is not None and status.phase in FINISHED_POD_PHASES:
+        return None
+    ns = sys.intern(meta.namespace)
+    group = (meta.annotations or {}).get(GROUP_ANNOTATION)
+    group = sys.intern(f"{ns}/{group}") if group else ""
+    requests, ports, gpus = held(spec)
+    owner, index = _worker_of(meta, ns)
+    return (ns, meta.name), PodUse(
+        sys.intern(spec.nodeName), gpus, requests, ports, owner, index, group
+    )
 
 
 def _worker_of(meta: _Meta, ns: str) -> tuple[tuple[str, str, str, str] | None, int]:
@@ -298,40 +309,53 @@ def _node_reader(options: ReadOptions) -> Straight:
             node = decode(raw)
         except msgspec.ValidationError:
             return None
-        meta = node.metadata
-        if meta is None or not meta.name:
-            return None
-        spec, status = node.spec, node.status
-        resources, gpus = resources_of(status.allocatable if status is not None else None)
-        ready = False
-        if status is not None and status.conditions:
-            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
-        taints: tuple[Taint, ...] = ()
-        if spec is not None and spec.taints:
-            try:
-                taints = intern(
-                    tuple(
-                        Taint(_interned(t.key), _interned(t.value), _interned(t.effect))
-                        for t in spec.taints
-                        if t.effect in REPEL
-                    )
-                )
-            except TypeError:  # an effect that is no key of a set: the usual way raises
-                return None
-        labels, hostname = labels_of(meta.labels) if meta.labels else ((), "")
-        return (sys.intern(meta.namespace), meta.name), Node(
-            sys.intern(meta.name),
-            gpus,
-            0,
-            ready,
-            labels,
-            taints,
-            resources,
-            cordoned=spec is not None and spec.unschedulable is True,
-            hostname=hostname,
-        )
+        status = node.status
+        allocatable = status.allocatable if status is not None else None
+        return node_record(node, labels_of, resources_of(allocatable))
 
     return read
+
+
+def node_record(
+    node: Any,
+    labels_of: Callable[[Any], tuple[Labels, str]],
+    resources: tuple[Quantities, int],
+) -> tuple[Key, Any] | None:
+    """A node's key and record, of a node read as `_Node` (or as its protobuf message:
+    sources.proto); `resources`: its allocatable as kept and its GPUs. None: read it the
+    usual way."""
+    meta = node.metadata
+    if meta is None or not meta.name:
+        return None
+    spec, status = node.spec, node.status
+    ready = False
+    if status is not None and status.conditions:
+        ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
+    taints: tuple[Taint, ...] = ()
+    if spec is not None and spec.taints:
+        try:
+            taints = intern(
+                tuple(
+                    Taint(_interned(t.key), _interned(t.value), _interned(t.effect))
+                    for t in spec.taints
+                    if t.effect in REPEL
+                )
+            )
+        except TypeError:  # an effect that is no key of a set: the usual way raises
+            return None
+    labels, hostname = labels_of(meta.labels) if meta.labels else ((), "")
+    allocatable, gpus = resources
+    return (sys.intern(meta.namespace), meta.name), Node(
+        sys.intern(meta.name),
+        gpus,
+        0,
+        ready,
+        labels,
+        taints,
+        allocatable,
+        cordoned=spec is not None and spec.unschedulable is True,
+        hostname=hostname,
+    )
 
 
 class _GroupMeta(msgspec.Struct, gc=False):
@@ -628,6 +652,72 @@ def _bounds(elastic: dict[str, Any] | None, replicas: int) -> tuple[int, int] | 
     except BadField:
         return None
     return (low, high) if low <= replicas <= high else None
+
+
+def _proto_pod_reader(options: ReadOptions) -> Straight:
+    """A bound, unfinished pod from its protobuf bytes (sources.proto), as `_pod_reader`
+    reads its JSON."""
+    parse = proto.parse
+    gpu_names = tuple(options.gpu_resource_names)
+    holds: dict[tuple[Any, ...], Held] = {}
+
+    def container_key(c: Any) -> tuple[Any, ...]:
+        # the declared fields only: a container's env and command (kept by the parser as
+        # unknown fields) differ pod by pod
+        policy = c.restartPolicy if c.HasField("restartPolicy") else None
+        ports = tuple((p.name, p.hostPort, p.containerPort, p.protocol, p.hostIP) for p in c.ports)
+        return (c.name, c.resources.SerializeToString(), ports, policy)
+
+    def held(spec: Any) -> Held:
+        key = (
+            tuple(map(container_key, spec.containers)),
+            tuple(map(container_key, spec.initContainers)),
+            tuple(sorted(proto.quantities(spec.overhead).items())),
+            spec.hostNetwork,
+        )
+        found = holds.get(key)
+        if found is None:
+            # read as the usual way reads the same spec: the JSON dict it would read
+            requests, ports = pod_holds(
+                {
+                    "containers": [proto.container_wire(c) for c in spec.containers],
+                    "initContainers": [proto.container_wire(c) for c in spec.initContainers],
+                    "overhead": proto.quantities(spec.overhead) or None,
+                    "hostNetwork": spec.hostNetwork or None,
+                }
+            )
+            amounts = dict(requests)
+            found = (requests, ports, sum(amounts.get(g, 0) for g in gpu_names) // MILLI)
+            if len(holds) >= _LIMIT:  # never grows without bound on churn
+                holds.clear()
+            holds[key] = found
+        return found
+
+    def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
+        return pod_record(parse("Pod", bytes(raw)), held)
+
+    return read
+
+
+def _proto_node_reader(options: ReadOptions) -> Straight:
+    """A Node from its protobuf bytes (sources.proto), as `_node_reader` reads its JSON."""
+    parse = proto.parse
+    labels_of = _labels_reader()
+    resources_of = _allocatable_reader(tuple(options.gpu_resource_names))
+
+    def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
+        node = parse("Node", bytes(raw))
+        resources = resources_of(proto.quantities(node.status.allocatable))
+        return node_record(node, labels_of, resources)
+
+    return read
+
+
+def proto_straight(kind: str, options: ReadOptions) -> Straight | None:
+    """The straight reader of a LIST's protobuf items of `kind` (Pod, Node), None for
+    other kinds (served in JSON only, or read the usual way)."""
+    make = {"Pod": _proto_pod_reader, "Node": _proto_node_reader}.get(kind)
+    return make(options) if make is not None else None
 
 
 def straight(kind: str, options: ReadOptions) -> Straight | None:

@@ -1,0 +1,455 @@
+"""Pods and Nodes read from protobuf (sources.proto) against the same objects read from
+JSON, as the REAL API server serves each: every object read the same way gives the
+same cache key and record, whether straight (a bound pod, a node) or the usual way (an
+unbound pod, a finished one); a KubeSource asking for protobuf keeps what one asking for
+JSON keeps; and what cannot be read says so and leaves the cache to JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes_asyncio.client import ApiClient
+from kubeserver import ApiError, EnvTest, object_path
+
+from autoscaler.parse import decoders
+from autoscaler.settings import Settings
+from autoscaler.sources import proto
+from autoscaler.sources.kube import KubeSource, _key, proto_readers
+from autoscaler.sources.wire import reader
+
+OPTIONS = Settings.model_validate({}).read_options()
+# one reader per kind for the module, as a cache keeps one: what it remembers of one
+# object (a spec's holding, a pool's labels) must hold for the next
+READERS = {kind: proto_readers(kind, OPTIONS) for kind in ("Pod", "Node")}
+GPU = "nvidia.com/gpu"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _get(envtest: EnvTest, path: str, accept: str) -> bytes:
+    req = urllib.request.Request(envtest.url + path)
+    req.add_header("Authorization", f"Bearer {envtest.token}")
+    req.add_header("Accept", accept)
+    with urllib.request.urlopen(req, context=envtest._context(), timeout=30) as resp:
+        body: bytes = resp.read()
+    return body
+
+
+def _item(envtest: EnvTest, obj: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The object as the server sends it in a LIST, in JSON and in protobuf."""
+    meta = obj["metadata"]
+    ns = f"/namespaces/{meta['namespace']}" if "namespace" in meta else ""
+    plural = "pods" if obj["kind"] == "Pod" else "nodes"
+    path = f"/api/v1{ns}/{plural}?fieldSelector=metadata.name%3D{meta['name']}"
+    listed = json.loads(_get(envtest, path, "application/json"))["items"]
+    _, _, items = proto.list_page(_get(envtest, path, proto.ACCEPT))
+    assert len(listed) == len(items) == 1
+    return json.dumps(listed[0]).encode(), items[0]
+
+
+def _both(envtest: EnvTest, obj: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """(key and record from JSON, from protobuf, whether protobuf's was straight). The
+    usual way from protobuf (the dict the decoders read) is checked for every object,
+    straight or not: a cache without the decoders' options reads each so."""
+    kind = obj["kind"]
+    as_json, as_proto = _item(envtest, obj)
+    wire = reader(kind)(as_json)
+    usual = _key(wire), decoders(OPTIONS)[kind](wire)
+    readers = READERS[kind]
+    assert readers is not None and readers.fast is not None
+    obj_read = readers.wire(as_proto)
+    assert (_key(obj_read), decoders(OPTIONS)[kind](obj_read)) == usual
+    taken = readers.fast(as_proto)
+    return usual, taken if taken is not None else usual, taken is not None
+
+
+def _pod(ns: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    spec = {"containers": [{"name": "main", "image": "busybox"}], **spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, **meta},
+        "spec": spec,
+    }
+
+
+def _container(name: str = "main", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": "busybox", **fields}
+
+
+def _owner(kind: str, api: str, name: str, controller: bool | None) -> dict[str, Any]:
+    out = {"apiVersion": api, "kind": kind, "name": name, "uid": str(uuid.uuid4())}
+    if controller is not None:
+        out["controller"] = controller
+    return out
+
+
+WORKER_LABELS = {
+    "training.kubeflow.org/replica-type": "worker",
+    "training.kubeflow.org/replica-index": "3",
+    "training.kubeflow.org/job-name": "t",
+}
+
+
+def _pods(ns: str, node: str) -> list[tuple[dict[str, Any], bool, dict[str, Any] | None]]:
+    """(pod, taken straight, status to set) for every way a pod is read."""
+    gpus = {"requests": {GPU: "2", "cpu": "8", "memory": "64Gi"}, "limits": {GPU: "2"}}
+    kubeflow = [_owner("PyTorchJob", "kubeflow.org/v1", "t", True)]
+    affinity = {
+        "nodeAffinity": {
+            REQUIRED: {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "accelerator", "operator": "In", "values": ["a100", "h100"]},
+                            {"key": "pool", "operator": "NotIn", "values": ["cpu"]},
+                            {"key": "gpu", "operator": "Exists"},
+                            {"key": "spot", "operator": "DoesNotExist"},
+                            {"key": "gen", "operator": "Gt", "values": ["3"]},
+                            {"key": "age", "operator": "Lt", "values": ["9"]},
+                        ]
+                    },
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 5,
+                    "preference": {"matchExpressions": [{"key": "z", "operator": "Exists"}]},
+                }
+            ],
+        },
+        "podAntiAffinity": {
+            REQUIRED: [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}]
+        },
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "zone", "labelSelector": {}}}
+            ]
+        },
+    }
+    shaped = {
+        "nodeSelector": {"accelerator": "a100", "pool": "train"},
+        "affinity": affinity,
+        "tolerations": [
+            {"operator": "Exists"},
+            {"key": GPU, "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+            {"key": "evict", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0},
+            {"key": "plain"},
+        ],
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+            {"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "ScheduleAnyway"},
+        ],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "scratch", "emptyDir": {}},
+            {
+                "name": "eph",
+                "ephemeral": {
+                    "volumeClaimTemplate": {
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        }
+                    }
+                },
+            },
+        ],
+        "containers": [_container(resources=gpus, ports=[{"containerPort": 23456}])],
+    }
+    sidecars = {
+        "initContainers": [
+            _container("sidecar", restartPolicy="Always", resources={"requests": {"cpu": "2"}}),
+            _container("init", resources={"limits": {"cpu": "16", "memory": "1Gi"}}),
+        ],
+        "containers": [
+            _container(
+                resources={"limits": {GPU: "4", "cpu": "4"}}, env=[{"name": "A", "value": "1"}]
+            ),
+            _container("loader", resources={"requests": {"cpu": "500m", "memory": "1.5Gi"}}),
+        ],
+    }
+    ports = {
+        "containers": [
+            _container(
+                ports=[
+                    {"containerPort": 80, "hostPort": 8080},
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                    {"name": "metrics", "containerPort": 9090},
+                ]
+            )
+        ]
+    }
+    # with hostNetwork a host port must be the container port (the server defaults it)
+    host = {
+        "containers": [
+            _container(ports=[{"containerPort": 23456}, {"containerPort": 53, "protocol": "UDP"}])
+        ]
+    }
+    volcano = {
+        "annotations": {
+            "volcano.sh/task-spec": "worker",
+            "scheduling.k8s.io/group-name": "vc-job-pg",
+        },
+        "ownerReferences": [_owner("Job", "batch.volcano.sh/v1alpha1", "vc-job", True)],
+    }
+    return [
+        # bound workers of every kind: straight
+        (_pod(ns, "w-3", {"nodeName": node, "containers": [_container(resources=gpus)]},
+              labels=WORKER_LABELS, ownerReferences=kubeflow,
+              annotations={"scheduling.k8s.io/group-name": "t-pg"}), True, None),
+        (_pod(ns, "sidecars", {"nodeName": node, **sidecars}, labels=WORKER_LABELS,
+              ownerReferences=kubeflow), True, None),
+        (_pod(ns, "hostnet", {"nodeName": node, "hostNetwork": True, **host}), True, None),
+        (_pod(ns, "vc-job-worker-7", {"nodeName": node, **ports}, **volcano), True, None),
+        (_pod(ns, "shaped-bound", {"nodeName": node, **shaped}), True, {"phase": "Running"}),
+        (_pod(ns, "owners", {"nodeName": node}, ownerReferences=[
+            _owner("ReplicaSet", "apps/v1", "rs", False),
+            _owner("Job", "batch/v1", "other", None),
+        ]), True, None),
+        # finished, unbound: the usual way
+        (_pod(ns, "done", {"nodeName": node}, labels=WORKER_LABELS, ownerReferences=kubeflow),
+         False, {"phase": "Succeeded"}),
+        (_pod(ns, "shaped", shaped, labels=WORKER_LABELS, ownerReferences=kubeflow), False, None),
+        (_pod(ns, "vc-job-worker-8", sidecars, **volcano), False, None),
+        (_pod(ns, "gang-only", {**host, "hostNetwork": True},
+              annotations={"scheduling.k8s.io/group-name": "pg"}), False, None),
+        (_pod(ns, "nobody", shaped), False, None),
+    ]  # fmt: skip
+
+
+def _nodes(prefix: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    def node(name: str, spec: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+        meta = {"name": f"{prefix}-{name}", "labels": labels}
+        return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
+
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
+    allocatable = {"cpu": "64", "memory": "512Gi", GPU: "8", "pods": "110", "rdma/hca": "1"}
+    taints = [
+        {"key": GPU, "value": "present", "effect": "NoSchedule"},
+        {"key": "soft", "effect": "PreferNoSchedule"},
+        {"key": "drain", "value": "", "effect": "NoExecute"},
+    ]
+    pool = {"accelerator": "a100", "kubernetes.io/hostname": f"{prefix}-gpu"}
+    return [
+        (
+            node("gpu", {"taints": taints}, pool),
+            {"allocatable": allocatable, "conditions": [ready]},
+        ),
+        (
+            node("cordoned", {"unschedulable": True}, {}),
+            {"allocatable": {"cpu": "8"}, "conditions": [{**ready, "status": "False"}]},
+        ),
+        (node("bare", {}, {"kubernetes.io/hostname": "elsewhere"}), None),
+        (node("again", {"taints": taints[:1]}, pool), {"allocatable": allocatable}),
+    ]
+
+
+def _make(envtest: EnvTest, obj: dict[str, Any], status: dict[str, Any] | None) -> None:
+    envtest.create(obj)
+    if status is not None:
+        envtest.patch_status(obj, status)
+
+
+def test_every_pod_and_node_reads_from_protobuf_as_from_json(envtest: EnvTest, real_ns: str):
+    prefix = f"proto-{uuid.uuid4().hex[:6]}"
+    nodes = _nodes(prefix)
+    for obj, status in nodes:
+        _make(envtest, obj, status)
+    pods = _pods(real_ns, nodes[0][0]["metadata"]["name"])
+    for obj, _, status in pods:
+        _make(envtest, obj, status)
+    for obj, _ in nodes:
+        usual, read, straight = _both(envtest, obj)
+        assert straight, obj["metadata"]["name"]
+        assert read == usual, obj["metadata"]["name"]
+    for obj, expect_straight, _ in pods:
+        usual, read, straight = _both(envtest, obj)
+        assert (straight, read) == (expect_straight, usual), obj["metadata"]["name"]
+    # each way was read to something: a test whose records are all None could not fail
+    empty = {obj["metadata"]["name"] for obj, _, _ in pods if _both(envtest, obj)[0][1] is None}
+    assert empty == {"done", "nobody"}  # finished; unbound of no job and no gang
+
+
+async def test_a_source_asking_protobuf_keeps_what_one_asking_json_keeps(
+    envtest: EnvTest, real_ns: str, real_client: ApiClient
+):
+    prefix = f"proto-{uuid.uuid4().hex[:6]}"
+    nodes = _nodes(prefix)
+    for obj, status in nodes:
+        _make(envtest, obj, status)
+    for obj, _, status in _pods(real_ns, nodes[0][0]["metadata"]["name"]):
+        _make(envtest, obj, status)
+    kept = {}
+    for ask in (True, False):
+        settings = Settings.model_validate({"kube_protobuf": ask, "kube_list_page_size": 3})
+        source = KubeSource(
+            settings.kube_options(),
+            real_client,
+            watch_nodes=True,
+            watch_pods=True,
+            read_options=OPTIONS,
+        )
+        objects = await source.list_once()
+        pages = {c.name: c.counters.proto_pages for c in source._caches}
+        assert (pages["Pod(*)"] > 1, pages["Node"] > 1) == (ask, ask)
+        assert sum(pages.values()) == pages["Pod(*)"] + pages["Node"]  # CRDs: JSON
+        kept[ask] = (objects.nodes, objects.pods)
+    assert kept[True] == kept[False]
+    mine = [n for n in kept[True][0] if n.name.startswith(prefix)]
+    assert len(mine) == len(nodes)
+
+
+# ---- random pods: any valid spec the server admits reads alike -----------------------------
+
+_NAME = st.text("abcxyz", min_size=1, max_size=4)
+_QTY = st.sampled_from(["1", "2", "500m", "1.5", "64Gi", "100M", "0", "3k"])
+_RESOURCES = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests": st.dictionaries(st.sampled_from(["cpu", "memory", GPU, "rdma/hca"]), _QTY),
+        "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), _QTY),
+    },
+)
+_PORT = st.fixed_dictionaries(
+    {"containerPort": st.integers(1, 65535)},
+    optional={
+        "hostPort": st.integers(1, 65535),
+        "protocol": st.sampled_from(["TCP", "UDP", "SCTP"]),
+        "hostIP": st.sampled_from(["10.0.0.1", "0.0.0.0"]),
+    },
+)
+_TOLERATION = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": _NAME,
+        "operator": st.sampled_from(["Exists", "Equal"]),
+        "value": _NAME,
+        "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
+        "tolerationSeconds": st.integers(0, 300),
+    },
+)
+_REQ = st.fixed_dictionaries(
+    {"key": _NAME, "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"])},
+    optional={"values": st.lists(_NAME, min_size=1, max_size=2)},
+)
+_SPEC = st.fixed_dictionaries(
+    {
+        "containers": st.lists(
+            st.fixed_dictionaries(
+                {"resources": _RESOURCES}, optional={"ports": st.lists(_PORT, max_size=2)}
+            ),
+            min_size=1,
+            max_size=2,
+        )
+    },
+    optional={
+        "nodeName": st.just("NODE"),
+        "hostNetwork": st.booleans(),
+        "nodeSelector": st.dictionaries(_NAME, _NAME, max_size=2),
+        "tolerations": st.lists(_TOLERATION, max_size=3),
+        "affinity": st.fixed_dictionaries(
+            {
+                "nodeAffinity": st.fixed_dictionaries(
+                    {
+                        REQUIRED: st.fixed_dictionaries(
+                            {
+                                "nodeSelectorTerms": st.lists(
+                                    st.fixed_dictionaries(
+                                        {},
+                                        optional={"matchExpressions": st.lists(_REQ, max_size=2)},
+                                    ),
+                                    min_size=1,
+                                    max_size=2,
+                                )
+                            }
+                        )
+                    }
+                )
+            }
+        ),
+    },
+)
+
+
+def _named(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    spec = copy.deepcopy(spec)
+    for i, c in enumerate(spec["containers"]):
+        c.update(name=f"c{i}", image="busybox")
+    if "nodeName" in spec:
+        spec["nodeName"] = node
+    return spec
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(spec=_SPEC, owned=st.booleans())
+def test_any_pod_the_server_admits_reads_from_protobuf_as_from_json(
+    envtest: EnvTest, real_ns: str, spec: dict[str, Any], owned: bool
+):
+    meta: dict[str, Any] = {"annotations": {"scheduling.k8s.io/group-name": "pg"}}
+    if owned:
+        meta = {
+            "labels": WORKER_LABELS,
+            "ownerReferences": [_owner("PyTorchJob", "kubeflow.org/v1", "t", True)],
+        }
+    pod = _pod(real_ns, f"p-{uuid.uuid4().hex[:10]}", _named(spec, "some-node"), **meta)
+    try:
+        envtest.create(pod)
+    except ApiError as exc:
+        assert exc.status == 422, exc.body  # invalid: nothing to read
+        return
+    usual, read, _ = _both(envtest, pod)
+    assert read == usual
+    assert usual[1] is not None
+
+
+# ---- what cannot be read ---------------------------------------------------------------------
+
+
+def test_an_answer_that_is_not_the_envelope_says_so():
+    with pytest.raises(proto.ProtoError, match="not a protobuf answer"):
+        proto.list_page(b'{"kind": "PodList"}')
+    with pytest.raises(proto.ProtoError, match="envelope unreadable"):
+        proto.list_page(proto.MAGIC + b"\xff\xff\xff")
+    with pytest.raises(proto.ProtoError, match="Pod unreadable"):
+        proto.parse("Pod", b"\x0a\x05ab")
+
+
+def test_a_failure_sent_in_protobuf_reads_as_its_json_status(envtest: EnvTest, real_ns: str):
+    path = object_path(_pod(real_ns, "absent", {}))
+    req = urllib.request.Request(envtest.url + path)
+    req.add_header("Authorization", f"Bearer {envtest.token}")
+    req.add_header("Accept", proto.ACCEPT)
+    with pytest.raises(urllib.error.HTTPError) as failed:
+        urllib.request.urlopen(req, context=envtest._context(), timeout=30)
+    body = failed.value.read()
+    assert proto.is_proto(body)
+    status = json.loads(proto.status_json(body))
+    assert (status["code"], status["reason"]) == (404, "NotFound")
+    assert "absent" in status["message"]
+    assert proto.status_json(b"not protobuf") == b"not protobuf"
+
+
+async def test_an_unreadable_protobuf_page_fails_the_list_and_the_cache_asks_json_after(
+    envtest: EnvTest, real_client: ApiClient
+):
+    settings = Settings.model_validate({"kube_protobuf": True})
+    source = KubeSource(settings.kube_options(), real_client, watch_nodes=True)
+    cache = next(c for c in source._caches if c.name == "Node")
+    with pytest.raises(proto.ProtoError):
+        cache._read_page(proto.MAGIC + b"\x12\x03\x0a\x01\xff")
+    objects = await asyncio.wait_for(source.list_once(), 30)  # JSON now
+    assert cache.counters.proto_pages == 0
+    assert objects.nodes
