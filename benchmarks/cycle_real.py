@@ -487,10 +487,18 @@ async def daemon_caches(
 _TOKEN_AT = re.compile(rb'"continue":"([^"]*)"')
 
 
-async def list_pages(cache: Any, page_size: int) -> AsyncIterator[tuple[bool, bytes]]:
+async def list_pages(
+    cache: Any, page_size: int, protobuf: bool = False
+) -> AsyncIterator[tuple[bool, bytes]]:
     """A cache's LIST, page by page, as the daemon asks for it: (served, body); a kind
-    whose CRD is not installed answers one page, not served."""
+    whose CRD is not installed answers one page, not served. `protobuf`: Pods and Nodes
+    asked for in protobuf, as the daemon's caches ask them (settings.kube_protobuf);
+    else everything in JSON."""
+    from autoscaler.sources import proto
+
     func, args, kwargs = cache._call_args()
+    if protobuf and cache._proto is not None:
+        kwargs = {**kwargs, "_accept": proto.ACCEPT}
     token = ""
     while True:
         response = await func(
@@ -509,20 +517,25 @@ async def list_pages(cache: Any, page_size: int) -> AsyncIterator[tuple[bool, by
         # the list's metadata (and its continue token) comes before the items in the
         # core group's lists (Pods, Nodes), after them in a custom resource's: the
         # floor before [placement] #27's second round read one page of each core list
-        found = _TOKEN_AT.search(body, 0, 4096) or _TOKEN_AT.search(body, max(0, len(body) - 4096))
-        token = found.group(1).decode() if found else ""
+        if proto.is_proto(body):
+            token = proto.list_page(body)[1]
+        else:
+            found = _TOKEN_AT.search(body, 0, 4096) or _TOKEN_AT.search(
+                body, max(0, len(body) - 4096)
+            )
+            token = found.group(1).decode() if found else ""
         if not token:
             return
 
 
-async def read_lists(kube: Any, page_size: int) -> dict:
+async def read_lists(kube: Any, page_size: int, protobuf: bool = False) -> dict:
     """Every cache's LIST (as KubeSource would make it, all at once), each page read
     and discarded: pages, bytes (uncompressed, whatever the wire carried), wall and CPU
     seconds."""
     read = {"pages": 0, "bytes": 0}
 
     async def read_all(cache: Any) -> None:
-        async for _, body in list_pages(cache, page_size):
+        async for _, body in list_pages(cache, page_size, protobuf):
             read["pages"] += 1
             read["bytes"] += len(body)
 
@@ -531,18 +544,19 @@ async def read_lists(kube: Any, page_size: int) -> dict:
     return {**read, "s": time.perf_counter() - t0, "cpu_s": time.process_time() - cpu0}
 
 
-async def _floor(kubeconfig: str, page_size: int, node_fit: bool) -> dict:
-    """The server's own time for the LISTs a sync makes (`read_lists`)."""
+async def _floor(kubeconfig: str, page_size: int, node_fit: bool, protobuf: bool) -> dict:
+    """The server's own time for the LISTs a sync makes (`read_lists`): in JSON, or
+    with Pods and Nodes in protobuf as the daemon asks them (`protobuf`)."""
     import server_probe
 
     client, kube = await daemon_caches(kubeconfig, page_size, node_fit)
     target = server_probe.Target.from_env()
     before = server_probe.take(target) if target else None
-    read = await read_lists(kube, page_size)
+    read = await read_lists(kube, page_size, protobuf)
     server = server_probe.delta(before, server_probe.take(target)) if target and before else {}
     await client.close()
     return {
-        "floor": True,
+        "floor": "protobuf" if protobuf else "json",
         "floor_server": server,
         "page_size": page_size,
         "node_fit": node_fit,
@@ -609,6 +623,10 @@ async def _main(args: argparse.Namespace) -> None:
                     fit = "--node-fit" if node_fit else "--no-node-fit"
                     floor = ("--floor", str(kubeconfig), str(page), fit)
                     floors = [await _child(server, args.settle, *floor)]
+                    pfloor = (*floor, "--proto-floor")
+                    pfloors = []
+                    if args.proto_floors:
+                        pfloors.append(await _child(server, args.settle, *pfloor))
                     codes = [str(ROOT), *([args.compare_root] if args.compare_root else [])]
                     for _ in range(args.repeat):
                         for tune, code in itertools.product(
@@ -629,7 +647,10 @@ async def _main(args: argparse.Namespace) -> None:
                             # a floor after each daemon: each is compared with the
                             # floors either side of it, their server's CPU beside
                             floors.append(await _child(server, args.settle, *floor))
-                            print(json.dumps(_against(daemon, floors[-2:])), flush=True)
+                            if args.proto_floors:
+                                pfloors.append(await _child(server, args.settle, *pfloor))
+                            row = _against(daemon, floors[-2:], pfloors[-2:])
+                            print(json.dumps(row), flush=True)
                     for _ in range(args.watch_list):
                         # the same collections streamed, as client-go's reflector asks
                         # them by default (benchmarks/watch_list.py), then a floor again
@@ -638,11 +659,21 @@ async def _main(args: argparse.Namespace) -> None:
                         await _child(server, args.settle, *floor)
 
 
-def _against(daemon: dict, floors: list[dict]) -> dict:
+def _against(daemon: dict, floors: list[dict], pfloors: list[dict] = ()) -> dict:
     """A daemon's row with the floors either side of it: the sync against their mean,
-    and what the server did (`_brief`) over the sync and over each floor's reads."""
+    and what the server did (`_brief`) over the sync and over each floor's reads;
+    `pfloors`, the protobuf floors either side (--proto-floors), likewise."""
     mean = statistics.mean(f["floor_s"] for f in floors)
+    proto = {}
+    if pfloors:
+        pmean = statistics.mean(f["floor_s"] for f in pfloors)
+        proto = {
+            "proto_floors_s": [f["floor_s"] for f in pfloors],
+            "x_proto_floor": round(daemon["sync_s"] / pmean, 2),
+            "server_proto_floors": [_brief(f.get("floor_server") or {}) for f in pfloors],
+        }
     return {
+        **proto,
         **{k: v for k, v in daemon.items() if k not in ("server", "sync_server")},
         "floors_s": [f["floor_s"] for f in floors],
         "x_floor": round(daemon["sync_s"] / mean, 2),
@@ -755,6 +786,13 @@ def main() -> int:
     )
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--proto-floor", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--proto-floors",
+        action="store_true",
+        help="after each floor (every LIST in JSON), a floor with Pods and Nodes in "
+        "protobuf, as the daemon asks them (settings.kube_protobuf)",
+    )
     parser.add_argument(
         "--gc-compare",
         action="store_true",
@@ -765,7 +803,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.floor:
         kubeconfig, page = args.floor
-        print(json.dumps(asyncio.run(_floor(kubeconfig, int(page), bool(args.node_fit)))))
+        floor = _floor(kubeconfig, int(page), bool(args.node_fit), args.proto_floor)
+        print(json.dumps(asyncio.run(floor)))
         return 0
     if args.measure:
         kubeconfig, prom_url, page, steady = args.measure

@@ -8,7 +8,8 @@ a REAL kube-apiserver, then decoded by the caches' own code, collection by colle
 PodGroup each, 200 waiting gangs, 100 Queues, nodes, a bound pod per worker and Master;
 `--nodes` pads it with idle nodes, 5,200 at 2,000 jobs is the 26k of 10k jobs) and writes
 every page of every LIST the daemon's caches make with node_fit on (pages of 500), as
-served (the JSON, uncompressed), gzipped into DIR.
+served (uncompressed: JSON, or with `--protobuf` Pods and Nodes in protobuf as the
+daemon asks them), gzipped into DIR.
 
 `--pages` replays them through each cache as `_Cache._list` takes a page (the page's
 envelope, then `_take` per object: its lean read, `sources.wire`, and its record,
@@ -49,14 +50,14 @@ sys.path[:0] = [CODE, str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 PAGE_SIZE = 500
 
 
-async def _dump(kubeconfig: str, out: Path) -> dict[str, int]:
+async def _dump(kubeconfig: str, out: Path, protobuf: bool) -> dict[str, int]:
     from cycle_real import daemon_caches, list_pages
 
     client, kube = await daemon_caches(kubeconfig, PAGE_SIZE, node_fit=True)
     pages: dict[str, int] = {}
     for i, cache in enumerate(kube._caches):
         kind, page = cache.resource.kind, 0
-        async for served, body in list_pages(cache, PAGE_SIZE):
+        async for served, body in list_pages(cache, PAGE_SIZE, protobuf):
             if not served:  # a kind whose CRD is not installed
                 break
             name = f"{i:02d}-{kind}-{page:04d}.json.gz"
@@ -67,13 +68,13 @@ async def _dump(kubeconfig: str, out: Path) -> dict[str, int]:
     return pages
 
 
-async def _capture(out: Path, jobs: int, nodes: int) -> None:
+async def _capture(out: Path, jobs: int, nodes: int, protobuf: bool) -> None:
     from cycle_real import _load
     from kubeserver import envtest_server
 
     with envtest_server("envtest-sync-decode-") as server:
         loaded = await _load(server.url, server.token, str(server.ca_file), jobs, True, nodes)
-        pages = await _dump(str(server.kubeconfig()), out)
+        pages = await _dump(str(server.kubeconfig()), out, protobuf)
     print(json.dumps({"jobs": jobs, **loaded, "pages": pages}), flush=True)
 
 
@@ -130,9 +131,18 @@ class _Pass:
         prometheus.close()
         self.by_cache = by_cache
 
-    def run(self, timed: bool) -> dict[str, dict[str, float]]:
+    @staticmethod
+    def _page(cache: Any, body: bytes) -> tuple[Any, Any]:
+        """A page's items and how the cache takes each: protobuf or JSON as it came
+        (`_Cache._read_page`; JSON alone before the seventh round)."""
         from autoscaler.sources.kube import _PAGE
 
+        if hasattr(cache, "_read_page"):
+            _, _, items, take = cache._read_page(body)
+            return items, take
+        return _PAGE.decode(body).items or (), cache._take
+
+    def run(self, timed: bool) -> dict[str, dict[str, float]]:
         clock = time.process_time
         out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for i, cache in enumerate(self.kube._caches):
@@ -145,13 +155,14 @@ class _Pass:
             start = clock()
             for body in bodies:
                 t = clock()
-                page = _PAGE.decode(body)
+                items, take = self._page(cache, body)
                 row["envelope"] += clock() - t
-                items = page.items or ()
                 row["objects"] += len(items)
                 if timed:
                     read, decode = cache._read, cache._decode
                     fast = getattr(cache, "_fast", None)  # none before the sixth round
+                    if take != cache._take:  # protobuf: its readers
+                        read, fast = cache._proto.wire, cache._proto.fast
                     for raw in items:
                         t0 = clock()
                         if fast is not None and fast(raw) is not None:
@@ -163,7 +174,7 @@ class _Pass:
                         row["read"] += t1 - t0
                         row["record"] += clock() - t1
                 for raw in items:
-                    cache._take(raw, fresh, seen)
+                    take(raw, fresh, seen)
             t = clock()
             cache._install(fresh, seen, "1")
             cache.synced.set()
@@ -277,6 +288,12 @@ def main() -> int:
     parser.add_argument("--capture", type=Path, help="load a real server, write its pages here")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=5200)
+    parser.add_argument(
+        "--protobuf",
+        action="store_true",
+        help="with --capture: Pods and Nodes in protobuf, as the daemon asks them "
+        "(settings.kube_protobuf); else every page in JSON",
+    )
     parser.add_argument("--pages", type=Path, help="replay the pages written here")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, default=0, help="cProfile: the N heaviest")
@@ -285,7 +302,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.capture:
         args.capture.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_capture(args.capture, args.jobs, args.nodes))
+        asyncio.run(_capture(args.capture, args.jobs, args.nodes, args.protobuf))
     if args.pages and args.straight:
         _straight_alone(args.pages, args.straight, args.repeat)
     elif args.pages:

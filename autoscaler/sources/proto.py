@@ -26,7 +26,7 @@ real API server serves them in each encoding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
@@ -72,9 +72,14 @@ _PACKAGE = "autoscaler.k8s"
 # message -> its fields: (name, number, type, repeated); a type that is not a scalar
 # names a message here, "map:<value>" a map<string, value>. Numbers as upstream's.
 _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
-    # k8s.io/apimachinery/pkg/runtime: Unknown (the envelope); api/resource: Quantity
-    "Unknown": (("raw", 2, "bytes", False), ("contentEncoding", 3, "string", False)),
+    # k8s.io/apimachinery/pkg/runtime: Unknown, the envelope, its `raw` (bytes, 2) read
+    # as the message it holds: a List, or a Status
+    "ListEnvelope": (("raw", 2, "List", False), ("contentEncoding", 3, "string", False)),
+    "StatusEnvelope": (("raw", 2, "Status", False), ("contentEncoding", 3, "string", False)),
+    # api/resource; a map<string, Quantity>'s entry (maps read as their entries' bytes:
+    # a memo's key, read when it misses)
     "Quantity": (("string", 1, "string", False),),
+    "QuantityEntry": (("key", 1, "string", False), ("value", 2, "Quantity", False)),
     # k8s.io/apimachinery/pkg/apis/meta/v1
     "ListMeta": (("resourceVersion", 2, "string", False), ("continue", 3, "string", False)),
     "List": (("metadata", 1, "ListMeta", False), ("items", 2, "bytes", True)),
@@ -113,8 +118,8 @@ _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
     ),
     "Container": (
         ("name", 1, "string", False),
-        ("ports", 6, "ContainerPort", True),
-        ("resources", 8, "ResourceRequirements", False),
+        ("ports", 6, "bytes", True),  # ContainerPort
+        ("resources", 8, "bytes", False),  # ResourceRequirements
         ("restartPolicy", 24, "string", False),
     ),
     "NodeSelectorRequirement": (
@@ -162,7 +167,7 @@ _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
         ("affinity", 18, "Affinity", False),
         ("initContainers", 20, "Container", True),
         ("tolerations", 22, "Toleration", True),
-        ("overhead", 32, "map:Quantity", False),
+        ("overhead", 32, "bytes", True),  # QuantityEntry
         ("topologySpreadConstraints", 33, "TopologySpreadConstraint", True),
     ),
     "PodStatus": (("phase", 1, "string", False),),
@@ -179,7 +184,7 @@ _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
     "NodeSpec": (("unschedulable", 4, "bool", False), ("taints", 5, "Taint", True)),
     "NodeCondition": (("type", 1, "string", False), ("status", 2, "string", False)),
     "NodeStatus": (
-        ("allocatable", 2, "map:Quantity", False),
+        ("allocatable", 2, "bytes", True),  # QuantityEntry
         ("conditions", 4, "NodeCondition", True),
     ),
     "Node": (
@@ -236,28 +241,25 @@ def is_proto(body: bytes) -> bool:
     return body[:4] == MAGIC
 
 
-def _unwrap(body: bytes) -> Any:
-    """The envelope's message bytes (runtime.Unknown's `raw`)."""
+def _open(body: bytes, envelope: str) -> Any:
+    """The envelope of `body` with its message read; ProtoError for one that is not."""
     if not is_proto(body):
         raise ProtoError("not a protobuf answer")
     try:
-        unknown = _PARSE["Unknown"](body[4:])
+        opened = _PARSE[envelope](body[4:])
     except message.DecodeError as exc:
         raise ProtoError(f"protobuf envelope unreadable: {exc}") from None
-    if unknown.contentEncoding:
-        raise ProtoError(f"protobuf envelope has contentEncoding {unknown.contentEncoding!r}")
-    return unknown.raw
+    if opened.contentEncoding:
+        raise ProtoError(f"protobuf envelope has contentEncoding {opened.contentEncoding!r}")
+    return opened.raw
 
 
-def list_page(body: bytes) -> tuple[str, str, list[bytes]]:
+def list_page(body: bytes) -> tuple[str, str, Sequence[bytes]]:
     """A LIST answer in protobuf: (its resourceVersion, its continue token, each item's
     bytes, still encoded: its size is their length). ProtoError for one that is not."""
-    try:
-        page = _PARSE["List"](_unwrap(body))
-    except message.DecodeError as exc:
-        raise ProtoError(f"protobuf LIST unreadable: {exc}") from None
+    page = _open(body, "ListEnvelope")
     meta = page.metadata
-    return meta.resourceVersion, getattr(meta, "continue"), list(page.items)
+    return meta.resourceVersion, getattr(meta, "continue"), page.items
 
 
 def status_json(body: bytes) -> bytes:
@@ -266,8 +268,8 @@ def status_json(body: bytes) -> bytes:
     import json
 
     try:
-        status = _PARSE["Status"](_unwrap(body))
-    except (ProtoError, message.DecodeError):
+        status = _open(body, "StatusEnvelope")
+    except ProtoError:
         return body
     return json.dumps(
         {
@@ -293,9 +295,13 @@ def parse(kind: str, raw: bytes) -> Any:
 # ---- the usual way: the dict sources.wire reads from the JSON ---------------------------
 
 
-def quantities(resources: Mapping[str, Any]) -> dict[str, str]:
-    """A map<string, Quantity> as JSON writes it: each quantity its canonical string."""
-    return {name: q.string for name, q in resources.items()}
+def quantities(resources: Any) -> dict[str, str]:
+    """A map<string, Quantity> as JSON writes it, each quantity its canonical string:
+    of a parsed map, or of its entries' bytes."""
+    if isinstance(resources, Mapping):
+        return {name: q.string for name, q in resources.items()}
+    entry = _PARSE["QuantityEntry"]
+    return {e.key: e.value.string for e in map(entry, resources)}
 
 
 def _put(into: dict[str, Any], name: str, value: Any) -> None:
@@ -323,11 +329,12 @@ def _meta(meta: Any) -> dict[str, Any]:
 
 def container_wire(c: Any) -> dict[str, Any]:
     resources: dict[str, Any] = {}  # a struct: written even when empty
-    _put(resources, "limits", quantities(c.resources.limits))
-    _put(resources, "requests", quantities(c.resources.requests))
+    declared = _PARSE["ResourceRequirements"](c.resources)
+    _put(resources, "limits", quantities(declared.limits))
+    _put(resources, "requests", quantities(declared.requests))
     out: dict[str, Any] = {"name": c.name, "resources": resources}
     ports = []
-    for p in c.ports:
+    for p in map(_PARSE["ContainerPort"], c.ports):
         port: dict[str, Any] = {"containerPort": p.containerPort}
         _put(port, "name", p.name)
         _put(port, "hostPort", p.hostPort)

@@ -662,17 +662,16 @@ def _proto_pod_reader(options: ReadOptions) -> Straight:
     holds: dict[tuple[Any, ...], Held] = {}
 
     def container_key(c: Any) -> tuple[Any, ...]:
-        # the declared fields only: a container's env and command (kept by the parser as
-        # unknown fields) differ pod by pod
-        policy = c.restartPolicy if c.HasField("restartPolicy") else None
-        ports = tuple((p.name, p.hostPort, p.containerPort, p.protocol, p.hostIP) for p in c.ports)
-        return (c.name, c.resources.SerializeToString(), ports, policy)
+        # what the holding reads of a container, as served (its resources' and ports'
+        # bytes): not its env and command, which differ pod by pod
+        return (c.resources, tuple(c.ports), c.restartPolicy)
 
     def held(spec: Any) -> Held:
+        init = spec.initContainers
         key = (
             tuple(map(container_key, spec.containers)),
-            tuple(map(container_key, spec.initContainers)),
-            tuple(sorted(proto.quantities(spec.overhead).items())),
+            tuple(map(container_key, init)) if init else (),
+            tuple(spec.overhead),
             spec.hostNetwork,
         )
         found = holds.get(key)
@@ -681,7 +680,7 @@ def _proto_pod_reader(options: ReadOptions) -> Straight:
             requests, ports = pod_holds(
                 {
                     "containers": [proto.container_wire(c) for c in spec.containers],
-                    "initContainers": [proto.container_wire(c) for c in spec.initContainers],
+                    "initContainers": [proto.container_wire(c) for c in init],
                     "overhead": proto.quantities(spec.overhead) or None,
                     "hostNetwork": spec.hostNetwork or None,
                 }
@@ -694,7 +693,7 @@ def _proto_pod_reader(options: ReadOptions) -> Straight:
         return found
 
     def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
-        return pod_record(parse("Pod", bytes(raw)), held)
+        return pod_record(parse("Pod", raw), held)
 
     return read
 
@@ -704,10 +703,18 @@ def _proto_node_reader(options: ReadOptions) -> Straight:
     parse = proto.parse
     labels_of = _labels_reader()
     resources_of = _allocatable_reader(tuple(options.gpu_resource_names))
+    # allocatable by its entries' bytes: a pool's nodes share one
+    resource_sets: dict[tuple[bytes, ...], tuple[Quantities, int]] = {}
 
     def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
-        node = parse("Node", bytes(raw))
-        resources = resources_of(proto.quantities(node.status.allocatable))
+        node = parse("Node", raw)
+        key = tuple(node.status.allocatable)
+        resources = resource_sets.get(key)
+        if resources is None:
+            resources = resources_of(proto.quantities(key))
+            if len(resource_sets) >= _LIMIT:  # never grows without bound on churn
+                resource_sets.clear()
+            resource_sets[key] = resources
         return node_record(node, labels_of, resources)
 
     return read
