@@ -446,10 +446,14 @@ async def test_an_unreadable_protobuf_page_fails_the_list_and_the_cache_asks_jso
     envtest: EnvTest, real_client: ApiClient
 ):
     settings = Settings.model_validate({"kube_protobuf": True})
-    source = KubeSource(settings.kube_options(), real_client, watch_nodes=True)
-    cache = next(c for c in source._caches if c.name == "Node")
-    with pytest.raises(proto.ProtoError):
-        cache._read_page(proto.MAGIC + b"\x12\x03\x0a\x01\xff")
+    source = KubeSource(settings.kube_options(), real_client, watch_nodes=True, watch_pods=True)
+    caches = {c.name: c for c in source._caches}
+    nodes, pods = caches["Node"], caches["Pod(*)"]
+    with pytest.raises(proto.ProtoError, match="envelope unreadable"):
+        nodes._read_page(proto.MAGIC + b"\x12\x03\x0a\x01\xff")
+    with pytest.raises(proto.ProtoError, match="Pod unreadable"):
+        pods._take_proto(b"\x0a\x05ab", {}, set())  # one item of a page that was read
+    assert (nodes._proto, pods._proto) == (None, None)
     objects = await asyncio.wait_for(source.list_once(), 30)  # JSON now
-    assert cache.counters.proto_pages == 0
+    assert (nodes.counters.proto_pages, pods.counters.proto_pages) == (0, 0)
     assert objects.nodes

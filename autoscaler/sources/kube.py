@@ -469,9 +469,7 @@ class _Cache:
             try:
                 version, token, raws = proto.list_page(body)
             except proto.ProtoError as exc:
-                log.warning("kube.protobuf_unreadable", cache=self.name, error=str(exc))
-                self._proto = None
-                raise
+                raise self._proto_failed(exc) from None
             self.counters.proto_pages += 1
             return version, token, raws, self._take_proto
         page = _PAGE.decode(body)
@@ -685,13 +683,19 @@ class _Cache:
                 obj = readers.wire(raw)
                 taken = _key(obj), self._decode(obj)
         except proto.ProtoError as exc:
-            log.warning("kube.protobuf_unreadable", cache=self.name, error=str(exc))
-            self._proto = None
-            raise
+            raise self._proto_failed(exc) from None
         key, record = taken
         seen.add(key)
         self._fits(key, len(raw))
         fresh[key] = record
+
+    def _proto_failed(self, exc: proto.ProtoError) -> proto.ProtoError:
+        """A protobuf answer we cannot read (a proxy that mangles it, a server we do not
+        know): said once, and the cache asks in JSON from then on; the LIST fails with
+        it and is retried as any failed LIST is."""
+        log.warning("kube.protobuf_unreadable", cache=self.name, error=str(exc))
+        self._proto = None
+        return exc
 
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
