@@ -648,24 +648,15 @@ class _Cache:
         """One object of a LIST page, still encoded: its size is its length, and one too
         large is not decoded beyond its name."""
         if len(raw) > self._settings.max_object_bytes:
-            key = _key(_NAMES.decode(raw))
-            seen.add(key)
-            self._fits(key, len(raw))
+            self._listed(_key(_NAMES.decode(raw)), len(raw), seen)
             return
         taken = self._fast(raw) if self._fast is not None else None
-        if taken is not None:
-            key, record = taken
-            seen.add(key)
-            self._fits(key, len(raw))
-            fresh[key] = record
-            return
-        obj = self._read(raw)
-        if not isinstance(obj, dict):
-            raise ValueError(f"LIST of {self.name} holds an item that is not an object")
-        key = _key(obj)
-        seen.add(key)
-        self._fits(key, len(raw))
-        fresh[key] = self._decode(obj)
+        if taken is None:
+            obj = self._read(raw)
+            if not isinstance(obj, dict):
+                raise ValueError(f"LIST of {self.name} holds an item that is not an object")
+            taken = _key(obj), self._decode(obj)
+        fresh[self._listed(taken[0], len(raw), seen)] = taken[1]
 
     def _take_proto(self, raw: bytes, fresh: dict[Key, Any], seen: set[Key]) -> None:
         """One object of a protobuf LIST page (sources.proto), as `_take` takes a JSON
@@ -674,9 +665,7 @@ class _Cache:
         assert readers is not None  # only pages read while it is set come here
         try:
             if len(raw) > self._settings.max_object_bytes:
-                key = _key(readers.wire(raw))
-                seen.add(key)
-                self._fits(key, len(raw))
+                self._listed(_key(readers.wire(raw)), len(raw), seen)
                 return
             taken = readers.fast(raw) if readers.fast is not None else None
             if taken is None:
@@ -684,10 +673,13 @@ class _Cache:
                 taken = _key(obj), self._decode(obj)
         except proto.ProtoError as exc:
             raise self._proto_failed(exc) from None
-        key, record = taken
+        fresh[self._listed(taken[0], len(raw), seen)] = taken[1]
+
+    def _listed(self, key: Key, size: int, seen: set[Key]) -> Key:
+        """An object of this LIST, of `size` bytes as served (`_fits`)."""
         seen.add(key)
-        self._fits(key, len(raw))
-        fresh[key] = record
+        self._fits(key, size)
+        return key
 
     def _proto_failed(self, exc: proto.ProtoError) -> proto.ProtoError:
         """A protobuf answer we cannot read (a proxy that mangles it, a server we do not
