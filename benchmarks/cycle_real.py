@@ -616,6 +616,8 @@ async def _main(args: argparse.Namespace) -> None:
             server.url, server.token, str(server.ca_file), args.jobs, args.pods, args.nodes
         )
         print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
+        if args.pin:
+            _pin(server)
         kubeconfig = server.kubeconfig()
         async with fake_prometheus(body) as prom:
             for page in args.page_size:
@@ -707,8 +709,15 @@ async def _child(
     target = server_probe.Target.of(server)
     env = {**os.environ, **target.to_env(), "BENCH_DAEMON_ROOT": code or str(ROOT)}
     before = server_probe.take(target)
+    # --pin: the children (floors and daemons) on the core the server was moved off
+    pinned = ["taskset", "-c", CLIENT_CPU] if os.environ.get("BENCH_PIN") else []
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script or __file__), *argv, stdout=asyncio.subprocess.PIPE, env=env
+        *pinned,
+        sys.executable,
+        str(script or __file__),
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
     )
     out, _ = await proc.communicate()
     result = json.loads(out.decode().strip().splitlines()[-1])
@@ -718,6 +727,21 @@ async def _child(
     if show:
         print(json.dumps(result), flush=True)
     return result
+
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+
+
+def _pin(server) -> None:
+    """--pin: the API server and etcd (every thread) on one core, the children on the
+    other, as a control plane's server runs on machines of its own: the floor is then
+    the server's own time, and a daemon's decode overlaps it unless it takes longer."""
+    import subprocess
+
+    for proc in (server._api, server._etcd):
+        subprocess.run(["taskset", "-a", "-p", "-c", SERVER_CPU, str(proc.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+    os.environ["BENCH_PIN"] = "1"
 
 
 async def _reset(server) -> None:
@@ -787,6 +811,13 @@ def main() -> int:
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--proto-floor", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="after the load, the API server and etcd on CPU 0 and every floor and "
+        "daemon on CPU 1 (taskset): the server with a core of its own, as on a control "
+        "plane, instead of sharing both with the client",
+    )
     parser.add_argument(
         "--proto-floors",
         action="store_true",
