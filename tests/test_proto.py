@@ -483,3 +483,45 @@ async def test_an_unreadable_protobuf_page_fails_the_list_and_the_cache_asks_jso
     objects = await asyncio.wait_for(source.list_once(), 30)  # JSON now
     assert (nodes.counters.proto_pages, pods.counters.proto_pages) == (0, 0)
     assert node["metadata"]["name"] in {n.name for n in objects.nodes}
+
+
+async def test_the_daemons_caches_ask_protobuf_for_pods_and_nodes_and_drop_what_is_too_big(
+    envtest: EnvTest, real_ns: str, make: Any
+):
+    """The caches `run` builds (wiring.build_sources) read Pods and Nodes from protobuf,
+    straight where they can; with kube_protobuf off, none does. A protobuf item over
+    max_object_bytes is sized as served, dropped and reported, as a JSON one is."""
+    from kubernetes_asyncio.client import Configuration
+
+    from autoscaler.wiring import build_sources
+
+    node, status = _nodes(f"proto-{uuid.uuid4().hex[:6]}")[0]
+    make(node, status)
+    bound = {"nodeName": node["metadata"]["name"]}
+    small = _pod(real_ns, "small", bound)
+    big = _pod(real_ns, "big", bound, annotations={"n": "x" * 9000})
+    for pod in (small, big):
+        make(pod, None)
+    client = ApiClient(Configuration())
+    for ask in (True, False):
+        settings = Settings(node_fit=True, max_object_bytes=8192, kube_protobuf=ask)
+        kube, prometheus = build_sources(settings, client)
+        prometheus.close()
+        caches = {c.resource.kind: c for c in kube._caches}
+        asking = {k for k, c in caches.items() if c._proto is not None}
+        assert asking == ({"Pod", "Node"} if ask else set())
+        straight = {k for k, c in caches.items() if c._proto is not None and c._proto.fast}
+        assert straight == asking
+    settings = Settings(node_fit=True, max_object_bytes=8192)
+    kube, prometheus = build_sources(settings, client)
+    prometheus.close()
+    cache = next(c for c in kube._caches if c.resource.kind == "Pod")
+    fresh: dict[Any, Any] = {}
+    seen: set[Any] = set()
+    for pod in (small, big):
+        cache._take_proto(_item(envtest, pod)[1], fresh, seen)
+    assert set(fresh) == {(real_ns, "small")}
+    assert fresh[(real_ns, "small")] == _both(envtest, small)[0][1]
+    assert set(cache.oversized) == {(real_ns, "big")}
+    assert seen == {(real_ns, "small"), (real_ns, "big")}
+    await client.close()
