@@ -15,6 +15,11 @@ check failed), or that the usual way decodes in a way not repeated here (an unbo
 finished pod, a node without a name). The cache then reads that object the usual way,
 so every record and every message is the decoders' (`tests/test_straight.py` pins each
 reader's record to the usual one, for served, written and randomly changed objects).
+
+Pods and Nodes LISTed in protobuf (`sources.proto`) are read by `proto_straight`'s
+readers: the message's fields have the JSON names, so `pod_record` and `node_record`
+build the record from either; what a holding or an allocatable is remembered by is the
+served bytes of the fields read (`tests/test_proto.py`).
 """
 
 from __future__ import annotations
