@@ -383,12 +383,14 @@ class Settings(BaseSettings):
         "asked once more.",
     )
     kube_list_page_size: int = Field(
-        100,
+        500,
         ge=1,
         le=5000,
         description="Objects per page of a LIST (initial sync and "
         "re-lists after 410): larger pages mean fewer round trips, smaller ones less memory "
-        "per page.",
+        "per page. 500 is what client-go's reflectors and kubectl ask; at 10k jobs, 50k "
+        "pods and 26k nodes a sync in pages of 100 took 7.1 s against 4.1 s in pages of "
+        "500, for the same peak memory (docs/benchmarks.md). Default 100 before.",
     )
     kube_protobuf: bool = Field(
         True,
