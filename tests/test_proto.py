@@ -525,3 +525,14 @@ async def test_the_daemons_caches_ask_protobuf_for_pods_and_nodes_and_drop_what_
     assert set(cache.oversized) == {(real_ns, "big")}
     assert seen == {(real_ns, "small"), (real_ns, "big")}
     await client.close()
+
+
+def test_a_field_read_later_from_its_bytes_that_cannot_be_read_says_so():
+    """Maps and sub-messages declared as bytes are read when a memo misses: one that is
+    not what it should be is a ProtoError too (the cache turns to JSON), not a crash."""
+    node = proto.parse("Node", b"\x1a\x04\x12\x02\xff\xff")  # status.allocatable: [b"\xff\xff"]
+    with pytest.raises(proto.ProtoError, match="QuantityEntry unreadable"):
+        proto.quantities(node.status.allocatable)
+    pod = proto.parse("Pod", b"\x12\x06\x12\x04\x42\x02\xff\xff")  # a container's resources
+    with pytest.raises(proto.ProtoError, match="ResourceRequirements unreadable"):
+        proto.pod_wire(pod)

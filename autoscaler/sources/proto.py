@@ -284,7 +284,8 @@ def status_json(body: bytes) -> bytes:
 
 
 def parse(kind: str, raw: bytes) -> Any:
-    """One item of a LIST of `kind` (Pod, Node) as its message; ProtoError when it
+    """One item of a LIST of `kind` (Pod, Node), or a field declared as its bytes (a
+    map's entry, a sub-message: `kind` its message), as its message; ProtoError when it
     cannot be read."""
     try:
         return _PARSE[kind](raw)
@@ -300,8 +301,7 @@ def quantities(resources: Any) -> dict[str, str]:
     of a parsed map, or of its entries' bytes."""
     if isinstance(resources, Mapping):
         return {name: q.string for name, q in resources.items()}
-    entry = _PARSE["QuantityEntry"]
-    return {e.key: e.value.string for e in map(entry, resources)}
+    return {e.key: e.value.string for e in (parse("QuantityEntry", r) for r in resources)}
 
 
 def _put(into: dict[str, Any], name: str, value: Any) -> None:
@@ -329,12 +329,12 @@ def _meta(meta: Any) -> dict[str, Any]:
 
 def container_wire(c: Any) -> dict[str, Any]:
     resources: dict[str, Any] = {}  # a struct: written even when empty
-    declared = _PARSE["ResourceRequirements"](c.resources)
+    declared = parse("ResourceRequirements", c.resources)
     _put(resources, "limits", quantities(declared.limits))
     _put(resources, "requests", quantities(declared.requests))
     out: dict[str, Any] = {"name": c.name, "resources": resources}
     ports = []
-    for p in map(_PARSE["ContainerPort"], c.ports):
+    for p in (parse("ContainerPort", raw) for raw in c.ports):
         port: dict[str, Any] = {"containerPort": p.containerPort}
         _put(port, "name", p.name)
         _put(port, "hostPort", p.hostPort)
