@@ -781,6 +781,15 @@ class Measurement:
     resource_version: str = ""
 
 
+def same_items(kept: Sequence[object] | None, items: Sequence[object]) -> bool:
+    """`items` are the objects kept, in the same order (a list changed in place is not):
+    what the sources assemble anew when another cache changed holds the same frozen
+    objects, and what was made of them may be kept."""
+    if kept is None:
+        return False
+    return kept is items or (len(kept) == len(items) and all(map(operator.is_, kept, items)))
+
+
 _TARGET = operator.attrgetter("target")
 _CURRENT = operator.attrgetter("current")
 

@@ -48,6 +48,7 @@ from .model import (
     Reason,
     UnmanagedJob,
     VolcanoView,
+    same_items,
 )
 from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
 from .quota import QueueQuota, add, amount_words, beyond
@@ -213,7 +214,7 @@ def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
     objects in the same order (the sources assemble a new tuple whenever any of their
     caches changed, most often not a job)."""
     last = _KEPT.jobs
-    if last is not None and _same_items(last.of, jobs):
+    if last is not None and same_items(last.of, jobs):
         return last
     by_queue = {q: tuple(js) for q, js in _by_queue(jobs).items()}
     index = _Jobs(
@@ -229,11 +230,6 @@ def _index(jobs: Sequence[ElasticJob]) -> _Jobs:
     )
     _KEPT.jobs = index
     return index
-
-
-def _same_items(kept: tuple[Any, ...], items: Sequence[Any]) -> bool:
-    """`items` are the objects kept, in the same order (a list changed in place is not)."""
-    return kept is items or (len(kept) == len(items) and all(map(operator.is_, kept, items)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +274,7 @@ def _listing(unmanaged: Sequence[UnmanagedJob]) -> _Unmanaged:
     """The unmanaged jobs by queue, or the last plan's for the same job objects in the
     same order; a job kept from the last keeps its decision."""
     last = _KEPT.unmanaged
-    if last is not None and _same_items(last.of, unmanaged):
+    if last is not None and same_items(last.of, unmanaged):
         return last
     seen = last.decided if last is not None else {}
     decided: dict[int, tuple[UnmanagedJob, Decision]] = {}

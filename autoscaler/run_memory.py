@@ -12,11 +12,10 @@ restarted daemon, or a new leader, starts from what the API lists. Pure state, n
 from __future__ import annotations
 
 import heapq
-import operator
 from dataclasses import replace
 from datetime import datetime
 
-from .model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob
+from .model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob, same_items
 from .payoff import RECENT_RUNS, run_of
 
 # per queue; as many listed runs as the planner reads (payoff.RECENT_RUNS, as many as the
@@ -51,7 +50,7 @@ class RunMemory:
     def remember(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """The snapshot with the remembered runs of the jobs it no longer lists; each run
         it lists is remembered for later."""
-        if not _same_items(self._read, snapshot.unmanaged):
+        if not same_items(self._read, snapshot.unmanaged):
             self._read = snapshot.unmanaged
             listed = self._listed(snapshot.unmanaged)
             self._gone = tuple(
@@ -107,10 +106,3 @@ class RunMemory:
 
     def __len__(self) -> int:
         return sum(len(runs) for runs in self._runs.values())
-
-
-def _same_items(kept: tuple[UnmanagedJob, ...] | None, jobs: tuple[UnmanagedJob, ...]) -> bool:
-    """`jobs` are the objects read last, in the same order."""
-    if kept is None:
-        return False
-    return kept is jobs or (len(kept) == len(jobs) and all(map(operator.is_, kept, jobs)))

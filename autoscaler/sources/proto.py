@@ -26,6 +26,7 @@ real API server serves them in each encoding.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -265,8 +266,6 @@ def list_page(body: bytes) -> tuple[str, str, Sequence[bytes]]:
 def status_json(body: bytes) -> bytes:
     """A failure's Status sent in protobuf, as the JSON the client's ApiException (and
     `kubeapi.classify`) reads; the body as it is when it cannot be read."""
-    import json
-
     try:
         status = _open(body, "StatusEnvelope")
     except ProtoError:

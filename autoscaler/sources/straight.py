@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -164,6 +164,25 @@ class _Node(msgspec.Struct, gc=False):
 
 _ENCODE = msgspec.json.Encoder().encode
 _LIMIT = 1024  # distinct holdings, label sets remembered: far above a cluster's
+_V = TypeVar("_V")
+Held = tuple[Quantities, tuple[HostPort, ...], int]  # (requests, host ports, GPUs)
+
+
+def _remember(memo: dict[Any, _V], key: Any, value: _V) -> _V:
+    """`value` kept under `key`; a memo that reached _LIMIT starts again (it never grows
+    without bound on churn)."""
+    if len(memo) >= _LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def _holding(spec: dict[str, Any], gpu_names: tuple[str, ...]) -> Held:
+    """What a pod spec holds (`podspec.pod_holds`), read from the dict the usual way
+    reads, and its GPUs."""
+    requests, ports = pod_holds(spec)
+    amounts = dict(requests)
+    return requests, ports, sum(amounts.get(g, 0) for g in gpu_names) // MILLI
 
 
 def _interned(value: Any) -> str:
@@ -175,27 +194,20 @@ def _pod_reader(options: ReadOptions) -> Straight:
     decode = msgspec.json.Decoder(_Pod).decode
     gpu_names = tuple(options.gpu_resource_names)
     # a pod spec's holding, by what it is read from: (requests, ports, GPUs)
-    holds: dict[bytes, tuple[Quantities, tuple[HostPort, ...], int]] = {}
+    holds: dict[bytes, Held] = {}
 
-    def held(spec: _PodSpec) -> tuple[Quantities, tuple[HostPort, ...], int]:
+    def held(spec: _PodSpec) -> Held:
         key = _ENCODE((spec.containers, spec.initContainers, spec.overhead, spec.hostNetwork))
         found = holds.get(key)
         if found is None:
             # read as the usual way reads it: the same fields, null and absent alike
-            requests, ports = pod_holds(
-                {
-                    "containers": msgspec.to_builtins(spec.containers),
-                    "initContainers": msgspec.to_builtins(spec.initContainers),
-                    "overhead": spec.overhead,
-                    "hostNetwork": spec.hostNetwork,
-                }
-            )
-            amounts = dict(requests)
-            gpus = sum(amounts.get(g, 0) for g in gpu_names) // MILLI
-            found = (requests, ports, gpus)
-            if len(holds) >= _LIMIT:  # never grows without bound on churn
-                holds.clear()
-            holds[key] = found
+            spec_read = {
+                "containers": msgspec.to_builtins(spec.containers),
+                "initContainers": msgspec.to_builtins(spec.initContainers),
+                "overhead": spec.overhead,
+                "hostNetwork": spec.hostNetwork,
+            }
+            found = _remember(holds, key, _holding(spec_read, gpu_names))
         return found
 
     def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
@@ -206,9 +218,6 @@ def _pod_reader(options: ReadOptions) -> Straight:
         return pod_record(pod, held)
 
     return read
-
-
-Held = tuple[Quantities, tuple[HostPort, ...], int]  # (requests, host ports, GPUs)
 
 
 def pod_record(pod: Any, held: Callable[[Any], Held]) -> tuple[Key, Any] | None:
@@ -272,9 +281,7 @@ def _labels_reader() -> Callable[[dict[str, str]], tuple[Labels, str]]:
         labels = label_sets.get(key)
         if labels is None:
             labels = intern(tuple(sorted((sys.intern(k), sys.intern(v)) for k, v in key)))
-            if len(label_sets) >= _LIMIT:  # never grows without bound on churn
-                label_sets.clear()
-            label_sets[key] = labels
+            _remember(label_sets, key, labels)
         return labels, sys.intern(hostname) if hostname is not None else ""
 
     return labels_of
@@ -295,9 +302,7 @@ def _allocatable_reader(gpu_names: tuple[str, ...]) -> Callable[[Any], tuple[Qua
             amounts = quantities(allocatable)
             found = frozen(amounts), sum(amounts.get(g, 0) for g in gpu_names) // MILLI
             if key is not None:
-                if len(resource_sets) >= _LIMIT:  # never grows without bound on churn
-                    resource_sets.clear()
-                resource_sets[key] = found
+                _remember(resource_sets, key, found)
         return found
 
     return resources_of
@@ -682,19 +687,13 @@ def _proto_pod_reader(options: ReadOptions) -> Straight:
         found = holds.get(key)
         if found is None:
             # read as the usual way reads the same spec: the JSON dict it would read
-            requests, ports = pod_holds(
-                {
-                    "containers": [proto.container_wire(c) for c in spec.containers],
-                    "initContainers": [proto.container_wire(c) for c in init],
-                    "overhead": proto.quantities(spec.overhead) or None,
-                    "hostNetwork": spec.hostNetwork or None,
-                }
-            )
-            amounts = dict(requests)
-            found = (requests, ports, sum(amounts.get(g, 0) for g in gpu_names) // MILLI)
-            if len(holds) >= _LIMIT:  # never grows without bound on churn
-                holds.clear()
-            holds[key] = found
+            spec_read = {
+                "containers": [proto.container_wire(c) for c in spec.containers],
+                "initContainers": [proto.container_wire(c) for c in init],
+                "overhead": proto.quantities(spec.overhead) or None,
+                "hostNetwork": spec.hostNetwork or None,
+            }
+            found = _remember(holds, key, _holding(spec_read, gpu_names))
         return found
 
     def read(raw: bytes | msgspec.Raw) -> tuple[Key, Any] | None:
@@ -716,10 +715,7 @@ def _proto_node_reader(options: ReadOptions) -> Straight:
         key = tuple(node.status.allocatable)
         resources = resource_sets.get(key)
         if resources is None:
-            resources = resources_of(proto.quantities(key))
-            if len(resource_sets) >= _LIMIT:  # never grows without bound on churn
-                resource_sets.clear()
-            resource_sets[key] = resources
+            resources = _remember(resource_sets, key, resources_of(proto.quantities(key)))
         return node_record(node, labels_of, resources)
 
     return read
