@@ -1233,6 +1233,7 @@ class _QueuePlanner:
         self._next = 0  # index in `pending` of the first gang behind the one served now
         self._run_times: payoff.RunTimes | None = None  # see _queue_runs
         self._run_times_read = False
+        self._running: int | None = None  # see _running_jobs
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
         # does not pay (its message), "" while none does
         self.waits_for = ""
@@ -1845,13 +1846,16 @@ class _QueuePlanner:
         """Rule 3b where the gang declares nothing: a reclaim whose every victim gives up
         as many running workers as it keeps (a swap) and is known, by its queue's run
         times, to have less run left than the newcomer's run and the swap's two restarts
-        (payoff.swap_short) does not pay. Else the trade as weighed."""
+        (payoff.swap_short) does not pay; nor, before the queue has those run times, a
+        swap in a busy queue (_cold_swap). Else the trade as weighed."""
         factor = self.policy.reclaim_payoff_factor
-        if not trade.pays(factor) or self._gang_runtime(g) is not None:
+        if factor <= 0 or not trade.pays(factor) or not victims:
+            return trade  # rule 3b off, refused already, or nothing to weigh
+        if self._gang_runtime(g) is not None:
             return trade
         runs = self._queue_runs()
-        if runs is None or not victims:
-            return trade
+        if runs is None:
+            return self._cold_swap(g, victims, trade)
         newcomer, lefts = runs.mean(), []
         for w, workers in victims:
             j = w.job
@@ -1869,6 +1873,35 @@ class _QueuePlanner:
             f"finished, {runs.running} running, Kaplan-Meier) a "
             f"newcomer runs ~{newcomer:.0f}s and its victims have at most ~{longest:.0f}s "
             f"left ({name}): no more than that and the swap's two restarts"
+        )
+        return payoff.Trade(trade.gain, trade.loss, trade.wait, estimate)
+
+    def _cold_swap(
+        self, g: PendingGroup, victims: list[tuple[_Job, int]], trade: payoff.Trade
+    ) -> payoff.Trade:
+        """A swap before the queue has payoff.EVIDENCE_RUNS finished runs, where nothing
+        of the victims' runs is declared either: nothing says whether the newcomer or
+        the victims have the shorter run, and a swap is then about even for the queue
+        (the gangs behind move up by what the victims lose) but for the victims' two
+        restarts each, which are certain. It is refused in a queue of at least
+        payoff.EVIDENCE_RUNS running jobs: their ends free GPUs by themselves, and the
+        same ends soon give the run times a swap is weighed by. In a smaller queue a
+        gang may wait a whole run for one job: today's rule, elastic workers go first."""
+        running = self._running_jobs()
+        if running < payoff.EVIDENCE_RUNS:
+            return trade
+        for w, workers in victims:
+            taken = _running_taken(w, workers)
+            if taken <= 0 or taken < w.job.active - taken:
+                return trade  # not a swap
+            if payoff.remaining_seconds(w.job, self.now) is not None:
+                return trade  # a victim's run is declared: weighed as it declares
+        finished = len(self._finished())
+        estimate = (
+            f"nothing declared; queue {g.queue} has {finished} finished run(s), fewer than "
+            f"the {payoff.EVIDENCE_RUNS} a swap is weighed by, and {running} jobs running "
+            "that free GPUs as they end: no swap (two restarts for each victim) on a gain "
+            "nothing measures yet"
         )
         return payoff.Trade(trade.gain, trade.loss, trade.wait, estimate)
 
@@ -1890,10 +1923,7 @@ class _QueuePlanner:
         ages; None below payoff.EVIDENCE_RUNS finished runs. Once per plan."""
         if not self._run_times_read:
             self._run_times_read = True
-            finished = list(self.listed.runs)
-            finished += [
-                r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name
-            ]
+            finished = self._finished()
             ages = [
                 (self.now - w.job.started).total_seconds()
                 for w in self.work
@@ -1902,6 +1932,19 @@ class _QueuePlanner:
             enough = len(finished) >= payoff.EVIDENCE_RUNS
             self._run_times = payoff.RunTimes.of(finished, ages) if enough else None
         return self._run_times
+
+    def _finished(self) -> list[float]:
+        """The queue's finished runs (seconds), listed and remembered (_queue_runs)."""
+        finished = list(self.listed.runs)
+        finished += [r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name]
+        return finished
+
+    def _running_jobs(self) -> int:
+        """The queue's elastic jobs with a worker running (whose ages _queue_runs reads),
+        as the snapshot has them. Once per plan."""
+        if self._running is None:
+            self._running = sum(1 for w in self.work if w.job.active > 0)
+        return self._running
 
     def _gang_runtime(self, g: PendingGroup) -> float | None:
         """How long the gang's job runs (its GPUs then come back); for gangs weighed

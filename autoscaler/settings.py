@@ -113,7 +113,9 @@ class Settings(BaseSettings):
         "reclaimed from as before, but for swaps (every victim gives up as many running "
         "workers as it keeps): where the queue's finished jobs (start and completion) "
         "show each victim to have no more than this many times a newcomer's expected "
-        "run plus two restarts left, the swap is refused. A gang behind gangs refused "
+        "run plus two restarts left, the swap is refused; before the queue has 30 "
+        "finished runs, so is every such swap in a queue where 30 jobs or more run. "
+        "A gang behind gangs refused "
         "this way is weighed with them (Volcano admits them first): one reclaim "
         "for all of them, or none. 0 turns the check off.",
     )

@@ -4,6 +4,7 @@
     python benchmarks/soak.py --cycles 10000 --seeds 1-5
     python benchmarks/soak.py --cycles 1000 --seed 1 --mode parse
     python benchmarks/soak.py --cycles 1500 --seeds 1-8 --declared   # jobs declare their run
+    python benchmarks/soak.py --cycles 1500 --seeds 1-8 --crowded    # 30+ jobs run in a queue
 
 A seeded driver runs `plan()` once per cycle (60 s of simulated time) over a cluster that
 keeps changing: elastic jobs and non-elastic gangs arrive, get placed by a Volcano-like
@@ -142,6 +143,7 @@ class SoakResult:
     actions: Counter = field(default_factory=Counter)
     holds: int = 0
     gangs_served: int = 0
+    gangs_refused: int = 0  # verdicts GangReclaimDoesNotPay (rule 3b)
 
     @property
     def by_kind(self) -> Counter:
@@ -151,10 +153,23 @@ class SoakResult:
 FINISHED_KEPT = 60  # finished jobs listed per queue (--history), the most recent
 
 
+CROWDED_JOBS = 160  # --crowded: jobs at most (else 40), mostly 1-GPU workers
+CROWDED_QUEUES = ["qc", "qc", "qc", "qa", "qb"]  # --crowded: most of them in the largest
+
+
 class World:
-    def __init__(self, rng: random.Random, declared: bool = False, history: bool = False) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        declared: bool = False,
+        history: bool = False,
+        crowded: bool = False,
+    ) -> None:
         self.rng = rng
         self.declared = declared
+        # --crowded: a queue runs 30 jobs and more (rule 3b's busy queues: a swap before
+        # the queue has run times to weigh it by is refused there)
+        self.crowded = crowded
         # --history: jobs that finished after running stay listed with their start and
         # completion (the queue's run times weigh swaps where nothing is declared)
         self.history = history
@@ -183,18 +198,19 @@ class World:
         r = self.rng
         # load comes in waves: busy hours (queues full, gangs wait) and quiet ones
         busy = (now - T0).total_seconds() // (400 * TICK) % 2 == 1
-        if r.random() < (0.3 if busy else 0.08) and len(self.jobs) < 40:
-            lo = r.randint(1, 4)
+        most, rate = (CROWDED_JOBS, 3.0) if self.crowded else (40, 1.0)
+        if r.random() < (0.3 if busy else 0.08) * rate and len(self.jobs) < most:
+            lo = r.randint(1, 2) if self.crowded else r.randint(1, 4)
             hi = lo + r.choice([0, 1, 2, 4, 8])
             name = self._name("j")
             self.jobs[name] = SimJob(
                 name,
-                r.choice(list(CAPACITY)),
+                r.choice(CROWDED_QUEUES if self.crowded else list(CAPACITY)),
                 lo,
                 hi,
                 r.randint(lo, min(hi, lo + 1)),
                 0,
-                r.choice([1, 1, 2, 4]),
+                r.choice([1, 1, 1, 2] if self.crowded else [1, 1, 2, 4]),
                 r.choice(["low", "low", "mid", "high"]),
                 now,
                 stuck=r.random() < 0.05,
@@ -802,6 +818,7 @@ def run_soak(
     planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = make_plan,
     declared: bool = False,
     history: bool = False,
+    crowded: bool = False,
 ) -> SoakResult:
     """`planner` is for testing the checker with a broken planner; the soak uses plan()."""
     if mode not in ("model", "parse"):
@@ -809,12 +826,12 @@ def run_soak(
     policy = policy or policy_for(seed)
     planner_policy = policy.planner_policy()
     rng = random.Random(seed)
-    world = World(rng, declared, history)
+    world = World(rng, declared, history, crowded)
     history = History()
     violations: list[Violation] = []
     digest = hashlib.sha256()
     actions: Counter = Counter()
-    holds = served = 0
+    holds = served = refused = 0
     started = time.perf_counter()
     for cycle in range(cycles):
         now = T0 + timedelta(seconds=cycle * TICK)
@@ -868,6 +885,7 @@ def run_soak(
         served += sum(
             1 for g in result.gangs if g.reason in (Reason.GANG_FITS, Reason.GANG_COVERED)
         )
+        refused += sum(1 for g in result.gangs if g.reason is Reason.GANG_RECLAIM_UNPAID)
     return SoakResult(
         seed,
         mode,
@@ -878,6 +896,7 @@ def run_soak(
         actions,
         holds,
         served,
+        refused,
     )
 
 
@@ -902,6 +921,12 @@ def main(argv: list[str] | None = None) -> int:
         "planner weighs its reclaims (rule 3b, reclaim_payoff_factor)",
     )
     parser.add_argument(
+        "--crowded",
+        action="store_true",
+        help=f"up to {CROWDED_JOBS} jobs, mostly of 1-GPU workers, arriving three times as "
+        "often: a queue runs 30 jobs and more (rule 3b's busy queues)",
+    )
+    parser.add_argument(
         "--history",
         action="store_true",
         help="jobs that finished stay listed with their start and completion: the planner "
@@ -912,7 +937,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = _seeds(args.seeds) if args.seeds else [args.seed]
     for seed in seeds:
         res = run_soak(
-            args.cycles, seed, mode=args.mode, declared=args.declared, history=args.history
+            args.cycles,
+            seed,
+            mode=args.mode,
+            declared=args.declared,
+            history=args.history,
+            crowded=args.crowded,
         )
         total += len(res.violations)
         kinds = ", ".join(f"{k}={n}" for k, n in sorted(res.by_kind.items())) or "-"
@@ -920,7 +950,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"seed={seed} mode={res.mode} cycles={res.cycles} violations={len(res.violations)}"
             f" ({kinds}) runtime={res.seconds:.1f}s digest={res.digest} actions: {acts};"
-            f" gangs served={res.gangs_served} queue-holds={res.holds}"
+            f" gangs served={res.gangs_served} refused={res.gangs_refused}"
+            f" queue-holds={res.holds}"
         )
         for v in res.violations[: args.show]:
             print(f"  cycle {v.cycle}: {v.kind}: {v.detail}")

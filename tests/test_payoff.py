@@ -629,12 +629,12 @@ def _finished(runs, queue="q"):
     ]
 
 
-def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2):
-    """Four 1-GPU jobs grown to 2 workers `age` seconds into their run, a 1-GPU gang
+def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2, running=4):
+    """`running` 1-GPU jobs grown to 2 workers `age` seconds into their run, a 1-GPU gang
     waiting, nothing free, nothing declared; `runs` the queue's finished runs."""
     jobs = [
-        ej(f"a{i}", min=1, max=victim_max, replicas=victim_replicas, started=ago(age))
-        for i in range(4)
+        ej(f"a{i:02}", min=1, max=victim_max, replicas=victim_replicas, started=ago(age))
+        for i in range(running)
     ]
     jobs.append(ej("w", min=1, max=2, replicas=1, active=0, created=ago(30)))
     return snap({"q": 0}, jobs, [gang("w", 1, owner="w", created=ago(30))], _finished(runs))
@@ -646,7 +646,7 @@ def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2):
         # 40 runs of 2000 s: a newcomer runs ~2000 s, a victim 300 s in has ~1700 s
         # left: fewer jobs faster; the gang waits for GPUs to free
         ([2000.0] * 40, {}, {}, Reason.GANG_RECLAIM_UNPAID),
-        ([], {}, {}, Reason.GANG_COVERED),  # no history: today's rule
+        ([], {}, {}, Reason.GANG_COVERED),  # no history, a small queue: today's rule
         ([2000.0] * 29, {}, {}, Reason.GANG_COVERED),  # too few runs to say
         # the victims are older than any run seen finish: their run left is not known
         ([2000.0] * 40, {"age": 2500.0}, {}, Reason.GANG_COVERED),
@@ -668,6 +668,50 @@ def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, s
     if reason is Reason.GANG_RECLAIM_UNPAID:
         assert "nothing declared; by queue q's run times (40 finished, 4 running" in w.message
         assert "a newcomer runs ~2000s and its victims have at most ~1700s left" in w.message
+        assert again.actions == ()
+
+
+@pytest.mark.parametrize(
+    ("runs", "scene", "pol", "reason"),
+    [
+        # 30 jobs running and no run finished yet: nothing says who is shorter, the
+        # victim's two restarts are certain, and GPUs free as those 30 end: no swap
+        ([], {"running": 30}, {}, Reason.GANG_RECLAIM_UNPAID),
+        ([2000.0] * 29, {"running": 30}, {}, Reason.GANG_RECLAIM_UNPAID),  # still too few
+        # a small queue: the gang could wait a whole run for one job, today's rule
+        ([], {"running": 29}, {}, Reason.GANG_COVERED),
+        ([], {"running": 30}, {"reclaim_payoff_factor": 0}, Reason.GANG_COVERED),  # off
+        # a worker of a large job is not a swap
+        ([], {"running": 30, "victim_max": 8, "victim_replicas": 8}, {}, Reason.GANG_COVERED),
+        # with the queue's run times the swap is weighed by them (heavy-tailed: it goes)
+        ([100.0] * 30 + [20_000.0] * 30, {"running": 30}, {}, Reason.GANG_COVERED),
+        # a victim that declares its run left is weighed as it declares (unknown gain: as
+        # today)
+        ([], {"running": 30, "declared": True}, {}, Reason.GANG_COVERED),
+    ],
+)
+def test_before_a_busy_queue_has_run_times_a_swap_waits(runs, scene, pol, reason):
+    declared = scene.pop("declared", False)
+    snapshot = _swap_scene(runs, **scene)
+    if declared:
+        snapshot = replace(
+            snapshot,
+            jobs=tuple(
+                replace(j, expected_runtime_seconds=90_000.0) if j.active else j
+                for j in snapshot.jobs
+            ),
+        )
+    p, again = _replanned(snapshot, policy(**pol))
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is reason, w.message
+    taken = [d for d in p.actions if d.reason is Reason.RECLAIM_FOR_PENDING]
+    assert len(taken) == (0 if reason is Reason.GANG_RECLAIM_UNPAID else 1)
+    if reason is Reason.GANG_RECLAIM_UNPAID:
+        finished = len(runs)
+        assert (
+            f"nothing declared; queue q has {finished} finished run(s), fewer than the 30 a "
+            "swap is weighed by, and 30 jobs running that free GPUs as they end" in w.message
+        )
         assert again.actions == ()
 
 

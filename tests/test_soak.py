@@ -48,6 +48,16 @@ def test_fast_soak_with_declared_runs_has_no_violations(seed):
     assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
 
 
+@pytest.mark.parametrize("seed", (2, 4))
+def test_fast_soak_of_crowded_queues_has_no_violations(seed):
+    # --crowded: 30 jobs and more run in a queue, so before it has run times rule 3b
+    # refuses swaps there; the refusals go the way the others do (hold growth, weighed
+    # in order), and they happen (else this soaks nothing new)
+    result = run_soak(2000, seed, crowded=True)
+    assert [(v.cycle, v.kind, v.detail) for v in result.violations[:5]] == []
+    assert result.gangs_refused > 0
+
+
 @pytest.mark.parametrize("seed", (1, 3))
 def test_fast_soak_with_finished_runs_listed_has_no_violations(seed):
     # --history: jobs that finished stay listed with their start and completion, so
