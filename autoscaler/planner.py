@@ -971,6 +971,13 @@ def _running_taken(w: _Job, workers: int) -> int:
     return workers - min(workers, max(0, w.target - w.job.active))
 
 
+def _is_swap(w: _Job, workers: int) -> bool:
+    """Taking `workers` from w is a swap: it gives up running workers, at least as many
+    as it keeps (at linear speedup it loses about what the gang gains)."""
+    running = _running_taken(w, workers)
+    return running > 0 and running >= w.job.active - running
+
+
 def _extra_gpus(w: _Job) -> int:
     return max(0, w.target - w.job.min_replicas) * w.job.gpus_per_worker
 
@@ -1233,7 +1240,7 @@ class _QueuePlanner:
         self._next = 0  # index in `pending` of the first gang behind the one served now
         self._run_times: payoff.RunTimes | None = None  # see _queue_runs
         self._run_times_read = False
-        self._running: int | None = None  # see _running_jobs
+        self._cold = (0, 0)  # below the floor: (finished runs, running jobs), _queue_runs
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
         # does not pay (its message), "" while none does
         self.waits_for = ""
@@ -1859,10 +1866,9 @@ class _QueuePlanner:
         newcomer, lefts = runs.mean(), []
         for w, workers in victims:
             j = w.job
-            running = _running_taken(w, workers)
             left = self._left_of(j, runs)
             restarts = 2 * self._restart_cost(j)
-            if running <= 0 or running < j.active - running or left is None:
+            if not _is_swap(w, workers) or left is None:
                 return trade  # not a swap, or its run left is not known
             if not payoff.swap_short(left, newcomer, restarts, factor):
                 return trade
@@ -1887,16 +1893,14 @@ class _QueuePlanner:
         payoff.EVIDENCE_RUNS running jobs: their ends free GPUs by themselves, and the
         same ends soon give the run times a swap is weighed by. In a smaller queue a
         gang may wait a whole run for one job: today's rule, elastic workers go first."""
-        running = self._running_jobs()
+        finished, running = self._cold
         if running < payoff.EVIDENCE_RUNS:
             return trade
         for w, workers in victims:
-            taken = _running_taken(w, workers)
-            if taken <= 0 or taken < w.job.active - taken:
-                return trade  # not a swap
+            if not _is_swap(w, workers):
+                return trade
             if payoff.remaining_seconds(w.job, self.now) is not None:
                 return trade  # a victim's run is declared: weighed as it declares
-        finished = len(self._finished())
         estimate = (
             f"nothing declared; queue {g.queue} has {finished} finished run(s), fewer than "
             f"the {payoff.EVIDENCE_RUNS} a swap is weighed by, and {running} jobs running "
@@ -1920,31 +1924,23 @@ class _QueuePlanner:
         """The queue's run times: its finished jobs' runs (status.startTime to
         completionTime: the latest payoff.RECENT_RUNS the API lists, by completion, and
         those it no longer lists as the daemon remembers them) and its running jobs'
-        ages; None below payoff.EVIDENCE_RUNS finished runs. Once per plan."""
+        ages; None below payoff.EVIDENCE_RUNS finished runs (then `_cold` counts the
+        finished runs and the running jobs). Once per plan."""
         if not self._run_times_read:
             self._run_times_read = True
-            finished = self._finished()
-            ages = [
-                (self.now - w.job.started).total_seconds()
-                for w in self.work
-                if w.job.active > 0 and w.job.started is not None
+            finished = list(self.listed.runs)
+            finished += [
+                r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name
             ]
-            enough = len(finished) >= payoff.EVIDENCE_RUNS
-            self._run_times = payoff.RunTimes.of(finished, ages) if enough else None
+            running = [w.job for w in self.work if w.job.active > 0]
+            ages = [
+                (self.now - j.started).total_seconds() for j in running if j.started is not None
+            ]
+            if len(finished) >= payoff.EVIDENCE_RUNS:
+                self._run_times = payoff.RunTimes.of(finished, ages)
+            else:
+                self._cold = len(finished), len(running)
         return self._run_times
-
-    def _finished(self) -> list[float]:
-        """The queue's finished runs (seconds), listed and remembered (_queue_runs)."""
-        finished = list(self.listed.runs)
-        finished += [r.seconds for r in self.snapshot.finished_runs if r.queue == self.state.name]
-        return finished
-
-    def _running_jobs(self) -> int:
-        """The queue's elastic jobs with a worker running (whose ages _queue_runs reads),
-        as the snapshot has them. Once per plan."""
-        if self._running is None:
-            self._running = sum(1 for w in self.work if w.job.active > 0)
-        return self._running
 
     def _gang_runtime(self, g: PendingGroup) -> float | None:
         """How long the gang's job runs (its GPUs then come back); for gangs weighed

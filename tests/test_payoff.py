@@ -691,6 +691,7 @@ def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, s
     ],
 )
 def test_before_a_busy_queue_has_run_times_a_swap_waits(runs, scene, pol, reason):
+    scene = dict(scene)  # the parameter's own dict stays as given
     declared = scene.pop("declared", False)
     snapshot = _swap_scene(runs, **scene)
     if declared:
