@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import RunFailure, UsageError
-from .fields import BadField, parse_time
-from .logs import configure_logging
-from .metrics import package_version
+from autoscaler.core.errors import RunFailure, UsageError
+from autoscaler.read.fields import BadField, parse_time
+from autoscaler.read.snapshot_file import SnapshotError, load_snapshot_file
+from autoscaler.report.logs import configure_logging
+from autoscaler.report.metrics import package_version
+
 from .settings import Settings, SettingsError, load_settings
-from .snapshot_file import SnapshotError, load_snapshot_file
 
 PROG = "elastic-autoscaler"
 KUBECTL_PROG = "kubectl elastic"
@@ -101,7 +102,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         "simulate", help="replay a GPU-cluster trace under several policies and compare them"
     )
     _with_config(sim)
-    from .sim.cli import add_arguments
+    from autoscaler.sim.cli import add_arguments
 
     add_arguments(sim)
     return parser
@@ -143,8 +144,8 @@ def _write(data: Any, output: str) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from .planner import plan
-    from .render import plan_to_dict, plan_to_table
+    from autoscaler.plan.planner import plan
+    from autoscaler.report.render import plan_to_dict, plan_to_table
 
     namespaced = {"namespaces": [args.namespace]} if args.namespace else {}
     settings = _settings(args, **namespaced)
@@ -155,14 +156,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         except BadField as exc:
             raise UsageError(str(exc)) from None
     if args.snapshot is None:
-        from .daemon import live_plan  # the daemon's edges; imported only when needed
+        from autoscaler.run.daemon import live_plan  # the daemon's edges; imported only when needed
 
         result = live_plan(settings, now)
     else:
         if args.namespace:
             raise UsageError("-n/--namespace applies to the live cluster, not to --snapshot")
         snap = load_snapshot_file(args.snapshot)
-        from .parse import ignored_words
+        from autoscaler.read.parse import ignored_words
 
         ignored = ignored_words(snap.raw.ignored)
         if ignored:
@@ -178,7 +179,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _status_doc(args: argparse.Namespace, settings: Settings) -> Any:
-    from .daemon import live_status, read_status
+    from autoscaler.run.daemon import live_status, read_status
 
     return live_status(settings) if args.live else read_status(settings)
 
@@ -197,7 +198,7 @@ def _stale(doc: Any, settings: Settings) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .status_view import status_dict, status_table
+    from autoscaler.report.status_view import status_dict, status_table
 
     settings = _settings(args)  # -n filters what is shown: queues span namespaces
     doc = _status_doc(args, settings)
@@ -220,7 +221,7 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
     elif "/" in ref:
         raise UsageError(f"{ref!r} is not NAMESPACE/NAME")
     else:
-        from .sources.kube import context_namespace
+        from autoscaler.read.kube.source import context_namespace
 
         namespace, name = args.namespace or context_namespace(settings.kube_options()), ref
     if not namespace or not name:
@@ -229,7 +230,7 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .status_view import (
+    from autoscaler.report.status_view import (
         explain_dict,
         explain_gang_dict,
         explain_gang_text,
@@ -253,7 +254,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             _write(explain_gang_dict(doc, gang), args.output)
         return 0
     if not found:
-        from .daemon import job_kinds_named
+        from autoscaler.run.daemon import job_kinds_named
 
         kinds = job_kinds_named(settings, namespace, name)
         if kinds == ():
@@ -271,7 +272,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .daemon import run_daemon
+    from autoscaler.run.daemon import run_daemon
 
     overrides: dict[str, object] = {"dry_run": True} if args.dry_run else {}
     if args.namespace:
@@ -282,7 +283,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     try:
-        from .sim.cli import run_simulate
+        from autoscaler.sim.cli import run_simulate
     except ImportError as exc:
         raise UsageError(f"the simulator is not available: {exc}") from None
     return run_simulate(args, _settings(args))
@@ -321,6 +322,6 @@ def kubectl_main() -> int:
 if __name__ == "__main__":  # pragma: no cover
     # `python -m autoscaler.cli`: run the imported module, so that its exception classes
     # are the ones the other modules raise
-    from autoscaler.cli import main as _main
+    from .cli import main as _main
 
     sys.exit(_main())

@@ -26,8 +26,8 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
-from .errors import yaml_error_line
-from .options import (
+from autoscaler.core.errors import yaml_error_line
+from autoscaler.core.options import (
     ActuatorOptions,
     Annotations,
     HeadroomPlugin,
@@ -41,8 +41,8 @@ from .options import (
     StatusOptions,
     check_lease_timing,
 )
-from .policy import GrowthPolicy, PlannerPolicy, VictimOrder
-from .resources import JOB_RESOURCES
+from autoscaler.core.policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from autoscaler.core.resources import JOB_RESOURCES
 
 ENV_PREFIX = "AUTOSCALER_"
 

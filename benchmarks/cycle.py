@@ -144,10 +144,10 @@ class Child:
 async def _measure(n: int, steady: int) -> dict:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from autoscaler.logs import configure_logging
-    from autoscaler.options import ServerOptions
+    from autoscaler.core.options import ServerOptions
+    from autoscaler.report.logs import configure_logging
+    from autoscaler.run.wiring import build
     from autoscaler.settings import Settings
-    from autoscaler.wiring import build
 
     child = Child(n)
     try:

@@ -331,14 +331,14 @@ async def _measure(
     tune_gc: bool = True,
 ) -> dict:
     # autoscaler first, as the daemon imports it: the client's packages then resolve
-    # names lazily (autoscaler/lazy_client.py); no kubernetes_asyncio import before it
+    # names lazily (autoscaler/client/lazy_client.py); no kubernetes_asyncio import before it
     import server_probe
 
-    from autoscaler.logs import configure_logging
-    from autoscaler.options import ServerOptions
+    from autoscaler.core.options import ServerOptions
+    from autoscaler.read.kube.source import make_api_client, settle_gc, sync_gc
+    from autoscaler.report.logs import configure_logging
+    from autoscaler.run.wiring import build
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client, settle_gc, sync_gc
-    from autoscaler.wiring import build
 
     settings = Settings(
         prometheus_url=prom_url,
@@ -465,9 +465,9 @@ async def daemon_caches(
 ) -> tuple[Any, Any]:
     """The API client and the daemon's caches (unstarted), as `run` builds them;
     `encoding`: an Accept-Encoding the client asks for instead of its default."""
+    from autoscaler.read.kube.source import make_api_client
+    from autoscaler.run.wiring import build_sources
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import make_api_client
-    from autoscaler.wiring import build_sources
 
     settings = Settings(
         kubeconfig=Path(kubeconfig),
@@ -494,7 +494,7 @@ async def list_pages(
     whose CRD is not installed answers one page, not served. `protobuf`: Pods and Nodes
     asked for in protobuf, as the daemon's caches ask them (settings.kube_protobuf);
     else everything in JSON."""
-    from autoscaler.sources import proto
+    from autoscaler.read.kube import proto
 
     func, args, kwargs = cache._call_args()
     if protobuf and cache._proto is not None:

@@ -25,9 +25,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from cycle import _jobs  # noqa: E402
 from cycle_real import FREE_PER_QUEUE, QUEUES, _pod  # noqa: E402
 
-from autoscaler.model import ClusterSnapshot, Plugin, QueueState  # noqa: E402
-from autoscaler.parse import RawObjects, build_snapshot  # noqa: E402
-from autoscaler.planner import plan  # noqa: E402
+from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState  # noqa: E402
+from autoscaler.plan.planner import plan  # noqa: E402
+from autoscaler.read.parse import RawObjects, build_snapshot  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
 NOW = datetime(2026, 11, 22, 10, tzinfo=UTC)

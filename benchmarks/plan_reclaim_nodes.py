@@ -22,8 +22,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from builders import NOW, ej, gang, policy  # noqa: E402
 from test_fit import node, shape  # noqa: E402
 
-from autoscaler.model import ClusterSnapshot, Plugin, QueueState, VolcanoView  # noqa: E402
-from autoscaler.planner import plan  # noqa: E402
+from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, VolcanoView  # noqa: E402
+from autoscaler.plan.planner import plan  # noqa: E402
 
 
 def cluster(nodes: int, gangs: int, cpu: int) -> ClusterSnapshot:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     MILLI,
     ClusterSnapshot,
     ElasticJob,
@@ -35,10 +35,10 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.parse import RawObjects, build_snapshot
-from autoscaler.planner import plan
+from autoscaler.plan.planner import plan
+from autoscaler.read.parse import RawObjects, build_snapshot
+from autoscaler.read.snapshot_file import free_gpu_states
 from autoscaler.settings import Settings
-from autoscaler.snapshot_file import free_gpu_states
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 QUEUES = 100
@@ -119,7 +119,7 @@ def with_volcano(snap: ClusterSnapshot, plugin: Plugin) -> ClusterSnapshot:
 def with_cpu_capability(snap: ClusterSnapshot) -> ClusterSnapshot:
     """Every worker asks 8 CPU and 64Gi per GPU, and every queue's Queue object caps it
     at 400 CPU and 4Ti (300 CPU already held by its pods): the capability in every
-    dimension (autoscaler/quota.py) is checked for every job that could grow."""
+    dimension (autoscaler/plan/quota.py) is checked for every job that could grow."""
     gib = 2**30 * MILLI
     jobs = tuple(
         replace(

@@ -108,8 +108,8 @@ async def _resizes(server: Any, jobs: list[dict]) -> None:
     """Seconds for KubeActuator to resize every job (patch and Event each)."""
     from kubernetes_asyncio.client import ApiClient
 
-    from autoscaler.actuator import KubeActuator, Outcome
-    from autoscaler.model import Decision, ObjectRef, Plan, Reason
+    from autoscaler.act.actuator import KubeActuator, Outcome
+    from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
     from autoscaler.settings import Settings
 
     settings = Settings(kube_request_timeout_seconds=60, cycle_deadline_seconds=600)
@@ -142,7 +142,7 @@ async def _main(args: argparse.Namespace) -> None:
     from cycle_real import _load
     from kubeserver import envtest_server
 
-    from autoscaler.logs import configure_logging
+    from autoscaler.report.logs import configure_logging
     from autoscaler.settings import Settings
 
     # as the daemon logs (a JSON line per resize); run with 2>/dev/null to keep them off

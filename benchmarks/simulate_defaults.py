@@ -28,7 +28,7 @@ from pathlib import Path
 from simulate_pollux import hide_queue_capability
 from simulate_slices import trace_history
 
-from autoscaler.model import Plugin
+from autoscaler.core.model import Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_trace, bundled_traces
 from autoscaler.sim.policies import JOB_INFO

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import autoscaler.sim.policies
-from autoscaler.model import ClusterSnapshot, Plugin
+from autoscaler.core.model import ClusterSnapshot, Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.engine import Cluster

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.model import Plugin
+from autoscaler.core.model import Plugin
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_trace
 from autoscaler.sim.policies import JOB_INFO

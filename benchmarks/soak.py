@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     Decision,
     ElasticJob,
@@ -66,10 +66,10 @@ from autoscaler.model import (
     Reason,
     UnmanagedJob,
 )
-from autoscaler.parse import RawObjects, build_snapshot
-from autoscaler.planner import plan as make_plan
-from autoscaler.policy import PlannerPolicy
-from autoscaler.resources import rfc3339 as format_time
+from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.resources import rfc3339 as format_time
+from autoscaler.plan.planner import plan as make_plan
+from autoscaler.read.parse import RawObjects, build_snapshot
 from autoscaler.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,9 +23,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from planner_scale import NOW, cluster  # noqa: E402
 
-from autoscaler.planner import plan  # noqa: E402
+from autoscaler.plan.planner import plan  # noqa: E402
+from autoscaler.report.status import Cycle, WriteOutcome, build_status, changed, dump  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
-from autoscaler.status import Cycle, WriteOutcome, build_status, changed, dump  # noqa: E402
 
 
 def _median_ms(fn, repeat: int) -> tuple[float, object]:
@@ -42,7 +42,7 @@ async def _real_writes(docs, repeat: int) -> list[float]:
     from kubernetes_asyncio.client import ApiClient
     from kubeserver import envtest_server
 
-    from autoscaler.status_writer import StatusWriter
+    from autoscaler.report.status_writer import StatusWriter
 
     out = []
     with envtest_server("bench-status-") as server:

@@ -50,13 +50,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
-from autoscaler import loop, planner  # noqa: E402
-from autoscaler.actuator import DryRunActuator  # noqa: E402
-from autoscaler.logs import configure_logging  # noqa: E402
-from autoscaler.loop import Controller  # noqa: E402
-from autoscaler.metrics import Metrics  # noqa: E402
-from autoscaler.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob  # noqa: E402
-from autoscaler.planner import plan  # noqa: E402
+from autoscaler.act.actuator import DryRunActuator  # noqa: E402
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob  # noqa: E402
+from autoscaler.plan import planner  # noqa: E402
+from autoscaler.plan.planner import plan  # noqa: E402
+from autoscaler.report.logs import configure_logging  # noqa: E402
+from autoscaler.report.metrics import Metrics  # noqa: E402
+from autoscaler.run import loop  # noqa: E402
+from autoscaler.run.loop import Controller  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
 

@@ -89,8 +89,8 @@ def _read_pages(folder: Path) -> dict[int, list[bytes]]:
 def _clear_memos() -> None:
     """What a daemon starts without: the readers' memos (shapes, holdings, resource
     lists, interned values, worker templates)."""
-    from autoscaler import podspec
-    from autoscaler.kinds import base
+    from autoscaler.read import podspec
+    from autoscaler.read.kinds import base
 
     getattr(base, "_TEMPLATES", {}).clear()  # none before the sixth round
     for name in ("_SHAPES", "_HOLDS", "_QUANTITIES", "_INTERNED"):
@@ -118,9 +118,9 @@ class _Pass:
     """One pass over the pages: each cache's LIST taken as `_Cache._list` takes it."""
 
     def __init__(self, by_cache: dict[int, list[bytes]], client: Any) -> None:
-        from autoscaler.metrics import Metrics
+        from autoscaler.report.metrics import Metrics
+        from autoscaler.run.wiring import _Triggers, build_sources
         from autoscaler.settings import Settings
-        from autoscaler.wiring import _Triggers, build_sources
 
         # the daemon's caches as `run` builds them with node_fit on (never started), every
         # change reported to the daemon's triggers as `build` connects them
@@ -135,7 +135,7 @@ class _Pass:
     def _page(cache: Any, body: bytes) -> tuple[Any, Any]:
         """A page's items and how the cache takes each: protobuf or JSON as it came
         (`_Cache._read_page`; JSON alone before the seventh round)."""
-        from autoscaler.sources.kube import _PAGE
+        from autoscaler.read.kube.source import _PAGE
 
         if hasattr(cache, "_read_page"):
             _, _, items, take = cache._read_page(body)
@@ -189,7 +189,7 @@ class _Pass:
 async def _replay(folder: Path, repeat: int, profile: int) -> None:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from autoscaler.sources.kube import sync_gc
+    from autoscaler.read.kube.source import sync_gc
 
     client = ApiClient(Configuration())  # asked for nothing: the pages are on disk
 
@@ -256,9 +256,9 @@ def _straight_alone(folder: Path, kind: str, repeat: int) -> None:
     """`--straight KIND`: the straight reader of KIND (`sources.straight`, the daemon's
     settings with node_fit on) alone over that kind's captured objects, its memos warm
     after the first pass: the per-object cost of the reader's own code, min of passes."""
+    from autoscaler.read.kube.source import _PAGE
+    from autoscaler.read.kube.straight import straight
     from autoscaler.settings import Settings
-    from autoscaler.sources.kube import _PAGE
-    from autoscaler.sources.straight import straight
 
     read = straight(kind, Settings(node_fit=True).read_options())
     if read is None:

@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     ElasticJob,
     ObjectRef,
@@ -15,7 +15,7 @@ from autoscaler.model import (
     Reason,
     UnmanagedJob,
 )
-from autoscaler.policy import PlannerPolicy
+from autoscaler.core.policy import PlannerPolicy
 from autoscaler.settings import Settings
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)

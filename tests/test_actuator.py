@@ -12,16 +12,16 @@ from builders import vcjob
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.actuator import (
+from autoscaler.act.actuator import (
     ApplyResult,
     DryRunActuator,
     KubeActuator,
     Outcome,
     refusal,
 )
-from autoscaler.model import Decision, ObjectRef, Plan, Reason
-from autoscaler.pacing import Pacer
-from autoscaler.resources import rfc3339
+from autoscaler.act.pacing import Pacer
+from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.core.resources import rfc3339
 from autoscaler.settings import Settings
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)

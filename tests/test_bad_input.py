@@ -30,8 +30,8 @@ from promserver import fake_prometheus, sample, vector_body
 from structlog.testing import capture_logs
 from test_loop import Daemon, settings_for
 
-from autoscaler.model import Reason
-from autoscaler.resources import rfc3339 as format_time
+from autoscaler.core.model import Reason
+from autoscaler.core.resources import rfc3339 as format_time
 
 HOSTILE = "hostile"  # a queue with plenty of free GPUs: anything wrongly managed grows
 LAST = "elastic-autoscaler.io/last-scale-time"
@@ -499,7 +499,7 @@ async def test_the_fake_api_rejects_some_on_create(bad: Bad):
 
 
 async def test_oversized_prometheus_answer_is_not_read_and_holds():
-    from autoscaler.sources.prometheus import PrometheusSource
+    from autoscaler.read.prometheus.source import PrometheusSource
 
     huge = vector_body(sample("team-a", 2000, NOW.timestamp(), junk="x" * (17 * 1024 * 1024)))
     async with fake_prometheus(huge) as prom:

@@ -325,7 +325,7 @@ def test_logging_follows_stderr_as_it_is_when_writing(capsys):
 
     import structlog
 
-    from autoscaler.logs import configure_logging
+    from autoscaler.report.logs import configure_logging
     from autoscaler.settings import Settings
 
     configure_logging(Settings(log_format="json"))

@@ -4,7 +4,7 @@ Grafana dashboard and the Dockerfile.
 Everything is offline: `kubectl kustomize` renders, kubernetes-validate checks every
 object against bundled OpenAPI schemas, promtool checks and unit-tests the alert rules,
 hadolint lints the Dockerfile. Metric names used by the dashboard and the alerts are
-checked against the ones autoscaler.metrics.Metrics really exports.
+checked against the ones autoscaler.report.metrics.Metrics really exports.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from packaging.utils import canonicalize_name
 from prometheus_client.metrics import MetricWrapperBase
 
 from autoscaler import cli
-from autoscaler.metrics import Metrics
-from autoscaler.model import Decision, GangDecision, ObjectRef, Plan, QueueSummary, Reason
+from autoscaler.core.model import Decision, GangDecision, ObjectRef, Plan, QueueSummary, Reason
+from autoscaler.report.metrics import Metrics
 from autoscaler.settings import ENV_PREFIX, Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +191,7 @@ def check_promql(expr: str, where: str) -> set[str]:
     used = set(METRIC_RE.findall(expr))
     assert used, f"{where}: no elastic_autoscaler_ metric in {expr!r}"
     unknown = sorted(used - names.keys())
-    assert not unknown, f"{where}: {unknown} are not exported by autoscaler.metrics"
+    assert not unknown, f"{where}: {unknown} are not exported by autoscaler.report.metrics"
     for metric, matchers in re.findall(r"(elastic_autoscaler_[a-z_]+)\{([^}]*)\}", expr):
         for label, op, value in re.findall(r'([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
             assert label in names[metric] | TARGET_LABELS, (

@@ -47,10 +47,10 @@ from promserver import (
 from structlog.testing import capture_logs
 from test_loop import Daemon, replicas, set_active, settings_for
 
-from autoscaler.actuator import Outcome
-from autoscaler.model import Reason
-from autoscaler.sources.live import LiveSource
-from autoscaler.sources.prom_answer import free_gpus_query
+from autoscaler.act.actuator import Outcome
+from autoscaler.core.model import Reason
+from autoscaler.read.live import LiveSource
+from autoscaler.read.prometheus.answer import free_gpus_query
 
 TS = NOW.timestamp()
 RFC_NOW = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")

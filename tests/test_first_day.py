@@ -17,8 +17,15 @@ from builders import ej, snap
 from test_cli import run
 from test_status import cycle
 
-from autoscaler.model import ClusterSnapshot, ObjectRef, Plugin, QueueState, Reason, UnmanagedJob
-from autoscaler.status_view import explain_text, status_table
+from autoscaler.core.model import (
+    ClusterSnapshot,
+    ObjectRef,
+    Plugin,
+    QueueState,
+    Reason,
+    UnmanagedJob,
+)
+from autoscaler.report.status_view import explain_text, status_table
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config" / "example-snapshot.yaml"

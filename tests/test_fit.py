@@ -1,5 +1,5 @@
-"""Fit by shape (autoscaler/fit.py) and the reader of shapes and nodes
-(autoscaler/podspec.py): table tests of every filter as the scheduler judges it, and a
+"""Fit by shape (autoscaler/plan/fit.py) and the reader of shapes and nodes
+(autoscaler/read/podspec.py): table tests of every filter as the scheduler judges it, and a
 property: every worker the planner grants has a node that admits it."""
 
 from __future__ import annotations
@@ -11,20 +11,7 @@ from builders import NOW, ej, gang, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.fit import (
-    AFFINITY,
-    CORDONED,
-    NOT_READY,
-    SELECTOR,
-    TAINT,
-    Misfit,
-    Placer,
-    admits,
-    how_many,
-    requirement_matches,
-    tolerates,
-)
-from autoscaler.model import (
+from autoscaler.core.model import (
     MILLI,
     ClusterSnapshot,
     HostPort,
@@ -40,8 +27,21 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.planner import plan
-from autoscaler.podspec import (
+from autoscaler.plan.fit import (
+    AFFINITY,
+    CORDONED,
+    NOT_READY,
+    SELECTOR,
+    TAINT,
+    Misfit,
+    Placer,
+    admits,
+    how_many,
+    requirement_matches,
+    tolerates,
+)
+from autoscaler.plan.planner import plan
+from autoscaler.read.podspec import (
     milli,
     pod_requests,
     quantities,

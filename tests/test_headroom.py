@@ -15,9 +15,7 @@ from builders import NOW, ej, gang, policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.fit import Placer
-from autoscaler.headroom import plugin_limit, real_capability, water_fill
-from autoscaler.model import (
+from autoscaler.core.model import (
     Bound,
     ClusterSnapshot,
     NodeGpus,
@@ -29,7 +27,9 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.planner import plan
+from autoscaler.plan.fit import Placer
+from autoscaler.plan.headroom import plugin_limit, real_capability, water_fill
+from autoscaler.plan.planner import plan
 
 INF = math.inf
 
@@ -405,7 +405,7 @@ def test_growth_never_exceeds_what_the_scheduler_binds(cluster):
 
 
 def test_snapshot_volcano_section_bad_values_hold_the_queue_naming_the_field():
-    from autoscaler.snapshot_file import parse_snapshot_data
+    from autoscaler.read.snapshot_file import parse_snapshot_data
 
     data = {
         "volcano": {
@@ -443,14 +443,14 @@ def test_snapshot_volcano_section_bad_values_hold_the_queue_naming_the_field():
     ],
 )
 def test_snapshot_volcano_section_unusable_is_an_error(volcano, says):
-    from autoscaler.snapshot_file import SnapshotError, parse_snapshot_data
+    from autoscaler.read.snapshot_file import SnapshotError, parse_snapshot_data
 
     with pytest.raises(SnapshotError, match=re.escape(says)):
         parse_snapshot_data({"volcano": volcano})
 
 
 def test_snapshot_queue_in_both_free_gpus_and_volcano_is_an_error():
-    from autoscaler.snapshot_file import SnapshotError, parse_snapshot_data
+    from autoscaler.read.snapshot_file import SnapshotError, parse_snapshot_data
 
     with pytest.raises(SnapshotError, match=re.escape("q in both free_gpus and volcano.queues")):
         parse_snapshot_data({"free_gpus": {"q": 1}, "volcano": {"queues": {"q": {}}}})
@@ -490,7 +490,7 @@ def _pod(node, *, gpus=(1,), init=(), phase="Running", field="limits"):
 def test_nodes_count_bound_unfinished_pods_and_only_schedulable_nodes():
     from builders import settings as make_settings
 
-    from autoscaler.parse import parse_nodes
+    from autoscaler.read.parse import parse_nodes
 
     got = parse_nodes(
         [
@@ -535,7 +535,7 @@ def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
     # will ask for half the cluster, so the busy queue may not grow into it
     from builders import settings as make_settings
 
-    from autoscaler.parse import RawObjects, build_snapshot
+    from autoscaler.read.parse import RawObjects, build_snapshot
 
     raw = RawObjects(
         queues=tuple(
@@ -562,8 +562,8 @@ def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
 def test_nodes_and_pods_are_kept_as_their_gpus_and_give_what_whole_ones_give():
     from builders import settings as make_settings
 
-    from autoscaler.model import PodUse
-    from autoscaler.parse import decode_node, decode_pod, nodes_in_use, parse_nodes
+    from autoscaler.core.model import PodUse
+    from autoscaler.read.parse import decode_node, decode_pod, nodes_in_use, parse_nodes
 
     s = make_settings().read_options()
     nodes = [_node("a", "8"), _node("b", "4", taints=[{"key": "k", "effect": "NoSchedule"}])]

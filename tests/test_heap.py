@@ -1,5 +1,5 @@
 """The C heap's free memory goes back to the system after the sync and after each cycle
-(autoscaler/heap.py): measured on this process's own RSS, in a fresh interpreter."""
+(autoscaler/core/heap.py): measured on this process's own RSS, in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_free_memory_goes_back_to_the_system() -> None:
-    setup = "from autoscaler.heap import release_free_memory"
+    setup = "from autoscaler.core.heap import release_free_memory"
     before, after = _rss_before_after("assert release_free_memory()", setup)
     assert before - after >= 40, (before, after)  # of the ~63 MiB freed
     kept, still = _rss_before_after("pass")
@@ -55,7 +55,7 @@ def test_free_memory_goes_back_to_the_system() -> None:
 
 
 def test_the_daemon_gives_back_what_its_sync_freed() -> None:
-    setup = "from autoscaler.sources.kube import settle_gc"
+    setup = "from autoscaler.read.kube.source import settle_gc"
     before, after = _rss_before_after("settle_gc()", setup)
     assert before - after >= 40, (before, after)
 
@@ -63,9 +63,9 @@ def test_the_daemon_gives_back_what_its_sync_freed() -> None:
 CYCLE_SETUP = """
 import asyncio
 from builders import NOW, ej, snap
-from autoscaler.actuator import DryRunActuator
-from autoscaler.loop import Controller
-from autoscaler.metrics import Metrics
+from autoscaler.act.actuator import DryRunActuator
+from autoscaler.run.loop import Controller
+from autoscaler.report.metrics import Metrics
 from autoscaler.settings import Settings
 
 class Fixed:

@@ -21,14 +21,14 @@ from builders import (
     vcjob,
 )
 
-from autoscaler.kinds import KINDS, kind_of
-from autoscaler.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
-from autoscaler.kinds.vcjob import VCJOB_KIND
-from autoscaler.model import ElasticJob, ObjectRef, Reason, UnmanagedJob
-from autoscaler.parse import Priorities, RawObjects, build_snapshot, parse_job
-from autoscaler.planner import plan
-from autoscaler.resources import JOB_RESOURCES, JSON_PATCH, MERGE_PATCH
-from autoscaler.snapshot_file import free_gpu_states
+from autoscaler.core.model import ElasticJob, ObjectRef, Reason, UnmanagedJob
+from autoscaler.core.resources import JOB_RESOURCES, JSON_PATCH, MERGE_PATCH
+from autoscaler.plan.planner import plan
+from autoscaler.read.kinds import KINDS, kind_of
+from autoscaler.read.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
+from autoscaler.read.kinds.vcjob import VCJOB_KIND
+from autoscaler.read.parse import Priorities, RawObjects, build_snapshot, parse_job
+from autoscaler.read.snapshot_file import free_gpu_states
 
 S = settings()
 NOPRIO = Priorities({})
@@ -266,7 +266,7 @@ def test_vcjob_writes_a_json_patch_pinned_to_version_and_task():
 
 @pytest.mark.parametrize("obj", [paddlejob(), vcjob(), vcjob(other_tasks=[PS], min_available=2)])
 def test_the_cache_record_of_each_kind_is_what_parsing_the_whole_object_gives(obj):
-    from autoscaler.parse import decoders
+    from autoscaler.read.parse import decoders
 
     whole = copy.deepcopy(obj)
     whole["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {}}]

@@ -19,11 +19,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
-from autoscaler.kubeapi import ApiFailure, classify
-from autoscaler.model import GroupRecord, HpaTarget, JobRecord, PriorityValue
-from autoscaler.resources import JOB_RESOURCES
-from autoscaler.settings import Settings
-from autoscaler.sources.kube import (
+from autoscaler.client.kubeapi import ApiFailure, classify
+from autoscaler.core.model import GroupRecord, HpaTarget, JobRecord, PriorityValue
+from autoscaler.core.resources import JOB_RESOURCES
+from autoscaler.read.kube.source import (
     CONNECT_RETRY_MAX_SECONDS,
     POOL_SPARE,
     KubeconfigError,
@@ -32,6 +31,7 @@ from autoscaler.sources.kube import (
     OnChange,
     make_api_client,
 )
+from autoscaler.settings import Settings
 
 
 def podgroup(name: str, namespace: str = "ns1", phase: str = "Pending") -> dict[str, Any]:
@@ -205,8 +205,8 @@ async def test_a_read_where_no_cache_changed_does_not_assemble_again(
     from promserver import fake_prometheus
     from test_loop import NOW, free_body, settings_for
 
-    from autoscaler.sources.live import LiveSource
-    from autoscaler.sources.prometheus import PrometheusSource
+    from autoscaler.read.live import LiveSource
+    from autoscaler.read.prometheus.source import PrometheusSource
 
     seed(kube)
     async with fake_prometheus(free_body(**{"team-a": 2})) as prom:
@@ -643,7 +643,7 @@ async def test_a_kind_whose_crd_is_missing_is_one_info_line_and_no_jobs(capsys) 
     kinds are read as usual (no warning, no error, no retry loop)."""
     from fakekube import DEFAULT_RESOURCES
 
-    from autoscaler.resources import JOB_RESOURCES
+    from autoscaler.core.resources import JOB_RESOURCES
 
     served = [r for r in DEFAULT_RESOURCES if r.plural != "paddlejobs"]
     async with FakeKubeApi(resources=served) as fake, ApiClient(fake.configuration()) as client:
@@ -727,7 +727,7 @@ def test_the_daemon_settles_the_garbage_collector_once_synced() -> None:
     caches synced."""
     import gc
 
-    from autoscaler.sources.kube import GC_GEN0_THRESHOLD, settle_gc
+    from autoscaler.read.kube.source import GC_GEN0_THRESHOLD, settle_gc
 
     threshold = gc.get_threshold()
     try:
@@ -745,7 +745,7 @@ def test_the_daemon_collects_less_often_while_its_caches_sync() -> None:
     pages and the daemon's start-up are still collected."""
     import gc
 
-    from autoscaler.sources.kube import GC_GEN0_THRESHOLD, sync_gc
+    from autoscaler.read.kube.source import GC_GEN0_THRESHOLD, sync_gc
 
     threshold = gc.get_threshold()
     frozen = gc.get_freeze_count()

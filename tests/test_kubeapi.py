@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.kubeapi import ApiFailure, classify, error_text, retry_after
-from autoscaler.redact import remember
+from autoscaler.client.kubeapi import ApiFailure, classify, error_text, retry_after
+from autoscaler.client.redact import remember
 
 NOW = datetime(2026, 11, 23, 8, 0, 0, tzinfo=UTC)
 

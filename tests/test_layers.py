@@ -11,28 +11,39 @@ from pathlib import Path
 import pytest
 
 FORBIDDEN = ("kubernetes_asyncio", "prometheus_api_client", "aiohttp", "structlog", "requests")
+PACKAGE = Path(__file__).resolve().parent.parent / "autoscaler"
+
+# The folders that must stay pure: the vocabulary, the planner, and the readers that turn
+# raw objects into records (docs/design.md "The house").
+PURE = ("core", "plan", "read/parse", "read/kinds")
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "autoscaler.model",
-        "autoscaler.policy",
-        "autoscaler.resources",
-        "autoscaler.planner",
-        "autoscaler.parse",
-        "autoscaler.render",
-        "autoscaler.status",
-        "autoscaler.sources.prom_answer",
-        "autoscaler.kinds",
-        "autoscaler.fields",
-        "autoscaler.podspec",
-        "autoscaler.fit",
-        "autoscaler.payoff",
-        "autoscaler.quota",
-        "autoscaler.run_memory",
-    ],
-)
+def _name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("autoscaler", *parts))
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "data" not in p.parts)
+
+
+def _pure_modules() -> list[str]:
+    return [
+        _name(p)
+        for p in _modules()
+        if any(p.relative_to(PACKAGE).as_posix().startswith(f + "/") for f in PURE)
+    ]
+
+
+def test_the_pure_folders_have_modules():
+    names = _pure_modules()
+    for folder in PURE:
+        assert any(n.startswith("autoscaler." + folder.replace("/", ".")) for n in names), folder
+
+
+@pytest.mark.parametrize("module", _pure_modules())
 def test_pure_modules_import_no_io_library(module):
     code = (
         f"import sys, {module}; bad = [m for m in {FORBIDDEN!r} if m in sys.modules]; "
@@ -44,51 +55,36 @@ def test_pure_modules_import_no_io_library(module):
     assert out == "", f"{module} pulls in {out}"
 
 
-# The project's own floors: a module may import only from floors below its own (and
-# from its own package). Function-local imports count too: they are how a floor gets
-# skipped quietly.
-FLOORS: dict[int, tuple[str, ...]] = {
-    # vocabulary, no logic; options: each component's section of the settings
-    0: ("model", "policy", "resources", "errors", "redact", "options", "lazy_client"),
-    # what Volcano binds, how queues share a cluster, in-flight workers; settings;
-    # readers; pod specs and nodes as the scheduler reads them; fit by shape; whether a
-    # reclaim pays
-    1: (
-        "headroom",
-        "shares",
-        "inflight",
-        "settings",
-        "fields",
-        "podspec",
-        "fit",
-        "payoff",
-        "quota",
-    ),
-    # the pure planner; where each job kind keeps its fields; the runs remembered for it
-    2: ("planner", "kinds", "run_memory"),
-    # reading and telling; heap: giving the C heap's free memory back
-    3: ("parse", "render", "kubeapi", "metrics", "logs", "pacing", "heap"),
-    # the edges; status: the status document (pure, but it tells in render's words);
-    # triggers: which watch events call for an early cycle
-    4: ("sources", "actuator", "leader", "server", "snapshot_file", "status", "triggers"),
-    # one cycle and its driver; the status object's writer and its views for the CLI
-    5: ("loop", "status_writer", "status_view"),
-    6: ("wiring", "sim"),  # assembly: the one builder of the daemon's parts, the simulator
-    7: ("daemon",),  # the daemon's commands: run, live plan, status
-    8: ("cli",),  # the command line
-    9: ("__main__",),
+# The house, lowest first: a module may import from a folder on a lower floor, and inside
+# its own folder from a file (or subfolder) earlier in that folder's order. plan/ and read/
+# share a floor, so neither imports the other. Function-local imports count too: they are
+# how a floor gets skipped quietly.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("core",),  # the shared pure vocabulary
+    ("client",),  # the Kubernetes API client
+    ("settings",),  # the one Settings object
+    ("plan", "read"),  # deciding (pure) | the world read into a snapshot
+    ("act",),  # writing the plan
+    ("report",),  # telling: status, render, metrics, logs
+    ("run",),  # running: one cycle, its driver, the daemon
+    ("sim",),  # the simulator
+    ("cli",),  # the command line
+    ("__main__",),
+)
+# Inside a folder, lowest first (a subfolder is one entry, its files ordered in turn).
+ORDER: dict[str, tuple[str, ...]] = {
+    "core": ("errors", "heap", "resources", "options", "policy", "model"),
+    "client": ("redact", "lazy_client", "kubeapi"),
+    "plan": ("fit", "headroom", "inflight", "payoff", "quota", "shares", "planner"),
+    "read": ("fields", "podspec", "kinds", "parse", "prometheus", "kube", "live", "snapshot_file"),
+    "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
+    "read.prometheus": ("answer", "source"),
+    "read.kube": ("proto", "wire", "straight", "source"),
+    "act": ("pacing", "actuator"),
+    "report": ("render", "metrics", "logs", "status", "status_view", "status_writer"),
+    "run": ("run_memory", "triggers", "server", "leader", "loop", "wiring", "daemon"),
 }
-_FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
-PACKAGE = Path(__file__).resolve().parent.parent / "autoscaler"
-
-
-def _top(module: str) -> str:
-    """autoscaler.sources.kube -> sources"""
-    return module.split(".")[1] if module.count(".") else ""
-
-
-def _name(path: Path, root: Path = PACKAGE) -> str:
-    return "autoscaler." + ".".join(path.relative_to(root).with_suffix("").parts)
+_FLOOR_OF = {name: floor for floor, names in enumerate(FLOORS) for name in names}
 
 
 def _imports(path: Path, root: Path = PACKAGE) -> set[str]:
@@ -110,43 +106,100 @@ def _imports(path: Path, root: Path = PACKAGE) -> set[str]:
     return found
 
 
-def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "data" not in p.parts)
-
-
-def test_every_module_has_a_floor():
-    missing = {_top(_name(p)) for p in _modules()} - set(_FLOOR_OF) - {"", "__init__"}
-    assert not missing, f"give these modules a floor in FLOORS: {sorted(missing)}"
+def _place(module: str) -> tuple[int, ...]:
+    """Where a module stands in the house: its floor, then its rank in each folder's
+    order down to its own file (autoscaler.read.kube.wire -> (3, 5, 1))."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return ()
+    place = [_FLOOR_OF[parts[0]]]
+    for depth in range(1, len(parts)):
+        order = ORDER.get(".".join(parts[:depth]))
+        if order is None or parts[depth] == "__init__":
+            break
+        place.append(order.index(parts[depth]))
+    return tuple(place)
 
 
 def _violations(path: Path, root: Path = PACKAGE) -> list[str]:
-    me = _top(_name(path, root))
-    if me in ("", "__init__"):
-        return []
+    """Imports of `path` that do not point down the house."""
+    me = _name(path, root)
+    if me == "autoscaler" or path.name == "__init__.py":
+        return []  # a package's __init__ may gather what its folder holds
+    mine, my_top = _place(me), me.split(".")[1]
     bad = []
     for target in _imports(path, root):
-        other = _top(target)
-        if other not in ("", me) and _FLOOR_OF[other] >= _FLOOR_OF[me]:
-            bad.append(f"{target} (floor {_FLOOR_OF[other]})")
+        known = _known(target, root)
+        theirs, their_top = _place(known), known.split(".")[1] if "." in known else ""
+        if their_top != my_top:  # another folder: only from a lower floor
+            if not theirs or theirs[0] >= mine[0]:
+                bad.append(target)
+            continue
+        shared = 0
+        while shared < min(len(mine), len(theirs)) and mine[shared] == theirs[shared]:
+            shared += 1
+        if shared == len(theirs):
+            continue  # my own folder's package (or myself)
+        if shared == len(mine) or theirs[shared] >= mine[shared]:
+            bad.append(target)
     return sorted(bad)
 
 
+def _known(module: str, root: Path = PACKAGE) -> str:
+    """A module name cut to the part the house orders (a name imported from a module is
+    the module)."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        candidate = ".".join(parts[:end])
+        path = root.parent / candidate.replace(".", "/")
+        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+            return candidate
+    return module
+
+
+def test_every_folder_and_file_has_a_place():
+    missing = []
+    for path in _modules():
+        try:
+            _place(_name(path))
+        except (KeyError, ValueError) as e:
+            missing.append(f"{_name(path)}: {e}")
+        folder = ".".join(path.relative_to(PACKAGE).parts[:-1])
+        if folder and folder.split(".")[0] != "sim" and path.stem != "__init__":
+            assert folder in ORDER, f"give {folder} an ORDER"
+    assert not missing, f"give these a place in FLOORS/ORDER: {missing}"
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_imports_go_down_the_floors(path):
+def test_imports_go_down_the_house(path):
     bad = _violations(path)
-    me = _top(_name(path))
-    assert not bad, f"{me} imports from its own floor or above: {bad}"
+    assert not bad, f"{_name(path)} imports from its own floor or above: {bad}"
 
 
-def test_the_floor_check_can_fail(tmp_path):
-    """The check sees a sideways import and an upward function-local one."""
-    (tmp_path / "planner.py").write_text(
-        "from .model import Plan\ndef f():\n    from . import render\n    from .loop import x\n"
+def test_an_import_running_back_up_fails(tmp_path):
+    """The check sees a sideways folder (plan -> read), an upward function-local import,
+    a file earlier in its folder importing a later one, and lets a downward one pass."""
+    root = tmp_path / "autoscaler"
+    for folder in ("core", "plan", "read", "run", "report"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    for name in ("core/model", "read/parse", "run/loop", "report/render", "plan/fit"):
+        (root / f"{name}.py").write_text("")
+    (root / "plan" / "planner.py").write_text(
+        "from autoscaler.core.model import Plan\n"
+        "from autoscaler.read.parse import x\n"
+        "from .fit import Placer\n"
+        "def f():\n"
+        "    from autoscaler.report import render\n"
+        "    from autoscaler.run.loop import x\n"
     )
-    assert _violations(tmp_path / "planner.py", tmp_path) == [
-        "autoscaler.loop (floor 5)",
-        "autoscaler.render (floor 3)",
+    (root / "plan" / "fit.py").write_text("from .planner import plan\n")
+    assert _violations(root / "plan" / "planner.py", root) == [
+        "autoscaler.read.parse",
+        "autoscaler.report",
+        "autoscaler.run.loop",
     ]
+    assert _violations(root / "plan" / "fit.py", root) == ["autoscaler.plan.planner"]
 
 
 # Project rule: no function over 60 lines outside the simulator (autoscaler/sim/). A

@@ -1,4 +1,4 @@
-"""The Kubernetes client's packages resolve names on first use (autoscaler/lazy_client.py):
+"""The Kubernetes client's packages resolve names on first use (autoscaler/client/lazy_client.py):
 the daemon does not import the ~800 generated modules it never uses, and every name of
 the client stays what it was."""
 
@@ -29,7 +29,7 @@ def _run(code: str) -> str:
 
 def test_the_daemon_imports_none_of_the_clients_models_it_does_not_use():
     code = (
-        "import sys, autoscaler.wiring, autoscaler.cli; "
+        "import sys, autoscaler.run.wiring, autoscaler.cli; "
         "print(sum(m.startswith('kubernetes_asyncio.client.models.') for m in sys.modules))"
     )
     assert int(_run(code)) < 20  # of ~750
@@ -39,7 +39,7 @@ def test_the_daemon_imports_none_of_the_clients_apis_it_does_not_use():
     """`kubernetes_asyncio.client.api`'s own `__init__` imports all 66 API classes
     (~12 MiB): importing `CustomObjectsApi` from its module must not run it."""
     code = (
-        "import sys, autoscaler.wiring, autoscaler.cli, autoscaler.daemon\n"
+        "import sys, autoscaler.run.wiring, autoscaler.cli, autoscaler.run.daemon\n"
         "from kubernetes_asyncio import client\n"
         "client.CoreV1Api, client.CoordinationV1Api  # the status writer's, the elector's\n"
         "print(sorted(m for m in sys.modules if m.startswith('kubernetes_asyncio.client.api.')))"

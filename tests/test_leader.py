@@ -18,7 +18,7 @@ from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
 from pydantic import ValidationError
 
-from autoscaler.leader import AlwaysLeader, LeaderElector, make_elector
+from autoscaler.run.leader import AlwaysLeader, LeaderElector, make_elector
 from autoscaler.settings import Settings
 
 LEASE_NS = "elastic-autoscaler"

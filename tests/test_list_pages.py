@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.resources import QUEUE
+from autoscaler.core.resources import QUEUE
+from autoscaler.read.kube.source import _Attempts, _Cache
 from autoscaler.settings import Settings
-from autoscaler.sources.kube import _Attempts, _Cache
 
 Log = list[tuple[str, str]]
 

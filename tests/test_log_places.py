@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.loop import _to_compare
-from autoscaler.model import Action, Decision, ObjectRef, Reason
+from autoscaler.core.model import Action, Decision, ObjectRef, Reason
+from autoscaler.run.loop import _to_compare
 
 REFS = [ObjectRef("ml", f"j{i}") for i in range(4)]
 
@@ -66,7 +66,7 @@ def test_a_plans_actions_are_its_decisions_that_change_a_job_in_order(ds):
     """Plan.actions (found in C) as every decision read one by one finds them."""
     from builders import NOW
 
-    from autoscaler.model import Plan
+    from autoscaler.core.model import Plan
 
     expected = tuple(a for d in ds if d.target != d.current and (a := Action.of(d)) is not None)
     assert Plan(NOW, tuple(ds)).actions == expected

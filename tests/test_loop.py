@@ -17,14 +17,14 @@ from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
 
-from autoscaler.actuator import DryRunActuator, Outcome
-from autoscaler.daemon import wants_early_cycle
-from autoscaler.loop import Controller, next_start
-from autoscaler.metrics import Metrics
-from autoscaler.model import ClusterSnapshot, Reason
-from autoscaler.options import ServerOptions
+from autoscaler.act.actuator import DryRunActuator, Outcome
+from autoscaler.core.model import ClusterSnapshot, Reason
+from autoscaler.core.options import ServerOptions
+from autoscaler.report.metrics import Metrics
+from autoscaler.run.daemon import wants_early_cycle
+from autoscaler.run.loop import Controller, next_start
+from autoscaler.run.wiring import Parts, build
 from autoscaler.settings import Settings
-from autoscaler.wiring import Parts, build
 
 LOCAL = ServerOptions(listen_host="127.0.0.1", listen_port=0)  # a free port, this host only
 
@@ -53,7 +53,7 @@ def settings_for(prom_url: str, **kw) -> Settings:
 
 
 class Daemon:
-    """The daemon's real parts, from the one builder `run` uses (autoscaler/wiring.py),
+    """The daemon's real parts, from the one builder `run` uses (autoscaler/run/wiring.py),
     started as `run` starts them (caches, elector, status writer, HTTP on a free port);
     the test runs the cycles (`controller.run_once(now)`) or the driver itself."""
 
@@ -433,8 +433,8 @@ async def test_a_gang_bound_beside_idle_gpus_calls_a_cycle_at_once(api):
     ],
 )
 def test_gang_starts_tells_a_gang_bound_after_it_waited(events, bound):
-    from autoscaler.parse import decoders
-    from autoscaler.triggers import GangStarts
+    from autoscaler.read.parse import decoders
+    from autoscaler.run.triggers import GangStarts
 
     decode = decoders(Settings().read_options())["PodGroup"]
     starts = GangStarts()
@@ -470,7 +470,7 @@ def test_next_start_debounces_triggers():
     ],
 )
 def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, early):
-    from autoscaler.parse import decoders
+    from autoscaler.read.parse import decoders
 
     record = decoders(Settings().read_options())[kind](copy.deepcopy(obj))  # what the cache holds
     assert wants_early_cycle(kind, etype, record) is early

@@ -23,9 +23,10 @@ from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 
-from autoscaler.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
-from autoscaler.model import ElasticJob, HpaTarget, Reason, UnmanagedJob
-from autoscaler.parse import (
+from autoscaler.core.model import ElasticJob, HpaTarget, Reason, UnmanagedJob
+from autoscaler.plan.planner import plan
+from autoscaler.read.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
+from autoscaler.read.parse import (
     Priorities,
     RawObjects,
     Records,
@@ -35,9 +36,8 @@ from autoscaler.parse import (
     hpa_targets,
     parse_job,
 )
-from autoscaler.planner import plan
+from autoscaler.read.snapshot_file import parse_snapshot_data
 from autoscaler.settings import Settings
-from autoscaler.snapshot_file import parse_snapshot_data
 
 S = Settings()
 NOPRIO = Priorities({})

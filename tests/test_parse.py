@@ -18,8 +18,9 @@ from builders import (
     vcjob,
 )
 
-from autoscaler.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
-from autoscaler.parse import (
+from autoscaler.core.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
+from autoscaler.plan.planner import plan
+from autoscaler.read.parse import (
     Priorities,
     RawObjects,
     build_snapshot,
@@ -27,8 +28,7 @@ from autoscaler.parse import (
     parse_job,
     parse_podgroup,
 )
-from autoscaler.planner import plan
-from autoscaler.snapshot_file import free_gpu_states
+from autoscaler.read.snapshot_file import free_gpu_states
 
 P = settings()
 NOPRIO = Priorities({})
@@ -199,7 +199,7 @@ def test_limits_and_requests_that_differ_are_invalid_and_name_both():
     ],
 )
 def test_gpu_quantities_in_the_api_grammar(value, gpus):
-    from autoscaler.fields import parse_quantity
+    from autoscaler.read.fields import parse_quantity
 
     assert parse_quantity(value, "f") == gpus
 
@@ -221,7 +221,7 @@ def test_gpu_quantities_in_the_api_grammar(value, gpus):
     ],
 )
 def test_bad_gpu_quantities_say_what_is_wrong(value, message):
-    from autoscaler.fields import BadField, parse_quantity
+    from autoscaler.read.fields import BadField, parse_quantity
 
     with pytest.raises(BadField, match=r"^f ") as err:
         parse_quantity(value, "f")
@@ -476,8 +476,8 @@ def test_a_priority_class_resolves_on_records_decoded_before_it_came():
     their priority when the snapshot is assembled, as if it had been there first."""
     from dataclasses import replace
 
-    from autoscaler.model import PriorityValue
-    from autoscaler.parse import Records, decode_job
+    from autoscaler.core.model import PriorityValue
+    from autoscaler.read.parse import Records, decode_job
 
     free = free_gpu_states({"team-a": 2})
     a, b = pytorchjob("a"), pytorchjob("b")
@@ -494,7 +494,7 @@ def test_a_priority_class_resolves_on_records_decoded_before_it_came():
 
 
 def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
-    from autoscaler.sources.live import cross_check_free
+    from autoscaler.read.live import cross_check_free
 
     def q(name, deserved, allocated):
         obj = queue_obj(name)
@@ -512,8 +512,8 @@ def test_cross_check_holds_a_queue_that_disagrees_with_the_api():
 
 
 def test_cross_check_compares_the_allocated_metric_with_queue_status():
-    from autoscaler.model import QueueState, VolcanoQueue
-    from autoscaler.sources.live import cross_check_free
+    from autoscaler.core.model import QueueState, VolcanoQueue
+    from autoscaler.read.live import cross_check_free
 
     def state(name, allocated):
         return QueueState(name, None, volcano=VolcanoQueue(name, allocated=allocated))
@@ -547,7 +547,7 @@ def test_what_a_cache_keeps_is_what_a_snapshot_file_gives(obj):
     """A watch cache decodes each object once, as it arrives, and keeps only the record:
     what it keeps plans exactly like the whole object read from a snapshot file,
     managed fields and kubectl's copy of the object notwithstanding."""
-    from autoscaler.parse import Records, decoders
+    from autoscaler.read.parse import Records, decoders
 
     whole = edit(obj, "metadata.managedFields", [{"manager": "kubectl", "fieldsV1": {}}])
     annotations = whole["metadata"].get("annotations")

@@ -1,4 +1,4 @@
-"""Reclaim only where it pays (autoscaler/payoff.py, planner rule 3): the estimates from
+"""Reclaim only where it pays (autoscaler/plan/payoff.py, planner rule 3): the estimates from
 what jobs declare of their run, the trade, and the planner's decision, one table each;
 the annotations as parse.py reads them."""
 
@@ -13,8 +13,7 @@ from builders import settings as app_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import payoff
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     NodeGpus,
     ObjectRef,
@@ -25,8 +24,9 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.parse import Priorities, parse_job
-from autoscaler.planner import plan
+from autoscaler.plan import payoff
+from autoscaler.plan.planner import plan
+from autoscaler.read.parse import Priorities, parse_job
 
 RUNTIME = "elastic-autoscaler.io/expected-runtime-seconds"
 PROGRESS = "elastic-autoscaler.io/progress"

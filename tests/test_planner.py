@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from builders import NOW, ago, ej, gang, orphan, policy, snap
 
-from autoscaler.model import ClusterSnapshot, ObjectRef, QueueState, Reason, UnmanagedJob
-from autoscaler.planner import plan
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, QueueState, Reason, UnmanagedJob
+from autoscaler.plan.planner import plan
 
 
 def targets(p) -> dict[str, tuple[int | None, Reason]]:

@@ -15,8 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_planner_properties import QUEUES, common, policies, snapshots
 
-from autoscaler.model import ClusterSnapshot, Decision, ObjectRef, QueueState, Reason, UnmanagedJob
-from autoscaler.planner import plan
+from autoscaler.core.model import (
+    ClusterSnapshot,
+    Decision,
+    ObjectRef,
+    QueueState,
+    Reason,
+    UnmanagedJob,
+)
+from autoscaler.plan.planner import plan
 
 # the reasons given here to unmanaged jobs: never one the planner gives a job it plans
 UNMANAGED = (Reason.FINISHED, Reason.SUSPENDED, Reason.DUPLICATE)

@@ -16,8 +16,8 @@ from test_fit import fit_clusters, node
 from test_fit import snap as fit_snap
 from test_planner_properties import common, policies, snapshots
 
-from autoscaler.model import ClusterSnapshot, ElasticJob, QueueState, Reason
-from autoscaler.planner import plan
+from autoscaler.core.model import ClusterSnapshot, ElasticJob, QueueState, Reason
+from autoscaler.plan.planner import plan
 
 
 def _fresh(snapshot: ClusterSnapshot) -> ClusterSnapshot:

@@ -10,7 +10,7 @@ from builders import NOW, ago, policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     ElasticJob,
     ObjectRef,
@@ -18,7 +18,7 @@ from autoscaler.model import (
     QueueState,
     Reason,
 )
-from autoscaler.planner import plan
+from autoscaler.plan.planner import plan
 
 QUEUES = ["qa", "qb", "qc"]
 

@@ -10,11 +10,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import podspec
-from autoscaler.kinds import base
-from autoscaler.kinds.base import NotManaged, read_workers
-from autoscaler.model import HostPort
-from autoscaler.podspec import PYTORCH_PORT, read_pod_use, read_shape
+from autoscaler.core.model import HostPort
+from autoscaler.read import podspec
+from autoscaler.read.kinds import base
+from autoscaler.read.kinds.base import NotManaged, read_workers
+from autoscaler.read.podspec import PYTORCH_PORT, read_pod_use, read_shape
 from autoscaler.settings import Settings
 
 GPU = "nvidia.com/gpu"

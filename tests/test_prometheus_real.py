@@ -27,11 +27,11 @@ from promserver import (
     wait_until,
 )
 
-from autoscaler.headroom import plugin_limit
-from autoscaler.model import Plugin, Reason, VolcanoView
+from autoscaler.core.model import Plugin, Reason, VolcanoView
+from autoscaler.plan.headroom import plugin_limit
+from autoscaler.read.prometheus.answer import FreeGpuReading
+from autoscaler.read.prometheus.source import PrometheusSource
 from autoscaler.settings import Settings
-from autoscaler.sources.prom_answer import FreeGpuReading
-from autoscaler.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.prometheus,

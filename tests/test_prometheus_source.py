@@ -29,10 +29,10 @@ from promserver import (
     vector_body,
 )
 
-from autoscaler.model import Plugin, Reason, VolcanoQueue
+from autoscaler.core.model import Plugin, Reason, VolcanoQueue
+from autoscaler.read.prometheus.answer import FreeGpuReading, parse_query_result
+from autoscaler.read.prometheus.source import PrometheusSource
 from autoscaler.settings import Settings
-from autoscaler.sources.prom_answer import FreeGpuReading, parse_query_result
-from autoscaler.sources.prometheus import PrometheusSource
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TS = NOW.timestamp()
@@ -226,7 +226,7 @@ def parts_body(
     queue: str, *, deserved=None, allocated=None, deserved_time=TS, allocated_time=TS, eval_ts=TS
 ) -> dict[str, Any]:
     """What the default query answers for one queue: each part as its own series."""
-    from autoscaler.sources.prom_answer import PART_LABEL
+    from autoscaler.read.prometheus.answer import PART_LABEL
 
     result = []
     for part, value in (
@@ -264,7 +264,7 @@ def test_deprecated_deserved_plugin_reads_deserved_minus_allocated(answer, free)
 
 
 def test_parts_give_volcano_queue_figures_and_the_plugin():
-    from autoscaler.sources.prom_answer import PART_LABEL
+    from autoscaler.read.prometheus.answer import PART_LABEL
 
     def series(part: str, value: float) -> dict[str, Any]:
         return {"metric": {"queue_name": "q", PART_LABEL: part}, "value": [TS, str(value)]}
@@ -360,7 +360,7 @@ def test_a_queue_without_its_series_is_unknown_not_zero():
 
 
 def test_the_default_query_reads_parts_raw_with_their_scrape_times():
-    from autoscaler.sources.prom_answer import free_gpus_query
+    from autoscaler.read.prometheus.answer import free_gpus_query
 
     query = free_gpus_query(Settings().prometheus_options())
     assert "clamp" not in query

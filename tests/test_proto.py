@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import ApiError, EnvTest, object_path
 
-from autoscaler.parse import decoders
+from autoscaler.read.kube import proto
+from autoscaler.read.kube.source import KubeSource, _key, proto_readers
+from autoscaler.read.kube.wire import reader
+from autoscaler.read.parse import decoders
 from autoscaler.settings import Settings
-from autoscaler.sources import proto
-from autoscaler.sources.kube import KubeSource, _key, proto_readers
-from autoscaler.sources.wire import reader
 
 OPTIONS = Settings.model_validate({}).read_options()
 # one reader per kind for the module, as a cache keeps one: what it remembers of one
@@ -493,7 +493,7 @@ async def test_the_daemons_caches_ask_protobuf_for_pods_and_nodes_and_drop_what_
     max_object_bytes is sized as served, dropped and reported, as a JSON one is."""
     from kubernetes_asyncio.client import Configuration
 
-    from autoscaler.wiring import build_sources
+    from autoscaler.run.wiring import build_sources
 
     node, status = _nodes(f"proto-{uuid.uuid4().hex[:6]}")[0]
     make(node, status)

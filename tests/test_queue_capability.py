@@ -1,6 +1,6 @@
 """A Volcano Queue's spec.capability in every dimension it names, not only GPUs (issue 27):
 both queue plugins refuse a task once allocated + task exceeds the capability in any
-dimension the task requests, so growth stops there (autoscaler/quota.py)."""
+dimension the task requests, so growth stops there (autoscaler/plan/quota.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from test_fit import node
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     GroupRecord,
     JobRecord,
@@ -27,10 +27,10 @@ from autoscaler.model import (
     UnmanagedJob,
     VolcanoView,
 )
-from autoscaler.parse import Records, _queue_states, assemble, decode_queue
-from autoscaler.planner import plan
-from autoscaler.policy import GrowthPolicy
-from autoscaler.render import plan_to_dict, plan_to_table
+from autoscaler.core.policy import GrowthPolicy
+from autoscaler.plan.planner import plan
+from autoscaler.read.parse import Records, _queue_states, assemble, decode_queue
+from autoscaler.report.render import plan_to_dict, plan_to_table
 
 OPTIONS = settings().read_options()
 GI = 2**30 * 1000  # one Gi of memory in milli-units

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoscaler.metrics import Metrics
-from autoscaler.model import Reason
+from autoscaler.core.model import Reason
+from autoscaler.report.metrics import Metrics
 from autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ from kubernetes_asyncio.client import ApiClient
 from kubeserver import EnvTest
 from test_loop import LOCAL
 
+from autoscaler.run.wiring import build
 from autoscaler.settings import Settings
-from autoscaler.wiring import build
 
 OUTAGE_SECONDS = 8.0  # long enough for the old back-off to reach 4-8 s between attempts
 RECOVERY_BOUND_SECONDS = 4.0

@@ -27,10 +27,10 @@ from promserver import (
 )
 from test_loop import Daemon
 
-from autoscaler.daemon import live_plan
-from autoscaler.model import Reason
+from autoscaler.core.model import Reason
+from autoscaler.read.prometheus.answer import free_gpus_query
+from autoscaler.run.daemon import live_plan
 from autoscaler.settings import Settings
-from autoscaler.sources.prom_answer import free_gpus_query
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not HAVE_PROMETHEUS, reason=SKIP_REASON)]
 

@@ -8,7 +8,7 @@ is what a user applies: the operator makes its PodGroup, pods and Services and w
 status, the scheduler binds the pods, kwok runs them; nothing of the job's status is
 written by a test.
 
-The daemon is wired as `run` wires it (test_loop.Daemon: autoscaler/wiring.py, its caches
+The daemon is wired as `run` wires it (test_loop.Daemon: autoscaler/run/wiring.py, its caches
 watching the real server, its Prometheus source reading the real Prometheus with the
 default series); the test runs its cycles with an injected clock, so cooldowns and
 timeouts pass without sleeping. What is checked is what a platform team would check:
@@ -58,12 +58,12 @@ from test_loop import Daemon
 from test_real_volcano import LEASE_NAMESPACE, REPO, daemon_env
 from volcanokit import apply_queue, delete_queue
 
-from autoscaler.loop import CycleResult
-from autoscaler.model import ElasticJob, Reason
-from autoscaler.resources import rfc3339
+from autoscaler.core.model import ElasticJob, Reason
+from autoscaler.core.resources import rfc3339
+from autoscaler.report.status import JobEntry, ResizeState
+from autoscaler.report.status_view import explain_text
+from autoscaler.run.loop import CycleResult
 from autoscaler.settings import Settings
-from autoscaler.status import JobEntry, ResizeState
-from autoscaler.status_view import explain_text
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

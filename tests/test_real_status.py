@@ -29,10 +29,10 @@ from promserver import fake_prometheus
 from test_faults import daemon_env, daemon_process, live_body
 
 from autoscaler.cli import main
-from autoscaler.metrics import Metrics
+from autoscaler.report.metrics import Metrics
+from autoscaler.report.status import DATA_KEY, Cycle, StatusDoc, from_data
+from autoscaler.report.status_writer import StatusWriter
 from autoscaler.settings import Settings
-from autoscaler.status import DATA_KEY, Cycle, StatusDoc, from_data
-from autoscaler.status_writer import StatusWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config" / "example-snapshot.yaml"

@@ -16,8 +16,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_fit import node, shape
 
-from autoscaler.fit import Placer
-from autoscaler.model import (
+from autoscaler.core.model import (
     ClusterSnapshot,
     HostPort,
     Node,
@@ -27,7 +26,8 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.planner import plan
+from autoscaler.plan.fit import Placer
+from autoscaler.plan.planner import plan
 
 WORKER = shape(1, 8)
 HEAVY = shape(1, 60)

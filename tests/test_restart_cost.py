@@ -21,13 +21,13 @@ from test_actuator import decide, job
 from test_loop import Daemon
 from test_real_daemon import _scraped, _strip
 
-from autoscaler.actuator import KubeActuator
-from autoscaler.model import Measurement, ObjectRef, Plan, Reason, UnmanagedJob
-from autoscaler.parse import Priorities, parse_job
-from autoscaler.planner import plan
-from autoscaler.policy import PlannerPolicy
-from autoscaler.render import plan_to_dict, plan_to_table
-from autoscaler.resources import rfc3339
+from autoscaler.act.actuator import KubeActuator
+from autoscaler.core.model import Measurement, ObjectRef, Plan, Reason, UnmanagedJob
+from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.resources import rfc3339
+from autoscaler.plan.planner import plan
+from autoscaler.read.parse import Priorities, parse_job
+from autoscaler.report.render import plan_to_dict, plan_to_table
 from autoscaler.settings import Settings
 
 S = settings()
@@ -254,8 +254,8 @@ async def test_the_daemon_measures_on_a_real_server_and_a_restart_keeps_it(envte
 def test_a_resized_job_whose_workers_all_run_triggers_an_early_cycle(notes, active, early):
     """The trigger is the planner's own test (ElasticJob.awaits_restart_measure) on the
     record the cache keeps: a change that makes it true gets a cycle that measures."""
-    from autoscaler.daemon import restart_done
-    from autoscaler.parse import decode_job
+    from autoscaler.read.parse import decode_job
+    from autoscaler.run.daemon import restart_done
 
     obj = pytorchjob(replicas=2, active=active, annotations=notes)
     record = decode_job(obj, S.read_options())

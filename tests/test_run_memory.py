@@ -9,9 +9,9 @@ from builders import NOW, ago, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
-from autoscaler.planner import plan
-from autoscaler.run_memory import RunMemory
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
+from autoscaler.plan.planner import plan
+from autoscaler.run.run_memory import RunMemory
 
 
 def done(name: str, run: float, ended: float = 100_000, queue: str = "q") -> UnmanagedJob:

@@ -97,7 +97,7 @@ def test_example_config_loads():
 
 def test_planner_policy_defaults_are_the_settings_defaults():
     """PlannerPolicy's defaults must not drift from the documented Settings defaults."""
-    from autoscaler.policy import PlannerPolicy
+    from autoscaler.core.policy import PlannerPolicy
 
     assert Settings().planner_policy() == PlannerPolicy()
     custom = Settings(growth_policy="fair", cooldown_seconds=7).planner_policy()
@@ -109,7 +109,7 @@ def test_each_component_gets_its_own_frozen_section():
     the settings of the same names, frozen (lists as tuples), and nothing else."""
     import dataclasses
 
-    from autoscaler.options import LeaderOptions
+    from autoscaler.core.options import LeaderOptions
 
     s = Settings(
         namespaces=["a", "b"],
@@ -160,7 +160,7 @@ def test_annotation_names_have_one_home():
     import pathlib
     import re
 
-    from autoscaler.options import Annotations
+    from autoscaler.core.options import Annotations
 
     names = Annotations("p")
     suffixes = [

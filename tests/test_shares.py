@@ -10,7 +10,7 @@ from builders import NOW, ago, ej, gang, policy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.model import (
+from autoscaler.core.model import (
     Bound,
     ClusterSnapshot,
     NodeGpus,
@@ -20,8 +20,8 @@ from autoscaler.model import (
     VolcanoQueue,
     VolcanoView,
 )
-from autoscaler.planner import plan
-from autoscaler.shares import Ask, capacity_allotments
+from autoscaler.plan.planner import plan
+from autoscaler.plan.shares import Ask, capacity_allotments
 
 
 def kit(used: int = 0, count: int = 4, gpus: int = 8) -> tuple[NodeGpus, ...]:

@@ -11,10 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler import planner
 from autoscaler.cli import main
-from autoscaler.headroom import plugin_limit
-from autoscaler.model import NodeGpus, Plugin, Reason, Taint, Toleration, VolcanoQueue, VolcanoView
+from autoscaler.core.model import (
+    NodeGpus,
+    Plugin,
+    Reason,
+    Taint,
+    Toleration,
+    VolcanoQueue,
+    VolcanoView,
+)
+from autoscaler.plan import planner
+from autoscaler.plan.headroom import plugin_limit
 from autoscaler.settings import Settings
 from autoscaler.sim.cli import bundled_traces
 from autoscaler.sim.engine import Cluster, SimJob, simulate, split_capacity
@@ -1143,7 +1151,7 @@ def test_cli_replays_node_pools_from_files(tmp_path: Path, capsys) -> None:
 def test_node_pools_never_overcommit_a_node_nor_break_a_filter() -> None:
     """Checked at every planner cycle of a busy two-pool run: every node holds at most
     its GPUs and CPUs, and every worker runs on a node its shape is admitted to."""
-    from autoscaler.fit import admits
+    from autoscaler.plan.fit import admits
 
     specs = []
     for i in range(24):

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from builders import NOW, ago, ej, gang, policy, snap
 
-from autoscaler.model import Decision, Plan, QueueState, Reason
-from autoscaler.planner import plan
+from autoscaler.core.model import Decision, Plan, QueueState, Reason
+from autoscaler.plan.planner import plan
 from benchmarks.soak import (
     History,
     applied_snapshot,

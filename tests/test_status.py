@@ -1,4 +1,4 @@
-"""The status document (autoscaler/status.py), pure: one cycle and the last document in,
+"""The status document (autoscaler/report/status.py), pure: one cycle and the last document in,
 the next document out. Resize states, `since`, bounds at 10k jobs, change detection,
 the ConfigMap round trip, and the views `status` and `explain` print."""
 
@@ -13,11 +13,10 @@ import pytest
 import yaml
 from builders import NOW, ago, ej, gang, policy, snap
 
-from autoscaler.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
-from autoscaler.planner import plan
-from autoscaler.settings import Settings
-from autoscaler.snapshot_file import load_snapshot_file
-from autoscaler.status import (
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
+from autoscaler.plan.planner import plan
+from autoscaler.read.snapshot_file import load_snapshot_file
+from autoscaler.report.status import (
     DATA_KEY,
     MAX_BYTES,
     Cycle,
@@ -30,7 +29,8 @@ from autoscaler.status import (
     from_data,
     to_data,
 )
-from autoscaler.status_view import explain_text, status_table
+from autoscaler.report.status_view import explain_text, status_table
+from autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = Cycle("ok")
@@ -240,8 +240,8 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     its round trip; `explain` of the job says which gang is its own, what it needs, since
     when, and which elastic job did not give way and why; the PodGroup's name explains
     the gang alone."""
-    from autoscaler.model import ObjectRef, Reason, UnmanagedJob
-    from autoscaler.status_view import explain_gang_text, gang_of
+    from autoscaler.core.model import ObjectRef, Reason, UnmanagedJob
+    from autoscaler.report.status_view import explain_gang_text, gang_of
 
     rigid = UnmanagedJob(ObjectRef("ml", "rigid"), "q", Reason.NOT_ELASTIC, "no elasticPolicy")
     jobs = [ej("cooling", min=1, replicas=4, max=4, last=ago(20))]
@@ -263,7 +263,7 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     found = gang_of(doc, "ml", "rigid-pg")
     assert found is not None and "PodGroup ml/rigid-pg" in explain_gang_text(doc, found)
     # `plan` names it too, and says where its need was read
-    from autoscaler.render import plan_to_dict, plan_to_table
+    from autoscaler.report.render import plan_to_dict, plan_to_table
 
     p = plan(s, policy(), NOW)
     (row,) = plan_to_dict(p)["gangs"]
@@ -276,7 +276,7 @@ def test_status_and_explain_say_what_node_fit_bounded():
     and a PyTorchJob whose pods would not tolerate the taint (the admission plugin is off
     in this cluster): `status -o wide` and `explain` say why it does not grow in node
     fit's words, naming the taint."""
-    from autoscaler.snapshot_file import parse_snapshot_data
+    from autoscaler.read.snapshot_file import parse_snapshot_data
 
     def node(name: str) -> dict:
         return {

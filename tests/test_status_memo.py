@@ -15,9 +15,9 @@ from builders import NOW, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.model import ClusterSnapshot, Plan, QueueState
-from autoscaler.planner import plan
-from autoscaler.status import (
+from autoscaler.core.model import ClusterSnapshot, Plan, QueueState
+from autoscaler.plan.planner import plan
+from autoscaler.report.status import (
     Cycle,
     ResizeState,
     StatusDoc,

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient, Configuration
 from test_wire import CORPUS, JSON, NODE, POD, _changed, _paths, _unbound
 
-from autoscaler.model import ElasticJob
-from autoscaler.parse import decoders
+from autoscaler.core.model import ElasticJob
+from autoscaler.read.kube.source import _key
+from autoscaler.read.kube.straight import straight
+from autoscaler.read.kube.wire import read_whole
+from autoscaler.read.parse import decoders
+from autoscaler.run.wiring import build_sources
 from autoscaler.settings import Settings
-from autoscaler.sources.kube import _key
-from autoscaler.sources.straight import straight
-from autoscaler.sources.wire import read_whole
-from autoscaler.wiring import build_sources
 
 OPTIONS = Settings.model_validate({}).read_options()
 # the other GPU names a cluster may set (gpu_resource_names): the GPUs counted by them

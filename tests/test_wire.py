@@ -19,10 +19,10 @@ from builders import edit, paddlejob, podgroup, pytorchjob, vcjob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.parse import decoders
-from autoscaler.resources import JOB_RESOURCES
+from autoscaler.core.resources import JOB_RESOURCES
+from autoscaler.read.kube.wire import read_whole, reader
+from autoscaler.read.parse import decoders
 from autoscaler.settings import Settings
-from autoscaler.sources.wire import read_whole, reader
 
 DATA = Path(__file__).parent / "data"
 OPTIONS = Settings.model_validate({}).read_options()

@@ -10,8 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..model import Plugin
-from ..settings import Settings
+from autoscaler.core.model import Plugin
+from autoscaler.settings import Settings
+
 from .engine import PLUGINS
 from .nodes import read_pools
 from .policies import DESCRIPTIONS, JOB_INFO, POLICIES

@@ -2,7 +2,7 @@
 loop in simulated seconds.
 
 Volcano's behaviour as modelled (see docs/simulator.md):
-- a queue's room is what the daemon's headroom function (`autoscaler.headroom`) says the
+- a queue's room is what the daemon's headroom function (`autoscaler.plan.headroom`) says the
   real scheduler binds under the queue plugin in use, from the same figures (allocated,
   request, inqueue, weight, capability, the cluster's GPUs), bounded by the GPUs idle in
   the cluster. `capacity` (the default): each queue's share is its capability (a hard
@@ -34,8 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..headroom import plugin_limit
-from ..model import NodeGpus, Plugin, VolcanoQueue, VolcanoView
+from autoscaler.core.model import NodeGpus, Plugin, VolcanoQueue, VolcanoView
+from autoscaler.plan.headroom import plugin_limit
+
 from .nodes import Nodes, PoolSpec
 from .workload import JobSpec
 

@@ -1,6 +1,6 @@
 """Node pools for the simulator (`simulate --nodes FILE`): nodes with GPUs, CPUs, labels
 and taints, on which every pod is bound where the scheduler's own filters admit it, by
-the daemon's fit (autoscaler/fit.py: `admits` for labels, selectors and taints,
+the daemon's fit (autoscaler/plan/fit.py: `admits` for labels, selectors and taints,
 `how_many` for the room), so a heterogeneous cluster is replayed through the same fit
 the planner plans with.
 
@@ -22,8 +22,9 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fit import admits, how_many
-from ..model import GPU_RESOURCE, MILLI, Labels, Node, PodShape, Taint, Toleration
+from autoscaler.core.model import GPU_RESOURCE, MILLI, Labels, Node, PodShape, Taint, Toleration
+from autoscaler.plan.fit import admits, how_many
+
 from .workload import SpecError
 
 CPU = "cpu"

@@ -13,7 +13,7 @@ anything) resizes jobs while they run.
                    victims (by default it refuses victims of equal or higher job
                    priority), so this is a bound, not what a stock install does.
 - planner          replicas = requested, gang = min; the daemon's real cycle
-                   (`autoscaler.loop.Controller.run_once`, so the real planner) on a
+                   (`autoscaler.run.loop.Controller.run_once`, so the real planner) on a
                    ClusterSnapshot of the simulated state, every interval_seconds and
                    early (at most once per min_interval_seconds) on submit/finish.
                    It sees each job's trace priority and restart cost.
@@ -34,10 +34,8 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from .. import loop
-from ..actuator import ActionResult, ApplyResult, Outcome, refusal
-from ..metrics import Metrics
-from ..model import (
+from autoscaler.act.actuator import ActionResult, ApplyResult, Outcome, refusal
+from autoscaler.core.model import (
     ClusterSnapshot,
     ElasticJob,
     ObjectRef,
@@ -47,7 +45,10 @@ from ..model import (
     Reason,
     UnmanagedJob,
 )
-from ..settings import Settings
+from autoscaler.report.metrics import Metrics
+from autoscaler.run import loop
+from autoscaler.settings import Settings
+
 from .engine import Cluster, Controller, SimJob
 
 POLICIES = ("static", "hpa", "volcano-default", "volcano-elastic", "planner")
@@ -63,7 +64,7 @@ DESCRIPTIONS = {
     "planner": "this daemon's planner",
 }
 # what simulated jobs declare of their run to the planner, as the annotations would
-# (autoscaler/payoff.py): nothing; their expected run time (their work: seconds at the
+# (autoscaler/plan/payoff.py): nothing; their expected run time (their work: seconds at the
 # size they asked for); their progress (the fraction of work done, to 0.01, as a trainer
 # reports it at epoch ends); or both
 JOB_INFO = ("none", "runtime", "progress", "both")

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..model import Plugin
+from autoscaler.core.model import Plugin
+
 from .metrics import utilisation_series
 from .policies import DESCRIPTIONS
 from .runner import Comparison

@@ -6,8 +6,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..model import Plugin
-from ..settings import Settings
+from autoscaler.core.model import Plugin
+from autoscaler.settings import Settings
+
 from .engine import RunResult, queue_limit, simulate, split_capacity
 from .metrics import Metrics, compute
 from .nodes import PoolSpec

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..model import PodShape
+from autoscaler.core.model import PodShape
 
 
 class SpecError(ValueError):

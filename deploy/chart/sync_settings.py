@@ -38,7 +38,7 @@ VALUES = CHART / "values.yaml"
 sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for `autoscaler`
 
 from autoscaler import settings as settings_module  # noqa: E402
-from autoscaler.resources import JOB_RESOURCES  # noqa: E402
+from autoscaler.core.resources import JOB_RESOURCES  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
 # Settings the chart sets from elsewhere, never from `.Values.settings`: field -> how.

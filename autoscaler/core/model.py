@@ -1,0 +1,818 @@
+"""Frozen, typed model of a cluster as the planner sees it, and of the plan it makes.
+
+Raw Kubernetes objects and Prometheus answers are parsed into these types at the edge
+(`parse.py`, `sources/`); the planner only ever sees these. Nothing here does I/O, and
+this module must not import kubernetes_asyncio, prometheus_api_client, aiohttp or
+structlog (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
+from functools import cache
+from itertools import compress
+
+
+class Reason(StrEnum):
+    """Why the planner did, or did not, change something. One enum for every output:
+    dry-run tables, logs, Kubernetes Events and metric labels all use these values."""
+
+    # actions on a job
+    SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
+    RECLAIM_FOR_PENDING = "ReclaimForPending"
+    RECLAIM_FOR_QUEUE = "ReclaimForQueue"  # gives back another queue's share to its gang
+    TRIM_UNPLACED = "TrimUnplaced"
+
+    # holds on a managed job
+    AT_MAX = "HoldAtMax"
+    NO_IDLE_GPUS = "HoldNoIdleGpus"
+    COOLDOWN = "HoldCooldown"
+    MIN_STEP = "HoldMinStep"
+    IN_FLIGHT = "HoldInFlight"
+    NO_PODS = "HoldNoPods"  # workers asked for long ago have no pod at all
+    RELEASING = "HoldReleasing"
+    OWN_GANG_WAITING = "HoldOwnGangWaiting"
+    NO_MIN_AVAILABLE = "HoldNoMinAvailable"
+    GANG_STARVING = "HoldGangStarving"
+    GANG_WAITING = "HoldGangWaiting"  # a gang waits for GPUs to free: reclaim does not pay
+    NOT_WORTH_RESTART = "HoldNotWorthRestart"
+    METRICS_MISSING = "HoldMetricsMissing"
+    METRICS_INVALID = "HoldMetricsInvalid"
+    METRICS_STALE = "HoldMetricsStale"
+    METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
+    QUEUE_CLOSED = "HoldQueueClosed"
+    QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
+    QUEUE_CAPACITY = "HoldQueueCapacity"
+    NO_NODE_FITS = "HoldNoNodeFits"
+    CLOCK_SKEW = "HoldClockSkew"
+    WRITE_REFUSED = "HoldRefused"  # the cluster refused its last resize (admission, 4xx)
+
+    # jobs we do not manage, each with its own reason
+    INVALID_POLICY = "InvalidPolicy"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_REPLICAS = "InvalidReplicas"
+    INVALID_ANNOTATION = "InvalidAnnotation"
+    NOT_ELASTIC = "NotElastic"
+    OPERATOR_HPA = "SkipOperatorHpa"
+    PAUSED = "SkipPaused"
+    FINISHED = "SkipFinished"
+    SUSPENDED = "SkipSuspended"
+    TERMINATING = "SkipTerminating"
+    DUPLICATE = "SkipDuplicate"
+
+    # waiting gangs (pending PodGroups)
+    GANG_FITS = "GangFits"
+    GANG_COVERED = "GangCoveredByReclaim"
+    GANG_UNCOVERABLE = "GangUncoverable"
+    GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
+    GANG_BLOCKED = "GangBlockedByStarvingGang"
+    INVALID_GANG = "InvalidPodGroup"
+
+    @property
+    def unmanaged(self) -> bool:
+        """The job is left alone whatever the queue looks like."""
+        return self in _UNMANAGED
+
+
+_UNMANAGED = frozenset(
+    {
+        Reason.INVALID_POLICY,
+        Reason.INVALID_SPEC,
+        Reason.INVALID_REPLICAS,
+        Reason.INVALID_ANNOTATION,
+        Reason.NOT_ELASTIC,
+        Reason.OPERATOR_HPA,
+        Reason.PAUSED,
+        Reason.FINISHED,
+        Reason.SUSPENDED,
+        Reason.TERMINATING,
+        Reason.DUPLICATE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """Identity of a Kubernetes object. Ordering gives the planner a stable tie-break."""
+
+    namespace: str
+    name: str
+    kind: str = "PyTorchJob"
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticJob:
+    """An elastic job the planner may resize. Every field has been validated by parse.py:
+    1 <= min_replicas <= replicas <= max_replicas, gpus_per_worker >= 1."""
+
+    ref: ObjectRef
+    queue: str
+    min_replicas: int
+    max_replicas: int
+    replicas: int  # the worker group's spec replicas (where, its kind says): what we asked for
+    active: int  # status.replicaStatuses.Worker.active: what is running
+    gpus_per_worker: int
+    created: datetime
+    priority: int = 0
+    last_scale_time: datetime | None = None  # from our annotation; None: never resized by us
+    started: datetime | None = None  # when the job first ran (Running condition), if known
+    resource_version: str = ""
+    # why growing this job would raise its gang (its operator sizes the gang from the
+    # replicas: training-operator without runPolicy.schedulingPolicy.minAvailable), with
+    # what to set; "" when growing leaves the gang at its minimum
+    gang_grows: str = ""
+    # why growing this job now would stall it (a Volcano Job with more Pending pods than
+    # replicas - minAvailable stays in phase Pending); "" when it may grow
+    grow_blocked: str = ""
+    workers_at: str = ""  # where its kind finds the worker group (see kinds.base.Workers.at)
+    # what one restart costs this job: from its annotation ("annotation"), else measured by
+    # us after our last resize ("measured"); None: the policy's default
+    restart_cost_seconds: float | None = None
+    restart_cost_source: str = ""
+    measured_for: datetime | None = None  # the resize our measurement belongs to
+    # what the job declares of its run (our annotations; autoscaler/plan/payoff.py): seconds
+    # from its start it is expected to run, and the fraction of its work done; None: not
+    # declared (a reclaim from it or for it is then decided as if nothing were known)
+    expected_runtime_seconds: float | None = None
+    progress: float | None = None
+    # the job names a queue it does not run in (an annotation its operator does not
+    # honour): which queue it does run in and how to set it; "" when none
+    queue_warning: str = ""
+    # the latest write to its spec or metadata we can date (creation, our last resize,
+    # metadata.managedFields): its workers without a pod have been asked for since then
+    asked_at: datetime | None = None
+    # one worker's pod as the scheduler will judge it (autoscaler/plan/fit.py); None: known by
+    # its GPUs alone (then `PodShape.of_gpus(gpus_per_worker)`)
+    shape: PodShape | None = None
+    # the node each worker runs on, by worker index ("" where none is bound), from the
+    # pod watch: a reclaim counts only workers on nodes the waiting gang's pods fit
+    worker_nodes: tuple[str, ...] = ()
+
+    @property
+    def worker_shape(self) -> PodShape:
+        return self.shape if self.shape is not None else PodShape.of_gpus(self.gpus_per_worker)
+
+    @property
+    def has_min_available(self) -> bool:
+        """Growing leaves the gang at its minimum."""
+        return not self.gang_grows
+
+    @property
+    def inflight_workers(self) -> int:
+        return max(0, self.replicas - self.active)
+
+    @property
+    def releasing_workers(self) -> int:
+        return max(0, self.active - self.replicas)
+
+    @property
+    def awaits_restart_measure(self) -> bool:
+        """We resized it, all its workers run again, and that restart is not measured yet
+        (nor is its cost the owner's to say): the planner measures it now, and a change
+        that makes this true is worth an early cycle."""
+        resized = self.last_scale_time
+        return (
+            resized is not None
+            and self.restart_cost_source != "annotation"
+            and self.measured_for != resized
+            and self.active == self.replicas
+            and self.replicas > 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnmanagedJob:
+    """A job parse.py will not let the planner touch, with the reason and which field.
+
+    `inflight_gpus` keeps its promised-but-not-running GPUs in the queue's accounting
+    whenever the fields needed to know them could be read."""
+
+    ref: ObjectRef
+    queue: str
+    reason: Reason
+    message: str
+    replicas: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_worker: int | None = None
+    inflight_gpus: int = 0
+    queue_warning: str = ""  # as ElasticJob.queue_warning
+    asked_at: datetime | None = None  # as ElasticJob.asked_at
+    # the worker group's name on its pods ("" unknown): its workers are counted by spec
+    # against the Queue's GPU capability, so their pods are not counted again
+    workers_group: str = ""
+    # a finished job's run, status.startTime and status.completionTime (None: not
+    # given): the queue's run times weigh swaps where nothing is declared (payoff.py)
+    started: datetime | None = None
+    completed: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """The run of a finished job this daemon saw that the API no longer lists (deleted
+    after it finished, e.g. by its ttlSecondsAfterFinished): one sample of its queue's
+    run times (run_memory.py), seconds from status.startTime to completionTime."""
+
+    ref: ObjectRef
+    queue: str
+    seconds: float
+    completed: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PendingGroup:
+    """A Volcano PodGroup waiting for its gang (phase Pending/Inqueue, or Unknown and
+    unschedulable): GPUs it needs before any of its pods can start."""
+
+    ref: ObjectRef
+    queue: str
+    gpus: int
+    created: datetime
+    priority: int = 0
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
+    phase: str = "Pending"
+    # its pods by shape, (shape, how many), when known (from its pods, else its owner's
+    # template); () : known by its GPUs alone, whose room is then taken from the
+    # emptiest nodes (fit.Placer.take_gpus)
+    pods: tuple[tuple[PodShape, int], ...] = ()
+    # where `gpus` was read: "pods" (its pods' requests, a limit counting as the
+    # request), "template" (its owner's pod templates, as its operator counts the gang),
+    # "minResources" (the PodGroup's own spec)
+    need_from: str = "minResources"
+    min_member: int = 0  # spec.minMember: pods the gang needs at once
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidGroup:
+    ref: ObjectRef
+    queue: str
+    message: str
+
+
+# ---- shapes: what a pod asks of a node, what a node offers (autoscaler/plan/fit.py) ---------
+
+# Resource name -> amount in milli-units (1 CPU = 1000, 1 GPU = 1000, 1 byte = 1000),
+# sorted by name: one integer arithmetic for every resource. Interned by the readers:
+# the workers of one template, or the nodes of one pool, share one tuple.
+Quantities = tuple[tuple[str, int], ...]
+Labels = tuple[tuple[str, str], ...]  # sorted by key
+MILLI = 1000
+GPU_RESOURCE = "nvidia.com/gpu"  # the GPU resource of a shape or node built from GPUs alone
+PODS = "pods"  # the node's pod count, a resource like the others (each pod asks 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule or NoExecute (PreferNoSchedule repels nothing)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # "" with Exists: every key
+    operator: str = "Equal"  # Equal or Exists
+    value: str = ""
+    effect: str = ""  # "": every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement: `key` (a label, or a field: metadata.name) with
+    In, NotIn, Exists, DoesNotExist, Gt or Lt over `values`."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One term of required node affinity: every expression (labels) and every field
+    requirement must hold; a term with neither matches no node."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    port: int
+    protocol: str = "TCP"
+    ip: str = ""  # "" or 0.0.0.0: every address of the node
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """What one pod asks of a node, as the created pod will be (the API server's
+    defaults applied: a limit alone is the request; init containers as the scheduler
+    counts them; the ExtendedResourceToleration plugin's tolerations; hostNetwork's
+    container ports as host ports). One job's workers share one shape.
+
+    `affinity` None: no required node affinity (every node); a tuple of terms: at least
+    one must match. `unmodelled`: what the pod asks that fit does not judge (inter-pod
+    affinity, topology spread, volumes), said in `plan` for its job."""
+
+    requests: Quantities = ()
+    node_selector: Labels = ()
+    affinity: tuple[SelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    unmodelled: tuple[str, ...] = ()
+    # a shape is a dict key of every cache of fit.Placer, looked up once per job: its
+    # hash is computed once, not over its nested tuples at every lookup
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.requests,
+                    self.node_selector,
+                    self.affinity,
+                    self.tolerations,
+                    self.host_ports,
+                    self.unmodelled,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @classmethod
+    def of_gpus(cls, gpus: int, resource: str = GPU_RESOURCE) -> PodShape:
+        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes):
+        one shared object per size."""
+        return _gpu_shape(gpus, resource)
+
+    def amount(self, resource: str) -> int:
+        """Milli-units of `resource` it requests (0 when none)."""
+        for name, value in self.requests:
+            if name == resource:
+                return value
+        return 0
+
+
+@cache
+def _gpu_shape(gpus: int, resource: str) -> PodShape:
+    return PodShape(((resource, gpus * MILLI),) if gpus else ())
+
+
+WorkerShape = PodShape  # a job's worker is a pod: the same shape
+
+
+# ---- what the watch caches hold: each object decoded once, when it arrives -------------
+# Cross-object facts (priority values by PriorityClass name, HPAs scaling a job, pods per
+# node) are resolved when a snapshot is assembled (parse.build_snapshot), not here.
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as decoded from its object: what the planner may resize, or why not (its
+    priority not yet resolved: 0 until the PriorityClass named here is looked up)."""
+
+    job: ElasticJob | UnmanagedJob
+    priority_class: str | None = None
+    # the queue annotation (scheduling.volcano.sh/queue-name) the job carries, if any:
+    # checked against the queue its PodGroup names once that is known
+    queue_annotation: str | None = None
+    # the pods its gang holds, by shape, as its operator counts them (kinds.gang): what
+    # its waiting PodGroup needs when neither its pods nor its minResources say; None:
+    # its templates could not be read
+    gang: tuple[tuple[PodShape, int], ...] | None = None
+    gang_gpus: int = 0  # the GPUs of those pods (gpu_resource_names)
+
+    @property
+    def frees_gpus(self) -> bool:
+        """It finished: its GPUs are free now (a reason for an early cycle)."""
+        return isinstance(self.job, UnmanagedJob) and self.job.reason is Reason.FINISHED
+
+    @property
+    def awaits_restart_measure(self) -> bool:
+        """A job we resized whose workers all run again, its restart not yet measured."""
+        return isinstance(self.job, ElasticJob) and self.job.awaits_restart_measure
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A PodGroup as decoded: its waiting gang (None when it waits for nothing the
+    planner makes room for), its phase, and the PriorityClass its gang carries."""
+
+    ref: ObjectRef
+    group: PendingGroup | InvalidGroup | None
+    phase: str = ""
+    priority_class: str | None = None
+    queue: str = ""  # spec.queue as Volcano reads it (default when unset): where it runs
+    owner: ObjectRef | None = None  # the job that made it (ownerReferences), if any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """What a Volcano Queue object says: its state and what the scheduler reads of its
+    spec (weight defaults to 1; an unreadable figure counts as unset), and the GPU
+    figures the free-GPU cross-check compares (None where unset or unreadable)."""
+
+    name: str
+    state: str = "Open"
+    weight: float = 1.0
+    capability: float | None = None
+    guarantee: float = 0.0
+    deserved: int | None = None
+    allocated: int | None = None
+    # spec.capability in every dimension other than GPUs that Volcano bounds (cpu, memory,
+    # extended resources), milli-units; a dimension whose figure is unreadable is left
+    # out, with a message in `problems` naming the Queue and the field
+    limits: Quantities = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityValue:
+    name: str
+    value: int
+    global_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """What a bound, unfinished pod holds on its node (any pod: a data loader holds CPUs a
+    worker needs), and, for a job's worker, which worker it is (the reclaim counts only
+    workers on nodes a waiting gang's pods fit)."""
+
+    node: str
+    gpus: int
+    requests: Quantities = ()  # every resource, the `pods` count included
+    ports: tuple[HostPort, ...] = ()  # host ports it takes on the node
+    # the job whose worker it is: (namespace, kind, name, worker group), "" group for
+    # the pods of no job we know the groups of; index: the worker's index
+    owner: tuple[str, str, str, str] | None = None
+    index: int = -1
+    group: str = ""  # its PodGroup, namespace/name (annotation scheduling.k8s.io/group-name)
+    shape: PodShape | None = None  # an unbound pod's shape: what its gang still needs placed
+
+
+@dataclass(frozen=True, slots=True)
+class HpaTarget:
+    """A HorizontalPodAutoscaler and the job it scales: (namespace, kind, name), or None
+    when it scales nothing of ours."""
+
+    namespace: str
+    name: str
+    target: tuple[str, str, str] | None = None
+
+
+class Plugin(StrEnum):
+    """Which Volcano plugin decides what a queue's pods may be bound to (docs/design.md
+    "Headroom"). GIVEN: the free GPUs are taken as given (a custom query, a snapshot file's
+    `free_gpus`, or the deprecated deserved - allocated). UNKNOWN: a queue with no usable
+    reading, whose headroom no plugin computed (a queue summary's only, never a setting)."""
+
+    PROPORTION = "proportion"
+    CAPACITY = "capacity"
+    GIVEN = "given"
+    UNKNOWN = "unknown"
+
+
+class Bound(StrEnum):
+    """What bounded a queue's headroom this cycle (the smallest of its limits)."""
+
+    SHARE = "share"  # proportion: the weighted share the queue would get if it asked for more
+    CAPABILITY = "capability"  # the Queue's spec.capability
+    REAL_CAPACITY = "real-capacity"  # capacity: capability less the other queues' guarantees
+    CLUSTER_IDLE = "cluster-idle"  # GPUs idle on schedulable nodes, after other queues' grants
+    NODE_FIT = "node-fit"  # idle GPUs exist, but no node has room for a whole worker
+    IN_FLIGHT = "in-flight"  # GPUs asked for and not running yet take the rest
+    # capacity: what is left for this queue once the idle GPUs are shared out, queues
+    # below their deserved first (shares.capacity_allotments)
+    FAIR_SHARE = "fair-share"
+    GIVEN = "given"  # the free-GPU reading as given
+
+
+@dataclass(frozen=True, slots=True)
+class VolcanoQueue:
+    """One queue as Volcano's scheduler sees it, in GPUs (metrics are milli-units; the
+    source divides). From the metrics: allocated (bound pods), request (existing pods,
+    bound or not: a gang whose PodGroup is Pending adds nothing), inqueue (admitted gangs
+    not yet allocated), real_capacity (capacity plugin only). From the Queue object: weight,
+    capability (None: unlimited), guarantee."""
+
+    name: str
+    allocated: float = 0.0
+    request: float = 0.0
+    inqueue: float = 0.0
+    weight: float = 1.0
+    capability: float | None = None
+    guarantee: float = 0.0
+    real_capacity: float | None = None
+    deserved: float | None = None  # the scheduler's own figure, shown, not used
+    # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
+    spec_deserved: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node as the scheduler's filters see it (autoscaler/plan/fit.py decides with it): its
+    GPUs (allocatable of every configured GPU resource, and what bound pods request of
+    them), whether it is Ready, cordoned, its labels and taints, the allocatable of
+    every resource and what every bound, unfinished pod requests there, and the host
+    ports those pods hold. `resources` () means the GPUs are all that is known (tests,
+    the simulator): they count as `nvidia.com/gpu`."""
+
+    name: str
+    allocatable: int  # GPUs
+    used: int = 0  # GPUs bound pods request
+    schedulable: bool = True  # Ready (cordoned is its own field)
+    labels: Labels = ()
+    taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute ones: those repel pods
+    resources: Quantities = ()  # allocatable, milli-units
+    requested: Quantities = ()  # what bound, unfinished pods request, `pods` included
+    ports: tuple[HostPort, ...] = ()
+    cordoned: bool = False  # spec.unschedulable
+    # its kubernetes.io/hostname label, kept apart from `labels` so that the nodes of one
+    # pool share one label tuple
+    hostname: str = ""
+
+    @property
+    def idle(self) -> int:
+        """GPUs idle on it, for pods that its labels and taints admit; 0 when it is not
+        Ready or cordoned."""
+        if not self.schedulable or self.cordoned:
+            return 0
+        return max(0, self.allocatable - self.used)
+
+
+NodeGpus = Node  # the name before nodes had labels, taints and every resource
+
+
+@dataclass(frozen=True, slots=True)
+class VolcanoView:
+    """What the headroom of every queue is computed from (docs/design.md "Headroom").
+    `nodes` None: the nodes' idle GPUs are unknown (a snapshot file without nodes, or
+    node_fit off), so no cluster-idle or node-fit bound."""
+
+    plugin: Plugin
+    queues: Mapping[str, VolcanoQueue] = field(default_factory=dict)
+    nodes: tuple[Node, ...] | None = None
+    # the cluster's GPUs when the nodes' idle GPUs are not tracked (node_fit off)
+    cluster_gpus: int | None = None
+    # the resources that are GPUs (settings.gpu_resource_names), as nodes name them
+    gpu_names: tuple[str, ...] = (GPU_RESOURCE,)
+    # Volcano's cluster total: allocatable GPUs of every Ready node, tainted and cordoned
+    # ones included, as Volcano counts it (cluster_gpus without nodes). Summed once:
+    # every queue's headroom reads it, and a sum over 40k nodes per queue made the plan
+    # grow with jobs x queues
+    total_gpus: int | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        total = (
+            self.cluster_gpus
+            if self.nodes is None
+            else sum(n.allocatable for n in self.nodes if n.schedulable)
+        )
+        object.__setattr__(self, "total_gpus", total)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What we know of one Volcano queue this cycle.
+
+    `free_gpus` None means unknown (no series, bad sample, source down): the queue holds,
+    with `problem` saying why. Unknown is never read as zero."""
+
+    name: str
+    free_gpus: float | None
+    problem: Reason | None = None
+    message: str = ""
+    state: str = "Open"  # Volcano Queue.status.state; Open when the Queue object is unknown
+    # GPUs the Queue object lets its jobs hold (spec.capability); None
+    # when the API does not say. Growth never takes a queue's jobs above it, whatever
+    # Prometheus reads.
+    capacity_gpus: int | None = None
+    # set when the headroom is computed from Volcano's inputs (ClusterSnapshot.volcano);
+    # free_gpus is then ignored
+    volcano: VolcanoQueue | None = None
+    # GPUs of admitted (Inqueue) gangs already taken out of free_gpus (the capacity
+    # plugin's inqueue): such gangs are served from these first, not counted twice
+    admitted_gpus: float = 0.0
+    # the Queue object's capability in its other dimensions (QueueSpec.limits), and what
+    # the queue's bound, unfinished pods request of those (the pod watch, by PodGroup):
+    # growth never takes its pods above any of them (autoscaler/plan/quota.py)
+    limits: Quantities = ()
+    allocated: Quantities = ()
+    notes: tuple[str, ...] = ()  # what could not be read of its Queue object, and why
+    # GPUs the queue's bound, unfinished pods hold outside the worker groups counted by
+    # spec against capacity_gpus (masters, launchers, plain pods; the pod watch)
+    other_gpus: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None and (self.free_gpus is not None or self.volcano is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The cluster refused a resize of this job (an admission policy or webhook, validation,
+    RBAC): a fact about the job, not a failure to retry. The job holds while it is still
+    at `resource_version` (the version the refused write was pinned to); the daemon
+    forgets a refusal after a retry window, so a policy that changes is noticed."""
+
+    ref: ObjectRef
+    resource_version: str
+    message: str  # what the API server said, e.g. which policy denied it and why
+    at: datetime
+
+    def applies_to(self, job: ElasticJob) -> bool:
+        r, j = self.ref, job.ref
+        same = (r.namespace, r.name, r.kind) == (j.namespace, j.name, j.kind)
+        return same and (not self.resource_version or self.resource_version == job.resource_version)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one planning cycle knows, read once at the edge."""
+
+    queues: Mapping[str, QueueState]
+    jobs: tuple[ElasticJob, ...] = ()
+    unmanaged: tuple[UnmanagedJob, ...] = ()
+    pending: tuple[PendingGroup, ...] = ()
+    invalid_groups: tuple[InvalidGroup, ...] = ()
+    # a cycle-wide problem (e.g. Prometheus down): every queue holds with this reason
+    problem: Reason | None = None
+    message: str = ""
+    # Volcano's plugin, the queues' inputs and the nodes: headroom is computed from these;
+    # None: each queue's free_gpus is taken as given
+    volcano: VolcanoView | None = None
+    # resizes the cluster refused, as the actuator remembers them: those jobs hold
+    refusals: tuple[Refusal, ...] = ()
+    # unfinished pods (bound or not) per job that made them, by (namespace, kind, name);
+    # None: pods are not watched (node_fit off, a snapshot file without pods), so no job
+    # is ever said to have none
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
+    # runs of finished jobs no longer listed, as this daemon remembers them (run_memory)
+    finished_runs: tuple[FinishedRun, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the plan says about one job: a new replica count or why it stays."""
+
+    ref: ObjectRef
+    queue: str
+    current: int | None
+    target: int | None
+    reason: Reason
+    message: str
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_worker: int | None = None
+    resource_version: str = ""
+    notes: tuple[str, ...] = ()  # shown with the decision (plan, status, explain)
+    workers_at: str = ""  # the job's ElasticJob.workers_at, handed back to its kind's write
+    restart_cost_seconds: float | None = None  # the estimate the plan used
+    restart_cost_source: str = ""  # annotation, measured or default
+    # what the job's owner must fix that is not this decision's business (also in notes):
+    # said once on the job as a Warning Event
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.target is not None and self.current is not None and self.target != self.current
+
+    @property
+    def direction(self) -> str:
+        current, target = self.current, self.target
+        if current is None or target is None or current == target:
+            return "none"
+        return "up" if target > current else "down"
+
+
+@dataclass(frozen=True, slots=True)
+class Action(Decision):
+    """A decision that changes its job: from `current` to `target` workers, both known
+    and different. What the actuators write; every other Decision is a report (a hold
+    or a skip, with its reason)."""
+
+    current: int
+    target: int
+
+    @classmethod
+    def of(cls, d: Decision) -> Action | None:
+        """`d` as an Action when it changes its job, else None."""
+        if isinstance(d, Action):
+            return d
+        if d.current is None or d.target is None or d.current == d.target:
+            return None
+        return cls(**{f.name: getattr(d, f.name) for f in fields(Decision)})
+
+
+@dataclass(frozen=True, slots=True)
+class GangDecision:
+    """What the plan says about one waiting gang."""
+
+    ref: ObjectRef
+    queue: str
+    gpus: int
+    reason: Reason
+    message: str
+    victims: tuple[ObjectRef, ...] = ()
+    owner: ObjectRef | None = None  # the job whose gang it is (PendingGroup.owner)
+    need_from: str = ""  # PendingGroup.need_from
+    # for a gang not covered: each elastic job above its min that did not give way, why
+    blockers: tuple[str, ...] = ()
+
+    @property
+    def job(self) -> str:
+        """The job whose gang it is, kind/namespace/name; "" for a PodGroup of no job."""
+        o = self.owner
+        return f"{o.kind}/{o.namespace}/{o.name}" if o is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    name: str
+    free_gpus: float | None
+    inflight_gpus: int = 0
+    releasing_gpus: int = 0
+    pending_gpus: int = 0
+    granted_gpus: int = 0
+    reclaimed_gpus: int = 0
+    trimmed_gpus: int = 0
+    reason: Reason | None = None
+    message: str = ""
+    # GPUs the plan left idle in the queue once gangs were served and jobs grown: a job
+    # that starts there may grow at once (the daemon's start trigger, triggers.py)
+    idle_left_gpus: int = 0
+    # what the scheduler would bind for this queue now, before gangs and growth: the
+    # smallest of `limits` (the room, in GPUs, each limit leaves), and which one that was;
+    # `inputs` are the figures they were computed from (share, allocated, inqueue...)
+    headroom_gpus: float | None = None
+    bound: Bound | None = None
+    limits: Mapping[str, float] = field(default_factory=dict)
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    plugin: Plugin = Plugin.GIVEN
+    notes: tuple[str, ...] = ()  # QueueState.notes: what of its Queue object bounds nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """How long a job took, after our resize at `resized`, until all its workers were
+    active: its restart cost, kept on the job (annotation) so a restarted daemon has it.
+    An upper bound: it is seen at cycle granularity."""
+
+    ref: ObjectRef
+    seconds: float
+    resized: datetime
+    resource_version: str = ""
+
+
+def same_items(kept: Sequence[object] | None, items: Sequence[object]) -> bool:
+    """`items` are the objects kept, in the same order (a list changed in place is not):
+    what the sources assemble anew when another cache changed holds the same frozen
+    objects, and what was made of them may be kept."""
+    if kept is None:
+        return False
+    return kept is items or (len(kept) == len(items) and all(map(operator.is_, kept, items)))
+
+
+_TARGET = operator.attrgetter("target")
+_CURRENT = operator.attrgetter("current")
+
+
+def resized(decisions: Sequence[Decision]) -> Iterator[bool]:
+    """Whether each decision's target is not its size, in order, found in C (a cluster
+    that keeps its finished jobs lists tens of thousands of decisions, few of them
+    resizes)."""
+    return map(operator.ne, map(_TARGET, decisions), map(_CURRENT, decisions))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    now: datetime
+    decisions: tuple[Decision, ...]
+    gangs: tuple[GangDecision, ...] = ()
+    queues: Mapping[str, QueueSummary] = field(default_factory=dict)
+    measurements: tuple[Measurement, ...] = ()
+    # the decisions that change a job, in plan order: found once (a cycle reads them
+    # several times, and at 20k jobs each scan costs milliseconds)
+    actions: tuple[Action, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        moved = compress(self.decisions, resized(self.decisions))
+        actions = tuple(a for d in moved if (a := Action.of(d)) is not None)
+        object.__setattr__(self, "actions", actions)

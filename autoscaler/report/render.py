@@ -1,0 +1,245 @@
+"""A Plan as a table for people or as stable JSON for tools (format: docs/snapshot.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autoscaler.core.model import Decision, GangDecision, Plan, Plugin, QueueSummary
+from autoscaler.core.resources import rfc3339 as format_time
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "now": format_time(plan.now),
+        "actions": [_action_dict(d) for d in plan.actions],
+        "jobs": [_job_dict(d) for d in plan.decisions],
+        "gangs": [_gang_dict(g) for g in plan.gangs],
+        "queues": {name: _queue_dict(q) for name, q in sorted(plan.queues.items())},
+    }
+
+
+def _action_dict(d: Decision) -> dict[str, Any]:
+    return {
+        "namespace": d.ref.namespace,
+        "name": d.ref.name,
+        "kind": d.ref.kind,
+        "queue": d.queue,
+        "from": d.current,
+        "to": d.target,
+        "gpus_per_worker": d.gpus_per_worker,
+        "reason": d.reason.value,
+        "message": d.message,
+    }
+
+
+def _job_dict(d: Decision) -> dict[str, Any]:
+    return {
+        "namespace": d.ref.namespace,
+        "name": d.ref.name,
+        "kind": d.ref.kind,
+        "queue": d.queue,
+        "replicas": d.current,
+        "min": d.min_replicas,
+        "max": d.max_replicas,
+        "gpus_per_worker": d.gpus_per_worker,
+        "target": d.target,
+        "reason": d.reason.value,
+        "message": d.message,
+        "notes": list(d.notes),
+        "restart_cost_seconds": d.restart_cost_seconds,
+        "restart_cost_source": d.restart_cost_source or None,
+    }
+
+
+def _gang_dict(g: GangDecision) -> dict[str, Any]:
+    return {
+        "namespace": g.ref.namespace,
+        "name": g.ref.name,
+        "queue": g.queue,
+        "gpus": g.gpus,
+        "reason": g.reason.value,
+        "message": g.message,
+        "victims": [f"{v.namespace}/{v.name}" for v in g.victims],
+        "job": g.job or None,
+        "need_from": g.need_from or None,
+        "blockers": list(g.blockers),
+    }
+
+
+def _queue_dict(q: QueueSummary) -> dict[str, Any]:
+    return {
+        "free_gpus": q.free_gpus,
+        "inflight_gpus": q.inflight_gpus,
+        "releasing_gpus": q.releasing_gpus,
+        "pending_gpus": q.pending_gpus,
+        "granted_gpus": q.granted_gpus,
+        "reclaimed_gpus": q.reclaimed_gpus,
+        "trimmed_gpus": q.trimmed_gpus,
+        "reason": q.reason.value if q.reason else None,
+        "message": q.message,
+        # what the scheduler would bind now, and what bounded it
+        "headroom_gpus": q.headroom_gpus,
+        "bound": q.bound.value if q.bound else None,
+        "plugin": q.plugin.value,
+        "limits": dict(sorted(q.limits.items())),
+        "inputs": dict(sorted(q.inputs.items())),
+        "notes": list(q.notes),
+    }
+
+
+def plan_to_json(plan: Plan) -> str:
+    return json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line.rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(out)
+
+
+def _s(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+_JOB_HEADERS = [
+    "JOB",
+    "KIND",
+    "QUEUE",
+    "GPU/W",
+    "MIN",
+    "MAX",
+    "CURRENT",
+    "TARGET",
+    "RESTART",
+    "REASON",
+]
+_GANG_HEADERS = ["WAITING GANG", "JOB", "QUEUE", "GPUS", "FROM", "REASON", "VICTIMS"]
+_QUEUE_HEADERS = [
+    "QUEUE",
+    "FREE",
+    "HEADROOM",
+    "BOUND BY",
+    "IN-FLIGHT",
+    "PENDING",
+    "GRANTED",
+    "RECLAIMED",
+    "STATUS",
+]
+
+
+def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
+    parts = [
+        f"Plan at {format_time(plan.now)}: {len(plan.actions)} change(s), "
+        f"{len(plan.decisions)} job(s), {len(plan.gangs)} waiting gang(s)",
+        "",
+        table(_JOB_HEADERS, [_job_row(d) for d in plan.decisions]),
+    ]
+    if plan.gangs:
+        parts += ["", table(_GANG_HEADERS, [_gang_row(g) for g in plan.gangs])]
+    queues = sorted(plan.queues.items())
+    parts += ["", table(_QUEUE_HEADERS, [_queue_row(name, q) for name, q in queues])]
+    parts += _why(plan, verbose)
+    rooms = [(name, q) for name, q in queues if q.bound is not None]
+    if rooms:
+        parts += ["", "Headroom (what the scheduler would bind now):"]
+        parts.extend(f"  {name}: {headroom_words(q)}" for name, q in rooms)
+    return "\n".join(parts) + "\n"
+
+
+def _job_row(d: Decision) -> list[str]:
+    target, current = _s(d.target), d.current
+    if d.target is not None and current is not None and d.target != current:
+        target = f"{d.target} ({'+' if d.target > current else ''}{d.target - current})"
+    return [
+        f"{d.ref.namespace}/{d.ref.name}",
+        d.ref.kind,
+        d.queue,
+        _s(d.gpus_per_worker),
+        _s(d.min_replicas),
+        _s(d.max_replicas),
+        _s(d.current),
+        target,
+        _restart(d.restart_cost_seconds, d.restart_cost_source),
+        d.reason.value,
+    ]
+
+
+def _gang_row(g: GangDecision) -> list[str]:
+    return [
+        f"{g.ref.namespace}/{g.ref.name}",
+        g.job or "-",
+        g.queue,
+        str(g.gpus),
+        g.need_from or "-",
+        g.reason.value,
+        ", ".join(f"{v.namespace}/{v.name}" for v in g.victims) or "-",
+    ]
+
+
+def _queue_row(name: str, q: QueueSummary) -> list[str]:
+    return [
+        name,
+        _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
+        _s(None if q.headroom_gpus is None else f"{q.headroom_gpus:g}"),
+        _bound(q),
+        str(q.inflight_gpus),
+        str(q.pending_gpus),
+        str(q.granted_gpus),
+        str(q.reclaimed_gpus),
+        q.reason.value if q.reason else "ok",
+    ]
+
+
+def _why(plan: Plan, verbose: bool) -> list[str]:
+    """Why each changed, unmanaged or annotated job (every job when verbose) and each
+    held queue is what it is."""
+    lines: list[str] = []
+    explain = [d for d in plan.decisions if verbose or d.changed or d.reason.unmanaged or d.notes]
+    if explain:
+        lines += ["", "Why:"]
+        for d in explain:
+            lines.append(f"  {d.ref.namespace}/{d.ref.name}: {d.reason.value}: {d.message}")
+            lines.extend(f"    note: {n}" for n in d.notes)
+    for name, q in sorted(plan.queues.items()):
+        if q.reason is not None:
+            lines.append(f"  queue {name}: {q.reason.value}: {q.message}")
+        lines.extend(f"  queue {name}: note: {n}" for n in q.notes)
+    return lines
+
+
+def _bound(q: QueueSummary) -> str:
+    if q.bound is None:
+        return "-"
+    return q.bound.value if q.plugin is Plugin.GIVEN else f"{q.bound.value} ({q.plugin.value})"
+
+
+_INPUT_WORDS = {
+    "share": "share if it asked for more",
+    "allocated": "allocated",
+    "cluster_gpus": "cluster GPUs",
+    "capability": "capability",
+    "real_capacity": "real capacity",
+    "inqueue": "held for admitted gangs",
+}
+
+
+def headroom_words(q: QueueSummary) -> str:
+    """One queue's headroom in words: each limit's room, then the result."""
+    inputs = ", ".join(f"{_INPUT_WORDS.get(k, k)} {v:g}" for k, v in q.inputs.items())
+    limits = ", ".join(f"{k} {v:g}" for k, v in q.limits.items())
+    head = f"{q.plugin.value}: " + (f"{inputs}; " if inputs else "")
+    result = "-" if q.headroom_gpus is None else f"{q.headroom_gpus:g}"
+    return f"{head}room by {limits} -> {result} GPU(s), bounded by {_bound(q)}"
+
+
+def _restart(seconds: float | None, source: str) -> str:
+    """The restart cost the plan used: `95s measured`, `30s default`, `-` if unmanaged."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f}s {source}" if source else f"{seconds:.0f}s"
