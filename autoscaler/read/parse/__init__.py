@@ -23,20 +23,14 @@ from autoscaler.core.model import (
     PODS,
     ClusterSnapshot,
     ElasticJob,
-    GroupRecord,
     HostPort,
-    HpaTarget,
     InvalidGroup,
-    JobRecord,
     Node,
     ObjectRef,
     PendingGroup,
     Plugin,
     PodShape,
-    PodUse,
-    PriorityValue,
     Quantities,
-    QueueSpec,
     QueueState,
     Reason,
     UnmanagedJob,
@@ -72,6 +66,14 @@ from autoscaler.read.podspec import (
     read_node,
     read_pod_use,
     read_shape,
+)
+from autoscaler.read.records import (
+    GroupRecord,
+    HpaTarget,
+    JobRecord,
+    PodUse,
+    PriorityValue,
+    QueueSpec,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
