@@ -42,7 +42,6 @@ from autoscaler.core.resources import (
     UNBOUNDED_AT_ZERO,
     VOLCANO_QUEUE_ANNOTATION,
     WAITING_PHASES,
-    rfc3339,
 )
 from autoscaler.read.fields import (
     MAX_RUNTIME_SECONDS,
@@ -51,6 +50,7 @@ from autoscaler.read.fields import (
     fraction_field,
     parse_quantity,
     parse_time,
+    read_measured,
     seconds_field,
     show,
 )
@@ -714,28 +714,12 @@ def _time_or_none(raw: Any, name: str) -> datetime | None:
         return None
 
 
-def read_measured(value: Any) -> tuple[float, datetime] | None:
-    """Our own `<seconds>@<resize time>`; anything else is ignored (and measured again)."""
-    if not isinstance(value, str) or "@" not in value:
-        return None
-    seconds, _, when = value.partition("@")
-    try:
-        return seconds_field(seconds, "measured"), parse_time(when, "measured")
-    except BadField:
-        return None
-
-
 def read_time(value: Any) -> datetime | None:
     """An RFC 3339 time, or None where it is not one."""
     try:
         return parse_time(value, "time")
     except BadField:
         return None
-
-
-def measured_value(seconds: float, resized: datetime) -> str:
-    """The annotation value `read_measured` reads back."""
-    return f"{seconds:.0f}@{rfc3339(resized)}"
 
 
 # ---- PodGroups ------------------------------------------------------------------------
