@@ -87,6 +87,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "live",
         "snapshot_file",
     ),
+    "read.parse": ("objects", "queues", "nodes", "jobs", "podgroups", "hpas", "assemble"),
     "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
     "read.prometheus": ("answer", "source"),
     "read.kube": ("proto", "wire", "straight", "source"),
