@@ -562,8 +562,8 @@ def test_an_idle_queue_with_a_waiting_gang_keeps_its_share_from_the_others():
 def test_nodes_and_pods_are_kept_as_their_gpus_and_give_what_whole_ones_give():
     from builders import settings as make_settings
 
-    from autoscaler.core.model import PodUse
     from autoscaler.read.parse import decode_node, decode_pod, nodes_in_use, parse_nodes
+    from autoscaler.read.records import PodUse
 
     s = make_settings().read_options()
     nodes = [_node("a", "8"), _node("b", "4", taints=[{"key": "k", "effect": "NoSchedule"}])]

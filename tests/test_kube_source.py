@@ -20,7 +20,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
 from autoscaler.client.kubeapi import ApiFailure, classify
-from autoscaler.core.model import GroupRecord, HpaTarget, JobRecord, PriorityValue
 from autoscaler.core.resources import JOB_RESOURCES
 from autoscaler.read.kube.source import (
     CONNECT_RETRY_MAX_SECONDS,
@@ -31,6 +30,7 @@ from autoscaler.read.kube.source import (
     OnChange,
     make_api_client,
 )
+from autoscaler.read.records import GroupRecord, HpaTarget, JobRecord, PriorityValue
 from autoscaler.settings import Settings
 
 

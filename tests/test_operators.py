@@ -23,7 +23,7 @@ from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 
-from autoscaler.core.model import ElasticJob, HpaTarget, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, Reason, UnmanagedJob
 from autoscaler.plan.planner import plan
 from autoscaler.read.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
 from autoscaler.read.parse import (
@@ -36,6 +36,7 @@ from autoscaler.read.parse import (
     hpa_targets,
     parse_job,
 )
+from autoscaler.read.records import HpaTarget
 from autoscaler.read.snapshot_file import parse_snapshot_data
 from autoscaler.settings import Settings
 

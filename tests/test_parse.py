@@ -476,8 +476,8 @@ def test_a_priority_class_resolves_on_records_decoded_before_it_came():
     their priority when the snapshot is assembled, as if it had been there first."""
     from dataclasses import replace
 
-    from autoscaler.core.model import PriorityValue
     from autoscaler.read.parse import Records, decode_job
+    from autoscaler.read.records import PriorityValue
 
     free = free_gpu_states({"team-a": 2})
     a, b = pytorchjob("a"), pytorchjob("b")

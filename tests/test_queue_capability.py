@@ -15,13 +15,9 @@ from test_fit import node
 
 from autoscaler.core.model import (
     ClusterSnapshot,
-    GroupRecord,
-    JobRecord,
     ObjectRef,
     Plugin,
     PodShape,
-    PodUse,
-    QueueSpec,
     QueueState,
     Reason,
     UnmanagedJob,
@@ -30,6 +26,7 @@ from autoscaler.core.model import (
 from autoscaler.core.policy import GrowthPolicy
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import Records, _queue_states, assemble, decode_queue
+from autoscaler.read.records import GroupRecord, JobRecord, PodUse, QueueSpec
 from autoscaler.report.render import plan_to_dict, plan_to_table
 
 OPTIONS = settings().read_options()

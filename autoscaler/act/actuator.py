@@ -37,8 +37,8 @@ from autoscaler.client.redact import remember_client
 from autoscaler.core.model import Action, Decision, Measurement, ObjectRef, Plan, Reason, Refusal
 from autoscaler.core.options import ActuatorOptions
 from autoscaler.core.resources import MERGE_PATCH, rfc3339
+from autoscaler.read.fields import measured_value
 from autoscaler.read.kinds import BY_NAME, KINDS, JobKind, Write
-from autoscaler.read.parse import measured_value
 
 from .pacing import Attempt, Item, Pacer, Verdict, drain
 

@@ -1,6 +1,10 @@
 """Reading single fields of raw Kubernetes objects: paths, integers, quantities, times,
 and the GPUs of a pod template. Every failure is a `BadField` whose message names the
-field; the callers (parse.py, the job kinds) turn it into a reason."""
+field; the callers (read/parse/, the job kinds) turn it into a reason.
+
+The codec of our measured-restart-cost annotation lives here too (`measured_value`
+writes what `read_measured` reads): the actuator writes that value and parse reads it,
+so both import it from this one place below them, and act/ needs nothing of parse."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from autoscaler.core.resources import OUT_OF_RANGE, quantity
+from autoscaler.core.resources import OUT_OF_RANGE, quantity, rfc3339
 
 MAX_REPLICAS = 100_000  # far above any real job; guards arithmetic against hostile values
 
@@ -166,3 +170,22 @@ def gpus_per_worker(template: Any, resource_names: Iterable[str], field: str) ->
                 )
             total += limit if limit is not None else (request or 0)
     return total
+
+
+# ---- our measured restart cost: the annotation value the actuator writes, parse reads ----
+
+
+def read_measured(value: Any) -> tuple[float, datetime] | None:
+    """Our own `<seconds>@<resize time>`; anything else is ignored (and measured again)."""
+    if not isinstance(value, str) or "@" not in value:
+        return None
+    seconds, _, when = value.partition("@")
+    try:
+        return seconds_field(seconds, "measured"), parse_time(when, "measured")
+    except BadField:
+        return None
+
+
+def measured_value(seconds: float, resized: datetime) -> str:
+    """The annotation value `read_measured` reads back."""
+    return f"{seconds:.0f}@{rfc3339(resized)}"

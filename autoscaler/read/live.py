@@ -9,9 +9,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from autoscaler.core.model import ClusterSnapshot, Plugin, QueueSpec, QueueState, Reason
+from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, Reason
 from autoscaler.core.options import SourceOptions
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
+from autoscaler.read.records import QueueSpec
 
 from .parse import Assembled, Records, assemble, build_snapshot
 

@@ -35,7 +35,6 @@ from autoscaler.core.model import (
     Labels,
     Node,
     PodShape,
-    PodUse,
     Quantities,
     Requirement,
     SelectorTerm,
@@ -43,6 +42,7 @@ from autoscaler.core.model import (
     Toleration,
 )
 from autoscaler.core.resources import quantity
+from autoscaler.read.records import PodUse
 
 REPEL = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule repels nothing
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})

@@ -13,8 +13,8 @@ urgent)."""
 
 from __future__ import annotations
 
-from autoscaler.core.model import GroupRecord, JobRecord
 from autoscaler.core.resources import WAITING_PHASES
+from autoscaler.read.records import GroupRecord, JobRecord
 
 
 def wants_early_cycle(kind: str, event_type: str, record: object) -> bool:

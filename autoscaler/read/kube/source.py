@@ -38,15 +38,7 @@ from autoscaler.client.kubeapi import ApiFailure, classify, error_text, retry_af
 from autoscaler.client.redact import remember_client
 from autoscaler.core.errors import yaml_error_line
 from autoscaler.core.heap import release_free_memory
-from autoscaler.core.model import (
-    GroupRecord,
-    HpaTarget,
-    JobRecord,
-    Node,
-    PodUse,
-    PriorityValue,
-    QueueSpec,
-)
+from autoscaler.core.model import Node
 from autoscaler.core.options import KubeOptions, ReadOptions
 from autoscaler.core.resources import (
     HPA,
@@ -61,6 +53,14 @@ from autoscaler.core.resources import (
     ResourceKind,
 )
 from autoscaler.read.parse import Decoder, Records, decoders
+from autoscaler.read.records import (
+    GroupRecord,
+    HpaTarget,
+    JobRecord,
+    PodUse,
+    PriorityValue,
+    QueueSpec,
+)
 from autoscaler.settings import Settings
 
 from . import proto

@@ -33,14 +33,11 @@ import msgspec
 from autoscaler.core.model import (
     MILLI,
     ElasticJob,
-    GroupRecord,
     HostPort,
-    JobRecord,
     Labels,
     Node,
     ObjectRef,
     PodShape,
-    PodUse,
     Quantities,
     Taint,
 )
@@ -73,6 +70,7 @@ from autoscaler.read.podspec import (
     pod_holds,
     quantities,
 )
+from autoscaler.read.records import GroupRecord, JobRecord, PodUse
 
 from . import proto
 from .wire import _Template

@@ -1,0 +1,392 @@
+"""Records -> snapshot: the decoders by kind, and joining what they decoded.
+
+`decoders` gives each Kubernetes kind the function a watch cache (or a snapshot file)
+decodes one object with; `Records` holds what they made. `assemble` resolves what
+depends on other objects (priority values, the queue a PodGroup names, HPAs, pods per
+node, the waiting gangs' needs), once per change of a cache; `build_snapshot` joins
+that with the free-GPU reading per queue into the one `ClusterSnapshot` a cycle plans.
+A queue that jobs or gangs use but the reading lacks is unknown (held), never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from autoscaler.core.model import (
+    ClusterSnapshot,
+    ElasticJob,
+    InvalidGroup,
+    Node,
+    PendingGroup,
+    Plugin,
+    PodShape,
+    Quantities,
+    QueueState,
+    Reason,
+    UnmanagedJob,
+)
+from autoscaler.core.options import ReadOptions
+from autoscaler.read.kinds import KIND_NAMES, KINDS
+from autoscaler.read.podspec import frozen
+from autoscaler.read.records import (
+    GroupRecord,
+    HpaTarget,
+    JobRecord,
+    PodUse,
+    PriorityValue,
+    QueueSpec,
+)
+
+from .hpas import _hpa_skip, decode_hpa, targets_of
+from .jobs import decode_job, in_queue, worker_group
+from .nodes import decode_node, decode_pod, nodes_in_use, pods_by_owner, worker_nodes
+from .objects import HPA_KIND, RawObjects
+from .podgroups import decode_podgroup, podgroup_queues
+from .queues import Priorities, decode_priority_class, decode_queue, queue_capacities, volcano_view
+
+Decoder = Callable[[Mapping[str, Any]], Any]
+
+
+def decoders(options: ReadOptions) -> dict[str, Decoder]:
+    """Kubernetes kind -> the function that decodes one of its objects into the record
+    its cache holds (None: nothing the planner reads). The caches and snapshot files
+    use the same ones."""
+    out: dict[str, Decoder] = {
+        k.resource.kind: partial(decode_job, options=options, kind=k) for k in KINDS
+    }
+    out.update(
+        {
+            "PodGroup": partial(decode_podgroup, options=options),
+            "Queue": partial(decode_queue, options=options),
+            "PriorityClass": decode_priority_class,
+            "Node": partial(decode_node, options=options),
+            "Pod": partial(decode_pod, options=options),
+            HPA_KIND: decode_hpa,
+        }
+    )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Every decoded object a snapshot is assembled from, by kind."""
+
+    jobs: tuple[JobRecord, ...] = ()
+    groups: tuple[GroupRecord, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    priorities: tuple[PriorityValue, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[PodUse, ...] = ()
+    hpas: tuple[HpaTarget, ...] = ()
+    # `pods` are every unfinished pod (a pod watch, a snapshot file with pods): a job
+    # with none there has none (HoldNoPods); else pods are unknown
+    pods_known: bool = False
+
+    @classmethod
+    def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
+        """Raw objects (a snapshot file's) through the caches' decoders."""
+
+        def each(objects: Iterable[Mapping[str, Any]], decode: Decoder) -> tuple[Any, ...]:
+            return tuple(r for o in objects if (r := decode(o)) is not None)
+
+        by_kind = decoders(options)
+        return cls(
+            jobs=tuple(decode_job(o, options) for o in raw.jobs),
+            groups=each(raw.podgroups, by_kind["PodGroup"]),
+            queues=each(raw.queues, by_kind["Queue"]),
+            priorities=each(raw.priorityclasses, by_kind["PriorityClass"]),
+            nodes=each(raw.nodes, by_kind["Node"]),
+            pods=each(raw.pods, by_kind["Pod"]),
+            hpas=each(raw.hpas, by_kind[HPA_KIND]),
+            pods_known=bool(raw.pods),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Assembled:
+    """What a snapshot takes from the objects alone, whatever Prometheus says: the
+    cross-object facts resolved (priorities by PriorityClass name, jobs an HPA scales,
+    each node's GPUs in use). The daemon assembles again only when a cache changed."""
+
+    jobs: tuple[ElasticJob, ...]
+    unmanaged: tuple[UnmanagedJob, ...]
+    pending: tuple[PendingGroup, ...]
+    invalid: tuple[InvalidGroup, ...]
+    queues: tuple[QueueSpec, ...]
+    nodes: tuple[Node, ...] | None
+    pods_by_owner: Mapping[tuple[str, str, str], int] | None = None
+    # what each queue's bound pods request, for the queues whose capability names a
+    # dimension other than GPUs (queue_allocated)
+    queue_allocated: Mapping[str, Quantities] = field(default_factory=dict)
+    # GPUs each GPU-capped queue's bound pods hold outside its counted worker groups
+    # (queue_other_gpus)
+    queue_other_gpus: Mapping[str, int] = field(default_factory=dict)
+
+
+def resolve_gangs(
+    pending: list[PendingGroup], records: Records
+) -> tuple[list[PendingGroup], list[InvalidGroup]]:
+    """Each waiting gang's need, from the first of: its pods, when at least minMember
+    of them exist (their requests, a limit counting as the request); its owner's
+    templates, as its operator counts the gang (JobRecord.gang); its spec.minResources.
+    A gang that needs no GPU by what is known leaves; one whose need cannot be known
+    (minResources names no GPU, no pods yet, its job of a kind we read but not read) is
+    shown as invalid, with why, not dropped."""
+    by_group: dict[str, list[PodUse]] = {}
+    if records.pods_known:
+        for p in records.pods:
+            if p.group:
+                by_group.setdefault(p.group, []).append(p)
+    gangs = {
+        (r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r
+        for r in records.jobs
+        if r.gang is not None
+    }
+    out: list[PendingGroup] = []
+    unknown: list[InvalidGroup] = []
+    for g in pending:
+        resolved = _need_from_pods(g, by_group.get(f"{g.ref.namespace}/{g.ref.name}", ()))
+        o = g.owner
+        record = gangs.get((o.namespace, o.kind, o.name)) if o is not None else None
+        if resolved is None and record is not None and record.gang is not None:
+            resolved = replace(g, gpus=record.gang_gpus, pods=record.gang, need_from="template")
+        resolved = resolved or g
+        if resolved.gpus > 0:
+            out.append(resolved)
+        elif o is not None and o.kind in KIND_NAMES and record is None:
+            unknown.append(
+                InvalidGroup(
+                    g.ref,
+                    g.queue,
+                    f"{g.ref}: its GPU need cannot be known: spec.minResources names no GPU, "
+                    f"its pods do not exist yet, and {o} is not read (not in a watched "
+                    "namespace, or its pod templates are unreadable)",
+                )
+            )
+    return out, unknown
+
+
+def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | None:
+    """g with its need from its pods, when at least minMember of them exist."""
+    pods = list(pods)
+    if not pods or len(pods) < max(1, g.min_member):
+        return None
+    unbound: dict[PodShape, int] = {}
+    for p in pods:
+        if not p.node and p.shape is not None:
+            unbound[p.shape] = unbound.get(p.shape, 0) + 1
+    return replace(g, gpus=sum(p.gpus for p in pods), pods=tuple(unbound.items()), need_from="pods")
+
+
+def assemble(records: Records) -> Assembled:
+    priorities = Priorities.of_records(records.priorities)
+    targets = targets_of(records.hpas)
+    group_queues = podgroup_queues(records.groups)
+    placed = worker_nodes(records.pods) if records.pods else {}
+    jobs: list[ElasticJob] = []
+    unmanaged: list[UnmanagedJob] = []
+    seen: set[tuple[str, str, str]] = set()
+    for record in records.jobs:
+        job = record.job
+        queue = group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
+        if queue is not None:  # where Volcano runs it, whatever the job says
+            job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
+        if isinstance(job, ElasticJob):
+            value = priorities.of(record.priority_class)
+            if value != job.priority:
+                job = replace(job, priority=value)
+            job = _with_worker_nodes(job, placed)
+            job = _hpa_skip(job, targets)
+        key = (job.ref.namespace, job.ref.name, job.ref.kind)
+        if key in seen:
+            unmanaged.append(
+                UnmanagedJob(
+                    job.ref, job.queue, Reason.DUPLICATE, f"{job.ref}: appears more than once"
+                )
+            )
+            continue
+        seen.add(key)
+        if isinstance(job, ElasticJob):
+            jobs.append(job)
+        else:
+            unmanaged.append(job)
+    pending: list[PendingGroup] = []
+    invalid: list[InvalidGroup] = []
+    for g in records.groups:
+        group = g.group
+        if isinstance(group, PendingGroup):
+            value = priorities.of(g.priority_class)
+            pending.append(group if value == group.priority else replace(group, priority=value))
+        elif isinstance(group, InvalidGroup):
+            invalid.append(group)
+    pending, unknown = resolve_gangs(pending, records)
+    invalid += unknown
+    return Assembled(
+        tuple(jobs),
+        tuple(unmanaged),
+        tuple(pending),
+        tuple(invalid),
+        records.queues,
+        nodes_in_use(records.nodes, records.pods) if records.nodes else None,
+        pods_by_owner(records.pods) if records.pods_known else None,
+        queue_allocated(records) if records.pods_known else {},
+        queue_other_gpus(records, jobs, unmanaged) if records.pods_known else {},
+    )
+
+
+def queue_allocated(records: Records) -> dict[str, Quantities]:
+    """What the bound, unfinished pods of each queue request, for the queues whose
+    Queue object bounds a dimension other than GPUs (others cost nothing). A pod is in
+    the queue of its PodGroup (annotation scheduling.k8s.io/group-name -> spec.queue),
+    as Volcano counts a queue's allocated."""
+    bounded = {q.name for q in records.queues if q.limits}
+    if not bounded:
+        return {}
+    queue_of = {
+        f"{g.ref.namespace}/{g.ref.name}": g.queue for g in records.groups if g.queue in bounded
+    }
+    sums: dict[str, dict[str, int]] = {}
+    for p in records.pods:
+        if p.node and p.group and (q := queue_of.get(p.group)) is not None:
+            into = sums.setdefault(q, {})
+            for name, value in p.requests:
+                into[name] = into.get(name, 0) + value
+    return {q: frozen(amounts) for q, amounts in sums.items()}
+
+
+def queue_other_gpus(
+    records: Records, jobs: Iterable[ElasticJob], unmanaged: Iterable[UnmanagedJob]
+) -> dict[str, int]:
+    """GPUs the bound, unfinished pods of each queue with a GPU capability hold outside
+    the worker groups that the capability rule counts by spec (planner
+    `_room_by_capacity`): a PyTorchJob's Master, an MPIJob's launcher, a plain pod of
+    the queue's PodGroups, a worker group we cannot read. Volcano counts every one of
+    them against the Queue; counting only the workers asked for workers it cannot bind."""
+    capped = {q.name for q in records.queues if q.capability is not None}
+    if not capped:
+        return {}
+    queue_of = {
+        f"{g.ref.namespace}/{g.ref.name}": g.queue for g in records.groups if g.queue in capped
+    }
+    counted = {(j.ref.namespace, j.ref.kind, j.ref.name, worker_group(j.workers_at)) for j in jobs}
+    counted |= {
+        (u.ref.namespace, u.ref.kind, u.ref.name, u.workers_group)
+        for u in unmanaged
+        if u.workers_group and u.replicas is not None and u.gpus_per_worker
+    }
+    sums: dict[str, int] = {}
+    for p in records.pods:
+        if not (p.node and p.gpus and p.group) or (p.index >= 0 and p.owner in counted):
+            continue
+        if (q := queue_of.get(p.group)) is not None:
+            sums[q] = sums.get(q, 0) + p.gpus
+    return sums
+
+
+def _with_worker_nodes(
+    job: ElasticJob, placed: Mapping[tuple[str, str, str, str], tuple[str, ...]]
+) -> ElasticJob:
+    """The job with the node of each of its workers (a new object only when it moved)."""
+    ref = job.ref
+    nodes = placed.get((ref.namespace, ref.kind, ref.name, worker_group(job.workers_at)), ())
+    return job if nodes == job.worker_nodes else replace(job, worker_nodes=nodes)
+
+
+def build_snapshot(
+    objects: RawObjects | Records,
+    free: Mapping[str, QueueState],
+    options: ReadOptions,
+    *,
+    problem: Reason | None = None,
+    message: str = "",
+    plugin: Plugin | None = None,
+    queues_listed: bool = False,
+    assembled: Assembled | None = None,
+) -> ClusterSnapshot:
+    """The snapshot of decoded objects (raw ones are decoded first) and `free`, what the
+    free-GPU source said per queue; a queue that jobs or gangs use but `free` lacks is
+    unknown (held), never zero. `assembled`: `assemble(objects)`, kept by a caller whose
+    objects did not change since.
+
+    `queues_listed`: the queues are every Queue of the cluster (a synced watch cache),
+    so a queue named by a job or gang but absent there was deleted (or never made) and
+    holds (HoldQueueMissing), whatever Prometheus still serves for it. Not set for a
+    snapshot file (it may list no Queue at all), and no Queue at all means no Volcano
+    queues to check against: Volcano itself always keeps its `default` queue."""
+
+    if assembled is None:
+        records = Records.decode(objects, options) if isinstance(objects, RawObjects) else objects
+        assembled = assemble(records)
+    a = assembled
+    queues = _queue_states(a, free, queues_listed)
+    view = None
+    if plugin is not None:
+        view, queues = volcano_view(plugin, queues, a.queues, a.nodes, options.gpu_resource_names)
+        if a.nodes is not None and not options.node_fit:
+            view = replace(
+                view,
+                nodes=None,
+                cluster_gpus=sum(n.allocatable for n in a.nodes if n.schedulable),
+            )
+    return ClusterSnapshot(
+        queues=queues,
+        jobs=a.jobs,
+        unmanaged=a.unmanaged,
+        pending=a.pending,
+        invalid_groups=a.invalid,
+        problem=problem,
+        message=message,
+        volcano=view,
+        pods_by_owner=a.pods_by_owner,
+    )
+
+
+def _queue_states(
+    a: Assembled, free: Mapping[str, QueueState], queues_listed: bool
+) -> dict[str, QueueState]:
+    """Every queue a job or gang names, or the free-GPU source reads: its reading (unknown
+    where there is none) with what its Queue object says of its state and capacity."""
+    queue_states = {q.name: q.state for q in a.queues}
+    specs = {q.name: q for q in a.queues}
+    capacities = queue_capacities(a.queues)
+    names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
+    names |= {g.queue for g in a.pending}
+    queues: dict[str, QueueState] = {}
+    for name in sorted(names):
+        state = free.get(name)
+        if state is None:
+            state = QueueState(
+                name,
+                None,
+                Reason.METRICS_MISSING,
+                f"queue {name} has no series in the free-GPU query",
+            )
+        qstate = queue_states.get(name)
+        if qstate is not None and qstate != state.state:
+            state = replace(state, state=qstate)
+        if qstate is None and queues_listed and queue_states:
+            state = replace(
+                state,
+                problem=Reason.QUEUE_MISSING,
+                message=f"queue {name}: no Queue object of that name (deleted, or never "
+                "created); Volcano schedules nothing of it, whatever its metrics say",
+            )
+        capacity = capacities.get(name)
+        if capacity != state.capacity_gpus:
+            state = replace(state, capacity_gpus=capacity)
+        other = a.queue_other_gpus.get(name, 0) if capacity is not None else 0
+        if other != state.other_gpus:
+            state = replace(state, other_gpus=other)
+        spec = specs.get(name)
+        if spec is not None and (spec.limits or spec.problems):
+            state = replace(
+                state,
+                limits=spec.limits,
+                allocated=a.queue_allocated.get(name, ()),
+                notes=spec.problems,
+            )
+        queues[name] = state
+    return queues
