@@ -17,7 +17,8 @@ from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
 
-from autoscaler.act.actuator import DryRunActuator, Outcome
+from autoscaler.act.dry_run import DryRunActuator
+from autoscaler.act.results import Outcome
 from autoscaler.core.model import ClusterSnapshot, Reason
 from autoscaler.core.options import ServerOptions
 from autoscaler.report.metrics import Metrics

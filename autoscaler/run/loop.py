@@ -23,21 +23,15 @@ from typing import Any, Protocol
 
 import structlog
 
-from autoscaler.act.actuator import Actuator, ApplyResult, Outcome
+from autoscaler.act.results import Actuator, ApplyResult, Outcome
 from autoscaler.core.heap import release_free_memory
 from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal, resized
 from autoscaler.core.options import LoopOptions
 from autoscaler.core.policy import PlannerPolicy
 from autoscaler.plan.planner import plan as make_plan
 from autoscaler.report.metrics import Metrics, package_version, start_at_zero
-from autoscaler.report.status import (
-    Cycle,
-    StatusDoc,
-    StatusMemo,
-    WriteOutcome,
-    build_status,
-    with_cycle,
-)
+from autoscaler.report.status.build import WriteOutcome, build_status, with_cycle
+from autoscaler.report.status.doc import Cycle, StatusDoc, StatusMemo
 
 from .run_memory import RunMemory
 
