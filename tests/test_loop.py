@@ -23,7 +23,8 @@ from autoscaler.core.model import ClusterSnapshot, Reason
 from autoscaler.core.options import ServerOptions
 from autoscaler.report.metrics import Metrics
 from autoscaler.run.daemon import wants_early_cycle
-from autoscaler.run.loop import Controller, next_start
+from autoscaler.run.driver import next_start
+from autoscaler.run.loop import Controller
 from autoscaler.run.wiring import Parts, build
 from autoscaler.settings import Settings
 

@@ -35,8 +35,9 @@ from autoscaler.report.metrics import Metrics
 from autoscaler.report.status.writer import StatusWriter
 from autoscaler.settings import Settings
 
+from .driver import Driver
 from .leader import AlwaysLeader, LeaderElector, make_elector
-from .loop import Controller, Driver
+from .loop import Controller
 from .server import HealthServer
 from .triggers import GangStarts, wants_cycle
 

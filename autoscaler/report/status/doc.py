@@ -205,11 +205,10 @@ class StatusMemo:
     """What one daemon's last status leaves for its next (Controller keeps one): a steady
     cycle's plan hands over the same Decision objects (planner.py keeps a decision that
     did not change), and ranking, counting, building and dumping them again was most of
-    a status at 10k jobs (docs/benchmarks.md, [placement] #27 fifth round). Each part is
-    taken up only when everything it was made of is the same: the same objects (kept
-    here, so an id cannot match a new object at an old address), or for a queue the
-    same JSON. A status built with a memo is the one built without, byte for byte
-    (tests/test_status_memo.py)."""
+    a status at 10k jobs (docs/benchmarks.md). Each part is taken up only when
+    everything it was made of is the same: the same objects (kept here, so an id cannot
+    match a new object at an old address), or for a queue the same JSON. A status built
+    with a memo is the one built without, byte for byte (tests/test_status_memo.py)."""
 
     decisions: tuple[Decision, ...] = ()  # the last plan's; what follows was read of them
     counts: Counter[tuple[str, Reason]] | None = None

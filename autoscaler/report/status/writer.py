@@ -42,6 +42,11 @@ STOPPED = "stopped"  # the cycle result of the document a writer leaves when it 
 
 
 class StatusWriter:
+    """The status ConfigMap's one writer (module docstring): the cycle hands it the newest
+    document (`publish`, never blocking), `run()` writes what says something new, or a
+    heartbeat, in its own task; `restore()` reads back the last document at start so each
+    job's `since` and resize state survive a restart."""
+
     def __init__(
         self,
         settings: StatusOptions,
