@@ -279,7 +279,7 @@ async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkey
             result = await d.controller.run_once(NOW)
             assert [r.outcome for r in result.applied.results] == [Outcome.DRY_RUN]
         # no job, no Event, no Lease: only the status object, which a dry run writes
-        # too when no live daemon owns it (status_writer.py)
+        # too when no live daemon owns it (report/status/writer.py)
         assert {w.plural for w in api.writes()} <= {"configmaps"} and replicas(api, "j") == 2
         written = len(api.writes())
         # `plan` without --snapshot: one live cycle, printed, nothing written

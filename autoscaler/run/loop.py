@@ -61,7 +61,7 @@ def _to_compare(
 
 
 class StatusSink(Protocol):
-    """Takes the status document of each cycle (status_writer.StatusWriter); must not
+    """Takes the status document of each cycle (report/status/writer.py, StatusWriter); must not
     block: the write happens elsewhere."""
 
     def publish(self, doc: StatusDoc) -> None: ...

@@ -45,7 +45,7 @@ from .doc import (
 # write outcomes compared as the plain strings a WriteOutcome carries
 _APPLIED, _DRY_RUN = Outcome.APPLIED.value, Outcome.DRY_RUN.value
 _GONE, _ERROR = Outcome.GONE.value, Outcome.ERROR.value
-# write outcomes (actuator.Outcome values; faults may add more) by what the resize does next
+# write outcomes (act/results.py Outcome values; faults may add more) by what the resize does next
 _REJECTED_OUTCOMES = {Outcome.DENIED.value, Outcome.REFUSED.value}
 _RETRY_OUTCOMES = {o.value for o in (Outcome.CONFLICT, Outcome.THROTTLED, Outcome.DEFERRED)}
 _RETRY_OUTCOMES |= {Outcome.BACKOFF.value, Outcome.ERROR.value}
@@ -58,7 +58,7 @@ class WriteOutcome:
     namespace: str
     name: str
     kind: str
-    outcome: str  # actuator.Outcome value
+    outcome: str  # an Outcome value (act/results.py)
     message: str = ""
 
 
