@@ -68,6 +68,9 @@ def _ref_order(ref: ObjectRef) -> tuple[str, str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Backoff:
+    """A job backing off from its own failures: how many, until when, and when the
+    last one came (pacer clock)."""
+
     failures: int
     until: datetime
     at: float  # pacer clock time of the last failure
@@ -76,7 +79,8 @@ class _Backoff:
 class KubeActuator(EventRecorder):
     """Writes the plan's actions to the API server in plan order, as many at a time as the
     server's answers allow (at most `max_parallel_writes`), each followed by an Event on its
-    job (beside the window while the server keeps up)."""
+    job (beside the window while the server keeps up; the Events are EventRecorder's,
+    events.py)."""
 
     def __init__(
         self,

@@ -27,7 +27,6 @@ log = structlog.get_logger(__name__)
 
 EVENTS_CARRIED_MAX = 1000  # Events waiting for a throttled server; beyond, the oldest go
 EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried this often
-WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
 # the Event reason of a decision's warnings (today one: a queue annotation the job's
 # operator does not honour, see parse.in_queue)
 WARNING_REASON = "QueueAnnotationIgnored"
@@ -51,7 +50,7 @@ class _Event:
 
 @dataclass
 class _Run:
-    """One apply's working state."""
+    """One apply's working state (its resizes' results and the Events they call for)."""
 
     now: datetime
     may_write: Callable[[], bool]

@@ -29,6 +29,8 @@ JobKey = tuple[str, str, str, str]
 
 
 class Outcome(StrEnum):
+    """What became of one planned resize (its log line's `outcome`, the writes metric's label)."""
+
     APPLIED = "applied"
     CONFLICT = "conflict"  # 409: the job changed under us; next cycle retries with fresh data
     GONE = "gone"  # 404: the job was deleted
@@ -47,6 +49,8 @@ _CARRIED = frozenset({Outcome.THROTTLED, Outcome.DEFERRED})
 
 @dataclass(frozen=True, slots=True)
 class ActionResult:
+    """One decision and what became of its write."""
+
     decision: Decision
     outcome: Outcome
     message: str = ""
@@ -54,6 +58,8 @@ class ActionResult:
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
+    """One apply: each action's result, and what the loop needs of the writes left over."""
+
     results: tuple[ActionResult, ...] = ()
     # seconds until writes left over (resizes or Events) may go: the loop runs an early
     # cycle then; None: nothing left over
@@ -84,6 +90,9 @@ class ApplyResult:
 
 
 class Actuator(Protocol):
+    """What the loop needs of an actuator: apply a plan, writing only while
+    `may_write()` (the leader)."""
+
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
     ) -> ApplyResult: ...
@@ -130,6 +139,9 @@ def log_result(result: ActionResult) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Failure:
+    """A failed API call as the actuator acts on it: its class, Outcome, message and
+    the server's Retry-After."""
+
     kind: ApiFailure
     outcome: Outcome
     message: str

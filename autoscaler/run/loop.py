@@ -96,6 +96,8 @@ class CycleStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
+    """How one cycle ended, how long it took, and its plan and writes (if it got there)."""
+
     result: CycleStatus
     duration_seconds: float
     plan: Plan | None = None

@@ -58,6 +58,8 @@ class StatusError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Resize:
+    """Where one job's resize stands (ResizeState), since when, and the API's message."""
+
     state: ResizeState
     from_replicas: int | None
     to_replicas: int | None
@@ -68,6 +70,8 @@ class Resize:
 
 @dataclass(frozen=True, slots=True)
 class JobEntry:
+    """One listed job: its reason and since when, its sizes, and its resize if any."""
+
     namespace: str
     name: str
     kind: str
@@ -94,6 +98,8 @@ class JobEntry:
 
 @dataclass(frozen=True, slots=True)
 class GangEntry:
+    """One waiting gang: what happens to it (its reason), since when, and who gives way."""
+
     namespace: str
     name: str
     queue: str
@@ -110,6 +116,9 @@ class GangEntry:
 
 @dataclass(frozen=True, slots=True)
 class QueueEntry:
+    """One queue: its headroom and what bounded it, GPUs in flight, its jobs and gangs
+    counted by reason."""
+
     name: str
     status: str  # "ok" or the hold reason of the whole queue
     message: str = ""
@@ -132,6 +141,8 @@ class QueueEntry:
 
 @dataclass(frozen=True, slots=True)
 class Cycle:
+    """The cycle that made the document: its result, how long it took, what it counted."""
+
     result: str
     message: str = ""
     duration_seconds: float = 0.0
@@ -143,6 +154,9 @@ class Cycle:
 
 @dataclass(frozen=True, slots=True)
 class StatusDoc:
+    """The whole document: when, who wrote it, the cycle, the queues, the listed gangs
+    and jobs most urgent first, and what was left out counted by reason."""
+
     time: datetime  # the cycle's `now`
     cycle: Cycle
     mode: str = "live"  # live | dry-run | plan (a one-off `--live` reading)
