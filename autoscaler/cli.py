@@ -198,7 +198,7 @@ def _stale(doc: Any, settings: Settings) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from autoscaler.report.status_view import status_dict, status_table
+    from autoscaler.report.status.view import status_dict, status_table
 
     settings = _settings(args)  # -n filters what is shown: queues span namespaces
     doc = _status_doc(args, settings)
@@ -230,7 +230,7 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from autoscaler.report.status_view import (
+    from autoscaler.report.status.view import (
         explain_dict,
         explain_gang_dict,
         explain_gang_text,

@@ -108,7 +108,8 @@ async def _resizes(server: Any, jobs: list[dict]) -> None:
     """Seconds for KubeActuator to resize every job (patch and Event each)."""
     from kubernetes_asyncio.client import ApiClient
 
-    from autoscaler.act.actuator import KubeActuator, Outcome
+    from autoscaler.act.actuator import KubeActuator
+    from autoscaler.act.results import Outcome
     from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
     from autoscaler.settings import Settings
 

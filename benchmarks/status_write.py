@@ -24,7 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from planner_scale import NOW, cluster  # noqa: E402
 
 from autoscaler.plan.planner import plan  # noqa: E402
-from autoscaler.report.status import Cycle, WriteOutcome, build_status, changed, dump  # noqa: E402
+from autoscaler.report.status.build import WriteOutcome, build_status, changed  # noqa: E402
+from autoscaler.report.status.codec import dump  # noqa: E402
+from autoscaler.report.status.doc import Cycle  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
 
@@ -42,7 +44,7 @@ async def _real_writes(docs, repeat: int) -> list[float]:
     from kubernetes_asyncio.client import ApiClient
     from kubeserver import envtest_server
 
-    from autoscaler.report.status_writer import StatusWriter
+    from autoscaler.report.status.writer import StatusWriter
 
     out = []
     with envtest_server("bench-status-") as server:

@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
-from autoscaler.act.actuator import DryRunActuator  # noqa: E402
+from autoscaler.act.dry_run import DryRunActuator  # noqa: E402
 from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob  # noqa: E402
 from autoscaler.plan import planner  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402

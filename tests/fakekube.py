@@ -153,7 +153,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         allow_create_on_update=True,
         allow_unconditional_update=True,
     ),
-    # the daemon's status object (status_writer.py)
+    # the daemon's status object (report/status/writer.py)
     ResourceType("", "v1", "configmaps", "ConfigMap", True, False, allow_unconditional_update=True),
     ResourceType(
         "autoscaling",

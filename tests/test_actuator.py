@@ -12,14 +12,10 @@ from builders import vcjob
 from fakekube import FakeKubeApi
 from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.actuator import (
-    ApplyResult,
-    DryRunActuator,
-    KubeActuator,
-    Outcome,
-    refusal,
-)
+from autoscaler.act.actuator import KubeActuator
+from autoscaler.act.dry_run import DryRunActuator
 from autoscaler.act.pacing import Pacer
+from autoscaler.act.results import ApplyResult, Outcome, refusal
 from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.settings import Settings

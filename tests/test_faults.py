@@ -47,7 +47,7 @@ from promserver import (
 from structlog.testing import capture_logs
 from test_loop import Daemon, replicas, set_active, settings_for
 
-from autoscaler.act.actuator import Outcome
+from autoscaler.act.results import Outcome
 from autoscaler.core.model import Reason
 from autoscaler.read.live import LiveSource
 from autoscaler.read.prometheus.answer import free_gpus_query

@@ -25,7 +25,7 @@ from autoscaler.core.model import (
     Reason,
     UnmanagedJob,
 )
-from autoscaler.report.status_view import explain_text, status_table
+from autoscaler.report.status.view import explain_text, status_table
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config" / "example-snapshot.yaml"

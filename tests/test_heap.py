@@ -63,7 +63,7 @@ def test_the_daemon_gives_back_what_its_sync_freed() -> None:
 CYCLE_SETUP = """
 import asyncio
 from builders import NOW, ej, snap
-from autoscaler.act.actuator import DryRunActuator
+from autoscaler.act.dry_run import DryRunActuator
 from autoscaler.run.loop import Controller
 from autoscaler.report.metrics import Metrics
 from autoscaler.settings import Settings

@@ -91,9 +91,10 @@ ORDER: dict[str, tuple[str, ...]] = {
     "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
     "read.prometheus": ("answer", "source"),
     "read.kube": ("proto", "wire", "straight", "source"),
-    "act": ("pacing", "actuator"),
-    "report": ("render", "metrics", "logs", "status", "status_view", "status_writer"),
-    "run": ("run_memory", "triggers", "server", "leader", "loop", "wiring", "daemon"),
+    "act": ("pacing", "results", "events", "dry_run", "actuator"),
+    "report": ("render", "metrics", "logs", "status"),
+    "report.status": ("doc", "codec", "build", "writer", "view"),
+    "run": ("run_memory", "triggers", "server", "leader", "loop", "driver", "wiring", "daemon"),
 }
 _FLOOR_OF = {name: floor for floor, names in enumerate(FLOORS) for name in names}
 

@@ -17,12 +17,14 @@ from fakekube import FakeKubeApi, eventually
 from kubernetes_asyncio.client import ApiClient
 from promserver import fake_prometheus, sample, vector_body
 
-from autoscaler.act.actuator import DryRunActuator, Outcome
+from autoscaler.act.dry_run import DryRunActuator
+from autoscaler.act.results import Outcome
 from autoscaler.core.model import ClusterSnapshot, Reason
 from autoscaler.core.options import ServerOptions
 from autoscaler.report.metrics import Metrics
 from autoscaler.run.daemon import wants_early_cycle
-from autoscaler.run.loop import Controller, next_start
+from autoscaler.run.driver import next_start
+from autoscaler.run.loop import Controller
 from autoscaler.run.wiring import Parts, build
 from autoscaler.settings import Settings
 
@@ -277,7 +279,7 @@ async def test_dry_run_and_live_plan_write_nothing(api, capsys, tmp_path, monkey
             result = await d.controller.run_once(NOW)
             assert [r.outcome for r in result.applied.results] == [Outcome.DRY_RUN]
         # no job, no Event, no Lease: only the status object, which a dry run writes
-        # too when no live daemon owns it (status_writer.py)
+        # too when no live daemon owns it (report/status/writer.py)
         assert {w.plural for w in api.writes()} <= {"configmaps"} and replicas(api, "j") == 2
         written = len(api.writes())
         # `plan` without --snapshot: one live cycle, printed, nothing written

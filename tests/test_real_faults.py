@@ -22,7 +22,8 @@ from promserver import fake_prometheus
 from test_faults import counter, metrics_text
 from test_loop import Daemon, free_body, settings_for
 
-from autoscaler.act.actuator import KubeActuator, Outcome
+from autoscaler.act.actuator import KubeActuator
+from autoscaler.act.results import Outcome
 from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
 from autoscaler.settings import Settings
 

@@ -60,8 +60,8 @@ from volcanokit import apply_queue, delete_queue
 
 from autoscaler.core.model import ElasticJob, Reason
 from autoscaler.core.resources import rfc3339
-from autoscaler.report.status import JobEntry, ResizeState
-from autoscaler.report.status_view import explain_text
+from autoscaler.report.status.doc import JobEntry, ResizeState
+from autoscaler.report.status.view import explain_text
 from autoscaler.run.loop import CycleResult
 from autoscaler.settings import Settings
 

@@ -30,8 +30,9 @@ from test_faults import daemon_env, daemon_process, live_body
 
 from autoscaler.cli import main
 from autoscaler.report.metrics import Metrics
-from autoscaler.report.status import DATA_KEY, Cycle, StatusDoc, from_data
-from autoscaler.report.status_writer import StatusWriter
+from autoscaler.report.status.codec import from_data
+from autoscaler.report.status.doc import DATA_KEY, Cycle, StatusDoc
+from autoscaler.report.status.writer import StatusWriter
 from autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

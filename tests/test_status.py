@@ -1,4 +1,4 @@
-"""The status document (autoscaler/report/status.py), pure: one cycle and the last document in,
+"""The status document (autoscaler/report/status/), pure: one cycle and the last document in,
 the next document out. Resize states, `since`, bounds at 10k jobs, change detection,
 the ConfigMap round trip, and the views `status` and `explain` print."""
 
@@ -16,20 +16,10 @@ from builders import NOW, ago, ej, gang, policy, snap
 from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
 from autoscaler.plan.planner import plan
 from autoscaler.read.snapshot_file import load_snapshot_file
-from autoscaler.report.status import (
-    DATA_KEY,
-    MAX_BYTES,
-    Cycle,
-    ResizeState,
-    StatusError,
-    WriteOutcome,
-    build_status,
-    changed,
-    dump,
-    from_data,
-    to_data,
-)
-from autoscaler.report.status_view import explain_text, status_table
+from autoscaler.report.status.build import WriteOutcome, build_status, changed
+from autoscaler.report.status.codec import dump, from_data, to_data
+from autoscaler.report.status.doc import DATA_KEY, MAX_BYTES, Cycle, ResizeState, StatusError
+from autoscaler.report.status.view import explain_text, status_table
 from autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +231,7 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     when, and which elastic job did not give way and why; the PodGroup's name explains
     the gang alone."""
     from autoscaler.core.model import ObjectRef, Reason, UnmanagedJob
-    from autoscaler.report.status_view import explain_gang_text, gang_of
+    from autoscaler.report.status.view import explain_gang_text, gang_of
 
     rigid = UnmanagedJob(ObjectRef("ml", "rigid"), "q", Reason.NOT_ELASTIC, "no elasticPolicy")
     jobs = [ej("cooling", min=1, replicas=4, max=4, last=ago(20))]

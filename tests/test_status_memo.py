@@ -17,16 +17,9 @@ from hypothesis import strategies as st
 
 from autoscaler.core.model import ClusterSnapshot, Plan, QueueState
 from autoscaler.plan.planner import plan
-from autoscaler.report.status import (
-    Cycle,
-    ResizeState,
-    StatusDoc,
-    StatusMemo,
-    WriteOutcome,
-    build_status,
-    dump,
-    to_dict,
-)
+from autoscaler.report.status.build import WriteOutcome, build_status
+from autoscaler.report.status.codec import dump, to_dict
+from autoscaler.report.status.doc import Cycle, ResizeState, StatusDoc, StatusMemo
 
 OK = Cycle("ok")
 COOLDOWN = 300

@@ -20,27 +20,36 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Any, Protocol, TextIO
+from typing import Any
 
 import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.client.kubeapi import ApiFailure, classify, error_text, retry_after
 from autoscaler.client.redact import remember_client
-from autoscaler.core.model import Action, Decision, Measurement, ObjectRef, Plan, Reason, Refusal
+from autoscaler.core.model import Decision, Measurement, ObjectRef, Plan, Refusal
 from autoscaler.core.options import ActuatorOptions
 from autoscaler.core.resources import MERGE_PATCH, rfc3339
 from autoscaler.read.fields import measured_value
-from autoscaler.read.kinds import BY_NAME, KINDS, JobKind, Write
+from autoscaler.read.kinds import KINDS, JobKind, Write
 
+from .events import EventRecorder, _Event, _event_ref, _Run
 from .pacing import Attempt, Item, Pacer, Verdict, drain
+from .results import (
+    ActionResult,
+    ApplyResult,
+    JobKey,
+    Outcome,
+    _classify,
+    _Failure,
+    log_result,
+    refusal,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -50,194 +59,28 @@ BACKOFF_MAX_SECONDS = 300.0
 # A failure within this long of another write landing is the job's own, not the server's
 # (writes in flight together land and fail within milliseconds of each other).
 SERVER_UP_RECENT_SECONDS = 2.0
-EVENTS_CARRIED_MAX = 1000  # Events waiting for a throttled server; beyond, the oldest go
-EVENT_ATTEMPTS_MAX = 3  # an Event the server failed (not throttled) is tried this often
 WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cycle out
-# the Event reason of a decision's warnings (today one: a queue annotation the job's
-# operator does not honour, see parse.in_queue)
-WARNING_REASON = "QueueAnnotationIgnored"
-EVENT_MESSAGE_MAX = 1024  # what kubectl shows comfortably; the API keeps it short too
-NAME_MAX = 253
-
-# A job's identity for everything the actuator remembers of it (back-off, refusals, who
-# paused the writes, a Retry-After): API group, kind, namespace, name. Never the name
-# alone: a PyTorchJob and a Volcano Job of one name are two jobs, and one's failures
-# must not hold the other.
-JobKey = tuple[str, str, str, str]
-
-
-class Outcome(StrEnum):
-    APPLIED = "applied"
-    CONFLICT = "conflict"  # 409: the job changed under us; next cycle retries with fresh data
-    GONE = "gone"  # 404: the job was deleted
-    DENIED = "denied"  # 403/422/4xx: the cluster refused it; the job holds (HoldRefused)
-    THROTTLED = "throttled"  # 429/503 past this cycle's write budget: carried to the next
-    DEFERRED = "deferred"  # not sent: the server failed or throttled; carried to the next
-    ERROR = "error"  # 5xx, timeout, connection or other failure: backed off
-    BACKOFF = "backoff"  # this job still backs off from its own failures: no request made
-    NOT_LEADER = "not_leader"  # leadership lost (or never held): no request made
-    DRY_RUN = "dry_run"
-    REFUSED = "refused"  # the decision breaks an invariant; a planner bug, never written
-
-
-_CARRIED = frozenset({Outcome.THROTTLED, Outcome.DEFERRED})
-
-
-@dataclass(frozen=True, slots=True)
-class ActionResult:
-    decision: Decision
-    outcome: Outcome
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    results: tuple[ActionResult, ...] = ()
-    # seconds until writes left over (resizes or Events) may go: the loop runs an early
-    # cycle then; None: nothing left over
-    retry_in: float | None = None
-    throttles: int = 0  # 429/503 answers to this apply's writes (each retried or carried)
-    window: float | None = None  # writes allowed in flight at the end (the AIMD window)
-    events_waiting: int = 0  # Events carried to the next cycle
-
-    def count(self, outcome: Outcome) -> int:
-        return sum(1 for r in self.results if r.outcome is outcome)
-
-    def counts(self) -> dict[Outcome, int]:
-        return dict(Counter(r.outcome for r in self.results))
-
-    @property
-    def carried(self) -> bool:
-        """Resizes were left for the next cycle (throttled or paused by the server)."""
-        return any(r.outcome in _CARRIED for r in self.results)
-
-    @property
-    def ok(self) -> bool:
-        """Nothing failed in a way that needs attention. Conflicts, gone jobs and refusals
-        are answers, not failures; writes carried over by a throttling server are fine as
-        long as others landed (the drain makes progress)."""
-        if any(r.outcome in (Outcome.ERROR, Outcome.REFUSED) for r in self.results):
-            return False
-        return not self.carried or self.count(Outcome.APPLIED) > 0
-
-
-class Actuator(Protocol):
-    async def apply(
-        self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
-    ) -> ApplyResult: ...
-
-
-def refusal(decision: Decision, kinds: Mapping[str, JobKind] = BY_NAME) -> str | None:
-    """Why a decision must not be written, or None. Defence in depth: the planner already
-    keeps these invariants, but a bug there must not reach the cluster."""
-    if decision.ref.kind not in kinds:
-        return f"kind {decision.ref.kind!r} is not one we manage ({', '.join(kinds)})"
-    target = decision.target
-    if target is None or isinstance(target, bool) or not isinstance(target, int):
-        return f"target {target!r} is not a replica count"
-    lo, hi = decision.min_replicas, decision.max_replicas
-    if lo is None or hi is None:
-        return "decision has no min/max replicas to check the target against"
-    if not lo <= target <= hi:
-        return f"target {target} outside [{lo}, {hi}]"
-    if target < 0:
-        return f"target {target} is negative"
-    return None
 
 
 def _ref_order(ref: ObjectRef) -> tuple[str, str, str]:
     return (ref.namespace, ref.name, ref.kind)
 
 
-def _event_ref(ref: ObjectRef) -> str:
-    return f"{ref.kind} {ref.namespace}/{ref.name}"
-
-
-def _log_result(result: ActionResult) -> None:
-    d = result.decision
-    fields: dict[str, Any] = {
-        "namespace": d.ref.namespace,
-        "name": d.ref.name,
-        "queue": d.queue,
-        "from": d.current,
-        "to": d.target,
-        "reason": d.reason.value,
-        "outcome": result.outcome.value,
-    }
-    if result.message:
-        fields["message"] = result.message
-    if result.outcome is Outcome.REFUSED:
-        log.error("scale", **fields)
-    elif result.outcome in (Outcome.DENIED, Outcome.ERROR):
-        log.warning("scale", **fields)
-    else:
-        log.info("scale", **fields)
-
-
 @dataclass(frozen=True, slots=True)
 class _Backoff:
+    """A job backing off from its own failures: how many, until when, and when the
+    last one came (pacer clock)."""
+
     failures: int
     until: datetime
     at: float  # pacer clock time of the last failure
 
 
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    kind: ApiFailure
-    outcome: Outcome
-    message: str
-    retry_after: float | None = None
-
-
-_OUTCOMES = {
-    ApiFailure.CONFLICT: Outcome.CONFLICT,
-    ApiFailure.NOT_FOUND: Outcome.GONE,
-    ApiFailure.THROTTLED: Outcome.THROTTLED,
-    ApiFailure.REJECTED: Outcome.DENIED,
-}
-
-
-def _classify(exc: Exception, now: datetime) -> _Failure:
-    kind = classify(exc)
-    outcome = _OUTCOMES.get(kind, Outcome.ERROR)
-    status = exc.status if isinstance(exc, ApiException) else None
-    if kind is ApiFailure.DENIED and status == 403:
-        # Forbidden: RBAC or an admission policy or webhook said no to this write. (401 is
-        # our credentials: the server's problem to us, an error.)
-        outcome = Outcome.DENIED
-    wait = retry_after(exc, now)
-    if status == 503 and wait is not None:
-        outcome = Outcome.THROTTLED  # an overloaded server saying when to come back
-    return _Failure(kind, outcome, error_text(exc), wait if outcome is Outcome.THROTTLED else None)
-
-
-@dataclass(eq=False)
-class _Event:
-    """An Event waiting to be created (a throttled server may hold it a cycle or more)."""
-
-    namespace: str
-    body: dict[str, Any]
-    attempts: int = 0
-    ref: str = ""
-
-
-@dataclass
-class _Run:
-    """One apply's working state."""
-
-    now: datetime
-    may_write: Callable[[], bool]
-    actions: tuple[Action, ...] = ()
-    results: dict[int, ActionResult] = field(default_factory=dict)
-    next_order: int = 0  # the drain order of the next Event (behind every resize)
-    leading: bool = True
-    new_events: list[_Event] = field(default_factory=list)
-
-
-class KubeActuator:
+class KubeActuator(EventRecorder):
     """Writes the plan's actions to the API server in plan order, as many at a time as the
     server's answers allow (at most `max_parallel_writes`), each followed by an Event on its
-    job (beside the window while the server keeps up)."""
+    job (beside the window while the server keeps up; the Events are EventRecorder's,
+    events.py)."""
 
     def __init__(
         self,
@@ -317,7 +160,7 @@ class KubeActuator:
             retry_in = max(self.pacer.retry_in(), ready_in)
         results = tuple(run.results[i] for i in sorted(run.results))
         for r in results:
-            _log_result(r)
+            log_result(r)
         if not drained.left and not self.pacer.down:
             # what was measured of jobs not resized now (a resize carries its own)
             await self._record(measured.values(), now, lambda: run.leading and may_write())
@@ -352,16 +195,6 @@ class KubeActuator:
         for ev in carried:
             items.append(self._event_item(run, ev))
         return items
-
-    def _new_events(self, run: _Run) -> list[Item]:
-        """The Events of writes that just landed (or were refused): behind the resizes."""
-        added = [self._event_item(run, ev) for ev in run.new_events]
-        run.new_events.clear()
-        return added
-
-    def _event_item(self, run: _Run, ev: _Event) -> Item:
-        run.next_order += 1
-        return Item(run.next_order, self._event_sender(run, ev), payload=ev, side=True)
 
     def _carry_left(self, run: _Run, left: list[Item]) -> float | None:
         """What the drain left goes to the next cycle: Events queued, resizes answered
@@ -514,103 +347,6 @@ class KubeActuator:
             self._down_since = None
         self._landed_at = at
 
-    def _refuse(self, run: _Run, decision: Decision, message: str) -> None:
-        """Remember the refusal (the planner holds the job) and say so on the job, once."""
-        ref = decision.ref
-        self._refusals[self.key(ref)] = Refusal(ref, decision.resource_version, message, run.now)
-        if not run.may_write():
-            return
-        kind = self._kinds[ref.kind]
-        group = kind.workers_name(decision.workers_at)
-        window = self._settings.refusal_retry_seconds
-        body = self.event_body(decision, run.now, decision.resource_version)
-        body.update(
-            reason=Reason.WRITE_REFUSED.value,
-            type="Warning",
-            message=(
-                f"{group} replicas {decision.current} -> {decision.target} "
-                f"({decision.reason.value}) refused by the API server: {message}. Not asked "
-                f"again until the job changes or for {window:.0f}s; its share of the queue "
-                "goes to other jobs"
-            )[:EVENT_MESSAGE_MAX],
-        )
-        run.new_events.append(_Event(ref.namespace, body, ref=_event_ref(ref)))
-
-    def _event_sender(self, run: _Run, ev: _Event) -> Callable[[], Any]:
-        async def send() -> Attempt:
-            if not run.may_write():
-                return Attempt(Verdict.DONE)  # a follower records nothing
-            ev.attempts += 1
-            try:
-                await self._create_event(ev)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failure = _classify(exc, run.now)
-                if failure.outcome is Outcome.THROTTLED:
-                    return Attempt(Verdict.THROTTLED, failure.retry_after)
-                if failure.outcome is Outcome.ERROR and ev.attempts < EVENT_ATTEMPTS_MAX:
-                    self._carry(ev)  # the server's trouble: try again next cycle
-                else:
-                    self.events_dropped += 1
-                log.warning("event-failed", job=ev.ref, error=failure.message)
-                return Attempt(Verdict.DONE)
-            return Attempt(Verdict.DONE, landed=True)
-
-        return send
-
-    async def _create_event(self, ev: _Event) -> None:
-        """POST the Event, the answer unread: CoreV1Api would decode it into a model
-        (every timestamp through dateutil), a third of a resize's client time."""
-        await self._api.call_api(
-            "/api/v1/namespaces/{namespace}/events",
-            "POST",
-            {"namespace": ev.namespace},
-            [],
-            {"Accept": "application/json", "Content-Type": "application/json"},
-            body=ev.body,
-            response_types_map={},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _request_timeout=self._settings.kube_request_timeout_seconds,
-        )
-
-    def _warn(self, plan: Plan, now: datetime, may_write: Callable[[], bool]) -> None:
-        """One Warning Event on each job whose decision carries a warning for its owner
-        (a queue annotation its operator does not honour), queued behind the resizes;
-        said again only when the warning changes, forgotten when it goes. Only the
-        leader says it (asked only when there is something to say)."""
-        warned: dict[JobKey, tuple[str, ...]] = {}
-        new: list[Decision] = []
-        for d in plan.decisions:
-            if not d.warnings or d.ref.kind not in self._kinds:
-                continue
-            key = self.key(d.ref)
-            warned[key] = d.warnings
-            if self._warned.get(key) != d.warnings:
-                new.append(d)
-        if new and not may_write():
-            return
-        self._warned = warned
-        for d in new:
-            body = self.event_body(d, now, d.resource_version)
-            name = body["metadata"]["name"]
-            body["metadata"]["name"] = name[:-1] + "w"  # not the name of a resize's Event
-            body.update(
-                reason=WARNING_REASON,
-                type="Warning",
-                action="Plan",
-                message="; ".join(d.warnings)[:EVENT_MESSAGE_MAX],
-            )
-            self._carry(_Event(d.ref.namespace, body, ref=_event_ref(d.ref)))
-
-    def _carry(self, ev: _Event) -> None:
-        if len(self._events) >= EVENTS_CARRIED_MAX:
-            dropped = self._events.popleft()
-            self.events_dropped += 1
-            log.warning("event-dropped", job=dropped.ref, reason="too many Events waiting")
-        self._events.append(ev)
-
     def _fail(self, key: JobKey, now: datetime, at: float) -> datetime:
         previous = self._backoff.get(key)
         failures = (previous.failures if previous else 0) + 1
@@ -706,113 +442,5 @@ class KubeActuator:
                 seconds=round(m.seconds),
             )
 
-    def event_body(
-        self, decision: Decision, now: datetime, resource_version: str
-    ) -> dict[str, Any]:
-        ref = decision.ref
-        stamp = rfc3339(now)
-        # client-go names events <object>.<unix nanos in hex>; keep within the name limit
-        suffix = f".{int(now.timestamp() * 1_000_000_000):x}"
-        involved: dict[str, Any] = {
-            "apiVersion": self._kinds[ref.kind].resource.api_version,
-            "kind": ref.kind,
-            "name": ref.name,
-            "namespace": ref.namespace,
-        }
-        if ref.uid:
-            involved["uid"] = ref.uid
-        if resource_version:
-            involved["resourceVersion"] = resource_version
-        group = self._kinds[ref.kind].workers_name(decision.workers_at)
-        message = f"{group} replicas {decision.current} -> {decision.target}: {decision.message}"
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": ref.name[: NAME_MAX - len(suffix)] + suffix,
-                "namespace": ref.namespace,
-            },
-            "involvedObject": involved,
-            "reason": decision.reason.value,
-            "message": message[:EVENT_MESSAGE_MAX],
-            "type": "Normal",
-            "action": "Scale",
-            "source": {"component": self._component},
-            "reportingComponent": self._component,
-            "reportingInstance": self._instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
 
-
-class DryRunActuator:
-    """Writes nothing: says what it would do, in the log and optionally on `out`.
-
-    Nothing is written, so the next cycle plans the same resizes again: each is said
-    once, and again only when it changes (its size, target or reason) or after it left
-    the plan; a cycle whose resizes were all said before prints one line counting them.
-    A user of a dry run wants what changed, not 4,000 lines a cycle."""
-
-    def __init__(self, out: TextIO | None = None) -> None:
-        self._out = out
-        # what was said last cycle per job: (current, target, reason)
-        self._said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
-
-    async def apply(
-        self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
-    ) -> ApplyResult:
-        results: list[ActionResult] = []
-        said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
-        repeated = 0
-        for d in plan.actions:
-            why = refusal(d)
-            if why is not None:
-                result = ActionResult(d, Outcome.REFUSED, why)
-            else:
-                result = ActionResult(d, Outcome.DRY_RUN, "dry run: not written")
-            results.append(result)
-            key = (d.ref.namespace, d.ref.name, d.ref.kind)
-            said[key] = what = (d.current, d.target, d.reason.value)
-            if self._said.get(key) == what:
-                repeated += 1
-                continue
-            self._say(result)
-        self._said = said
-        if repeated and self._out is not None:
-            print(f"({repeated} resize(s) as in the last cycle, not repeated)", file=self._out)
-        return ApplyResult(tuple(results))
-
-    def _say(self, result: ActionResult) -> None:
-        d = result.decision
-        if result.outcome is Outcome.REFUSED:
-            _log_result(result)
-        else:
-            log.info(
-                "would scale",
-                namespace=d.ref.namespace,
-                name=d.ref.name,
-                queue=d.queue,
-                reason=d.reason.value,
-                outcome=result.outcome.value,
-                **{"from": d.current, "to": d.target},
-            )
-        if self._out is not None:
-            line = (
-                f"would scale {d.ref.namespace}/{d.ref.name} (queue {d.queue}): "
-                f"{d.current} -> {d.target} [{d.reason.value}] {d.message}"
-            )
-            if result.outcome is Outcome.REFUSED:
-                line = f"REFUSED {d.ref.namespace}/{d.ref.name}: {result.message}"
-            print(line, file=self._out)
-
-
-__all__ = [
-    "ActionResult",
-    "Actuator",
-    "ApplyResult",
-    "DryRunActuator",
-    "KubeActuator",
-    "Outcome",
-    "refusal",
-]
+__all__ = ["KubeActuator"]

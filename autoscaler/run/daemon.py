@@ -30,8 +30,10 @@ from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.prometheus.source import PrometheusSource
 from autoscaler.report.logs import configure_logging
 from autoscaler.report.metrics import package_version
-from autoscaler.report.status import Cycle, StatusDoc, StatusError, build_status, from_data
-from autoscaler.report.status_writer import StatusWriter
+from autoscaler.report.status.build import build_status
+from autoscaler.report.status.codec import from_data
+from autoscaler.report.status.doc import Cycle, StatusDoc, StatusError
+from autoscaler.report.status.writer import StatusWriter
 from autoscaler.settings import Settings
 
 from .triggers import restart_done, wants_early_cycle

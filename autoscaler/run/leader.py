@@ -53,6 +53,12 @@ def default_identity(settings: LeaderOptions) -> str:
 
 
 class LeaderElector:
+    """One replica's side of the Lease: `run()` acquires and renews it (client-go's
+    rules, module docstring), `is_leader` says whether this replica may write right now
+    (computed from our clock on every read, so writes stop the moment a renew is
+    overdue), and a cancel steps down first, then releases the Lease so a successor
+    need not wait out a full lease."""
+
     def __init__(
         self,
         settings: LeaderOptions,

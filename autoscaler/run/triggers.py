@@ -8,7 +8,7 @@ And one that cannot wait: a gang just bound (`GangStarts`) in a queue the last p
 idle GPUs in. Its job started at the size it asked for and will be grown into them; a
 cycle now grows it while it is still starting (torchrun keeps its first rendezvous open a
 while for nodes up to its max), where a cycle held back to min_interval_seconds grows it
-once it runs, which restarts it. The driver runs that cycle at once (loop.Driver.trigger,
+once it runs, which restarts it. The driver runs that cycle at once (driver.Driver.trigger,
 urgent)."""
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.act.actuator import Actuator, DryRunActuator, KubeActuator
+from autoscaler.act.actuator import KubeActuator
+from autoscaler.act.dry_run import DryRunActuator
+from autoscaler.act.results import Actuator
 from autoscaler.core.errors import RunFailure
 from autoscaler.core.options import ServerOptions
 from autoscaler.read.kinds import KINDS, JobKind, named
@@ -30,11 +32,12 @@ from autoscaler.read.live import LiveSource
 from autoscaler.read.parse import decoders
 from autoscaler.read.prometheus.source import PrometheusSource
 from autoscaler.report.metrics import Metrics
-from autoscaler.report.status_writer import StatusWriter
+from autoscaler.report.status.writer import StatusWriter
 from autoscaler.settings import Settings
 
+from .driver import Driver
 from .leader import AlwaysLeader, LeaderElector, make_elector
-from .loop import Controller, Driver
+from .loop import Controller
 from .server import HealthServer
 from .triggers import GangStarts, wants_cycle
 

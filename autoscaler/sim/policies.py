@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from autoscaler.act.actuator import ActionResult, ApplyResult, Outcome, refusal
+from autoscaler.act.results import ActionResult, ApplyResult, Outcome, refusal
 from autoscaler.core.model import (
     ClusterSnapshot,
     ElasticJob,

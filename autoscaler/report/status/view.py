@@ -12,19 +12,9 @@ from typing import Any
 from autoscaler.core.model import Reason
 from autoscaler.core.resources import rfc3339
 
-from .render import table
-from .status import (
-    RANK_SETTLED,
-    GangEntry,
-    JobEntry,
-    QueueEntry,
-    StatusDoc,
-    gang_dict,
-    job_dict,
-    queue_dict,
-    rank,
-    to_dict,
-)
+from ..render import table
+from .codec import gang_dict, job_dict, queue_dict, to_dict
+from .doc import RANK_SETTLED, GangEntry, JobEntry, QueueEntry, StatusDoc, rank
 
 
 def age(since: datetime, now: datetime) -> str:

@@ -1,4 +1,4 @@
-"""Writes the status object (status.py) to its ConfigMap, off the cycle's path.
+"""Writes the status object (doc.py, codec.py) to its ConfigMap, off the cycle's path.
 
 The cycle hands over its document with `publish()`, which only stores it: the write runs
 in this writer's own task, one at a time, under kube_request_timeout_seconds. A failed
@@ -30,8 +30,10 @@ from autoscaler.client.kubeapi import ApiFailure, classify, error_text
 from autoscaler.core.options import StatusOptions
 from autoscaler.core.resources import MERGE_PATCH
 
-from .metrics import Metrics
-from .status import StatusDoc, StatusError, changed, from_data, to_data, with_cycle
+from ..metrics import Metrics
+from .build import changed, with_cycle
+from .codec import from_data, to_data
+from .doc import StatusDoc, StatusError
 
 log = structlog.get_logger("autoscaler.report.status")
 
@@ -40,6 +42,11 @@ STOPPED = "stopped"  # the cycle result of the document a writer leaves when it 
 
 
 class StatusWriter:
+    """The status ConfigMap's one writer (module docstring): the cycle hands it the newest
+    document (`publish`, never blocking), `run()` writes what says something new, or a
+    heartbeat, in its own task; `restore()` reads back the last document at start so each
+    job's `since` and resize state survive a restart."""
+
     def __init__(
         self,
         settings: StatusOptions,

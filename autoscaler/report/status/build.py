@@ -1,0 +1,505 @@
+"""One cycle -> the next status document: each job's resize state carried from the last
+document, every job ranked and counted, the most urgent listed, the whole kept within
+its bounds. Pure; a daemon's StatusMemo lets a steady cycle take up what did not change."""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from autoscaler.act.results import Outcome
+from autoscaler.core.model import (
+    Bound,
+    ClusterSnapshot,
+    Decision,
+    ElasticJob,
+    ObjectRef,
+    Plan,
+    QueueSummary,
+    Reason,
+)
+
+from ..render import headroom_words
+from .codec import dump
+from .doc import (
+    MAX_BYTES,
+    Cycle,
+    GangEntry,
+    JobEntry,
+    QueueEntry,
+    Resize,
+    ResizeState,
+    StatusDoc,
+    StatusMemo,
+    _KeptEntry,
+    _Plain,
+    _plain_rank,
+    _rank_of,
+    trim_message,
+)
+
+# write outcomes compared as the plain strings a WriteOutcome carries
+_APPLIED, _DRY_RUN = Outcome.APPLIED.value, Outcome.DRY_RUN.value
+_GONE, _ERROR = Outcome.GONE.value, Outcome.ERROR.value
+# write outcomes (act/results.py Outcome values; faults may add more) by what the resize does next
+_REJECTED_OUTCOMES = {Outcome.DENIED.value, Outcome.REFUSED.value}
+_RETRY_OUTCOMES = {o.value for o in (Outcome.CONFLICT, Outcome.THROTTLED, Outcome.DEFERRED)}
+_RETRY_OUTCOMES |= {Outcome.BACKOFF.value, Outcome.ERROR.value}
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """What became of one planned write (from actuator.ActionResult)."""
+
+    namespace: str
+    name: str
+    kind: str
+    outcome: str  # an Outcome value (act/results.py)
+    message: str = ""
+
+
+def _api_refused(outcome: WriteOutcome) -> bool:
+    """The API refused the write for good: a 4xx other than conflict/gone/throttled.
+    (The actuator on main reports those as `error` with `HTTP 4xx ...` text.)"""
+    if outcome.outcome in _REJECTED_OUTCOMES:
+        return True
+    text = outcome.message
+    return (
+        outcome.outcome == _ERROR
+        and text.startswith("HTTP 4")
+        and not text.startswith(("HTTP 409", "HTTP 404", "HTTP 429"))
+    )
+
+
+def _resize(
+    d: Decision,
+    job: ElasticJob | None,
+    written: WriteOutcome | None,
+    before: Resize | None,
+    now: datetime,
+    cooldown: timedelta,
+) -> Resize | None:
+    """The job's resize state after this cycle (docstring of ResizeState)."""
+    if written is not None:
+        return _resize_written(d, written, before, now)
+    if before is None:
+        return None
+    if before.state is ResizeState.REJECTED:
+        # kept while the plan still holds on the refusal
+        return before if d.reason is Reason.WRITE_REFUSED else None
+    if before.state not in (ResizeState.REQUESTED, ResizeState.RUNNING, ResizeState.SETTLED):
+        return None  # retrying / would-resize with no write now: the plan moved on
+    if job is None or job.replicas != before.to_replicas:
+        return None  # gone, finished, or resized by someone else since
+    at_size = job.active == job.replicas
+    if before.state is ResizeState.REQUESTED:
+        return replace(before, state=ResizeState.RUNNING, since=now) if at_size else before
+    if before.state is ResizeState.RUNNING:
+        return replace(before, state=ResizeState.SETTLED, since=now) if at_size else before
+    # settled: listed until the cooldown of that resize has passed
+    start = job.last_scale_time or before.since
+    return before if now - start < cooldown else None
+
+
+def _resize_written(
+    d: Decision, written: WriteOutcome, before: Resize | None, now: datetime
+) -> Resize | None:
+    """The job's resize state after a write of it this cycle (or a dry run's)."""
+
+    def kept(state: ResizeState) -> datetime:
+        same = before is not None and before.state is state and before.to_replicas == d.target
+        return before.since if same and before is not None else now
+
+    if written.outcome == _APPLIED:
+        return Resize(
+            ResizeState.REQUESTED,
+            d.current,
+            d.target,
+            now,
+            d.reason.value,
+            trim_message(d.message),
+        )
+    if written.outcome == _DRY_RUN:
+        state = ResizeState.WOULD_RESIZE
+        return Resize(
+            state, d.current, d.target, kept(state), d.reason.value, trim_message(d.message)
+        )
+    if _api_refused(written):
+        state = ResizeState.REJECTED
+        return Resize(
+            state,
+            d.current,
+            d.target,
+            kept(state),
+            d.reason.value,
+            trim_message(written.message),
+        )
+    if written.outcome in _RETRY_OUTCOMES:
+        state = ResizeState.RETRYING
+        return Resize(
+            state,
+            d.current,
+            d.target,
+            kept(state),
+            d.reason.value,
+            trim_message(written.message),
+        )
+    if written.outcome == _GONE:
+        return None
+    return before  # not the leader: nothing happened
+
+
+# waiting gangs listed in this order of their reason (plain strings: an entry's reason is
+# the value)
+_GANG_ORDER = tuple(
+    r.value
+    for r in (
+        Reason.GANG_COVERED,
+        Reason.GANG_FITS,
+        Reason.GANG_UNCOVERABLE,
+        Reason.GANG_RECLAIM_UNPAID,
+        Reason.GANG_BLOCKED,
+    )
+)
+
+
+def _gang_rank(g: GangEntry) -> int:
+    return _GANG_ORDER.index(g.reason) if g.reason in _GANG_ORDER else len(_GANG_ORDER)
+
+
+def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> QueueEntry:
+    headroom, bound = q.headroom_gpus, q.bound.value if q.bound else ""
+    words = headroom_words(q) if q.bound is not None else ""
+    if headroom is None and q.reason is None and q.free_gpus is not None:
+        # free GPUs taken as given (free_gpus_query, a snapshot's free_gpus), no nodes
+        headroom, bound = q.free_gpus, Bound.GIVEN.value
+        words = f"given: {q.free_gpus:g} free GPU(s) as read -> {q.free_gpus:g} GPU(s)"
+    return QueueEntry(
+        name=q.name,
+        status=q.reason.value if q.reason else "ok",
+        # what of its Queue object bounds nothing (QueueSummary.notes) when nothing else
+        message=trim_message(q.message or "; ".join(q.notes)),
+        headroom_gpus=headroom,
+        bound=bound,
+        plugin=q.plugin.value,
+        headroom=words,
+        limits=dict(sorted(q.limits.items())),
+        inputs=dict(sorted(q.inputs.items())),
+        free_gpus=q.free_gpus,
+        inflight_gpus=q.inflight_gpus,
+        releasing_gpus=q.releasing_gpus,
+        pending_gpus=q.pending_gpus,
+        granted_gpus=q.granted_gpus,
+        reclaimed_gpus=q.reclaimed_gpus,
+        trimmed_gpus=q.trimmed_gpus,
+        jobs=dict(sorted(jobs.items())),
+        gangs=dict(sorted(gangs.items())),
+    )
+
+
+def _restart(d: Decision) -> str:
+    if d.restart_cost_seconds is None:
+        return ""
+    return f"{d.restart_cost_seconds:.0f}s {d.restart_cost_source}".strip()
+
+
+def build_status(
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    cycle: Cycle,
+    previous: StatusDoc | None = None,
+    writes: Iterable[WriteOutcome] = (),
+    *,
+    max_jobs: int = 500,
+    cooldown_seconds: float = 0.0,
+    mode: str = "live",
+    identity: str = "",
+    version: str = "",
+    heartbeat_seconds: float = 0.0,
+    max_bytes: int | None = MAX_BYTES,
+    memo: StatusMemo | None = None,
+) -> StatusDoc:
+    """The status after this cycle. `previous` carries each job's `since` and resize state
+    across cycles (and across restarts: the writer reads the object back at start).
+    `memo`: what the last status of the same daemon left to take up (StatusMemo); the
+    document is the same without it.
+
+    Linear in the jobs with small constants (10k jobs: docs/benchmarks.md): every job is
+    counted and ranked, but only the `max_jobs` most urgent become entries."""
+
+    now = plan.now
+    elastic = _by_ref(snapshot.jobs)
+    if memo is not None:
+        memo.take_up(plan.decisions)
+    cooldown = timedelta(seconds=cooldown_seconds)
+    ranked = _ranked(plan, elastic, previous, writes, cooldown, max_jobs, memo)
+    chosen = heapq.nsmallest(max_jobs, ranked) if len(ranked) > max_jobs else sorted(ranked)
+    entries = _entries(chosen, plan.decisions, elastic, memo)
+    # every job counted by queue and reason once: the queues' counts and the omitted's
+    counts = _counted(plan.decisions, memo)
+    omitted: Counter[str] = Counter()
+    for (_, reason), n in counts.items():
+        omitted[_VALUE[reason]] += n
+    omitted.subtract(e.reason for e in entries)
+    doc = StatusDoc(
+        time=now,
+        cycle=cycle,
+        mode=mode,
+        identity=identity,
+        version=version,
+        heartbeat_seconds=heartbeat_seconds,
+        queues=_queue_entries(plan, counts),
+        jobs=tuple(entries),
+        gangs=_gang_entries(snapshot, plan),
+        omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
+    )
+    return bounded(doc, max_jobs, max_bytes, memo)
+
+
+# (rank, since, namespace, name, kind, index in plan.decisions, resize): sorts by urgency
+_Ranked = tuple[int, datetime, str, str, str, int, "Resize | None"]
+
+
+def _ranked(
+    plan: Plan,
+    elastic: Mapping[ObjectRef, ElasticJob],
+    previous: StatusDoc | None,
+    writes: Iterable[WriteOutcome],
+    cooldown: timedelta,
+    max_jobs: int,
+    memo: StatusMemo | None,
+) -> list[_Ranked]:
+    """The decisions that may be listed, ranked: every one named like a job with a
+    history or a write (only those need _resize), and the `max_jobs` first of the rest."""
+    now = plan.now
+    before = {j.key: j for j in previous.jobs} if previous is not None else {}
+    outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
+    # most jobs have neither: a name in neither needs no key built
+    named = frozenset({j.name for j in before.values()} | {w.name for w in outcomes.values()})
+    named_at, plain = _split_named(plan.decisions, named, max_jobs, memo)
+    # the rest are listed since now, with no resize: ranked by their decision alone
+    ranked: list[_Ranked] = [(r, now, ns, name, kind, i, None) for r, ns, name, kind, i in plain]
+    for i in named_at:
+        d = plan.decisions[i]
+        ref, reason = d.ref, _VALUE[d.reason]
+        resize: Resize | None = None
+        since = now
+        old = before.get(f"{ref.namespace}/{ref.name}/{ref.kind}")
+        written = outcomes.get((ref.namespace, ref.name, ref.kind))
+        if old is not None or written is not None:
+            resize = _resize(
+                d, elastic.get(ref), written, old.resize if old else None, now, cooldown
+            )
+        if old is not None and old.reason == reason and old.target == d.target:
+            since = old.since
+        changed_size = d.target is not None and d.target != d.current
+        if resize is None:
+            rank = _plain_rank(changed_size, reason)
+        else:
+            rank = _rank_of(resize, changed_size, reason)
+        ranked.append((rank, since, ref.namespace, ref.name, ref.kind, i, resize))
+    return ranked
+
+
+def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...]:
+    """Every waiting gang, most urgent first, with its PodGroup's age and owner."""
+    pending = {(p.ref.namespace, p.ref.name): p for p in snapshot.pending}
+    gangs: list[GangEntry] = []
+    for g in plan.gangs:
+        p = pending.get((g.ref.namespace, g.ref.name))
+        owner = f"{p.owner.kind}/{p.owner.name}" if p is not None and p.owner else ""
+        gangs.append(
+            GangEntry(
+                namespace=g.ref.namespace,
+                name=g.ref.name,
+                queue=g.queue,
+                gpus=g.gpus,
+                reason=g.reason.value,
+                message=trim_message(g.message),
+                since=p.created if p is not None else plan.now,
+                victims=tuple(f"{v.namespace}/{v.name}" for v in g.victims),
+                owner=owner,
+                job=g.job,
+                need_from=g.need_from,
+                blockers=tuple(trim_message(b) for b in g.blockers),
+            )
+        )
+    gangs.sort(key=lambda g: (_gang_rank(g), g.since, g.namespace, g.name))
+    return tuple(gangs)
+
+
+def _queue_entries(plan: Plan, counts: Counter[tuple[str, Reason]]) -> dict[str, QueueEntry]:
+    """Each queue's headroom and what bounded it, its jobs (`counts`: by queue and
+    reason) and gangs counted by reason."""
+    jobs = _per_queue(counts)
+    gangs = _per_queue(Counter((g.queue, g.reason) for g in plan.gangs))
+    return {
+        name: _queue_entry(q, jobs.get(name, Counter()), gangs.get(name, Counter()))
+        for name, q in sorted(plan.queues.items())
+    }
+
+
+def _per_queue(counts: Counter[tuple[str, Reason]]) -> dict[str, Counter[str]]:
+    """(queue, reason) counts as each queue's counts by reason."""
+    out: dict[str, Counter[str]] = {}
+    for (queue, reason), n in counts.items():
+        out.setdefault(queue, Counter())[_VALUE[reason]] = n
+    return out
+
+
+# a reason's string by member: an Enum's `.value` is a descriptor call, and a status
+# reads one for every job each cycle
+_VALUE: dict[Reason, str] = {r: r.value for r in Reason}
+
+# the last status's jobs by ref, with the tuple they were read from (see _by_ref)
+_BY_REF: list[tuple[tuple[ElasticJob, ...], dict[ObjectRef, ElasticJob]]] = []
+
+
+def _by_ref(jobs: tuple[ElasticJob, ...]) -> Mapping[ObjectRef, ElasticJob]:
+    """The jobs by ref; for the same tuple as the last status's, that status's (a steady
+    cluster's caches hand over the same tuple of the same jobs every cycle: hashing 10k
+    refs again was a sixth of building the status)."""
+    last = _BY_REF[0] if _BY_REF else None
+    if last is not None and last[0] is jobs:
+        return last[1]
+    found = {j.ref: j for j in jobs}
+    if isinstance(jobs, tuple):  # a list may change in place: not kept
+        _BY_REF[:] = [(jobs, found)]
+    return found
+
+
+def _job_entry(
+    d: Decision, job: ElasticJob | None, since: datetime, resize: Resize | None
+) -> JobEntry:
+    return JobEntry(
+        namespace=d.ref.namespace,
+        name=d.ref.name,
+        kind=d.ref.kind,
+        queue=d.queue,
+        reason=d.reason.value,
+        message=trim_message(d.message),
+        since=since,
+        replicas=d.current,
+        active=job.active if job is not None else None,
+        target=d.target,
+        min_replicas=d.min_replicas,
+        max_replicas=d.max_replicas,
+        gpus_per_worker=d.gpus_per_worker,
+        priority=job.priority if job is not None else None,
+        last_resize=job.last_scale_time if job is not None else None,
+        restart_cost=_restart(d),
+        notes=tuple(trim_message(n) for n in d.notes),
+        resize=resize,
+    )
+
+
+_QUEUE = operator.attrgetter("queue")
+_REASON = operator.attrgetter("reason")
+
+
+def _counted(
+    decisions: tuple[Decision, ...], memo: StatusMemo | None
+) -> Counter[tuple[str, Reason]]:
+    """Every job counted by queue and reason."""
+    if memo is not None and memo.counts is not None:
+        return memo.counts
+    # pairs made and counted in C: a cluster that keeps its finished jobs lists 60k
+    counts = Counter(zip(map(_QUEUE, decisions), map(_REASON, decisions), strict=True))
+    if memo is not None:
+        memo.counts = counts
+    return counts
+
+
+def _split_named(
+    decisions: tuple[Decision, ...], named: frozenset[str], max_jobs: int, memo: StatusMemo | None
+) -> tuple[list[int], list[_Plain]]:
+    """Where the decisions named in `named` are, and the `max_jobs` first of the others
+    ranked (each is listed since now with no resize: its place depends on it alone, and
+    no more of them than `max_jobs` can be listed)."""
+    if memo is not None and memo.split is not None and memo.split[:2] == (named, max_jobs):
+        return memo.split[2], memo.split[3]
+    named_at: list[int] = []
+    plain: list[_Plain] = []
+    for i, d in enumerate(decisions):
+        ref = d.ref
+        if ref.name in named:
+            named_at.append(i)
+            continue
+        changed_size = d.target is not None and d.target != d.current
+        rank = _plain_rank(changed_size, _VALUE[d.reason])
+        plain.append((rank, ref.namespace, ref.name, ref.kind, i))
+    if len(plain) > max_jobs:
+        plain = heapq.nsmallest(max_jobs, plain)
+    if memo is not None:
+        memo.split = (named, max_jobs, named_at, plain)
+    return named_at, plain
+
+
+def _entries(
+    chosen: list[_Ranked],
+    decisions: tuple[Decision, ...],
+    elastic: Mapping[ObjectRef, ElasticJob],
+    memo: StatusMemo | None,
+) -> list[JobEntry]:
+    """The listed jobs' entries: the last status's entry of a job when it was made of the
+    same decision, job, since and resize."""
+    last = memo.entries if memo is not None else {}
+    kept: dict[int, _KeptEntry] = {}
+    out: list[JobEntry] = []
+    for c in chosen:
+        d = decisions[c[5]]
+        job, since, resize = elastic.get(d.ref), c[1], c[6]
+        k = last.get(id(d))
+        same = k is not None and k[0] is d and k[1] is job and k[2] is since and k[3] is resize
+        entry = k[4] if same and k is not None else _job_entry(d, job, since, resize)
+        kept[id(d)] = (d, job, since, resize, entry)
+        out.append(entry)
+    if memo is not None:
+        memo.entries = kept
+    return out
+
+
+def bounded(
+    doc: StatusDoc, max_jobs: int, max_bytes: int | None = MAX_BYTES, memo: StatusMemo | None = None
+) -> StatusDoc:
+    """At most `max_jobs` jobs and gangs each, the rest counted by reason; then fewer
+    until the document fits in `max_bytes`."""
+
+    def cut(n_jobs: int, n_gangs: int) -> StatusDoc:
+        rest_jobs = Counter(j.reason for j in doc.jobs[n_jobs:])
+        rest_gangs = Counter(g.reason for g in doc.gangs[n_gangs:])
+        return replace(
+            doc,
+            jobs=doc.jobs[:n_jobs],
+            gangs=doc.gangs[:n_gangs],
+            omitted_jobs=dict(sorted((Counter(doc.omitted_jobs) + rest_jobs).items())),
+            omitted_gangs=dict(sorted((Counter(doc.omitted_gangs) + rest_gangs).items())),
+        )
+
+    n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
+    out = cut(n_jobs, n_gangs)
+    while max_bytes is not None and len(dump(out, memo)) > max_bytes and (n_jobs or n_gangs):
+        n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
+        out = cut(n_jobs, n_gangs)
+    return out
+
+
+def changed(old: StatusDoc | None, new: StatusDoc) -> bool:
+    """Whether `new` says anything `old` did not (the cycle's time and duration aside):
+    a steady cluster writes only its heartbeat."""
+    if old is None:
+        return True
+    quiet = replace(old.cycle, duration_seconds=0.0)
+    return replace(old, time=new.time, cycle=quiet) != replace(
+        new, cycle=replace(new.cycle, duration_seconds=0.0)
+    )
+
+
+def with_cycle(doc: StatusDoc, now: datetime, cycle: Cycle) -> StatusDoc:
+    """A cycle that made no plan (error, timeout): the last plan's picture, with this
+    cycle's result and message."""
+    return replace(doc, time=now, cycle=cycle)
