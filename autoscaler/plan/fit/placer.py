@@ -15,8 +15,7 @@ idle GPUs that do not take it are, and why.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.core.model import (
@@ -44,10 +43,10 @@ from .filters import (
     ports_conflict,
     short_of,
 )
-from .nodes import _Class, _grouped, _Grouping, _Key, _Move, _Snapshot
+from .nodes import _Buckets, _Class, _Grouping, _Key
 
 
-class Placer:
+class Placer(_Buckets):
     """The nodes' free room, taken as this cycle places pods (its API: the package
     docstring, autoscaler/plan/fit/__init__.py)."""
 
@@ -59,57 +58,16 @@ class Placer:
     ) -> None:
         """`start`: another Placer's `state()` on these same nodes, to go on from."""
         self.gpu_names = tuple(gpu_names)
-        self._all: Sequence[Node] = nodes if isinstance(nodes, tuple | list) else tuple(nodes)
-        # built when first asked for (a cycle that places nothing by name needs neither)
-        self._nodes_by_name: dict[str, Node] | None = None
-        self._where: dict[str, tuple[_Class, _Key]] | None = None
-        # what to undo (a trial, `unplaced`): moves and bulk releases, in order
-        self._undo: list[_Move | _Snapshot] | None = None
-        self._dicts: dict[Quantities, dict[str, int]] = {}
+        super().__init__(nodes, start)
         # a bucket's free room in the order a shape compares nodes by (best fit)
         self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
-        grouping = _grouped(self._all) if start is None else start
-        self._classes = {
-            ckey: _Class(node, {key: list(names) for key, names in buckets})
-            for ckey, (node, buckets) in grouping.items()
-        }
-        self.version = 0  # bumped by every change: callers may cache what they read
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
         self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
         self._free_gpus: dict[Quantities, int] = {}  # free room -> GPUs in it
         self._explained: dict[tuple[PodShape, int], tuple[int, str]] = {}
 
-    @property
-    def _nodes(self) -> dict[str, Node]:
-        if self._nodes_by_name is None:
-            self._nodes_by_name = {n.name: n for n in self._all}
-        return self._nodes_by_name
-
-    def _locate(self, name: str) -> tuple[_Class, _Key] | None:
-        if self._where is None:
-            self._where = {
-                n: (cls, key)
-                for cls in self._classes.values()
-                for key, names in cls.buckets.items()
-                for n in names
-            }
-        return self._where.get(name)
-
-    def state(self) -> _Grouping:
-        """The nodes' room as placed so far, for `Placer(nodes, gpu_names, start=...)`."""
-        return {
-            ckey: (cls.node, tuple((key, tuple(names)) for key, names in cls.buckets.items()))
-            for ckey, cls in self._classes.items()
-        }
-
     # -- reading --------------------------------------------------------------------------
-
-    def _dict(self, free: Quantities) -> dict[str, int]:
-        d = self._dicts.get(free)
-        if d is None:
-            d = self._dicts[free] = dict(free)
-        return d
 
     def _misfit(self, shape: PodShape, cls: _Class) -> Misfit | None:
         key = (shape, id(cls))
@@ -171,67 +129,6 @@ class Placer:
         return total // MILLI
 
     # -- taking and giving back -------------------------------------------------------------
-
-    def _move(
-        self,
-        name: str,
-        cls: _Class,
-        key: _Key,
-        free: Mapping[str, int],
-        ports: tuple[HostPort, ...],
-    ) -> None:
-        """Node `name` of bucket `key` of `cls` now has `free` room and `ports` taken."""
-        self._relocate(name, cls, key, (tuple(sorted(free.items())), ports))
-
-    def _relocate(self, name: str, cls: _Class, key: _Key, to: _Key) -> None:
-        names = cls.buckets[key]
-        at = names.index(name)
-        del names[at]
-        if not names:
-            del cls.buckets[key]
-        cls.buckets.setdefault(to, []).append(name)
-        if self._where is not None:
-            self._where[name] = (cls, to)
-        if self._undo is not None:
-            self._undo.append(_Move(name, cls, key, to, at))
-        self.version += 1
-
-    def _revert(self, changes: list[_Move | _Snapshot]) -> None:
-        """Undo `changes`, last first, each node back at its place in its bucket: best
-        fit breaks ties by that order, so a trial leaves no trace on later placements."""
-        for change in reversed(changes):
-            if isinstance(change, _Snapshot):
-                self._restore(change)
-                continue
-            name, cls, was, now, at = change
-            names = cls.buckets[now]
-            names.remove(name)
-            if not names:
-                del cls.buckets[now]
-            cls.buckets.setdefault(was, []).insert(at, name)
-            if self._where is not None:
-                self._where[name] = (cls, was)
-            self.version += 1
-
-    def _restore(self, snap: _Snapshot) -> None:
-        for cls, key, names in snap.buckets:
-            if names is None:
-                cls.buckets.pop(key, None)
-            else:
-                cls.buckets[key] = names
-        if self._where is not None:
-            self._where.update(snap.where)
-        self.version += 1
-
-    @contextmanager
-    def trial(self) -> Iterator[None]:
-        """Whatever is placed or released inside is undone at the end."""
-        outer, self._undo = self._undo, []
-        try:
-            yield
-        finally:
-            moves, self._undo = self._undo, outer
-            self._revert(moves)
 
     def _take(self, name: str, cls: _Class, key: _Key, shape: PodShape, count: int) -> None:
         free, ports = key
@@ -353,35 +250,6 @@ class Placer:
             for name, (cls, key, d, ports) in gone.items()
         ]
         self._bulk([m for m in moves if m[3] != m[2]])
-
-    def _bulk(self, moves: list[tuple[str, _Class, _Key, _Key]]) -> None:
-        """Nodes from bucket to bucket, (name, class, from, to) each; the buckets they
-        leave filtered once. Recorded as the buckets were, to undo."""
-        if not moves:
-            return
-        touched = {(id(cls), k): (cls, k) for _, cls, key, to in moves for k in (key, to)}
-        if self._undo is not None:
-            was = tuple(
-                (cls, k, list(cls.buckets[k]) if k in cls.buckets else None)
-                for cls, k in touched.values()
-            )
-            where = {name: (cls, key) for name, cls, key, _ in moves}
-            self._undo.append(_Snapshot(was, where))
-        leaving: dict[tuple[int, _Key], set[str]] = {}
-        for name, cls, key, _ in moves:
-            leaving.setdefault((id(cls), key), set()).add(name)
-        for ident, names in leaving.items():
-            cls, key = touched[ident]
-            kept = [n for n in cls.buckets[key] if n not in names]
-            if kept:
-                cls.buckets[key] = kept
-            else:
-                del cls.buckets[key]
-        for name, cls, _, to in moves:
-            cls.buckets.setdefault(to, []).append(name)
-            if self._where is not None:
-                self._where[name] = (cls, to)
-        self.version += 1
 
     def take_gpus(self, gpus: int) -> None:
         """GPUs a gang takes whose pods' shapes are unknown: from the emptiest Ready,
