@@ -1,7 +1,7 @@
 """Two GPU pools ([placement] #27, item 6): the planner with node fit by the worker's
 shape against the rule before it (nodes as GPU counts, any worker fits any node with
 enough idle GPUs), and stock Volcano, on a cluster of node pools replayed through the
-daemon's fit (autoscaler/plan/fit.py; simulate --nodes).
+daemon's fit (autoscaler/plan/fit/; simulate --nodes).
 
 Cluster: pool a100, 2 nodes x 8 GPUs, 64 CPUs, label accelerator=a100; pool h100, 2 nodes
 x 8 GPUs, 64 CPUs, label accelerator=h100. Jobs: pinned by nodeSelector, 3 of 4 to a100

@@ -1,4 +1,4 @@
-"""Fit by shape (autoscaler/plan/fit.py) and the reader of shapes and nodes
+"""Fit by shape (autoscaler/plan/fit/) and the reader of shapes and nodes
 (autoscaler/read/podspec.py): table tests of every filter as the scheduler judges it, and a
 property: every worker the planner grants has a node that admits it."""
 

@@ -76,6 +76,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "core": ("errors", "heap", "resources", "options", "policy", "model"),
     "client": ("redact", "lazy_client", "kubeapi"),
     "plan": ("fit", "headroom", "inflight", "payoff", "quota", "shares", "planner"),
+    "plan.fit": ("filters", "nodes", "placer", "room"),
     "read": (
         "fields",
         "records",

@@ -1,6 +1,6 @@
 """Node pools for the simulator (`simulate --nodes FILE`): nodes with GPUs, CPUs, labels
 and taints, on which every pod is bound where the scheduler's own filters admit it, by
-the daemon's fit (autoscaler/plan/fit.py: `admits` for labels, selectors and taints,
+the daemon's fit (autoscaler/plan/fit/filters.py: `admits` for labels, selectors and taints,
 `how_many` for the room), so a heterogeneous cluster is replayed through the same fit
 the planner plans with.
 

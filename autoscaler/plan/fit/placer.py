@@ -1,0 +1,407 @@
+"""The Placer: the nodes' free room, taken as this cycle places pods, and why no more
+fit, in words.
+
+Placement is best fit (the fullest node that still fits: Volcano's binpack keeps whole
+nodes for large workers), pod by pod in the caller's order: this cycle's grants and
+gangs, in plan order, each taking what it takes before the next is judged. The filters
+(filters.py) run once per shape and node class (nodes.py), per node only for a shape
+that names nodes. What a Placer takes inside `trial()` is undone, so the planner and the
+room search (room.py) can try a choice and leave no trace.
+
+The explanations (`explain`, `describe_shape`) live beside the Placer because they
+read its classes and buckets the way placing does: where a shape fits, and where the
+idle GPUs that do not take it are, and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.core.model import (
+    GPU_RESOURCE,
+    MILLI,
+    PODS,
+    HostPort,
+    Node,
+    PodShape,
+    Quantities,
+)
+
+from .filters import (
+    AFFINITY,
+    CORDONED,
+    NOT_READY,
+    PORTS,
+    RESOURCES,
+    SELECTOR,
+    TAINT,
+    Misfit,
+    admits,
+    how_many,
+    per_node,
+    ports_conflict,
+    short_of,
+)
+from .nodes import _Buckets, _Class, _Grouping, _Key
+
+
+class Placer(_Buckets):
+    """The nodes' free room, taken as this cycle places pods (its API: the package
+    docstring, autoscaler/plan/fit/__init__.py)."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        gpu_names: Sequence[str] = (GPU_RESOURCE,),
+        start: _Grouping | None = None,
+    ) -> None:
+        """`start`: another Placer's `state()` on these same nodes, to go on from."""
+        self.gpu_names = tuple(gpu_names)
+        super().__init__(nodes, start)
+        # a bucket's free room in the order a shape compares nodes by (best fit)
+        self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
+        self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
+        self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
+        self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
+        self._free_gpus: dict[Quantities, int] = {}  # free room -> GPUs in it
+        self._explained: dict[tuple[PodShape, int], tuple[int, str]] = {}
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _misfit(self, shape: PodShape, cls: _Class) -> Misfit | None:
+        key = (shape, id(cls))
+        if key not in self._admit:
+            self._admit[key] = admits(shape, cls.node)
+        return self._admit[key]
+
+    def _room(self, shape: PodShape, cls: _Class, key: _Key) -> int:
+        """Pods of the shape one node of this bucket takes."""
+        free, ports = key
+        n = how_many(self._dict(free), shape)
+        if n and shape.host_ports:
+            n = 0 if ports_conflict(ports, shape.host_ports) else 1
+        return n
+
+    def _names(self, shape: PodShape, names: list[str], one_by_one: bool) -> list[str]:
+        if not one_by_one:
+            return names
+        return [n for n in names if admits(shape, self._nodes[n]) is None]
+
+    def fits(self, shape: PodShape, limit: int | None = None) -> int:
+        """Pods of the shape that fit now (at most `limit`), nothing taken. Remembered
+        until the next change: in a full cluster every job of a shape asks the same."""
+        cached = self._fits.get(shape)
+        if cached is not None and cached[0] == self.version:
+            count = cached[1]
+        else:
+            count = self._count(shape)
+            self._fits[shape] = (self.version, count)
+        return count if limit is None else min(count, limit)
+
+    def _count(self, shape: PodShape) -> int:
+        one_by_one, count = per_node(shape), 0
+        for cls in self._classes.values():
+            if not one_by_one and self._misfit(shape, cls) is not None:
+                continue
+            for key, names in cls.buckets.items():
+                room = self._room(shape, cls, key)
+                if room:
+                    count += room * len(self._names(shape, names, one_by_one))
+        return count
+
+    @property
+    def idle_gpus(self) -> int:
+        """GPUs free on Ready, uncordoned nodes (whatever their labels and taints)."""
+        if self._idle[0] == self.version:
+            return self._idle[1]
+        total = 0
+        for cls in self._classes.values():
+            if not cls.node.schedulable or cls.node.cordoned:
+                continue
+            for (free, _), names in cls.buckets.items():
+                gpus = self._free_gpus.get(free)
+                if gpus is None:
+                    d = self._dict(free)
+                    gpus = self._free_gpus[free] = sum(max(0, d.get(g, 0)) for g in self.gpu_names)
+                total += gpus * len(names)
+        self._idle = (self.version, total // MILLI)
+        return total // MILLI
+
+    # -- taking and giving back -------------------------------------------------------------
+
+    def _take(self, name: str, cls: _Class, key: _Key, shape: PodShape, count: int) -> None:
+        free, ports = key
+        d = dict(free)
+        for res, want in shape.requests:
+            if res in d or res != PODS:
+                d[res] = d.get(res, 0) - want * count
+        self._move(name, cls, key, d, ports + shape.host_ports)
+
+    def _best(self, shape: PodShape) -> tuple[str, _Class, _Key, int] | None:
+        """The fullest node that takes one more pod of the shape (its name, class and
+        bucket), and how many it takes."""
+        one_by_one = per_node(shape)
+        order = _rank_order(shape, self.gpu_names)
+        best: tuple[tuple[int, ...], str, _Class, _Key, int] | None = None
+        for cls in self._classes.values():
+            if not one_by_one and self._misfit(shape, cls) is not None:
+                continue
+            for key, names in cls.buckets.items():
+                room = self._room(shape, cls, key)
+                if not room:
+                    continue
+                fitting = self._names(shape, names, one_by_one)
+                if not fitting:
+                    continue
+                rank = self._ranks.get((key[0], order))
+                if rank is None:
+                    d = self._dict(key[0])
+                    rank = self._ranks[(key[0], order)] = tuple([d.get(r, 0) for r in order])
+                if best is None or rank < best[0] or (rank == best[0] and fitting[-1] < best[1]):
+                    best = (rank, fitting[-1], cls, key, room)
+        return None if best is None else best[1:]
+
+    def place(self, shape: PodShape, count: int) -> int:
+        """Take room for up to `count` pods of the shape, best fit; how many were placed."""
+        placed = 0
+        while placed < count:
+            found = self._best(shape)
+            if found is None:
+                break
+            name, cls, key, room = found
+            n = min(room, count - placed)
+            self._take(name, cls, key, shape, n)
+            placed += n
+        return placed
+
+    def place_all(self, pods: Sequence[tuple[PodShape, int]]) -> bool:
+        """A gang: room for every pod, or (nothing taken) False."""
+        return not any(self.unplaced(pods, keep=True))
+
+    def unplaced(self, pods: Sequence[tuple[PodShape, int]], *, keep: bool = False) -> list[int]:
+        """How many pods of each (shape, count) find no room, placed in order; nothing
+        is kept unless `keep` and every pod found room."""
+        outer, self._undo = self._undo, []
+        left = [count - self.place(shape, count) for shape, count in pods]
+        moves, self._undo = self._undo, outer
+        if any(left) or not keep:
+            self._revert(moves)
+        elif outer is not None:
+            outer.extend(moves)
+        return left
+
+    def admits_node(self, shape: PodShape, name: str) -> bool:
+        """Node `name` (known) admits a pod of the shape, room aside."""
+        if not per_node(shape):  # the filters read what the node's class shares
+            where = self._locate(name)
+            return where is not None and self._misfit(shape, where[0]) is None
+        node = self._nodes.get(name)
+        return node is not None and admits(shape, node) is None
+
+    def free_on(self, name: str) -> dict[str, int] | None:
+        """The free room of node `name` now (None: not a node we know)."""
+        where = self._locate(name)
+        return None if where is None else dict(where[1][0])
+
+    def ports_on(self, name: str) -> tuple[HostPort, ...]:
+        """The host ports the pods on node `name` hold now."""
+        where = self._locate(name)
+        return () if where is None else where[1][1]
+
+    def release(self, name: str, shape: PodShape) -> None:
+        """A pod of the shape leaves node `name`: its room comes back."""
+        where = self._locate(name)
+        if where is None:
+            return
+        cls, key = where
+        free, ports = key
+        d = dict(free)
+        for res, want in shape.requests:
+            if res in d:
+                d[res] += want
+        left = list(ports)
+        for p in shape.host_ports:
+            if p in left:
+                left.remove(p)
+        self._move(name, cls, key, d, tuple(left))
+
+    def release_all(self, pods: Iterable[tuple[str, PodShape]]) -> None:
+        """Many pods leave their nodes at once, (node, shape) each: as `release` one by
+        one, but each bucket is rebuilt once (one at a time, each pod scans its
+        bucket: a reclaim weighing every worker of a big queue releases thousands)."""
+        gone: dict[str, tuple[_Class, _Key, dict[str, int], list[HostPort]]] = {}
+        for name, shape in pods:
+            if name not in gone:
+                where = self._locate(name)
+                if where is None:
+                    continue
+                cls, key = where
+                gone[name] = (cls, key, dict(key[0]), list(key[1]))
+            d, ports = gone[name][2], gone[name][3]
+            for res, want in shape.requests:
+                if res in d:
+                    d[res] += want
+            for p in shape.host_ports:
+                if p in ports:
+                    ports.remove(p)
+        moves = [
+            (name, cls, key, (tuple(sorted(d.items())), tuple(ports)))
+            for name, (cls, key, d, ports) in gone.items()
+        ]
+        self._bulk([m for m in moves if m[3] != m[2]])
+
+    def take_gpus(self, gpus: int) -> None:
+        """GPUs a gang takes whose pods' shapes are unknown: from the emptiest Ready,
+        uncordoned nodes first (the worst case for later workers: a grant never counts
+        on room such a gang may fill)."""
+        left = gpus * MILLI
+        while left > 0:
+            found = self._emptiest()
+            if found is None:
+                return
+            name, cls, key, gpu, idle = found
+            used = min(left, idle)
+            d = dict(key[0])
+            d[gpu] -= used
+            self._move(name, cls, key, d, key[1])
+            left -= used
+
+    def _emptiest(self) -> tuple[str, _Class, _Key, str, int] | None:
+        best: tuple[int, str, _Class, _Key, str] | None = None
+        for cls in self._classes.values():
+            if not cls.node.schedulable or cls.node.cordoned:
+                continue
+            for key, names in cls.buckets.items():
+                d = self._dict(key[0])
+                for g in self.gpu_names:
+                    idle = d.get(g, 0)
+                    if idle > 0 and (best is None or (idle, names[0]) > (best[0], best[1])):
+                        best = (idle, names[0], cls, key, g)
+        return None if best is None else (best[1], best[2], best[3], best[4], best[0])
+
+    # -- telling ------------------------------------------------------------------------------
+
+    def explain(self, shape: PodShape, more: int) -> str:
+        """Why no more than `more` pods of the shape fit, in words a platform engineer
+        acts on: where they fit, and where the idle GPUs that do not take them are.
+        Remembered until the next change: a full cluster says the same to every job."""
+        found = self._explained.get((shape, more))
+        if found is None or found[0] != self.version:
+            found = (self.version, _explain(self, shape, more))
+            self._explained[(shape, more)] = found
+        return found[1]
+
+
+def _rank_order(shape: PodShape, gpu_names: Sequence[str]) -> tuple[str, ...]:
+    """Best fit compares nodes by the free room of what the shape asks: GPUs first."""
+    asked = [r for r, v in shape.requests if v > 0]
+    return tuple(sorted(asked, key=lambda r: (r not in gpu_names, r)))
+
+
+# ---- explanations ---------------------------------------------------------------------------
+
+
+def describe_shape(shape: PodShape, gpu_names: Sequence[str]) -> str:
+    """`1 GPU, 8 CPU, 64Gi memory`: what one pod asks, in the units people use."""
+    parts = []
+    gpus = sum(shape.amount(g) for g in gpu_names) / MILLI
+    if gpus:
+        parts.append(f"{_num(gpus)} GPU" + ("s" if gpus != 1 else ""))
+    cpu = shape.amount("cpu") / MILLI
+    if cpu:
+        parts.append(f"{_num(cpu)} CPU")
+    memory = shape.amount("memory") / MILLI
+    if memory:
+        parts.append(f"{_num(memory / 2**30)}Gi memory")
+    for name, value in shape.requests:
+        if name not in gpu_names and name not in ("cpu", "memory", PODS) and value:
+            parts.append(f"{_num(value / MILLI)} {name}")
+    return ", ".join(parts) or "no resources"
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if x == int(x) or x >= 10 else f"{x:.2g}"
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What `explain` counts for one shape: the nodes that take one more pod, and the
+    others by why not."""
+
+    fit_nodes: int = 0
+    # idle GPUs (milli) and nodes, by why they do not take the pod
+    gpus: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, why: str, gpus: int, nodes: int) -> None:
+        self.gpus[why] = self.gpus.get(why, 0) + gpus
+        self.nodes[why] = self.nodes.get(why, 0) + nodes
+
+
+def _tally(placer: Placer, shape: PodShape) -> _Tally:
+    """Nodes that take one more pod of the shape, and the idle GPUs of the rest by why
+    not: per class and bucket (per node only for a shape that names nodes)."""
+    tally = _Tally()
+    one_by_one = per_node(shape)
+    for cls in placer._classes.values():
+        for key, names in cls.buckets.items():
+            d = placer._dict(key[0])
+            idle = sum(max(0, d.get(g, 0)) for g in placer.gpu_names)
+            for name in names if one_by_one else names[:1]:
+                weight = 1 if one_by_one else len(names)
+                misfit = admits(shape, placer._nodes[name] if one_by_one else cls.node)
+                if misfit is None and placer._room(shape, cls, key):
+                    tally.fit_nodes += weight
+                    continue
+                if misfit is None:
+                    short = short_of(d, shape)
+                    misfit = Misfit(RESOURCES, ", ".join(short)) if short else Misfit(PORTS)
+                why = f"{misfit.kind}:{misfit.detail}"
+                tally.add(why, idle * weight, weight)
+    return tally
+
+
+_WHY = {
+    NOT_READY: "are on nodes that are not Ready",
+    CORDONED: "are on cordoned nodes",
+    SELECTOR: "do not match its nodeSelector",
+    AFFINITY: "do not match its required node affinity",
+}
+
+
+def _explain(placer: Placer, shape: PodShape, more: int) -> str:
+    tally = _tally(placer, shape)
+    what = describe_shape(shape, placer.gpu_names)
+    where = _where_words(shape)
+    head = (
+        f"node fit: {more} more worker(s) ({what}) fit on the {tally.fit_nodes} node(s){where}"
+        if more
+        else f"node fit: no node takes one more worker ({what})"
+    )
+    reasons = []
+    for why, milli_gpus in sorted(tally.gpus.items(), key=lambda kv: (-kv[1], kv[0])):
+        kind, _, detail = why.partition(":")
+        nodes = tally.nodes[why]
+        gpus = milli_gpus // MILLI
+        if kind == TAINT:
+            reasons.append(
+                f"{gpus} idle GPU(s) are on {nodes} node(s) tainted {detail} that its "
+                "workers do not tolerate"
+            )
+        elif kind == RESOURCES:
+            reasons.append(f"Insufficient {detail} on {nodes} node(s)")
+        elif kind == PORTS:
+            ports = ", ".join(str(p.port) for p in shape.host_ports)
+            reasons.append(f"host port {ports} already taken on {nodes} node(s)")
+        elif gpus:
+            reasons.append(f"{gpus} idle GPU(s) on {nodes} node(s) elsewhere {_WHY[kind]}")
+    return "; ".join([head, *reasons])
+
+
+def _where_words(shape: PodShape) -> str:
+    if shape.node_selector:
+        return " with " + ",".join(f"{k}={v}" for k, v in shape.node_selector)
+    if shape.affinity is not None:
+        return " its required node affinity admits"
+    return ""
