@@ -74,12 +74,12 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 # Inside a folder, lowest first (a subfolder is one entry, its files ordered in turn).
 ORDER: dict[str, tuple[str, ...]] = {
     "core": ("errors", "heap", "resources", "options", "policy", "model"),
-    "client": ("redact", "lazy_client", "kubeapi"),
+    "client": ("redact", "lazy_client", "kubeapi", "config"),
     "plan": ("fit", "headroom", "inflight", "payoff", "quota", "shares", "planner"),
     "read": ("fields", "podspec", "kinds", "parse", "prometheus", "kube", "live", "snapshot_file"),
     "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
     "read.prometheus": ("answer", "source"),
-    "read.kube": ("proto", "wire", "straight", "source"),
+    "read.kube": ("proto", "wire", "straight", "tuning", "pages", "cache", "source"),
     "act": ("pacing", "actuator"),
     "report": ("render", "metrics", "logs", "status", "status_view", "status_writer"),
     "run": ("run_memory", "triggers", "server", "leader", "loop", "wiring", "daemon"),

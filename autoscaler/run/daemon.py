@@ -18,13 +18,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
 
+from autoscaler.client.config import KubeconfigError, make_api_client
 from autoscaler.client.kubeapi import ApiFailure, classify, failure_line
 from autoscaler.client.redact import redact
 from autoscaler.core.errors import RunFailure, UsageError
 from autoscaler.core.model import ClusterSnapshot, Plan
 from autoscaler.core.resources import JOB_RESOURCES
 from autoscaler.plan.planner import plan as make_plan
-from autoscaler.read.kube.source import KubeconfigError, make_api_client, settle_gc, sync_gc
+from autoscaler.read.kube.tuning import settle_gc, sync_gc
 from autoscaler.read.live import LiveSource
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.prometheus.source import PrometheusSource
