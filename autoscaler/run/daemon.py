@@ -185,7 +185,7 @@ async def _serve(parts: Parts) -> None:
     then run cycles until a signal stops the driver."""
     settings = parts.settings
     synced_at = time.monotonic()
-    sync_gc()  # before the caches list (sources.kube.sync_gc)
+    sync_gc()  # before the caches list (read.kube.tuning.sync_gc)
     try:
         async with parts.running():
             log.info("listening", host=settings.listen_host, port=parts.server.port)
@@ -209,7 +209,7 @@ async def _serve(parts: Parts) -> None:
 async def _report_synced(parts: Parts, since: float) -> None:
     """One line once every cache has listed, however long the API takes to answer;
     cycles hold (and say why) until then. Then the garbage collector is tuned for the
-    daemon (sources.kube.settle_gc)."""
+    daemon (read.kube.tuning.settle_gc)."""
     await parts.kube.wait_synced(float("inf"))
     settle_gc()
     objects = parts.kube.objects()

@@ -84,13 +84,13 @@ class _Cache(ListPages):
         proto: ProtoReaders | None = None,
     ) -> None:
         self.resource = resource
-        # Pods and Nodes: LIST pages asked for in protobuf (sources.proto), their items
+        # Pods and Nodes: LIST pages asked for in protobuf (read.kube.proto), their items
         # read by these; None once a protobuf answer could not be read (JSON from then on)
         self._proto = proto
-        # bytes -> what `decode` reads: only the fields it reads (sources.wire)
+        # bytes -> what `decode` reads: only the fields it reads (read.kube.wire)
         self._read = read
         # bytes -> (key, record) for the objects it takes, the rest read as above
-        # (sources.straight: bound pods and nodes, by the ten thousand)
+        # (read.kube.straight: bound pods and nodes, by the ten thousand)
         self._fast = fast
         self.field_selector = field_selector
         # a job kind whose CRD may not be installed: a 404 means "none of these", checked

@@ -127,7 +127,7 @@ _Take = Callable[[Any, dict[Key, Any], set[Key]], None]
 class ProtoReaders:
     """How a Pod or Node cache reads the items of a protobuf LIST page: `wire`, an item
     as the dict its decoder reads (the usual way); `fast`, straight to its record, or
-    None for an item left to the usual way (sources.straight)."""
+    None for an item left to the usual way (read.kube.straight)."""
 
     wire: Callable[[bytes], dict[str, Any]]
     fast: Straight | None
@@ -269,7 +269,7 @@ class ListPages:
 
     def _read_page(self, body: bytes) -> tuple[str, str, Sequence[Any], _Take]:
         """A LIST answer: (its resourceVersion, its continue token, its items still
-        encoded, how each is taken). Protobuf when the server sent it (sources.proto);
+        encoded, how each is taken). Protobuf when the server sent it (read.kube.proto);
         one that cannot be read fails this LIST, and the cache asks in JSON from then on."""
         if self._proto is not None and proto.is_proto(body):
             try:
@@ -328,7 +328,7 @@ class ListPages:
         fresh[self._listed(taken[0], len(raw), seen)] = taken[1]
 
     def _take_proto(self, raw: bytes, fresh: dict[Key, Any], seen: set[Key]) -> None:
-        """One object of a protobuf LIST page (sources.proto), as `_take` takes a JSON
+        """One object of a protobuf LIST page (read.kube.proto), as `_take` takes a JSON
         one: its size is its length as served."""
         readers = self._proto
         assert readers is not None  # only pages read while it is set come here

@@ -215,7 +215,7 @@ class KubeSource:
         `parse.decoders(settings)`; None, the readers of the default settings (GPU
         resource names, annotation names as `Settings()` has them). `read_options`: the
         options `decode` was made with, for the readers that build a LIST's bound pods
-        and nodes straight from their bytes (sources.straight); None with `decode`
+        and nodes straight from their bytes (read.kube.straight); None with `decode`
         given: those are decoded by `decode` too."""
         self._settings = settings
         self._on_change = on_change
