@@ -221,7 +221,7 @@ def _job_ref(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
     elif "/" in ref:
         raise UsageError(f"{ref!r} is not NAMESPACE/NAME")
     else:
-        from autoscaler.read.kube.source import context_namespace
+        from autoscaler.client.config import context_namespace
 
         namespace, name = args.namespace or context_namespace(settings.kube_options()), ref
     if not namespace or not name:

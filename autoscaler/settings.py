@@ -14,11 +14,11 @@ import re
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,8 +26,13 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from autoscaler.client.redact import without_password
 from autoscaler.core.errors import yaml_error_line
 from autoscaler.core.options import (
+    DEFAULT_ANNOTATION_PREFIX,
+    DEFAULT_EXTENDED_RESOURCE_TOLERATION,
+    DEFAULT_GPU_RESOURCE_NAMES,
+    DEFAULT_NODE_FIT,
     ActuatorOptions,
     Annotations,
     HeadroomPlugin,
@@ -71,14 +76,9 @@ class SettingsError(ValueError):
     """Settings that cannot run; the message names the field and the source to fix."""
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        frozen=True,
-        extra="forbid",
-        validate_default=True,
-    )
-    _config_path: ClassVar[str | None] = None  # set by load_settings on a subclass
+class _PlannerFields(BaseModel):
+    """The planner's settings (`Settings.planner_policy()`), then what the read side takes
+    from them: which resources are GPUs, our annotations' prefix."""
 
     # ---- planner policy -------------------------------------------------------------
     cooldown_seconds: float = Field(
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
         "nothing, with Volcano it risks the stall.",
     )
     gpu_resource_names: list[str] = Field(
-        default_factory=lambda: ["nvidia.com/gpu"],
+        default_factory=lambda: list(DEFAULT_GPU_RESOURCE_NAMES),
         min_length=1,
         description="Extended resource names counted as GPUs in pod templates, PodGroup "
         "minResources and node allocatable, and the resource label the `*_gpus_series` "
@@ -215,12 +215,25 @@ class Settings(BaseSettings):
         "baidu.com/a800_80g_cgpu, is all it takes).",
     )
     annotation_prefix: str = Field(
-        "elastic-autoscaler.io",
+        DEFAULT_ANNOTATION_PREFIX,
         min_length=1,
         description="Prefix of our annotations: "
         '<prefix>/last-scale-time (written on every resize), <prefix>/paused: "true" '
         "(opt a job out).",
     )
+
+    @field_validator("gpu_resource_names")
+    @classmethod
+    def _resource_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "/" not in name:
+                raise ValueError(f"{name!r} is not an extended resource name like nvidia.com/gpu")
+        return value
+
+
+class _PrometheusFields(BaseModel):
+    """Where and how Prometheus is asked, and what of its answer is trusted
+    (`Settings.prometheus_options()`, `Settings.source_options()`)."""
 
     # ---- Prometheus -----------------------------------------------------------------
     prometheus_url: str = Field(
@@ -270,7 +283,7 @@ class Settings(BaseSettings):
         "capacity plugin only; its presence is how headroom_plugin=auto finds that plugin).",
     )
     node_fit: bool = Field(
-        True,
+        DEFAULT_NODE_FIT,
         description="Grant a worker only where one node admits it as the scheduler's "
         "filters would: every resource it requests free there (GPUs, CPU, memory, other "
         "extended resources), its nodeSelector and required node affinity matched, every "
@@ -279,7 +292,7 @@ class Settings(BaseSettings):
         "pods use the same nodes). Off: the plugin's room alone, and no pod watch.",
     )
     extended_resource_toleration: bool = Field(
-        True,
+        DEFAULT_EXTENDED_RESOURCE_TOLERATION,
         description="Read a worker template as the API server's ExtendedResourceToleration "
         "admission plugin (on in GKE, EKS and AKS) will create its pod: with a toleration "
         "`<resource>:Exists:NoSchedule` for every extended resource it requests, so GPU "
@@ -336,6 +349,26 @@ class Settings(BaseSettings):
         "Off by default: status.allocated is written by Volcano's controller and lags "
         "the scheduler by a sync.",
     )
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_url(cls, value: str) -> str:
+        shown = without_password(value)
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"{shown!r} is not a URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"{shown!r} is not an http(s) URL like http://prometheus.monitoring.svc:9090"
+            )
+        return value
+
+
+class _KubeFields(BaseModel):
+    """The Kubernetes client, its watch caches and its writes (`Settings.kube_options()`,
+    `Settings.actuator_options()`)."""
 
     # ---- Kubernetes -----------------------------------------------------------------
     kubeconfig: Path | None = Field(
@@ -414,6 +447,19 @@ class Settings(BaseSettings):
         1_048_576, ge=1024, description="Objects larger than this are reported and ignored."
     )
 
+    @field_validator("job_kinds")
+    @classmethod
+    def _job_kinds(cls, value: list[str]) -> list[str]:
+        known = [r.kind for r in JOB_RESOURCES]
+        for name in value:
+            if name not in known:
+                raise ValueError(f"{name!r} is not a job kind we manage ({', '.join(known)})")
+        return value
+
+
+class _LoopFields(BaseModel):
+    """When cycles run (`Settings.loop_options()`)."""
+
     # ---- loop -----------------------------------------------------------------------
     interval_seconds: float = Field(
         120,
@@ -430,6 +476,10 @@ class Settings(BaseSettings):
     cycle_deadline_seconds: float = Field(60, gt=0, description="Deadline of one whole cycle.")
     dry_run: bool = Field(False, description="Plan and log, never write (same as --dry-run).")
 
+
+class _LeaderFields(BaseModel):
+    """Leader election through a Lease (`Settings.leader_options()`)."""
+
     # ---- leader election ------------------------------------------------------------
     leader_election: bool = Field(
         True, description="Only the holder of the Lease patches jobs (needed with >1 replica)."
@@ -442,6 +492,15 @@ class Settings(BaseSettings):
     lease_renew_deadline_seconds: float = Field(10, gt=0, description="Leader renew deadline.")
     lease_retry_period_seconds: float = Field(2, gt=0, description="Lease retry period.")
     identity: str = Field("", description="Our identity in the Lease; empty: the pod's hostname.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        check_lease_timing(self.lease_duration_seconds, self.lease_renew_deadline_seconds)
+        return self
+
+
+class _StatusFields(BaseModel):
+    """The status object the leader writes (`Settings.status_options()`)."""
 
     # ---- status object ----------------------------------------------------------------
     status_configmap: str = Field(
@@ -467,6 +526,10 @@ class Settings(BaseSettings):
         "Keeps the object far below the 1 MiB ConfigMap limit at 10k+ jobs.",
     )
 
+
+class _ServerFields(BaseModel):
+    """The HTTP endpoints and the logs (`Settings.server_options()`)."""
+
     # ---- HTTP, logs -----------------------------------------------------------------
     listen_host: str = Field("0.0.0.0", description="Address of /metrics /healthz /readyz.")
     listen_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP endpoints.")
@@ -481,6 +544,39 @@ class Settings(BaseSettings):
         LogFormat.AUTO, description="auto: JSON when stderr is not a terminal."
     )
 
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return value.lower()
+
+
+# pydantic takes the fields of the last base first: the sections are listed last to first,
+# so that the fields keep the order docs/settings.md and the chart show (planner first)
+class Settings(
+    _ServerFields,
+    _StatusFields,
+    _LeaderFields,
+    _LoopFields,
+    _KubeFields,
+    _PrometheusFields,
+    _PlannerFields,
+    BaseSettings,
+):
+    """Every setting of the daemon, flat: one YAML key and one `AUTOSCALER_<FIELD>`
+    variable each. Its fields are declared by section (one `_*Fields` group a section, in
+    the order the docs list them); each component gets its section as a frozen options
+    object built here (`kube_options()`, `planner_policy()`, ...), and reads nothing else."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+    )
+    _config_path: ClassVar[str | None] = None  # set by load_settings on a subclass
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -491,50 +587,6 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _YamlSource(settings_cls))
-
-    @field_validator("gpu_resource_names")
-    @classmethod
-    def _resource_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not name or "/" not in name:
-                raise ValueError(f"{name!r} is not an extended resource name like nvidia.com/gpu")
-        return value
-
-    @field_validator("job_kinds")
-    @classmethod
-    def _job_kinds(cls, value: list[str]) -> list[str]:
-        known = [r.kind for r in JOB_RESOURCES]
-        for name in value:
-            if name not in known:
-                raise ValueError(f"{name!r} is not a job kind we manage ({', '.join(known)})")
-        return value
-
-    @field_validator("prometheus_url")
-    @classmethod
-    def _prometheus_url(cls, value: str) -> str:
-        shown = _without_password(value)
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError as exc:
-            raise ValueError(f"{shown!r} is not a URL: {exc}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"{shown!r} is not an http(s) URL like http://prometheus.monitoring.svc:9090"
-            )
-        return value
-
-    @field_validator("log_level")
-    @classmethod
-    def _log_level(cls, value: str) -> str:
-        if value.lower() not in {"debug", "info", "warning", "error"}:
-            raise ValueError("must be one of debug, info, warning, error")
-        return value.lower()
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Settings:
-        check_lease_timing(self.lease_duration_seconds, self.lease_renew_deadline_seconds)
-        return self
 
     # ---- the sections: each component's part, built here at the edge ----------------
 
@@ -705,14 +757,6 @@ def check_environment(environ: Any) -> None:
         f"unknown environment variable(s): {', '.join(parts)}; settings are "
         f"{ENV_PREFIX}<FIELD> (docs/settings.md)"
     )
-
-
-def _without_password(url: str) -> str:
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return url.split("@")[-1]  # cannot tell the parts apart: keep only the host side
-    return url if password is None else url.replace(f":{password}@", ":***@")
 
 
 def describe_validation_error(

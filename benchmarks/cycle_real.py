@@ -334,8 +334,9 @@ async def _measure(
     # names lazily (autoscaler/client/lazy_client.py); no kubernetes_asyncio import before it
     import server_probe
 
+    from autoscaler.client.config import make_api_client
     from autoscaler.core.options import ServerOptions
-    from autoscaler.read.kube.source import make_api_client, settle_gc, sync_gc
+    from autoscaler.read.kube.tuning import settle_gc, sync_gc
     from autoscaler.report.logs import configure_logging
     from autoscaler.run.wiring import build
     from autoscaler.settings import Settings
@@ -465,7 +466,7 @@ async def daemon_caches(
 ) -> tuple[Any, Any]:
     """The API client and the daemon's caches (unstarted), as `run` builds them;
     `encoding`: an Accept-Encoding the client asks for instead of its default."""
-    from autoscaler.read.kube.source import make_api_client
+    from autoscaler.client.config import make_api_client
     from autoscaler.run.wiring import build_sources
     from autoscaler.settings import Settings
 

@@ -43,7 +43,7 @@ async def _floor(kubeconfig: str, page: int, encoding: str) -> dict:
 
 
 async def _sync(kubeconfig: str, page: int, encoding: str) -> dict:
-    from autoscaler.read.kube.source import sync_gc
+    from autoscaler.read.kube.tuning import sync_gc
 
     client, kube = await _client(kubeconfig, page, encoding)
     sync_gc()  # as the daemon does before its caches list

@@ -135,7 +135,7 @@ class _Pass:
     def _page(cache: Any, body: bytes) -> tuple[Any, Any]:
         """A page's items and how the cache takes each: protobuf or JSON as it came
         (`_Cache._read_page`; JSON alone before the seventh round)."""
-        from autoscaler.read.kube.source import _PAGE
+        from autoscaler.read.kube.pages import _PAGE
 
         if hasattr(cache, "_read_page"):
             _, _, items, take = cache._read_page(body)
@@ -189,7 +189,7 @@ class _Pass:
 async def _replay(folder: Path, repeat: int, profile: int) -> None:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from autoscaler.read.kube.source import sync_gc
+    from autoscaler.read.kube.tuning import sync_gc
 
     client = ApiClient(Configuration())  # asked for nothing: the pages are on disk
 
@@ -256,7 +256,7 @@ def _straight_alone(folder: Path, kind: str, repeat: int) -> None:
     """`--straight KIND`: the straight reader of KIND (`sources.straight`, the daemon's
     settings with node_fit on) alone over that kind's captured objects, its memos warm
     after the first pass: the per-object cost of the reader's own code, min of passes."""
-    from autoscaler.read.kube.source import _PAGE
+    from autoscaler.read.kube.pages import _PAGE
     from autoscaler.read.kube.straight import straight
     from autoscaler.settings import Settings
 

@@ -55,7 +55,7 @@ def test_free_memory_goes_back_to_the_system() -> None:
 
 
 def test_the_daemon_gives_back_what_its_sync_freed() -> None:
-    setup = "from autoscaler.read.kube.source import settle_gc"
+    setup = "from autoscaler.read.kube.tuning import settle_gc"
     before, after = _rss_before_after("settle_gc()", setup)
     assert before - after >= 40, (before, after)
 

@@ -19,17 +19,11 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
+from autoscaler.client.config import POOL_SPARE, KubeconfigError, make_api_client
 from autoscaler.client.kubeapi import ApiFailure, classify
 from autoscaler.core.resources import JOB_RESOURCES
-from autoscaler.read.kube.source import (
-    CONNECT_RETRY_MAX_SECONDS,
-    POOL_SPARE,
-    KubeconfigError,
-    KubeObjects,
-    KubeSource,
-    OnChange,
-    make_api_client,
-)
+from autoscaler.read.kube.cache import CONNECT_RETRY_MAX_SECONDS
+from autoscaler.read.kube.source import KubeObjects, KubeSource, OnChange
 from autoscaler.read.records import GroupRecord, HpaTarget, JobRecord, PriorityValue
 from autoscaler.settings import Settings
 
@@ -727,7 +721,7 @@ def test_the_daemon_settles_the_garbage_collector_once_synced() -> None:
     caches synced."""
     import gc
 
-    from autoscaler.read.kube.source import GC_GEN0_THRESHOLD, settle_gc
+    from autoscaler.read.kube.tuning import GC_GEN0_THRESHOLD, settle_gc
 
     threshold = gc.get_threshold()
     try:
@@ -745,7 +739,7 @@ def test_the_daemon_collects_less_often_while_its_caches_sync() -> None:
     pages and the daemon's start-up are still collected."""
     import gc
 
-    from autoscaler.read.kube.source import GC_GEN0_THRESHOLD, sync_gc
+    from autoscaler.read.kube.tuning import GC_GEN0_THRESHOLD, sync_gc
 
     threshold = gc.get_threshold()
     frozen = gc.get_freeze_count()

@@ -74,7 +74,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 # Inside a folder, lowest first (a subfolder is one entry, its files ordered in turn).
 ORDER: dict[str, tuple[str, ...]] = {
     "core": ("errors", "heap", "resources", "options", "policy", "model"),
-    "client": ("redact", "lazy_client", "kubeapi"),
+    "client": ("redact", "lazy_client", "kubeapi", "config"),
     "plan": ("fit", "headroom", "inflight", "payoff", "quota", "shares", "planner"),
     "plan.fit": ("filters", "nodes", "placer", "room"),
     "read": (
@@ -91,7 +91,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "read.parse": ("objects", "queues", "nodes", "jobs", "podgroups", "hpas", "assemble"),
     "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
     "read.prometheus": ("answer", "source"),
-    "read.kube": ("proto", "wire", "straight", "source"),
+    "read.kube": ("proto", "wire", "straight", "tuning", "pages", "cache", "source"),
     "act": ("pacing", "results", "events", "dry_run", "actuator"),
     "report": ("render", "metrics", "logs", "status"),
     "report.status": ("doc", "codec", "build", "writer", "view"),

@@ -15,7 +15,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.core.resources import QUEUE
-from autoscaler.read.kube.source import _Attempts, _Cache
+from autoscaler.read.kube.cache import _Attempts, _Cache
 from autoscaler.settings import Settings
 
 Log = list[tuple[str, str]]

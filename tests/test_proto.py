@@ -22,7 +22,8 @@ from kubernetes_asyncio.client import ApiClient
 from kubeserver import ApiError, EnvTest, object_path
 
 from autoscaler.read.kube import proto
-from autoscaler.read.kube.source import KubeSource, _key, proto_readers
+from autoscaler.read.kube.pages import _key, proto_readers
+from autoscaler.read.kube.source import KubeSource
 from autoscaler.read.kube.wire import reader
 from autoscaler.read.parse import decoders
 from autoscaler.settings import Settings

@@ -25,7 +25,7 @@ from test_faults import metrics_text
 from test_loop import Daemon, free_body, settings_for
 
 from autoscaler.act.results import Outcome
-from autoscaler.read.kube.source import ABSENT_RECHECK_SECONDS
+from autoscaler.read.kube.cache import ABSENT_RECHECK_SECONDS
 
 ONE_SEAT = ["--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false"]
 

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from test_wire import CORPUS, JSON, NODE, POD, _changed, _paths, _unbound
 
 from autoscaler.core.model import ElasticJob
-from autoscaler.read.kube.source import _key
+from autoscaler.read.kube.pages import _key
 from autoscaler.read.kube.straight import straight
 from autoscaler.read.kube.wire import read_whole
 from autoscaler.read.parse import decoders

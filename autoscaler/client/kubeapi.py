@@ -117,7 +117,7 @@ _HINTS = {
 
 def failure_line(exc: BaseException) -> str:
     """One line for a person: which request (when the caller noted it, see
-    sources/kube.py), what the server said, and for 401/403 what to check. Never the
+    read/kube/cache.py), what the server said, and for 401/403 what to check. Never the
     HTTP headers that str(ApiException) carries."""
     notes = [n for n in getattr(exc, "__notes__", ()) if isinstance(n, str)]
     text = error_text(exc)

@@ -10,7 +10,9 @@ covered too.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 _MASK = "***"
 _configurations: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -47,11 +49,38 @@ def _client_secrets(configuration: Any) -> list[str]:
 
 
 def redact(text: str) -> str:
+    """`text` minus every credential we know: those `remember`ed and the API clients'."""
     secrets = set(_secrets)
     for configuration in list(_configurations):
         secrets.update(s for s in _client_secrets(configuration) if len(s) >= 4)
+    return mask(text, secrets)
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` (the empty one ignored) shown as ***: the one place
+    a secret is masked, whoever knows it (the clients here, the Prometheus source)."""
     # longest first, so a token is masked whole even when a prefix of it is also known
-    for secret in sorted(secrets, key=len, reverse=True):
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, _MASK)
     return text
+
+
+def without_password(url: str) -> str:
+    """`url` to show: its password (if any) as ***, the user kept."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url.split("@")[-1]  # cannot tell the parts apart: keep only the host side
+    return url if password is None else url.replace(f":{password}@", f":{_MASK}@")
+
+
+def without_userinfo(url: str) -> str:
+    """`url` to show: without its user and password."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))

@@ -94,6 +94,25 @@ class ReadOptions:
     extended_resource_toleration: bool = True
 
 
+# The defaults of the settings a reader needs, here so that a reader given no options
+# (KubeSource without `decode`, a test, a tool) needs no settings loader; Settings takes
+# its defaults of these fields from the same names.
+DEFAULT_GPU_RESOURCE_NAMES = ("nvidia.com/gpu",)
+DEFAULT_ANNOTATION_PREFIX = "elastic-autoscaler.io"
+DEFAULT_NODE_FIT = True
+DEFAULT_EXTENDED_RESOURCE_TOLERATION = True
+
+
+def default_read_options() -> ReadOptions:
+    """The read options of the default settings (`Settings().read_options()`)."""
+    return ReadOptions(
+        gpu_resource_names=DEFAULT_GPU_RESOURCE_NAMES,
+        annotations=Annotations(DEFAULT_ANNOTATION_PREFIX),
+        node_fit=DEFAULT_NODE_FIT,
+        extended_resource_toleration=DEFAULT_EXTENDED_RESOURCE_TOLERATION,
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceOptions:
     """The daemon's snapshot source: how the readings are joined and trusted."""

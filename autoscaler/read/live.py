@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -15,6 +15,9 @@ from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.records import QueueSpec
 
 from .parse import Assembled, Records, assemble, build_snapshot
+
+if TYPE_CHECKING:
+    from .kube.source import KubeObjects
 
 log = structlog.get_logger("autoscaler.read.live")
 
@@ -36,14 +39,31 @@ class Metrics(Protocol):
     def kind_installed(self) -> _Labelled: ...
 
 
+class KubeReader(Protocol):
+    """What a cycle reads of the Kubernetes watch caches (read.kube.source.KubeSource);
+    a `stats()` of theirs, when it has one, counts the objects they dropped."""
+
+    def objects(self) -> KubeObjects: ...
+
+
+class PrometheusReader(Protocol):
+    """What a cycle asks of Prometheus (read.prometheus.source.PrometheusSource)."""
+
+    async def fetch(self, now: datetime) -> FreeGpuReading: ...
+
+
 class LiveSource:
     """The daemon's sources: Kubernetes watch caches plus one Prometheus query."""
 
     def __init__(
-        self, options: SourceOptions, kube: Any, prometheus: Any, metrics: Metrics | None = None
+        self,
+        settings: SourceOptions,
+        kube: KubeReader,
+        prometheus: PrometheusReader,
+        metrics: Metrics | None = None,
     ) -> None:
-        self.options, self.kube, self.prometheus, self.metrics = (
-            options,
+        self.settings, self.kube, self.prometheus, self.metrics = (
+            settings,
             kube,
             prometheus,
             metrics,
@@ -72,9 +92,9 @@ class LiveSource:
             self._assembled = (records, assemble(records))
         problem, message = reading.problem, reading.message
         free = reading.queues
-        if self.options.cross_check_queue_status:
+        if self.settings.cross_check_queue_status:
             free = cross_check_free(free, objects.queues)
-        stale = objects.failing_seconds > self.options.kube_max_stale_seconds
+        stale = objects.failing_seconds > self.settings.kube_max_stale_seconds
         if not objects.synced or stale:
             # half a picture could hide a pending gang or a job's real size: hold
             problem = Reason.METRICS_UNAVAILABLE
@@ -88,7 +108,7 @@ class LiveSource:
         return build_snapshot(
             records,
             free,
-            self.options.read,
+            self.settings.read,
             problem=problem,
             message=message,
             assembled=self._assembled[1],
@@ -105,10 +125,10 @@ class LiveSource:
         log.info(
             "headroom.plugin",
             plugin=str(plugin),
-            setting=str(self.options.headroom_plugin),
+            setting=str(self.settings.headroom_plugin),
             previous=str(self.plugin) if self.plugin is not None else None,
             note="auto: capacity when real-capacity series are exported, else proportion"
-            if self.options.headroom_plugin == "auto"
+            if self.settings.headroom_plugin == "auto"
             else "as set",
         )
         self.plugin = plugin

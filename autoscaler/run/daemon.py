@@ -18,13 +18,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
 
+from autoscaler.client.config import KubeconfigError, make_api_client
 from autoscaler.client.kubeapi import ApiFailure, classify, failure_line
 from autoscaler.client.redact import redact
 from autoscaler.core.errors import RunFailure, UsageError
 from autoscaler.core.model import ClusterSnapshot, Plan
 from autoscaler.core.resources import JOB_RESOURCES
 from autoscaler.plan.planner import plan as make_plan
-from autoscaler.read.kube.source import KubeconfigError, make_api_client, settle_gc, sync_gc
+from autoscaler.read.kube.tuning import settle_gc, sync_gc
 from autoscaler.read.live import LiveSource
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.prometheus.source import PrometheusSource
@@ -186,7 +187,7 @@ async def _serve(parts: Parts) -> None:
     then run cycles until a signal stops the driver."""
     settings = parts.settings
     synced_at = time.monotonic()
-    sync_gc()  # before the caches list (sources.kube.sync_gc)
+    sync_gc()  # before the caches list (read.kube.tuning.sync_gc)
     try:
         async with parts.running():
             log.info("listening", host=settings.listen_host, port=parts.server.port)
@@ -210,7 +211,7 @@ async def _serve(parts: Parts) -> None:
 async def _report_synced(parts: Parts, since: float) -> None:
     """One line once every cache has listed, however long the API takes to answer;
     cycles hold (and say why) until then. Then the garbage collector is tuned for the
-    daemon (sources.kube.settle_gc)."""
+    daemon (read.kube.tuning.settle_gc)."""
     await parts.kube.wait_synced(float("inf"))
     settle_gc()
     objects = parts.kube.objects()

@@ -1,7 +1,7 @@
 """What makes a cycle come early: a watch event that frees or needs GPUs now, or a
 resized job whose restart can now be measured. Called by the watch caches' on_change,
 as `wiring` connects them to the driver, with the record the cache holds for the object
-(sources.kube.OnChange): each test is a predicate on the model, the planner's own where
+(read.kube.source.OnChange): each test is a predicate on the model, the planner's own where
 it has one.
 
 And one that cannot wait: a gang just bound (`GangStarts`) in a queue the last plan left

@@ -44,7 +44,7 @@ from .triggers import GangStarts, wants_cycle
 
 def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
     """The kinds the settings name, else all: a kind whose CRD is not installed costs
-    one info line and a LIST every few minutes (sources/kube.py)."""
+    one info line and a LIST every few minutes (read/kube/cache.py)."""
     return named(settings.job_kinds) if settings.job_kinds else KINDS
 
 

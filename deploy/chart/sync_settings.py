@@ -141,11 +141,12 @@ def schema_text() -> str:
 
 
 def _sections() -> dict[str, str]:
-    """field -> the `# ---- section ----` comment above it in settings.py, if any."""
+    """field -> the `# ---- section ----` comment above it in settings.py, if any (the
+    fields sit in per-section groups that Settings is composed of)."""
 
     out: dict[str, str] = {}
     section = None
-    for line in inspect.getsource(settings_module.Settings).splitlines():
+    for line in inspect.getsource(settings_module).splitlines():
         heading = re.match(r"\s*# -+ (.+?) -+\s*$", line)
         field = re.match(r"\s{4}(\w+): ", line)
         if heading:

@@ -11,11 +11,11 @@ and only on LIST: a watch stays JSON, one event at a time.
 Only the fields our readers read are declared, with the numbers of
 k8s.io/api/core/v1/generated.proto and apimachinery's (proto2: a field the server does
 not send reads as its default); every other field of the bytes is skipped by the parser
-in C. An object is read in one of two ways, as a JSON one is (`sources.kube._Cache`):
+in C. An object is read in one of two ways, as a JSON one is (`read.kube.cache._Cache`):
 
 - straight to its record (`straight_reader`): a bound pod, a node; the same code as
-  `sources.straight` builds the record from the message's attributes;
-- else as the plain dict `sources.wire` would have read from its JSON (`wire_dict`):
+  `read.kube.straight` builds the record from the message's attributes;
+- else as the plain dict `read.kube.wire` would have read from its JSON (`wire_dict`):
   the fields the decoders read, each as Go's JSON encoding of the object writes it (an
   empty `omitempty` field absent, a pointer field present when set), which the decoders
   (`parse.decoders`) then read with their usual checks and messages.
@@ -292,7 +292,7 @@ def parse(kind: str, raw: bytes) -> Any:
         raise ProtoError(f"{kind} unreadable in protobuf: {exc}") from None
 
 
-# ---- the usual way: the dict sources.wire reads from the JSON ---------------------------
+# ---- the usual way: the dict read.kube.wire reads from the JSON ---------------------------
 
 
 def quantities(resources: Any) -> dict[str, str]:
@@ -420,7 +420,7 @@ def _pod_spec(s: Any) -> dict[str, Any]:
 
 
 def pod_wire(pod: Any) -> dict[str, Any]:
-    """A Pod message as the dict `sources.wire` reads from its JSON: every field the
+    """A Pod message as the dict `read.kube.wire` reads from its JSON: every field the
     decoders read of a bound or an unbound pod."""
     out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(pod.metadata)}
     out["spec"] = _pod_spec(pod.spec)
@@ -431,7 +431,7 @@ def pod_wire(pod: Any) -> dict[str, Any]:
 
 
 def node_wire(node: Any) -> dict[str, Any]:
-    """A Node message as the dict `sources.wire` reads from its JSON."""
+    """A Node message as the dict `read.kube.wire` reads from its JSON."""
     spec: dict[str, Any] = {}
     taints = []
     for t in node.spec.taints:

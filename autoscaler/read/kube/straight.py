@@ -1,7 +1,7 @@
 """The records of the objects a sync reads by the ten thousand, built straight from the
 bytes: bound Pods and Nodes.
 
-The caches' usual way (`sources.wire`, then `parse.decoders`) reads the declared fields
+The caches' usual way (`read.kube.wire`, then `parse.decoders`) reads the declared fields
 into plain dicts and walks them with the decoders, which check every step's type. At
 10k jobs a sync reads ~50k bound pods and 16k-26k nodes, and that walk was about half of
 the daemon's CPU beyond the server's own floor ([placement] #27, sixth round,
@@ -16,7 +16,7 @@ finished pod, a node without a name). The cache then reads that object the usual
 so every record and every message is the decoders' (`tests/test_straight.py` pins each
 reader's record to the usual one, for served, written and randomly changed objects).
 
-Pods and Nodes LISTed in protobuf (`sources.proto`) are read by `proto_straight`'s
+Pods and Nodes LISTed in protobuf (`read.kube.proto`) are read by `proto_straight`'s
 readers: the message's fields have the JSON names, so `pod_record` and `node_record`
 build the record from either; what a holding or an allocatable is remembered by is the
 served bytes of the fields read (`tests/test_proto.py`).
@@ -221,7 +221,7 @@ def _pod_reader(options: ReadOptions) -> Straight:
 
 def pod_record(pod: Any, held: Callable[[Any], Held]) -> tuple[Key, Any] | None:
     """A bound, unfinished pod's key and record, of a pod read as `_Pod` (or as its
-    protobuf message, whose fields have the same names: sources.proto); `held` reads
+    protobuf message, whose fields have the same names: read.kube.proto); `held` reads
     what its spec holds. None: read it the usual way."""
     meta, spec, status = pod.metadata, pod.spec, pod.status
     if meta is None or spec is None or not spec.nodeName:
@@ -331,7 +331,7 @@ def node_record(
     resources: tuple[Quantities, int],
 ) -> tuple[Key, Any] | None:
     """A node's key and record, of a node read as `_Node` (or as its protobuf message:
-    sources.proto); `resources`: its allocatable as kept and its GPUs. None: read it the
+    read.kube.proto); `resources`: its allocatable as kept and its GPUs. None: read it the
     usual way."""
     meta = node.metadata
     if meta is None or not meta.name:
@@ -433,7 +433,7 @@ def _group_reader(options: ReadOptions) -> Straight:
 
 class _Replica(msgspec.Struct, gc=False):
     replicas: int = 1  # training-operator's default
-    # as the usual way reads it (sources.wire): what `kinds.base.template_facts` keys by
+    # as the usual way reads it (read.kube.wire): what `kinds.base.template_facts` keys by
     template: _Template | None = None
 
 
@@ -664,7 +664,7 @@ def _bounds(elastic: dict[str, Any] | None, replicas: int) -> tuple[int, int] | 
 
 
 def _proto_pod_reader(options: ReadOptions) -> Straight:
-    """A bound, unfinished pod from its protobuf bytes (sources.proto), as `_pod_reader`
+    """A bound, unfinished pod from its protobuf bytes (read.kube.proto), as `_pod_reader`
     reads its JSON."""
     parse = proto.parse
     gpu_names = tuple(options.gpu_resource_names)
@@ -702,7 +702,7 @@ def _proto_pod_reader(options: ReadOptions) -> Straight:
 
 
 def _proto_node_reader(options: ReadOptions) -> Straight:
-    """A Node from its protobuf bytes (sources.proto), as `_node_reader` reads its JSON."""
+    """A Node from its protobuf bytes (read.kube.proto), as `_node_reader` reads its JSON."""
     parse = proto.parse
     labels_of = _labels_reader()
     resources_of = _allocatable_reader(tuple(options.gpu_resource_names))

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -51,6 +51,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from autoscaler.client.redact import mask, without_userinfo
 from autoscaler.core.model import Reason
 from autoscaler.core.options import PrometheusOptions
 
@@ -137,7 +138,7 @@ class PrometheusSource:
         self._settings = settings
         self._backoff = backoff_seconds
         self._base_url = settings.prometheus_url.rstrip("/")
-        self._shown_url = _without_userinfo(self._base_url)
+        self._shown_url = without_userinfo(self._base_url)
         self._query = free_gpus_query(settings)
         self._local = threading.local()
         self._token: str | None = None
@@ -340,10 +341,7 @@ class PrometheusSource:
         password = self._settings.prometheus_password
         if password is not None:
             secrets.append(password.get_secret_value())
-        for secret in secrets:
-            if secret:
-                text = text.replace(secret, "***")
-        return text
+        return mask(text, secrets)
 
 
 def _transport_outcome(exc: BaseException, url: str, cause: str) -> _Outcome:
@@ -403,13 +401,3 @@ def _root_cause(exc: BaseException) -> str:
 def _snippet(body: bytes) -> str:
     text = body[:_DETAIL_CHARS].decode("utf-8", "replace")
     return " ".join(text.split())
-
-
-def _without_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
