@@ -23,18 +23,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.core.model import (
-    MILLI,
     ClusterSnapshot,
     ElasticJob,
     NodeGpus,
     ObjectRef,
     PendingGroup,
     Plugin,
-    PodShape,
     QueueState,
     VolcanoQueue,
     VolcanoView,
 )
+from autoscaler.core.shapes import MILLI, PodShape
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import RawObjects, build_snapshot
 from autoscaler.read.snapshot_file import free_gpu_states

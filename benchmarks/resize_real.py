@@ -110,7 +110,8 @@ async def _resizes(server: Any, jobs: list[dict]) -> None:
 
     from autoscaler.act.actuator import KubeActuator
     from autoscaler.act.results import Outcome
-    from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
+    from autoscaler.core.model import Decision, ObjectRef, Plan
+    from autoscaler.core.reasons import Reason
     from autoscaler.settings import Settings
 
     settings = Settings(kube_request_timeout_seconds=60, cycle_deadline_seconds=600)

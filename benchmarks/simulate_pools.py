@@ -25,7 +25,7 @@ import random
 import statistics
 import sys
 
-from autoscaler.core.model import Labels, PodShape
+from autoscaler.core.shapes import Labels, PodShape
 from autoscaler.settings import Settings
 from autoscaler.sim.nodes import PoolSpec, worker_shape
 from autoscaler.sim.runner import compare

@@ -63,10 +63,10 @@ from autoscaler.core.model import (
     PendingGroup,
     Plan,
     QueueState,
-    Reason,
     UnmanagedJob,
 )
 from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339 as format_time
 from autoscaler.plan.planner import plan as make_plan
 from autoscaler.read.parse import RawObjects, build_snapshot

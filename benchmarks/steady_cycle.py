@@ -51,7 +51,8 @@ import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
 from autoscaler.act.dry_run import DryRunActuator  # noqa: E402
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob  # noqa: E402
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, UnmanagedJob  # noqa: E402
+from autoscaler.core.reasons import Reason  # noqa: E402
 from autoscaler.plan import planner  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
 from autoscaler.report.logs import configure_logging  # noqa: E402

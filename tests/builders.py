@@ -12,10 +12,10 @@ from autoscaler.core.model import (
     ObjectRef,
     PendingGroup,
     QueueState,
-    Reason,
     UnmanagedJob,
 )
 from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.reasons import Reason
 from autoscaler.settings import Settings
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)

@@ -16,7 +16,8 @@ from autoscaler.act.actuator import KubeActuator
 from autoscaler.act.dry_run import DryRunActuator
 from autoscaler.act.pacing import Pacer
 from autoscaler.act.results import ApplyResult, Outcome, refusal
-from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.core.model import Decision, ObjectRef, Plan
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.settings import Settings
 

@@ -30,7 +30,7 @@ from promserver import fake_prometheus, sample, vector_body
 from structlog.testing import capture_logs
 from test_loop import Daemon, settings_for
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339 as format_time
 
 HOSTILE = "hostile"  # a queue with plenty of free GPUs: anything wrongly managed grows

@@ -32,7 +32,8 @@ from packaging.utils import canonicalize_name
 from prometheus_client.metrics import MetricWrapperBase
 
 from autoscaler import cli
-from autoscaler.core.model import Decision, GangDecision, ObjectRef, Plan, QueueSummary, Reason
+from autoscaler.core.model import Decision, GangDecision, ObjectRef, Plan, QueueSummary
+from autoscaler.core.reasons import Reason
 from autoscaler.report.metrics import Metrics
 from autoscaler.settings import ENV_PREFIX, Settings, load_settings
 

@@ -48,7 +48,7 @@ from structlog.testing import capture_logs
 from test_loop import Daemon, replicas, set_active, settings_for
 
 from autoscaler.act.results import Outcome
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.read.live import LiveSource
 from autoscaler.read.prometheus.answer import free_gpus_query
 

@@ -17,14 +17,8 @@ from builders import ej, snap
 from test_cli import run
 from test_status import cycle
 
-from autoscaler.core.model import (
-    ClusterSnapshot,
-    ObjectRef,
-    Plugin,
-    QueueState,
-    Reason,
-    UnmanagedJob,
-)
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, Plugin, QueueState, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.report.status.view import explain_text, status_table
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,20 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.core.model import (
-    MILLI,
     ClusterSnapshot,
-    HostPort,
     Node,
     Plugin,
-    PodShape,
     QueueState,
-    Reason,
+    VolcanoQueue,
+    VolcanoView,
+)
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import (
+    MILLI,
+    HostPort,
+    PodShape,
     Requirement,
     SelectorTerm,
     Taint,
     Toleration,
-    VolcanoQueue,
-    VolcanoView,
 )
 from autoscaler.plan.fit import (
     AFFINITY,

@@ -21,12 +21,12 @@ from autoscaler.core.model import (
     NodeGpus,
     ObjectRef,
     Plugin,
-    PodShape,
     QueueState,
-    Reason,
     VolcanoQueue,
     VolcanoView,
 )
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import PodShape
 from autoscaler.plan.fit import Placer
 from autoscaler.plan.headroom import plugin_limit, real_capability, water_fill
 from autoscaler.plan.planner import plan

@@ -21,7 +21,8 @@ from builders import (
     vcjob,
 )
 
-from autoscaler.core.model import ElasticJob, ObjectRef, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, ObjectRef, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import JOB_RESOURCES, JSON_PATCH, MERGE_PATCH
 from autoscaler.plan.planner import plan
 from autoscaler.read.kinds import KINDS, kind_of

@@ -73,7 +73,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 # Inside a folder, lowest first (a subfolder is one entry, its files ordered in turn).
 ORDER: dict[str, tuple[str, ...]] = {
-    "core": ("errors", "heap", "resources", "options", "policy", "model"),
+    "core": ("errors", "heap", "resources", "options", "policy", "reasons", "shapes", "model"),
     "client": ("redact", "lazy_client", "kubeapi", "config"),
     "plan": ("fit", "headroom", "inflight", "payoff", "quota", "shares", "planner"),
     "plan.fit": ("filters", "nodes", "placer", "room"),

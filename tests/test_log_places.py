@@ -8,7 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import Action, Decision, ObjectRef, Reason
+from autoscaler.core.model import Action, Decision, ObjectRef
+from autoscaler.core.reasons import Reason
 from autoscaler.run.loop import _to_compare
 
 REFS = [ObjectRef("ml", f"j{i}") for i in range(4)]

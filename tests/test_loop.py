@@ -19,8 +19,9 @@ from promserver import fake_prometheus, sample, vector_body
 
 from autoscaler.act.dry_run import DryRunActuator
 from autoscaler.act.results import Outcome
-from autoscaler.core.model import ClusterSnapshot, Reason
+from autoscaler.core.model import ClusterSnapshot
 from autoscaler.core.options import ServerOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.report.metrics import Metrics
 from autoscaler.run.daemon import wants_early_cycle
 from autoscaler.run.driver import next_start

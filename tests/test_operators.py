@@ -23,7 +23,8 @@ from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 
-from autoscaler.core.model import ElasticJob, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.read.kinds.kubeflow import PADDLEJOB_KIND, PYTORCHJOB_KIND
 from autoscaler.read.parse import (

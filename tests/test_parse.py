@@ -18,7 +18,8 @@ from builders import (
     vcjob,
 )
 
-from autoscaler.core.model import ElasticJob, InvalidGroup, PendingGroup, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, InvalidGroup, PendingGroup, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import (
     Priorities,

@@ -19,11 +19,11 @@ from autoscaler.core.model import (
     ObjectRef,
     Plugin,
     QueueState,
-    Reason,
     UnmanagedJob,
     VolcanoQueue,
     VolcanoView,
 )
+from autoscaler.core.reasons import Reason
 from autoscaler.plan import payoff
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import Priorities, parse_job

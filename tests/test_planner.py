@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from builders import NOW, ago, ej, gang, orphan, policy, snap
 
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, QueueState, Reason, UnmanagedJob
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, QueueState, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
 

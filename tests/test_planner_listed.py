@@ -15,14 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_planner_properties import QUEUES, common, policies, snapshots
 
-from autoscaler.core.model import (
-    ClusterSnapshot,
-    Decision,
-    ObjectRef,
-    QueueState,
-    Reason,
-    UnmanagedJob,
-)
+from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, QueueState, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
 # the reasons given here to unmanaged jobs: never one the planner gives a job it plans

@@ -16,7 +16,8 @@ from test_fit import fit_clusters, node
 from test_fit import snap as fit_snap
 from test_planner_properties import common, policies, snapshots
 
-from autoscaler.core.model import ClusterSnapshot, ElasticJob, QueueState, Reason
+from autoscaler.core.model import ClusterSnapshot, ElasticJob, QueueState
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
 

@@ -10,14 +10,8 @@ from builders import NOW, ago, policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import (
-    ClusterSnapshot,
-    ElasticJob,
-    ObjectRef,
-    PendingGroup,
-    QueueState,
-    Reason,
-)
+from autoscaler.core.model import ClusterSnapshot, ElasticJob, ObjectRef, PendingGroup, QueueState
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
 QUEUES = ["qa", "qb", "qc"]

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import HostPort
+from autoscaler.core.shapes import HostPort
 from autoscaler.read import podspec
 from autoscaler.read.kinds import base
 from autoscaler.read.kinds.base import NotManaged, read_workers

@@ -27,7 +27,8 @@ from promserver import (
     wait_until,
 )
 
-from autoscaler.core.model import Plugin, Reason, VolcanoView
+from autoscaler.core.model import Plugin, VolcanoView
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.headroom import plugin_limit
 from autoscaler.read.prometheus.answer import FreeGpuReading
 from autoscaler.read.prometheus.source import PrometheusSource

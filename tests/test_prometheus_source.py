@@ -29,7 +29,8 @@ from promserver import (
     vector_body,
 )
 
-from autoscaler.core.model import Plugin, Reason, VolcanoQueue
+from autoscaler.core.model import Plugin, VolcanoQueue
+from autoscaler.core.reasons import Reason
 from autoscaler.read.prometheus.answer import FreeGpuReading, parse_query_result
 from autoscaler.read.prometheus.source import PrometheusSource
 from autoscaler.settings import Settings

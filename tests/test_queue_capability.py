@@ -17,13 +17,13 @@ from autoscaler.core.model import (
     ClusterSnapshot,
     ObjectRef,
     Plugin,
-    PodShape,
     QueueState,
-    Reason,
     UnmanagedJob,
     VolcanoView,
 )
 from autoscaler.core.policy import GrowthPolicy
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import PodShape
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import Records, _queue_states, assemble, decode_queue
 from autoscaler.read.records import GroupRecord, JobRecord, PodUse, QueueSpec

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.report.metrics import Metrics
 from autoscaler.settings import Settings
 

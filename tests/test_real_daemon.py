@@ -27,7 +27,7 @@ from promserver import (
 )
 from test_loop import Daemon
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.read.prometheus.answer import free_gpus_query
 from autoscaler.run.daemon import live_plan
 from autoscaler.settings import Settings

@@ -24,7 +24,8 @@ from test_loop import Daemon, free_body, settings_for
 
 from autoscaler.act.actuator import KubeActuator
 from autoscaler.act.results import Outcome
-from autoscaler.core.model import Decision, ObjectRef, Plan, Reason
+from autoscaler.core.model import Decision, ObjectRef, Plan
+from autoscaler.core.reasons import Reason
 from autoscaler.settings import Settings
 
 KF = "/apis/kubeflow.org/v1"

@@ -22,7 +22,7 @@ from promserver import (
 from test_loop import Daemon
 from test_real_daemon import _scraped, _strip
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.settings import Settings
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not HAVE_PROMETHEUS, reason=SKIP_REASON)]

@@ -15,7 +15,7 @@ from kubeserver import EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 
 
 def _created(envtest: EnvTest, obj: dict[str, Any], active: int) -> dict[str, Any]:

@@ -58,7 +58,8 @@ from test_loop import Daemon
 from test_real_volcano import LEASE_NAMESPACE, REPO, daemon_env
 from volcanokit import apply_queue, delete_queue
 
-from autoscaler.core.model import ElasticJob, Reason
+from autoscaler.core.model import ElasticJob
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.report.status.doc import JobEntry, ResizeState
 from autoscaler.report.status.view import explain_text

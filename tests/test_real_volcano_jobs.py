@@ -28,7 +28,8 @@ from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 from volcanokit import KIT_ENV, VolcanoKit, clean_namespace, delete_queue, kit_problem
 
-from autoscaler.core.model import ElasticJob, Reason
+from autoscaler.core.model import ElasticJob
+from autoscaler.core.reasons import Reason
 from autoscaler.read.parse import Priorities, parse_job
 from autoscaler.settings import Settings
 

@@ -18,14 +18,14 @@ from test_fit import node, shape
 
 from autoscaler.core.model import (
     ClusterSnapshot,
-    HostPort,
     Node,
     Plugin,
     QueueState,
-    Reason,
     VolcanoQueue,
     VolcanoView,
 )
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import HostPort
 from autoscaler.plan.fit import Placer
 from autoscaler.plan.planner import plan
 

@@ -22,8 +22,9 @@ from test_loop import Daemon
 from test_real_daemon import _scraped, _strip
 
 from autoscaler.act.actuator import KubeActuator
-from autoscaler.core.model import Measurement, ObjectRef, Plan, Reason, UnmanagedJob
+from autoscaler.core.model import Measurement, ObjectRef, Plan, UnmanagedJob
 from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import Priorities, parse_job

@@ -9,7 +9,8 @@ from builders import NOW, ago, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.run.run_memory import RunMemory
 

@@ -16,10 +16,10 @@ from autoscaler.core.model import (
     NodeGpus,
     Plugin,
     QueueState,
-    Reason,
     VolcanoQueue,
     VolcanoView,
 )
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.plan.shares import Ask, capacity_allotments
 

@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.core.model import (
-    NodeGpus,
-    Plugin,
-    Reason,
-    Taint,
-    Toleration,
-    VolcanoQueue,
-    VolcanoView,
-)
+from autoscaler.core.model import NodeGpus, Plugin, VolcanoQueue, VolcanoView
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import Taint, Toleration
 from autoscaler.plan import planner
 from autoscaler.plan.headroom import plugin_limit
 from autoscaler.settings import Settings

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from builders import NOW, ago, ej, gang, policy, snap
 
-from autoscaler.core.model import Decision, Plan, QueueState, Reason
+from autoscaler.core.model import Decision, Plan, QueueState
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from benchmarks.soak import (
     History,

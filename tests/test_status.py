@@ -13,7 +13,8 @@ import pytest
 import yaml
 from builders import NOW, ago, ej, gang, policy, snap
 
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob
+from autoscaler.core.model import ClusterSnapshot, ObjectRef, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.read.snapshot_file import load_snapshot_file
 from autoscaler.report.status.build import WriteOutcome, build_status, changed
@@ -230,7 +231,8 @@ def test_a_waiting_gang_is_named_by_its_job_and_explain_says_what_blocks_it():
     its round trip; `explain` of the job says which gang is its own, what it needs, since
     when, and which elastic job did not give way and why; the PodGroup's name explains
     the gang alone."""
-    from autoscaler.core.model import ObjectRef, Reason, UnmanagedJob
+    from autoscaler.core.model import ObjectRef, UnmanagedJob
+    from autoscaler.core.reasons import Reason
     from autoscaler.report.status.view import explain_gang_text, gang_of
 
     rigid = UnmanagedJob(ObjectRef("ml", "rigid"), "q", Reason.NOT_ELASTIC, "no elasticPolicy")

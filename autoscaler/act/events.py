@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from autoscaler.core.model import Action, Decision, ObjectRef, Plan, Reason, Refusal
+from autoscaler.core.model import Action, Decision, ObjectRef, Plan, Refusal
 from autoscaler.core.options import ActuatorOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.read.kinds import JobKind
 

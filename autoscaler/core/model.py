@@ -1,7 +1,7 @@
 """Frozen, typed model of a cluster as the planner sees it, and of the plan it makes.
 
 Raw Kubernetes objects and Prometheus answers are parsed into these types at the edge
-(`parse.py`, `sources/`); the planner only ever sees these. Nothing here does I/O, and
+(`autoscaler/read/`); the planner only ever sees these. Nothing here does I/O, and
 this module must not import kubernetes_asyncio, prometheus_api_client, aiohttp or
 structlog (a test enforces it).
 """
@@ -13,86 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
-from functools import cache
 from itertools import compress
 
-
-class Reason(StrEnum):
-    """Why the planner did, or did not, change something. One enum for every output:
-    dry-run tables, logs, Kubernetes Events and metric labels all use these values."""
-
-    # actions on a job
-    SCALE_UP_IDLE_GPUS = "ScaleUpIdleGpus"
-    RECLAIM_FOR_PENDING = "ReclaimForPending"
-    RECLAIM_FOR_QUEUE = "ReclaimForQueue"  # gives back another queue's share to its gang
-    TRIM_UNPLACED = "TrimUnplaced"
-
-    # holds on a managed job
-    AT_MAX = "HoldAtMax"
-    NO_IDLE_GPUS = "HoldNoIdleGpus"
-    COOLDOWN = "HoldCooldown"
-    MIN_STEP = "HoldMinStep"
-    IN_FLIGHT = "HoldInFlight"
-    NO_PODS = "HoldNoPods"  # workers asked for long ago have no pod at all
-    RELEASING = "HoldReleasing"
-    OWN_GANG_WAITING = "HoldOwnGangWaiting"
-    NO_MIN_AVAILABLE = "HoldNoMinAvailable"
-    GANG_STARVING = "HoldGangStarving"
-    GANG_WAITING = "HoldGangWaiting"  # a gang waits for GPUs to free: reclaim does not pay
-    NOT_WORTH_RESTART = "HoldNotWorthRestart"
-    METRICS_MISSING = "HoldMetricsMissing"
-    METRICS_INVALID = "HoldMetricsInvalid"
-    METRICS_STALE = "HoldMetricsStale"
-    METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
-    QUEUE_CLOSED = "HoldQueueClosed"
-    QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
-    QUEUE_CAPACITY = "HoldQueueCapacity"
-    NO_NODE_FITS = "HoldNoNodeFits"
-    CLOCK_SKEW = "HoldClockSkew"
-    WRITE_REFUSED = "HoldRefused"  # the cluster refused its last resize (admission, 4xx)
-
-    # jobs we do not manage, each with its own reason
-    INVALID_POLICY = "InvalidPolicy"
-    INVALID_SPEC = "InvalidSpec"
-    INVALID_REPLICAS = "InvalidReplicas"
-    INVALID_ANNOTATION = "InvalidAnnotation"
-    NOT_ELASTIC = "NotElastic"
-    OPERATOR_HPA = "SkipOperatorHpa"
-    PAUSED = "SkipPaused"
-    FINISHED = "SkipFinished"
-    SUSPENDED = "SkipSuspended"
-    TERMINATING = "SkipTerminating"
-    DUPLICATE = "SkipDuplicate"
-
-    # waiting gangs (pending PodGroups)
-    GANG_FITS = "GangFits"
-    GANG_COVERED = "GangCoveredByReclaim"
-    GANG_UNCOVERABLE = "GangUncoverable"
-    GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
-    GANG_BLOCKED = "GangBlockedByStarvingGang"
-    INVALID_GANG = "InvalidPodGroup"
-
-    @property
-    def unmanaged(self) -> bool:
-        """The job is left alone whatever the queue looks like."""
-        return self in _UNMANAGED
-
-
-_UNMANAGED = frozenset(
-    {
-        Reason.INVALID_POLICY,
-        Reason.INVALID_SPEC,
-        Reason.INVALID_REPLICAS,
-        Reason.INVALID_ANNOTATION,
-        Reason.NOT_ELASTIC,
-        Reason.OPERATOR_HPA,
-        Reason.PAUSED,
-        Reason.FINISHED,
-        Reason.SUSPENDED,
-        Reason.TERMINATING,
-        Reason.DUPLICATE,
-    }
-)
+from .reasons import Reason
+from .shapes import GPU_RESOURCE, HostPort, Labels, PodShape, Quantities, Taint
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -255,126 +179,6 @@ class InvalidGroup:
     ref: ObjectRef
     queue: str
     message: str
-
-
-# ---- shapes: what a pod asks of a node, what a node offers (autoscaler/plan/fit.py) ---------
-
-# Resource name -> amount in milli-units (1 CPU = 1000, 1 GPU = 1000, 1 byte = 1000),
-# sorted by name: one integer arithmetic for every resource. Interned by the readers:
-# the workers of one template, or the nodes of one pool, share one tuple.
-Quantities = tuple[tuple[str, int], ...]
-Labels = tuple[tuple[str, str], ...]  # sorted by key
-MILLI = 1000
-GPU_RESOURCE = "nvidia.com/gpu"  # the GPU resource of a shape or node built from GPUs alone
-PODS = "pods"  # the node's pod count, a resource like the others (each pod asks 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"  # NoSchedule or NoExecute (PreferNoSchedule repels nothing)
-
-    def __str__(self) -> str:
-        return (
-            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str = ""  # "" with Exists: every key
-    operator: str = "Equal"  # Equal or Exists
-    value: str = ""
-    effect: str = ""  # "": every effect
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One node selector requirement: `key` (a label, or a field: metadata.name) with
-    In, NotIn, Exists, DoesNotExist, Gt or Lt over `values`."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorTerm:
-    """One term of required node affinity: every expression (labels) and every field
-    requirement must hold; a term with neither matches no node."""
-
-    expressions: tuple[Requirement, ...] = ()
-    fields: tuple[Requirement, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class HostPort:
-    port: int
-    protocol: str = "TCP"
-    ip: str = ""  # "" or 0.0.0.0: every address of the node
-
-
-@dataclass(frozen=True, slots=True)
-class PodShape:
-    """What one pod asks of a node, as the created pod will be (the API server's
-    defaults applied: a limit alone is the request; init containers as the scheduler
-    counts them; the ExtendedResourceToleration plugin's tolerations; hostNetwork's
-    container ports as host ports). One job's workers share one shape.
-
-    `affinity` None: no required node affinity (every node); a tuple of terms: at least
-    one must match. `unmodelled`: what the pod asks that fit does not judge (inter-pod
-    affinity, topology spread, volumes), said in `plan` for its job."""
-
-    requests: Quantities = ()
-    node_selector: Labels = ()
-    affinity: tuple[SelectorTerm, ...] | None = None
-    tolerations: tuple[Toleration, ...] = ()
-    host_ports: tuple[HostPort, ...] = ()
-    unmodelled: tuple[str, ...] = ()
-    # a shape is a dict key of every cache of fit.Placer, looked up once per job: its
-    # hash is computed once, not over its nested tuples at every lookup
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "_hash",
-            hash(
-                (
-                    self.requests,
-                    self.node_selector,
-                    self.affinity,
-                    self.tolerations,
-                    self.host_ports,
-                    self.unmodelled,
-                )
-            ),
-        )
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    @classmethod
-    def of_gpus(cls, gpus: int, resource: str = GPU_RESOURCE) -> PodShape:
-        """A pod known only by its GPUs (tests, the simulator, a snapshot without nodes):
-        one shared object per size."""
-        return _gpu_shape(gpus, resource)
-
-    def amount(self, resource: str) -> int:
-        """Milli-units of `resource` it requests (0 when none)."""
-        for name, value in self.requests:
-            if name == resource:
-                return value
-        return 0
-
-
-@cache
-def _gpu_shape(gpus: int, resource: str) -> PodShape:
-    return PodShape(((resource, gpus * MILLI),) if gpus else ())
-
-
-WorkerShape = PodShape  # a job's worker is a pod: the same shape
 
 
 class Plugin(StrEnum):

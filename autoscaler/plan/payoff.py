@@ -47,7 +47,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from autoscaler.core.model import ElasticJob, FinishedRun, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, FinishedRun, UnmanagedJob
+from autoscaler.core.reasons import Reason
 
 
 def remaining_seconds(job: ElasticJob, now: datetime) -> float | None:

@@ -27,7 +27,6 @@ from functools import cache, lru_cache
 from typing import Any, Protocol, TypeVar
 
 from autoscaler.core.model import (
-    MILLI,
     Action,
     Bound,
     ClusterSnapshot,
@@ -41,12 +40,13 @@ from autoscaler.core.model import (
     Plugin,
     QueueState,
     QueueSummary,
-    Reason,
     UnmanagedJob,
     VolcanoView,
     same_items,
 )
 from autoscaler.core.policy import GrowthPolicy, PlannerPolicy, VictimOrder
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import MILLI
 
 from . import payoff
 from .fit import Holder, Placer, Room, describe_shape, make_room

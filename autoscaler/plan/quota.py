@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autoscaler.core.model import MILLI, PodShape, Quantities
+from autoscaler.core.shapes import MILLI, PodShape, Quantities
 
 
 def amount_words(name: str, milli: int) -> str:

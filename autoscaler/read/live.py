@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, Reason
+from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState
 from autoscaler.core.options import SourceOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.records import QueueSpec
 

@@ -28,12 +28,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from autoscaler.core.model import (
+from autoscaler.core.model import Node
+from autoscaler.core.resources import quantity
+from autoscaler.core.shapes import (
     MILLI,
     PODS,
     HostPort,
     Labels,
-    Node,
     PodShape,
     Quantities,
     Requirement,
@@ -41,7 +42,6 @@ from autoscaler.core.model import (
     Taint,
     Toleration,
 )
-from autoscaler.core.resources import quantity
 from autoscaler.read.records import PodUse
 
 REPEL = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule repels nothing

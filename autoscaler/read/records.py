@@ -10,17 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscaler.core.model import (
-    ElasticJob,
-    HostPort,
-    InvalidGroup,
-    ObjectRef,
-    PendingGroup,
-    PodShape,
-    Quantities,
-    Reason,
-    UnmanagedJob,
-)
+from autoscaler.core.model import ElasticJob, InvalidGroup, ObjectRef, PendingGroup, UnmanagedJob
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import HostPort, PodShape, Quantities
 
 
 @dataclass(frozen=True, slots=True)

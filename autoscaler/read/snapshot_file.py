@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from autoscaler.core.errors import yaml_error_line
-from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, Reason, VolcanoQueue
+from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, VolcanoQueue
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.reasons import Reason
 
 from .fields import BadField, parse_time
 from .parse import RawObjects, build_snapshot

@@ -15,7 +15,8 @@ import heapq
 from dataclasses import replace
 from datetime import datetime
 
-from autoscaler.core.model import ClusterSnapshot, FinishedRun, Reason, UnmanagedJob, same_items
+from autoscaler.core.model import ClusterSnapshot, FinishedRun, UnmanagedJob, same_items
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.payoff import RECENT_RUNS, run_of
 
 # per queue; as many listed runs as the planner reads (payoff.RECENT_RUNS, as many as the

@@ -22,7 +22,8 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoscaler.core.model import GPU_RESOURCE, MILLI, Labels, Node, PodShape, Taint, Toleration
+from autoscaler.core.model import Node
+from autoscaler.core.shapes import GPU_RESOURCE, MILLI, Labels, PodShape, Taint, Toleration
 from autoscaler.plan.fit import admits, how_many
 
 from .workload import SpecError

@@ -42,9 +42,9 @@ from autoscaler.core.model import (
     PendingGroup,
     Plan,
     QueueState,
-    Reason,
     UnmanagedJob,
 )
+from autoscaler.core.reasons import Reason
 from autoscaler.report.metrics import Metrics
 from autoscaler.run import loop
 from autoscaler.settings import Settings

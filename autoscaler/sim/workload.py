@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autoscaler.core.model import PodShape
+from autoscaler.core.shapes import PodShape
 
 
 class SpecError(ValueError):

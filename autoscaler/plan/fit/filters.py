@@ -1,7 +1,7 @@
 """The scheduler's filters, judged from a node and a pod shape: would kube-scheduler
 (whose filters Volcano's `predicates` plugin runs) let a pod of this shape onto this
 node? Kept apart from placing so that the simulator judges nodes by the very same rules
-as the planner (model.PodShape is read by autoscaler/read/podspec.py).
+as the planner (shapes.PodShape is read by autoscaler/read/podspec.py).
 
 - NodeResourcesFit: every resource the pod requests (GPUs, CPU, memory, RDMA and other
   extended resources, one of the node's `pods`) free on the node: allocatable less what
@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.core.model import (
+from autoscaler.core.model import Node
+from autoscaler.core.shapes import (
     PODS,
     HostPort,
-    Node,
     PodShape,
     Requirement,
     SelectorTerm,

@@ -17,15 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from autoscaler.core.model import (
-    GPU_RESOURCE,
-    MILLI,
-    HostPort,
-    Labels,
-    Node,
-    Quantities,
-    Taint,
-)
+from autoscaler.core.model import Node
+from autoscaler.core.shapes import GPU_RESOURCE, MILLI, HostPort, Labels, Quantities, Taint
 
 _Key = tuple[Quantities, tuple[HostPort, ...]]  # free room, host ports taken
 

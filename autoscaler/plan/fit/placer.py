@@ -18,15 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.model import (
-    GPU_RESOURCE,
-    MILLI,
-    PODS,
-    HostPort,
-    Node,
-    PodShape,
-    Quantities,
-)
+from autoscaler.core.model import Node
+from autoscaler.core.shapes import GPU_RESOURCE, MILLI, PODS, HostPort, PodShape, Quantities
 
 from .filters import (
     AFFINITY,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.core.model import MILLI, PodShape
+from autoscaler.core.shapes import MILLI, PodShape
 
 from .filters import ports_conflict, short_of
 from .placer import Placer

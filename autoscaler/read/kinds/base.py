@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autoscaler.core.model import PodShape, Reason
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import ResourceKind
+from autoscaler.core.shapes import PodShape
 from autoscaler.read.fields import BadField, dig, gpus_per_worker, int_field
 from autoscaler.read.podspec import encoded, read_shape
 

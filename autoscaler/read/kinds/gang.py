@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autoscaler.core.model import PodShape
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.shapes import PodShape
 from autoscaler.read.fields import dig
 from autoscaler.read.podspec import read_shape
 

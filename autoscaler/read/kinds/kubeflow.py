@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autoscaler.core.model import Reason
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import (
     FINISHED_CONDITIONS,
     MERGE_PATCH,

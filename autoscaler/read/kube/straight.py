@@ -30,19 +30,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from autoscaler.core.model import (
-    MILLI,
-    ElasticJob,
-    HostPort,
-    Labels,
-    Node,
-    ObjectRef,
-    PodShape,
-    Quantities,
-    Taint,
-)
+from autoscaler.core.model import ElasticJob, Node, ObjectRef
 from autoscaler.core.options import ReadOptions
 from autoscaler.core.resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
+from autoscaler.core.shapes import MILLI, HostPort, Labels, PodShape, Quantities, Taint
 from autoscaler.read.fields import MAX_REPLICAS, BadField
 from autoscaler.read.kinds.base import NotManaged, template_facts
 from autoscaler.read.kinds.kubeflow import PYTORCHJOB_KIND, elastic_bounds

@@ -22,13 +22,12 @@ from autoscaler.core.model import (
     Node,
     PendingGroup,
     Plugin,
-    PodShape,
-    Quantities,
     QueueState,
-    Reason,
     UnmanagedJob,
 )
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import PodShape, Quantities
 from autoscaler.read.kinds import KIND_NAMES, KINDS
 from autoscaler.read.podspec import frozen
 from autoscaler.read.records import (

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autoscaler.core.model import ElasticJob, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, UnmanagedJob
+from autoscaler.core.reasons import Reason
 from autoscaler.read.fields import dig
 from autoscaler.read.kinds import BY_NAME
 from autoscaler.read.records import HpaTarget

@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from autoscaler.core.model import ElasticJob, Reason, UnmanagedJob
+from autoscaler.core.model import ElasticJob, UnmanagedJob
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import VOLCANO_QUEUE_ANNOTATION
 from autoscaler.read.fields import (
     MAX_RUNTIME_SECONDS,

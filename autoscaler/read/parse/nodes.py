@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from autoscaler.core.model import MILLI, HostPort, Node, PodShape
+from autoscaler.core.model import Node
 from autoscaler.core.options import ReadOptions
+from autoscaler.core.shapes import MILLI, HostPort, PodShape
 from autoscaler.read.fields import dig
 from autoscaler.read.kinds import KIND_NAMES
 from autoscaler.read.podspec import finished_pod, frozen, read_node, read_pod_use, read_shape

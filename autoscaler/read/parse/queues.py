@@ -14,17 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.core.model import (
-    PODS,
-    Node,
-    Plugin,
-    Quantities,
-    QueueState,
-    VolcanoQueue,
-    VolcanoView,
-)
+from autoscaler.core.model import Node, Plugin, QueueState, VolcanoQueue, VolcanoView
 from autoscaler.core.options import ReadOptions
 from autoscaler.core.resources import UNBOUNDED_AT_ZERO
+from autoscaler.core.shapes import PODS, Quantities
 from autoscaler.read.fields import BadField, dig, parse_quantity, show
 from autoscaler.read.podspec import is_extended, milli
 from autoscaler.read.records import PriorityValue, QueueSpec

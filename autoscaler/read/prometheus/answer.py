@@ -17,8 +17,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from autoscaler.core.model import Plugin, QueueState, Reason, VolcanoQueue
+from autoscaler.core.model import Plugin, QueueState, VolcanoQueue
 from autoscaler.core.options import HeadroomPlugin, PrometheusOptions
+from autoscaler.core.reasons import Reason
 
 _DETAIL_CHARS = 200
 

@@ -52,8 +52,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from autoscaler.client.redact import mask, without_userinfo
-from autoscaler.core.model import Reason
 from autoscaler.core.options import PrometheusOptions
+from autoscaler.core.reasons import Reason
 
 from .answer import (
     FreeGpuReading,

@@ -20,8 +20,8 @@ from autoscaler.core.model import (
     ObjectRef,
     Plan,
     QueueSummary,
-    Reason,
 )
+from autoscaler.core.reasons import Reason
 
 from ..render import headroom_words
 from .codec import dump

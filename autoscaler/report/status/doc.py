@@ -12,11 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from functools import cache
 
-from autoscaler.core.model import (
-    Decision,
-    ElasticJob,
-    Reason,
-)
+from autoscaler.core.model import Decision, ElasticJob
+from autoscaler.core.reasons import Reason
 
 SCHEMA = "elastic-autoscaler.io/status/v1"
 DATA_KEY = "status"  # the ConfigMap key holding the document (JSON)

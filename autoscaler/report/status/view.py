@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from autoscaler.core.model import Reason
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 
 from ..render import table
