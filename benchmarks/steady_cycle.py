@@ -52,7 +52,7 @@ import planner_scale  # noqa: E402
 
 from autoscaler.act.actuator import DryRunActuator  # noqa: E402
 from autoscaler.core.model import ClusterSnapshot, ObjectRef, Reason, UnmanagedJob  # noqa: E402
-from autoscaler.plan import planner  # noqa: E402
+from autoscaler.plan.kept import MEMORY  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
 from autoscaler.report.logs import configure_logging  # noqa: E402
 from autoscaler.report.metrics import Metrics  # noqa: E402
@@ -176,7 +176,7 @@ async def measure(
         snapshot = dataclasses.replace(
             snapshot, unmanaged=snapshot.unmanaged + finished(done, queues)
         )
-    planner._KEPT.__init__()  # type: ignore[misc]  # the first cycle: nothing remembered
+    MEMORY.reset()  # the first cycle: nothing remembered
     if freeze:
         gc.collect()
         gc.freeze()
