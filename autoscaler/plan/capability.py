@@ -9,20 +9,12 @@ with HoldQueueCapacity."""
 
 from __future__ import annotations
 
-from autoscaler.core.model import (
-    ObjectRef,
-    PendingGroup,
-    Reason,
-)
+from autoscaler.core.model import ObjectRef, PendingGroup, Reason
 
 from .fit import describe_shape
 from .quota import QueueQuota, add
 from .state import QueuePlanState
-from .work import (
-    _Job,
-    _waits_for_own_gang,
-    own_gangs_waiting,
-)
+from .work import _Job, _waits_for_own_gang, own_gangs_waiting
 
 
 class CapabilityRules(QueuePlanState):

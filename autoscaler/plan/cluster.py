@@ -30,18 +30,9 @@ from autoscaler.core.model import (
 from .fit import Placer
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
-from .kept import (
-    PlanMemory,
-)
+from .kept import PlanMemory
 from .shares import Ask, capacity_allotments, deserved_of
-from .work import (
-    _EPS,
-    _Jobs,
-    _plans,
-    _room_to_max,
-    _waits_for_own_gang,
-    own_gangs_waiting,
-)
+from .work import _EPS, _Jobs, _plans, _room_to_max, _waits_for_own_gang, own_gangs_waiting
 
 
 @dataclass(frozen=True, slots=True)

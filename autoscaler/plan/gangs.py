@@ -11,18 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.core.model import (
-    PendingGroup,
-    Reason,
-)
+from autoscaler.core.model import PendingGroup, Reason
 
 from . import payoff
 from .quota import amount_words, beyond
 from .reclaim import ReclaimRules
 from .victims import HELD_ALONE, _VictimPool
-from .work import (
-    _STILL_WAITING,
-)
+from .work import _STILL_WAITING
 
 
 class GangRules(ReclaimRules):

@@ -13,18 +13,11 @@ import heapq
 from datetime import datetime
 from functools import lru_cache
 
-from autoscaler.core.model import (
-    ElasticJob,
-    Reason,
-)
+from autoscaler.core.model import ElasticJob, Reason
 from autoscaler.core.policy import GrowthPolicy, PlannerPolicy
 
 from .capability import CapabilityRules
-from .work import (
-    _SKEY,
-    _Job,
-    restart_cost,
-)
+from .work import _SKEY, _Job, restart_cost
 
 
 def _seconds(delta_from: datetime | None, now: datetime) -> float | None:

@@ -13,20 +13,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from autoscaler.core.model import (
-    Action,
-    Decision,
-    ElasticJob,
-    Reason,
-)
+from autoscaler.core.model import Action, Decision, ElasticJob, Reason
 
-from .listing import (
-    _Unmanaged,
-)
-from .work import (
-    _Job,
-    _Jobs,
-)
+from .listing import _Unmanaged
+from .work import _Job, _Jobs
 
 _NO_MIN_AVAILABLE = (
     "no runPolicy.schedulingPolicy.minAvailable: training-operator sets the "

@@ -13,12 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autoscaler.core.model import (
-    ClusterSnapshot,
-    PendingGroup,
-    Plugin,
-    Reason,
-)
+from autoscaler.core.model import ClusterSnapshot, PendingGroup, Plugin, Reason
 from autoscaler.core.policy import PlannerPolicy
 
 from .cluster import _Cluster
@@ -26,14 +21,7 @@ from .headroom import real_capability
 from .inflight import NoPods
 from .shares import deserved_of
 from .victims import _VictimPool, may_give_way
-from .work import (
-    _EPS,
-    _gpus_of,
-    _Job,
-    _plans,
-    _waits_for_own_gang,
-    own_gangs_waiting,
-)
+from .work import _EPS, _gpus_of, _Job, _plans, _waits_for_own_gang, own_gangs_waiting
 
 
 @dataclass(frozen=True, slots=True)

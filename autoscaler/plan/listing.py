@@ -13,19 +13,11 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.core.model import (
-    Decision,
-    Reason,
-    UnmanagedJob,
-    same_items,
-)
+from autoscaler.core.model import Decision, Reason, UnmanagedJob, same_items
 
 from . import payoff
 from .inflight import NoPods
-from .work import (
-    _by_queue,
-    _Key,
-)
+from .work import _by_queue, _Key
 
 
 @dataclass(frozen=True, slots=True)

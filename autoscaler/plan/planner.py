@@ -42,24 +42,11 @@ from autoscaler.core.policy import PlannerPolicy
 
 from .cluster import _Cluster
 from .gangs import GangRules
-from .growth import (
-    GrowthRules,
-    _growth_block,
-    _seconds,
-)
+from .growth import GrowthRules, _growth_block, _seconds
 from .inflight import NoPods
-from .kept import (
-    MEMORY,
-    PlanMemory,
-    _Decided,
-)
+from .kept import MEMORY, PlanMemory, _Decided
 from .lenders import _Lenders, _Shared
-from .listing import (
-    _NONE_LISTED,
-    _Listed,
-    _listing,
-    _with_listed,
-)
+from .listing import _NONE_LISTED, _Listed, _listing, _with_listed
 from .trim import TrimRule
 from .work import (
     _EPS,

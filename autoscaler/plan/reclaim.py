@@ -12,21 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from autoscaler.core.model import (
-    MILLI,
-    PendingGroup,
-    Reason,
-)
+from autoscaler.core.model import MILLI, PendingGroup, Reason
 
 from .fit import Holder, Room, describe_shape, make_room
 from .victims import _VictimPool, holder_of, may_give_way, victims_of_cuts
 from .weigh import WeighRules, _Covered
-from .work import (
-    _SERVED,
-    _gpus_of,
-    _Job,
-    _running_taken,
-)
+from .work import _SERVED, _gpus_of, _Job, _running_taken
 
 
 class ReclaimRules(WeighRules):

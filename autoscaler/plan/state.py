@@ -27,20 +27,11 @@ from autoscaler.core.policy import PlannerPolicy
 from . import payoff
 from .fit import Holder, Placer, Room
 from .inflight import NoPods
-from .kept import (
-    _Decided,
-    _decision,
-)
+from .kept import _Decided, _decision
 from .lenders import _Shared
-from .listing import (
-    _Listed,
-)
+from .listing import _Listed
 from .quota import QueueQuota
-from .work import (
-    _EPS,
-    _SERVED,
-    _Job,
-)
+from .work import _EPS, _SERVED, _Job
 
 
 class QueuePlanState:
@@ -79,12 +70,12 @@ class QueuePlanState:
         )
         self.gangs: list[GangDecision] = []
         self.granted = self.reclaimed = self.trimmed = 0
-        self._ends: list[tuple[float, int]] | None = None  # see _ending
+        self._ends: list[tuple[float, int]] | None = None  # see weigh.py, _ending
         self._end_ids: list[int] = []  # the job (id of its _Job) of each of _ends
-        self._walked: list[payoff.Gang | None] | None = None  # see _walk_gangs
+        self._walked: list[payoff.Gang | None] | None = None  # see weigh.py, _walk_gangs
         self._runs: dict[ObjectRef, float | None] = {}  # each waiting gang's job's run left
         self._next = 0  # index in `pending` of the first gang behind the one served now
-        self._run_times: payoff.RunTimes | None = None  # see _queue_runs
+        self._run_times: payoff.RunTimes | None = None  # see weigh.py, _queue_runs
         self._run_times_read = False
         self._cold = (0, 0)  # below the floor: (finished runs, running jobs), _queue_runs
         # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
@@ -95,11 +86,11 @@ class QueuePlanState:
         # them first, so it is weighed for all of them (_weigh_behind)
         self._refused: list[tuple[PendingGroup, int, int]] = []
         self._members: list[tuple[PendingGroup, int]] = []  # those weighed together now
-        self._locked: int | None = None  # see _locked_gpus
+        self._locked: int | None = None  # see reclaim.py, _locked_gpus
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
-        self._no_room: dict[Hashable, Room] = {}  # see _room
-        self._holders: dict[tuple[int, str], tuple[int, Holder]] = {}  # see holder_of
+        self._no_room: dict[Hashable, Room] = {}  # see reclaim.py, _room
+        self._holders: dict[tuple[int, str], tuple[int, Holder]] = {}  # reclaim.py, _holder_kept
 
     def pods_missing(self, j: ElasticJob) -> str:
         """HoldNoPods' message when some of j's workers have had no pod for too long."""

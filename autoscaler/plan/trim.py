@@ -6,10 +6,7 @@ again, and its GPUs would stay "in flight" (rule 2) for ever."""
 
 from __future__ import annotations
 
-from autoscaler.core.model import (
-    ElasticJob,
-    Reason,
-)
+from autoscaler.core.model import ElasticJob, Reason
 
 from .state import QueuePlanState
 

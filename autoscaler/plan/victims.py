@@ -13,18 +13,11 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from autoscaler.core.model import (
-    Reason,
-)
+from autoscaler.core.model import Reason
 from autoscaler.core.policy import PlannerPolicy, VictimOrder
 
 from .fit import Holder
-from .work import (
-    _extra_gpus,
-    _heap_entry,
-    _Job,
-    restart_cost,
-)
+from .work import _extra_gpus, _heap_entry, _Job, restart_cost
 
 # decisions that hold a job alone, whatever its queue does: a clock skew, a resize the
 # cluster refused, its own gang waiting. Such a job keeps its size: it gives no worker.

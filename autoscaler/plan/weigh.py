@@ -13,21 +13,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from autoscaler.core.model import (
-    ElasticJob,
-    PendingGroup,
-)
+from autoscaler.core.model import ElasticJob, PendingGroup
 
 from . import payoff
 from .quota import beyond
 from .state import QueuePlanState
-from .work import (
-    _STILL_WAITING,
-    _is_swap,
-    _Job,
-    _running_taken,
-    restart_cost,
-)
+from .work import _STILL_WAITING, _is_swap, _Job, _running_taken, restart_cost
 
 # who covers a gang: (victims in its queue, lent shares given back), why nobody can, or
 # the trade of a reclaim that does not pay

@@ -97,6 +97,8 @@ def _index(jobs: Sequence[ElasticJob], last: _Jobs | None) -> _Jobs:
 
 
 class _Queued(Protocol):
+    """Anything that names its queue (a job, a gang, an unmanaged job)."""
+
     @property
     def queue(self) -> str: ...
 
