@@ -68,7 +68,7 @@ from autoscaler.core.model import (
 from autoscaler.core.policy import PlannerPolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339 as format_time
-from autoscaler.plan.planner import plan as make_plan
+from autoscaler.plan.planner import plan
 from autoscaler.read.parse import RawObjects, build_snapshot
 from autoscaler.settings import Settings
 
@@ -815,7 +815,7 @@ def run_soak(
     mode: str = "model",
     policy: Settings | None = None,
     check_every: int = 1,
-    planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = make_plan,
+    planner: Callable[[ClusterSnapshot, PlannerPolicy, datetime], Plan] = plan,
     declared: bool = False,
     history: bool = False,
     crowded: bool = False,

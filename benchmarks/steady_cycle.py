@@ -53,7 +53,7 @@ import planner_scale  # noqa: E402
 from autoscaler.act.dry_run import DryRunActuator  # noqa: E402
 from autoscaler.core.model import ClusterSnapshot, ObjectRef, UnmanagedJob  # noqa: E402
 from autoscaler.core.reasons import Reason  # noqa: E402
-from autoscaler.plan import planner  # noqa: E402
+from autoscaler.plan.kept import MEMORY  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
 from autoscaler.report.logs import configure_logging  # noqa: E402
 from autoscaler.report.metrics import Metrics  # noqa: E402
@@ -177,7 +177,7 @@ async def measure(
         snapshot = dataclasses.replace(
             snapshot, unmanaged=snapshot.unmanaged + finished(done, queues)
         )
-    planner._KEPT.__init__()  # type: ignore[misc]  # the first cycle: nothing remembered
+    MEMORY.reset()  # the first cycle: nothing remembered
     if freeze:
         gc.collect()
         gc.freeze()

@@ -1,6 +1,6 @@
 """Unmanaged jobs (finished ones above all: a cluster that never deletes them lists tens
 of thousands) are decided once per job object and sorted once per listing
-(planner._listing): the plan is the one a fresh planner makes, in the order every plan
+(listing._listing): the plan is the one a fresh planner makes, in the order every plan
 made before (each queue's decisions by namespace, name and kind; a job's before an
 unmanaged job's of the same key; unmanaged jobs of one key in the snapshot's order)."""
 

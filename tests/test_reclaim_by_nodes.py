@@ -1,5 +1,5 @@
 """A reclaim for a gang whose pods' shapes are known frees room on the nodes its pods
-will go to, of every resource they ask (planner._cover_by_nodes, fit.make_room): in one
+will go to, of every resource they ask (reclaim._cover_by_nodes, fit.make_room): in one
 cycle, with the fewest jobs and workers restarted; workers elsewhere stay; a gang no
 reclaim makes fit takes nothing. Without shapes or nodes, GPUs alone decide, as before.
 

@@ -1,7 +1,7 @@
 """Sharing a cluster between queues (docs/design.md "Sharing a cluster between queues"):
 idle GPUs shared out under the capacity plugin, queues below their deserved first
 (shares.capacity_allotments), and lent shares given back to a waiting gang of a queue
-within its own share (planner._Lenders), under both plugins."""
+within its own share (lenders._Lenders), under both plugins."""
 
 from __future__ import annotations
 

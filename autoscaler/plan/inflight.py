@@ -61,7 +61,7 @@ class NoPods:
     @staticmethod
     def may_count(u: UnmanagedJob) -> bool:
         """Whether `gpus_of(u)` may be other than 0, whatever the pods and the time: a
-        finished job's is never (the planner decides those once, planner._listing)."""
+        finished job's is never (the planner decides those once, listing._listing)."""
         gpw = u.gpus_per_worker or 0
         return gpw > 0 and u.inflight_gpus // gpw > 0 and u.asked_at is not None
 

@@ -24,7 +24,7 @@ from autoscaler.client.redact import redact
 from autoscaler.core.errors import RunFailure, UsageError
 from autoscaler.core.model import ClusterSnapshot, Plan
 from autoscaler.core.resources import JOB_RESOURCES
-from autoscaler.plan.planner import plan as make_plan
+from autoscaler.plan import planner
 from autoscaler.read.kube.tuning import settle_gc, sync_gc
 from autoscaler.read.live import LiveSource
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
@@ -284,7 +284,7 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
             raise problem
     if snapshot.problem is not None:
         raise RunFailure(f"cannot plan: {snapshot.message or snapshot.problem.value}")
-    return snapshot, make_plan(snapshot, settings.planner_policy(), now)
+    return snapshot, planner.plan(snapshot, settings.planner_policy(), now)
 
 
 # ---- the status object, for `status` and `explain` --------------------------------------

@@ -27,7 +27,7 @@ from autoscaler.core.heap import release_free_memory
 from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal, resized
 from autoscaler.core.options import LoopOptions
 from autoscaler.core.policy import PlannerPolicy
-from autoscaler.plan.planner import plan as make_plan
+from autoscaler.plan import planner
 from autoscaler.report.metrics import Metrics, package_version, start_at_zero
 from autoscaler.report.status.build import WriteOutcome, build_status, with_cycle
 from autoscaler.report.status.doc import Cycle, StatusDoc, StatusMemo
@@ -182,7 +182,7 @@ class Controller:
                 refused = self.refusals(now)
                 if refused:
                     snapshot = dataclasses.replace(snapshot, refusals=refused)
-                plan = make_plan(snapshot, self.policy, now)
+                plan = planner.plan(snapshot, self.policy, now)
                 self.idle_queues = idle_queues(plan)
                 self._log_decisions(plan)
                 self.metrics.record_plan(plan)

@@ -1,0 +1,189 @@
+"""Shares lent across queues come back (rule 3, "Sharing a cluster between queues" in
+docs/design.md).
+
+A queue holding more than its own share lent the rest while nobody asked. A waiting
+gang of a queue within its share takes elastic workers back from such queues, by the
+rules of reclaim inside a queue (victims.py), never taking a queue below its share.
+Volcano's default actions never reclaim across queues: without this, the gang waits
+until the lender's jobs end. Rule 3c (`_Lenders.on_loan`): a gang does not take its own
+queue's workers that are on loan, since nothing gives a gang back."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoscaler.core.model import ClusterSnapshot, PendingGroup, Plugin
+from autoscaler.core.policy import PlannerPolicy
+from autoscaler.core.reasons import Reason
+
+from .cluster import _Cluster
+from .headroom import real_capability
+from .inflight import NoPods
+from .shares import deserved_of
+from .victims import _VictimPool, may_give_way
+from .work import _EPS, _gpus_of, _Job, _plans, _waits_for_own_gang, own_gangs_waiting
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What every queue planner of one plan reads beside its own queue."""
+
+    no_pods: NoPods
+    lenders: _Lenders | None
+
+
+class _Lenders:
+    """Lent shares come back (docs/design.md "Sharing a cluster between queues"): a
+    queue holding more than its own share lent the rest while nobody asked; a waiting
+    gang of a queue within its share takes elastic workers back from such queues, by the
+    rules of reclaim inside a queue (_VictimPool), never taking a queue below its share
+    by more than part of one worker. Volcano's default actions never reclaim across
+    queues: without this, the gang waits until the lender's jobs end."""
+
+    def __init__(
+        self,
+        shares: dict[str, float],
+        best_effort: set[str],
+        held: dict[str, float],
+        usable: set[str],
+        work: dict[str, list[_Job]],
+        policy: PlannerPolicy,
+        snapshot: ClusterSnapshot,
+    ) -> None:
+        self.shares, self.best_effort, self.held = shares, best_effort, held
+        self.usable, self.work, self.policy = usable, work, policy
+        # what each queue keeps whoever asks (its deserved under capacity, its weight's
+        # part of the cluster among the queues with jobs under proportion): beyond it, it
+        # holds others' idle share
+        self.owned = dict(shares)
+        # what locks a job in its own queue's accounting (_account), known before that
+        # queue is planned: a job taken here must not be locked there at its old size
+        self.own = own_gangs_waiting(list(snapshot.pending))
+        self.refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in snapshot.refusals}
+
+    @classmethod
+    def of(
+        cls,
+        snapshot: ClusterSnapshot,
+        cluster: _Cluster,
+        work: dict[str, list[_Job]],
+        policy: PlannerPolicy,
+    ) -> _Lenders | None:
+        """Each queue's share and what it holds (allocated + admitted), by its plugin:
+        capacity, its deserved (shares.deserved_of; a best-effort queue is owed
+        nothing); proportion, the water-fill of everyone's asks (Limits.shares)."""
+        view, total = cluster.view, cluster.view.total_gpus
+        if view.plugin is Plugin.GIVEN or total is None:
+            return None
+        shares, best_effort = cluster.limits.shares(), set()
+        if view.plugin is Plugin.CAPACITY:
+            for name, q in view.queues.items():
+                real = real_capability(q, total, cluster.limits.total_guarantee)
+                deserved = deserved_of(q, real)
+                shares[name] = deserved or 0.0
+                if deserved is None:
+                    best_effort.add(name)
+        held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
+        usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
+        lenders = cls(shares, best_effort, held, usable, work, policy, snapshot)
+        if view.plugin is Plugin.PROPORTION:
+            lenders.owned = cluster.limits.owned()
+        return lenders
+
+    def within(self, g: PendingGroup) -> str:
+        """ "" when g's queue, with g, stays within its share; else why not."""
+        q = g.queue
+        if q not in self.shares or q in self.best_effort:
+            return f"queue {q} is owed no share (no deserved, no guarantee)"
+        adds = 0 if g.phase == "Inqueue" else g.gpus  # an admitted gang is in inqueue
+        held, share = self.held.get(q, 0.0), self.shares[q]
+        if held + adds > share + _EPS:
+            return (
+                f"queue {q} would hold {held + adds:g} GPU(s) with it, beyond its share "
+                f"{share:g}: nothing is taken back from other queues for it"
+            )
+        return ""
+
+    def on_loan(self, g: PendingGroup, locked: float) -> str:
+        """Rule 3c: "" when g's queue, its gangs holding `locked` GPUs (its jobs' minimum
+        and the gangs served this plan), may start g by taking its own elastic workers;
+        else why not. Beyond what the queue keeps whoever asks (`owned`), the GPUs its
+        elastic workers hold are on loan: given back in one restart when another
+        queue's gang asks for its share (rule 3, lent shares). A gang started on them
+        holds them until its job ends, and no give-back reaches a gang, so the lenders'
+        shares would wait on the borrower's run times. Volcano still starts g on GPUs
+        that free (its own plugin's rule); only the reclaim is not made."""
+        q = g.queue
+        owned = self.owned.get(q)
+        if owned is None or q in self.best_effort or locked + g.gpus <= owned + _EPS:
+            return ""
+        return (
+            f"queue {q}'s gangs hold {locked:g} GPU(s) at their jobs' minimum; with it "
+            f"{locked + g.gpus:g}, beyond the {owned:g} the queue keeps whoever asks: its "
+            "elastic workers are on loan from other queues' shares and are not turned "
+            "into a gang's, which nothing gives back until its job ends"
+        )
+
+    def pools(self, g: PendingGroup) -> list[tuple[str, float, _VictimPool]]:
+        """The other queues over their share, most over first: (queue, GPUs over, its
+        jobs that may lend as victims)."""
+        pools = []
+        for name in sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n)):
+            over = self._over(name)
+            jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
+            if over > _EPS and jobs:
+                pool = _VictimPool(jobs, self.policy)
+                pools.append((name, over, pool))
+        return pools
+
+    def cover(self, g: PendingGroup, short: int, limit: float) -> list[tuple[_Job, int]] | None:
+        """Victims in other queues over their share that cover `short` GPUs for g, most
+        over first, each queue's by _VictimPool's order; None when they cannot."""
+        pools = self.pools(g)
+        if sum(min(over, pool.reclaimable(limit)) for _, over, pool in pools) < short:
+            return None
+        taken: list[tuple[_Job, int]] = []
+        for _, over, pool in pools:
+            if short <= 0:
+                break
+            part = pool.take(math.ceil(min(short, over)), limit)
+            short -= _gpus_of(part)
+            taken += part
+        self.charge(g, taken)
+        return taken
+
+    def caps(self) -> dict[str, float]:
+        """GPUs each queue holds beyond its share: the most it gives back."""
+        return {name: max(0.0, self._over(name)) for name in self.usable}
+
+    def charge(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
+        """g's queue holds g now; the lenders no longer hold what they give it."""
+        for w, n in taken:
+            self.held[w.job.queue] -= n * w.job.gpus_per_worker
+        self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
+
+    def restore(self, g: PendingGroup, taken: list[tuple[_Job, int]]) -> None:
+        """Undo what `cover` counted for g: its victims' queues hold their workers again."""
+        for w, n in taken:
+            self.held[w.job.queue] = self.held.get(w.job.queue, 0.0) + n * w.job.gpus_per_worker
+        self.held[g.queue] = self.held.get(g.queue, 0.0) - g.gpus
+
+    def _over(self, name: str) -> float:
+        return self.held.get(name, 0.0) - self.shares.get(name, 0.0)
+
+    def _may_lend(self, w: _Job) -> bool:
+        """A job whose extra workers may go (victims.may_give_way, as for its own queue's
+        gangs), and not one its own queue already decided on (grown, trimmed, held with
+        its queue). Its queue may not be planned yet: what would hold it alone there (its
+        own gang waiting, a clock skew, a refused resize) is asked here too."""
+        reclaimed = w.reason in (Reason.RECLAIM_FOR_PENDING, Reason.RECLAIM_FOR_QUEUE)
+        p, since = self.policy, w.since
+        refusal = self.refusals.get(w.skey)
+        return (
+            may_give_way(w, p.reclaim_cooldown_seconds)
+            and (not w.locked or reclaimed)
+            and not _waits_for_own_gang(w.job.ref, self.own)
+            and not (since is not None and -since > p.clock_skew_seconds)
+            and not (refusal is not None and refusal.applies_to(w.job))
+        )
