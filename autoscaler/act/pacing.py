@@ -42,6 +42,8 @@ SERVER_PAUSE_MAX_SECONDS = 30.0
 
 
 class Verdict(Enum):
+    """What one write's answer means for the writes behind it."""
+
     DONE = "done"  # answered (landed, or a final answer such as 404/409/422): not resent
     THROTTLED = "throttled"  # 429/503: send again after retry_after
     UNAVAILABLE = "unavailable"  # the server failed: stop sending until it is back
@@ -49,6 +51,8 @@ class Verdict(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
+    """One send of a write and how the server answered it."""
+
     verdict: Verdict
     retry_after: float | None = None  # THROTTLED: what the server asked
     landed: bool = False  # DONE and written (2xx)
@@ -129,6 +133,8 @@ class Pacer:
 
 @dataclass
 class Drained:
+    """What a drain sent and what it left for the next cycle."""
+
     done: list[tuple[Item, Attempt]]  # in the order they were answered
     left: list[Item]  # not sent (or throttled and not sent again) in time, in order
 

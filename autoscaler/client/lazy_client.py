@@ -2,7 +2,7 @@
 
 `kubernetes_asyncio/client/__init__.py` imports every generated API and model class of
 the whole Kubernetes API: ~800 modules, ~21 MiB of a daemon whose peak RSS target is
-150 MiB ([placement] #27, docs/benchmarks.md), for the handful it uses (ApiClient,
+150 MiB (docs/benchmarks.md), for the handful it uses (ApiClient,
 CustomObjectsApi, CoreV1Api, CoordinationV1Api, V1Lease, ...). `install()` (called by
 `autoscaler/__init__.py`, before anything imports the client) makes the four
 importing packages (`kubernetes_asyncio`, `.client`, `.client.api`, `.client.models`)

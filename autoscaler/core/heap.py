@@ -5,7 +5,7 @@ connection's buffers) from the C library's malloc. glibc keeps what is freed for
 (only a free stretch at the very top of its heap goes back by itself), so the daemon's
 RSS stays at its high-water mark of the sync and of each cycle: measured at 10k jobs,
 26k nodes and 50k pods, 17 MiB of the 44 MiB heap were free right after the sync and
-~10 MiB after each cycle (docs/benchmarks.md, [placement] #27 third round).
+~10 MiB after each cycle.
 `malloc_trim(0)` returns the free pages of every arena to the system (0.3-2 ms there).
 Elsewhere (musl, macOS) there is nothing to call and nothing is done."""
 

@@ -176,6 +176,8 @@ class PendingGroup:
 
 @dataclass(frozen=True, slots=True)
 class InvalidGroup:
+    """A PodGroup that could not be read, with the message naming its bad field."""
+
     ref: ObjectRef
     queue: str
     message: str
@@ -449,6 +451,9 @@ class GangDecision:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
+    """One queue's accounts for a cycle: what was free, in flight, released, granted,
+    and what bounded it (status, metrics and `plan` print these)."""
+
     name: str
     free_gpus: float | None
     inflight_gpus: int = 0
@@ -507,6 +512,9 @@ def resized(decisions: Sequence[Decision]) -> Iterator[bool]:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """What one cycle decided: a decision for every job, a verdict for every waiting
+    gang, a summary per queue, and the restart costs measured on the way."""
+
     now: datetime
     decisions: tuple[Decision, ...]
     gangs: tuple[GangDecision, ...] = ()

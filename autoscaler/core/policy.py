@@ -23,6 +23,9 @@ class VictimOrder(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannerPolicy:
+    """The planner's section of the settings (Settings.planner_policy()): the third
+    argument of plan(), so that a plan depends on nothing but its inputs."""
+
     cooldown_seconds: float = 300
     cooldown_restart_cost_factor: float = 10.0
     reclaim_cooldown_seconds: float = 60

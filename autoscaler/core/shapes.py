@@ -20,6 +20,8 @@ PODS = "pods"  # the node's pod count, a resource like the others (each pod asks
 
 @dataclass(frozen=True, slots=True)
 class Taint:
+    """A node taint that repels pods (NoSchedule or NoExecute)."""
+
     key: str
     value: str = ""
     effect: str = "NoSchedule"  # NoSchedule or NoExecute (PreferNoSchedule repels nothing)
@@ -32,6 +34,8 @@ class Taint:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
+    """A pod's toleration, matched against node taints as the scheduler matches them."""
+
     key: str = ""  # "" with Exists: every key
     operator: str = "Equal"  # Equal or Exists
     value: str = ""
@@ -59,6 +63,8 @@ class SelectorTerm:
 
 @dataclass(frozen=True, slots=True)
 class HostPort:
+    """A host port a pod asks for: two pods asking the same one never share a node."""
+
     port: int
     protocol: str = "TCP"
     ip: str = ""  # "" or 0.0.0.0: every address of the node

@@ -41,6 +41,9 @@ class SnapshotError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotFile:
+    """A snapshot file as read (docs/snapshot.md): the raw objects, the free GPUs per
+    queue and the instant, turned into a ClusterSnapshot with the settings' read options."""
+
     now: datetime | None
     free: Mapping[str, QueueState]
     raw: RawObjects

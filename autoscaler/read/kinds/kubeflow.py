@@ -35,6 +35,9 @@ DEFAULT_QUEUE = "default"
 
 
 class KubeflowJob:
+    """A Kubeflow training-operator kind (PyTorchJob, PaddleJob): replica specs by
+    role, Worker the one resized."""
+
     def __init__(
         self,
         resource: ResourceKind,

@@ -38,6 +38,9 @@ SUSPENDED_PHASES = frozenset({"Aborted", "Aborting"})
 
 
 class VolcanoJob:
+    """A Volcano Job (batch.volcano.sh): tasks, each with replicas and minAvailable, as
+    its admission webhook lets them change."""
+
     resource = VCJOB
     queue_field = "spec.queue"
     operator = "Volcano's job controller"

@@ -3,10 +3,10 @@
 A sync at 10k jobs reads ~50k bound pods and 16k-26k nodes. Asked in JSON, the API
 server spends most of its CPU for those LISTs encoding JSON (Go's encoding/json, a
 pod's managedFields and all); asked in protobuf, as client-go's informers ask for the
-built-in kinds, it spends about half ([placement] #27, seventh round: sync,
-docs/benchmarks.md), and the answer is ~25 % smaller. CRDs (jobs, PodGroups) are served
-in JSON only, so only the Pod and Node caches ask for it (`settings.kube_protobuf`),
-and only on LIST: a watch stays JSON, one event at a time.
+built-in kinds, it spends about half (docs/benchmarks.md, the sync), and the answer
+is ~25 % smaller. CRDs (jobs, PodGroups) are served in JSON only, so only the Pod
+and Node caches ask for it (`settings.kube_protobuf`), and only on LIST: a watch stays
+JSON, one event at a time.
 
 Only the fields our readers read are declared, with the numbers of
 k8s.io/api/core/v1/generated.proto and apimachinery's (proto2: a field the server does

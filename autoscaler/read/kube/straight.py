@@ -4,8 +4,8 @@ bytes: bound Pods and Nodes.
 The caches' usual way (`read.kube.wire`, then `parse.decoders`) reads the declared fields
 into plain dicts and walks them with the decoders, which check every step's type. At
 10k jobs a sync reads ~50k bound pods and 16k-26k nodes, and that walk was about half of
-the daemon's CPU beyond the server's own floor ([placement] #27, sixth round,
-docs/benchmarks.md). Here the same fields are declared as msgspec Structs whose types
+the daemon's CPU beyond the server's own floor (docs/benchmarks.md, the sync).
+Here the same fields are declared as msgspec Structs whose types
 are those the API server validates (strings, string maps, lists of objects), so msgspec
 checks the types in C while it reads, and a record is made of attributes.
 

@@ -25,7 +25,7 @@ def sync_gc() -> None:
     changes the whole process, so nothing else does). A sync allocates a record per
     object and keeps it: with the default first-generation threshold (700) the collector
     ran ~250 times over the records of 17k objects and took ~12% of the sync's CPU
-    (docs/benchmarks.md, [placement] #27 third round); at 50,000 it runs a few times.
+    (measured at 10k jobs); at 50,000 it runs a few times.
     What is freed by reference counting (nearly everything: records form no cycles) is
     freed as before."""
     first, second, third = gc.get_threshold()

@@ -9,7 +9,7 @@ kind the caches hold in bulk has TypedDicts declaring only the fields its decode
 it and gives the same plain dict the decoder reads, absent fields absent, so the
 decoders stay the one reader of every field, with their messages. (Structs read into
 and then turned into dicts by `msgspec.to_builtins` gave the same dicts, ~1 us an
-object later: [placement] #27, fifth round.)
+object later, for nothing the decoders use.)
 
 Declared here, per kind (what `parse`, `podspec` and `kinds` read):
 
