@@ -348,3 +348,24 @@ def test_finished_jobs_are_listed_after_every_job_that_runs_and_cut_first():
     assert doc.omitted_jobs == {"SkipFinished": 30}
     table = status_table(doc, wide=True)
     assert table.index("z-run-0") < table.index("a-done-0")
+
+
+def test_messages_are_never_cut_and_the_left_out_are_counted_and_pointed_to():
+    """Issue 44: the end of a message says what to do. A long message is listed whole in
+    every output (the object, `status -o json|wide`, `explain`); a status that must stay
+    small lists fewer jobs, each whole, and says how many it left out and how to see one."""
+    tail = "; the end says what to do"
+    long = "x" * 900 + tail
+    unmanaged = [
+        UnmanagedJob(ObjectRef("ml", f"plain{i}"), "q", Reason.NOT_ELASTIC, long) for i in range(3)
+    ]
+    doc = cycle(snap({"q": 0}, [ej("held", replicas=2, max=4)], unmanaged=unmanaged), max_jobs=2)
+    listed = [j for j in doc.jobs if j.reason == "NotElastic"]
+    assert listed and all(j.message == long for j in listed)
+    assert from_data(to_data(doc), "cm").jobs == doc.jobs  # whole through the ConfigMap
+    rows = [line for line in status_table(doc, wide=True).splitlines() if "ml/plain" in line]
+    assert len(rows) == len(listed) and all(row.endswith(long) for row in rows)
+    assert tail in explain_text(doc, listed[0])
+    foot = status_table(doc)
+    assert "Not listed in the status object" in foot and "2 job(s) (NotElastic 2)" in foot
+    assert "`explain NAMESPACE/NAME --live` plans any one now" in foot

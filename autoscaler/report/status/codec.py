@@ -24,7 +24,6 @@ from .doc import (
     StatusDoc,
     StatusError,
     StatusMemo,
-    trim_message,
 )
 
 # ---- to and from the ConfigMap ---------------------------------------------------------
@@ -141,7 +140,7 @@ def _head(doc: StatusDoc) -> dict[str, Any]:
         "cycle": _drop_empty(
             {
                 "result": c.result,
-                "message": trim_message(c.message),
+                "message": c.message,
                 "duration_seconds": round(c.duration_seconds, 3),
                 "jobs": c.jobs,
                 "actions": c.actions,

@@ -179,9 +179,20 @@ def _footnotes(doc: StatusDoc, jobs: Sequence[JobEntry], wide: bool) -> list[str
     rest = _left_out(jobs)
     if not wide and rest and any(rank(j) < RANK_SETTLED for j in jobs):
         parts += ["", f"{rest} not shown (-o wide shows them)."]
-    if doc.omitted_jobs:
-        words = ", ".join(f"{n} {r}" for r, n in sorted(doc.omitted_jobs.items()))
-        parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
+    left_out = [
+        f"{sum(counts.values())} {what} ("
+        + ", ".join(f"{r} {n}" for r, n in sorted(counts.items()))
+        + ")"
+        for what, counts in (("job(s)", doc.omitted_jobs), ("waiting gang(s)", doc.omitted_gangs))
+        if counts
+    ]
+    if left_out:
+        parts += [
+            "",
+            f"Not listed in the status object (its size is bounded; each listed one is "
+            f"whole): {' and '.join(left_out)}; `explain NAMESPACE/NAME --live` plans any "
+            "one now.",
+        ]
     if wide:
         rooms = [(n, q) for n, q in doc.queues.items() if q.headroom]
         if rooms:
