@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
@@ -698,8 +699,27 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"config file {path}: must be a mapping of setting: value")
     unknown = sorted(str(k) for k in data if k not in Settings.model_fields)
     if unknown:
-        raise SettingsError(f"config file {path}: unknown setting(s): {', '.join(unknown)}")
+        words = _did_you_mean(unknown, Settings.model_fields)
+        raise SettingsError(
+            f"config file {path}: unknown setting(s): {words}; settings are the field names "
+            "of docs/settings.md"
+        )
     return data
+
+
+def _did_you_mean(unknown: list[str], known: Iterable[str]) -> str:
+    """Each unknown name with the closest known one, as `name (did you mean other?)`: the
+    same hint for a key of the --config file as for an AUTOSCALER_* variable."""
+    names = sorted(known)
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, names, n=1)
+        if not close:  # a key typed in the variable's spelling: cooldown-seconds, COOLDOWN
+            folded = {n.lower().replace("_", "-"): n for n in names}
+            close = difflib.get_close_matches(name.lower().replace("_", "-"), folded, n=1)
+            close = [folded[c] for c in close]
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ", ".join(parts)
 
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
@@ -749,12 +769,8 @@ def check_environment(environ: Any) -> None:
     )
     if not unknown:
         return
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name.upper(), sorted(known), n=1)
-        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     raise SettingsError(
-        f"unknown environment variable(s): {', '.join(parts)}; settings are "
+        f"unknown environment variable(s): {_did_you_mean(unknown, known)}; settings are "
         f"{ENV_PREFIX}<FIELD> (docs/settings.md)"
     )
 
