@@ -240,7 +240,8 @@ class _PrometheusFields(BaseModel):
     prometheus_url: str = Field(
         "http://prometheus-operated.monitoring.svc:9090",
         description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics "
-        "(an http or https URL with a host, checked at start).",
+        "(an http or https URL with a host, checked at start; the --prometheus-url flag "
+        "wins).",
     )
     headroom_plugin: HeadroomPlugin = Field(
         HeadroomPlugin.AUTO,
@@ -487,7 +488,10 @@ class _LeaderFields(BaseModel):
     )
     lease_name: str = Field("elastic-autoscaler", min_length=1, description="Lease name.")
     lease_namespace: str = Field(
-        "elastic-autoscaler", min_length=1, description="Namespace of the Lease (ours)."
+        "elastic-autoscaler",
+        min_length=1,
+        description="Namespace of the Lease and the status object (ours; the "
+        "--autoscaler-namespace flag wins).",
     )
     lease_duration_seconds: float = Field(15, gt=0, description="Lease duration.")
     lease_renew_deadline_seconds: float = Field(10, gt=0, description="Leader renew deadline.")
@@ -577,6 +581,27 @@ class Settings(
         validate_default=True,
     )
     _config_path: ClassVar[str | None] = None  # set by load_settings on a subclass
+    _flags_given: ClassVar[frozenset[str]] = frozenset()  # the fields a CLI flag set
+
+    def origin(self, name: str) -> str:
+        """Where the value of setting `name` came from, as a user would change it: its
+        flag, its variable, the settings file's key, or the default."""
+        if name in self._flags_given and name in FLAGS:
+            return FLAGS[name]
+        env = f"{ENV_PREFIX}{name.upper()}"
+        if any(k.upper() == env for k in os.environ):
+            return env
+        if self._config_path is not None and name in _file_keys(Path(self._config_path)):
+            return f"{self._config_path} key {name}"
+        return "the default"
+
+    def named(self, name: str) -> str:
+        """The setting in words for an error line: its name, where its value came from,
+        and what sets it (`prometheus_url from the default; --prometheus-url or
+        AUTOSCALER_PROMETHEUS_URL sets it`)."""
+        setters = [FLAGS[name]] if name in FLAGS else []
+        setters += [f"{ENV_PREFIX}{name.upper()}"]
+        return f"{name} from {self.origin(name)}; {' or '.join(setters)} sets it"
 
     @classmethod
     def settings_customise_sources(
@@ -722,14 +747,39 @@ def _did_you_mean(unknown: list[str], known: Iterable[str]) -> str:
     return ", ".join(parts)
 
 
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Settings from env over `config` over defaults; `overrides` (CLI flags) win."""
+# The CLI flag of each setting that has one (kubectl's names where kubectl has the flag):
+# an error about a setting names the flag that sets it too.
+FLAGS = {
+    "prometheus_url": "--prometheus-url",
+    "kubeconfig": "--kubeconfig",
+    "kube_context": "--context",
+    "namespaces": "-n/--namespace",
+    "lease_namespace": "--autoscaler-namespace",
+    "dry_run": "--dry-run",
+}
+
+
+def _file_keys(path: Path) -> set[str]:
+    try:
+        return set(read_config_file(path))
+    except SettingsError:
+        return set()
+
+
+def load_settings(
+    config: Path | None = None, *, flags: Iterable[str] = (), **overrides: Any
+) -> Settings:
+    """Settings from env over `config` over defaults; `overrides` (CLI flags) win.
+    `flags`: the names of the overrides a flag set (Settings.origin says so)."""
 
     check_environment(os.environ)
     cls: type[Settings] = Settings
-    if config is not None:
-        read_config_file(config)  # fail early with a message about the file itself
-        cls = type("Settings", (Settings,), {"_config_path": str(config)})
+    given = frozenset(flags)
+    if config is not None or given:
+        if config is not None:
+            read_config_file(config)  # fail early with a message about the file itself
+        path = str(config) if config is not None else None
+        cls = type("Settings", (Settings,), {"_config_path": path, "_flags_given": given})
     try:
         return cls(**overrides)
     except ValidationError as exc:

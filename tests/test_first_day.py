@@ -73,7 +73,11 @@ def test_no_kubeconfig_anywhere_is_one_line_with_the_search_order(tmp_path):
         assert "Config not found" not in done.stderr
         order = ["--kubeconfig", "$KUBECONFIG", "in-cluster", f"{tmp_path}/.kube/config"]
         assert [line.index(w) for w in order] == sorted(line.index(w) for w in order), line
-        assert line.endswith(f"{tmp_path}/.kube/config: no such file"), line
+        assert line.endswith(
+            f"{tmp_path}/.kube/config: no such file (setting kubeconfig from the default: "
+            "in-cluster, else ~/.kube/config; --kubeconfig, AUTOSCALER_KUBECONFIG or "
+            "$KUBECONFIG sets it)"
+        ), line
 
 
 def test_a_queue_without_metrics_shows_its_plugin_as_unknown():
