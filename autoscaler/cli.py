@@ -74,6 +74,20 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     _with_daemon_namespace(run)
     run.add_argument("--dry-run", action="store_true", help="plan and log, never write")
 
+    _add_plan(sub)
+    _add_readers(sub)
+
+    sim = sub.add_parser(
+        "simulate", help="replay a GPU-cluster trace under several policies and compare them"
+    )
+    _with_config(sim)
+    from autoscaler.sim.cli import add_arguments
+
+    add_arguments(sim)
+    return parser
+
+
+def _add_plan(sub: Any) -> None:
     plan = sub.add_parser(
         "plan", help="print the plan for a snapshot file or the live cluster; writes nothing"
     )
@@ -89,6 +103,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     plan.add_argument("--verbose", "-v", action="store_true", help="explain every job")
 
+
+def _add_readers(sub: Any) -> None:
+    """`status` and `explain`: the status object, or with --live one plan now."""
     status = sub.add_parser(
         "status",
         help="what the daemon decided last cycle: queues, headroom and what bounded it, "
@@ -111,15 +128,6 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     explain.add_argument("job", metavar="NAMESPACE/NAME", help="the job (or NAME with -n)")
     _with_output(explain, ("text", "json", "yaml"))
     _with_source(explain)
-
-    sim = sub.add_parser(
-        "simulate", help="replay a GPU-cluster trace under several policies and compare them"
-    )
-    _with_config(sim)
-    from autoscaler.sim.cli import add_arguments
-
-    add_arguments(sim)
-    return parser
 
 
 def _with_source(p: argparse.ArgumentParser) -> None:
