@@ -108,3 +108,38 @@ def test_jobs_not_managed_are_not_settled_and_explain_says_not_managed():
     assert "(1 settled job(s) and 2 job(s) not managed (NotElastic 1, SkipPaused 1))" in table
     plain = next(j for j in doc.jobs if j.name == "plain")
     assert "\nNot managed: NotElastic: " in explain_text(doc, plain)
+
+
+def test_readmes_example_plan_shows_headroom_and_bound_a_why_for_every_job_and_no_repeats():
+    """Issue 44: README's first plan, run as a user runs it: each queue's headroom and
+    what bounds it (the example's free_gpus are taken as given, and the table says so),
+    one "Why" line for every job, held or at max too, and no line said twice."""
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "plan", "--snapshot", "config/example-snapshot.yaml"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = done.stdout
+    queues = out.split("\nQUEUE ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert len(queues) == 4
+    for row in queues:
+        _, free, headroom, bound = row.split()[:4]
+        assert (headroom, bound) == (free, "given"), row
+    assert "(given: the free GPUs as read, from free_gpus_query or a snapshot's free_gpus" in out
+    jobs = yaml.safe_load(EXAMPLE.read_text())["objects"]
+    names = {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+        for o in jobs
+        if o["kind"] in ("PyTorchJob", "PaddleJob", "Job")
+    }
+    why = out.split("\nWhy:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    said = [line.split(": ", 1)[0].strip() for line in why if not line.startswith("    ")]
+    assert sorted(said) == sorted(names)  # every job once
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), [x for x in lines if lines.count(x) > 1]
+    nogang = next(line for line in why if line.startswith("  speech/hubert-nogang:"))
+    assert why[why.index(nogang) + 1].startswith("  speech/"), "a note saying it again"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autoscaler.core.model import Decision, GangDecision, Plan, Plugin, QueueSummary
+from autoscaler.core.model import Bound, Decision, GangDecision, Plan, Plugin, QueueSummary
+from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339 as format_time
 
 
@@ -144,12 +145,35 @@ def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
         parts += ["", table(_GANG_HEADERS, [_gang_row(g) for g in plan.gangs])]
     queues = sorted(plan.queues.items())
     parts += ["", table(_QUEUE_HEADERS, [_queue_row(name, q) for name, q in queues])]
-    parts += _why(plan, verbose)
-    rooms = [(name, q) for name, q in queues if q.bound is not None]
+    parts += _why(plan)
+    rooms = [(name, q) for name, q in queues if room_of(q)[2]]
     if rooms:
         parts += ["", "Headroom (what the scheduler would bind now):"]
-        parts.extend(f"  {name}: {headroom_words(q)}" for name, q in rooms)
+        parts.extend(f"  {name}: {room_of(q)[2]}" for name, q in rooms)
+        if any(room_of(q)[1] == Bound.GIVEN.value for _, q in rooms):
+            parts.append(f"  ({GIVEN_WORDS})")
     return "\n".join(parts) + "\n"
+
+
+GIVEN_WORDS = (
+    "given: the free GPUs as read, from free_gpus_query or a snapshot's free_gpus, with no "
+    "Volcano metrics or nodes to bound them; a snapshot's volcano.queues and Node objects "
+    "compute the headroom as the daemon does (docs/snapshot.md)"
+)
+
+
+def room_of(q: QueueSummary) -> tuple[float | None, str, str]:
+    """A queue's headroom, what bounded it and both in words, as every output shows
+    them: a reading taken as given (a `free_gpus` query or snapshot key, with no Volcano
+    metrics and no node to bound it) is its own headroom, bounded by `given`, and the
+    words say so; a queue that holds has none ("")."""
+    if q.bound is not None:
+        return q.headroom_gpus, q.bound.value, headroom_words(q)
+    if q.headroom_gpus is None and q.reason is None and q.free_gpus is not None:
+        free = f"{q.free_gpus:g}"
+        words = f"given: {free} free GPU(s) as read -> {free} GPU(s)"
+        return q.free_gpus, Bound.GIVEN.value, words
+    return q.headroom_gpus, "", ""
 
 
 def _job_row(d: Decision) -> list[str]:
@@ -183,11 +207,12 @@ def _gang_row(g: GangDecision) -> list[str]:
 
 
 def _queue_row(name: str, q: QueueSummary) -> list[str]:
+    headroom, bound, _ = room_of(q)
     return [
         name,
         _s(q.free_gpus if q.free_gpus is None else f"{q.free_gpus:g}"),
-        _s(None if q.headroom_gpus is None else f"{q.headroom_gpus:g}"),
-        _bound(q),
+        _s(None if headroom is None else f"{headroom:g}"),
+        _bound(q) if q.bound is not None else bound or "-",
         str(q.inflight_gpus),
         str(q.pending_gpus),
         str(q.granted_gpus),
@@ -196,16 +221,24 @@ def _queue_row(name: str, q: QueueSummary) -> list[str]:
     ]
 
 
-def _why(plan: Plan, verbose: bool) -> list[str]:
-    """Why each changed, unmanaged or annotated job (every job when verbose) and each
-    held queue is what it is."""
+def notes_said(d: Decision) -> tuple[str, ...]:
+    """The notes shown to a person beside a decision's message: one that makes the
+    message's own point again is left out (a job held because it has no minAvailable
+    is not told a second time that it has none)."""
+    if d.reason is Reason.NO_MIN_AVAILABLE:
+        return tuple(n for n in d.notes if "minAvailable" not in n)
+    return d.notes
+
+
+def _why(plan: Plan) -> list[str]:
+    """Why every job and each held queue is what it is: one line a job, whatever its
+    reason (a job held or at max has a why too), and its notes."""
     lines: list[str] = []
-    explain = [d for d in plan.decisions if verbose or d.changed or d.reason.unmanaged or d.notes]
-    if explain:
+    if plan.decisions:
         lines += ["", "Why:"]
-        for d in explain:
+        for d in plan.decisions:
             lines.append(f"  {d.ref.namespace}/{d.ref.name}: {d.reason.value}: {d.message}")
-            lines.extend(f"    note: {n}" for n in d.notes)
+            lines.extend(f"    note: {n}" for n in notes_said(d))
     for name, q in sorted(plan.queues.items()):
         if q.reason is not None:
             lines.append(f"  queue {name}: {q.reason.value}: {q.message}")

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 from autoscaler.act.results import Outcome
 from autoscaler.core.model import (
-    Bound,
     ClusterSnapshot,
     Decision,
     ElasticJob,
@@ -23,7 +22,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 
-from ..render import headroom_words
+from ..render import notes_said, room_of
 from .codec import dump
 from .doc import (
     MAX_BYTES,
@@ -169,12 +168,7 @@ def _gang_rank(g: GangEntry) -> int:
 
 
 def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> QueueEntry:
-    headroom, bound = q.headroom_gpus, q.bound.value if q.bound else ""
-    words = headroom_words(q) if q.bound is not None else ""
-    if headroom is None and q.reason is None and q.free_gpus is not None:
-        # free GPUs taken as given (free_gpus_query, a snapshot's free_gpus), no nodes
-        headroom, bound = q.free_gpus, Bound.GIVEN.value
-        words = f"given: {q.free_gpus:g} free GPU(s) as read -> {q.free_gpus:g} GPU(s)"
+    headroom, bound, words = room_of(q)  # as the plan's table shows it
     return QueueEntry(
         name=q.name,
         status=q.reason.value if q.reason else "ok",
@@ -389,7 +383,7 @@ def _job_entry(
         priority=job.priority if job is not None else None,
         last_resize=job.last_scale_time if job is not None else None,
         restart_cost=_restart(d),
-        notes=tuple(d.notes),
+        notes=notes_said(d),
         resize=resize,
     )
 
