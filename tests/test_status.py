@@ -4,6 +4,7 @@ the ConfigMap round trip, and the views `status` and `explain` print."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -369,3 +370,18 @@ def test_messages_are_never_cut_and_the_left_out_are_counted_and_pointed_to():
     foot = status_table(doc)
     assert "Not listed in the status object" in foot and "2 job(s) (NotElastic 2)" in foot
     assert "`explain NAMESPACE/NAME --live` plans any one now" in foot
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.4, 0.5, 0.7])
+def test_one_clock_per_answer_every_ago_agrees_with_the_plans_message(fraction):
+    """Issue 44: `explain` said "resized 6s ago" (the plan's message, at the cycle's now)
+    and "5s ago" (its own count from a `now` cut to whole seconds) in one answer. Every
+    "ago" counts from the one `now`, kept whole through the ConfigMap, and rounds alike."""
+    at = NOW + timedelta(seconds=fraction)
+    doc = cycle(snap({"q": 4}, [ej("a", max=4, last=ago(5))]), at=at)
+    read = from_data(to_data(doc), "cm")
+    assert read.time == at
+    text = explain_text(read, entry(read, "a"))
+    said = {int(n) for n in re.findall(r"(\d+)s ago", text)}
+    assert len(said) == 1, text
+    assert f"resized {said.pop()}s ago" in text

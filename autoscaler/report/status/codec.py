@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from autoscaler.core.resources import rfc3339
+from autoscaler.core.resources import micro_time, rfc3339
 from autoscaler.read.fields import BadField, parse_time
 
 from .doc import (
@@ -128,7 +128,9 @@ def _head(doc: StatusDoc) -> dict[str, Any]:
     c = doc.cycle
     return {
         "schema": SCHEMA,
-        "time": rfc3339(doc.time),
+        # the cycle's own `now`, to the microsecond: every "ago" of a reader is counted
+        # from it, as the plan's messages were (one clock per answer)
+        "time": micro_time(doc.time) if doc.time.microsecond else rfc3339(doc.time),
         "writer": _drop_empty(
             {
                 "mode": doc.mode,

@@ -18,8 +18,9 @@ from .doc import RANK_SETTLED, GangEntry, JobEntry, QueueEntry, StatusDoc, rank
 
 
 def age(since: datetime, now: datetime) -> str:
-    """kubectl's AGE: 45s, 12m, 5h, 3d."""
-    seconds = max(0, int((now - since).total_seconds()))
+    """kubectl's AGE: 45s, 12m, 5h, 3d. Seconds rounded as the plan's messages round
+    them (`resized 6s ago`), so one answer never says 6s and 5s of the same instant."""
+    seconds = max(0, round((now - since).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= 2 * size or (unit == "m" and seconds >= size):
             return f"{seconds // size}{unit}"
