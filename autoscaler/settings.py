@@ -546,7 +546,10 @@ class _ServerFields(BaseModel):
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
     log_format: LogFormat = Field(
-        LogFormat.AUTO, description="auto: JSON when stderr is not a terminal."
+        LogFormat.AUTO,
+        description="json, console (text), or auto: JSON when stderr is not a terminal, "
+        "else console. Every line of the daemon's stream is in it (a library's, a dry "
+        "run's `would scale`).",
     )
 
     @field_validator("log_level")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -210,3 +211,63 @@ async def test_run_says_at_start_whether_it_can_write_its_status_and_status_says
             assert await proc.stop() == 0
         assert line["ok"] is False and "cannot read it (HTTP 403" in line["status"], line
         assert "deploy/base/rbac.yaml" in line["status"]
+
+
+async def _pod_log(env: dict[str, str], *argv: str) -> list[str]:
+    """`run ARGV` as a pod runs it: stdout and stderr in one log, read until its first
+    cycle is logged, then stopped with SIGTERM."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "autoscaler",
+        *argv,
+        cwd=str(ROOT),
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(20):
+            while line := (await process.stdout.readline()).decode():
+                lines.append(line.rstrip("\n"))
+                if '"event": "cycle"' in line or "] cycle " in line:  # JSON or console
+                    break
+            process.send_signal(signal.SIGTERM)
+            rest, _ = await process.communicate()
+    except TimeoutError:
+        raise AssertionError("\n".join(lines)) from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return lines + rest.decode().splitlines()
+
+
+async def test_a_dry_runs_pod_log_is_one_format_as_log_format_says(
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
+    """Issue 44: a dry run's pod log mixed plain `would scale` lines (stdout) with JSON
+    lines (stderr). Now every line is in log_format: JSON by default off a terminal (as
+    documented), console lines when asked."""
+    queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)
+    job = _job(real_ns, queue, "grow")
+    envtest.create(job)
+    envtest.patch_status(job, {"replicaStatuses": {"Worker": {"active": 1}}})
+    async with fake_prometheus(live_body(**{queue: 2})) as prom:
+        env = daemon_env(tmp_path, envtest.kubeconfig(), prom.url, namespaces=f'["{real_ns}"]')
+        env.pop("AUTOSCALER_LOG_FORMAT")  # the default: auto
+        env["AUTOSCALER_LEASE_NAMESPACE"] = real_ns
+        lines = await _pod_log(env, "run", "--dry-run")
+        events = [json.loads(line) for line in lines]  # every line JSON
+        (would,) = [e for e in events if e["event"] == "would scale"]
+        assert (would["name"], would["from"], would["to"]) == ("grow", 1, 3), would
+        (decided,) = [e for e in events if e["event"] == "decision" and e["name"] == "grow"]
+        assert decided["message"].startswith("1 -> 3 worker(s) into idle GPUs"), decided
+
+        lines = await _pod_log({**env, "AUTOSCALER_LOG_FORMAT": "console"}, "run", "--dry-run")
+        assert not [line for line in lines if line.lstrip().startswith("{")], lines
+        assert [line for line in lines if "would scale" in line and "name=grow" in line]

@@ -174,7 +174,10 @@ STOP_RECANCEL_SECONDS = 0.1
 async def _daemon(settings: Settings) -> int:
     api_client = await _api_client(settings)
     try:
-        parts = build(settings, api_client)
+        # a dry run says what it would write in its log stream (`would scale`, one
+        # `decision` line each, with the message), in log_format like every other line:
+        # its plain lines on stdout would land in the same pod log in another format
+        parts = build(settings, api_client, out=None)
         ProcessCollector(registry=parts.metrics.registry)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
