@@ -101,7 +101,9 @@ def _add_plan(sub: Any) -> None:
         "--now",
         help="RFC 3339 time to plan at (default: the snapshot's `now`, else the current time)",
     )
-    plan.add_argument("--verbose", "-v", action="store_true", help="explain every job")
+    plan.add_argument(
+        "--verbose", "-v", action="store_true", help="the wide table (as -o wide) with -o table"
+    )
 
 
 def _add_readers(sub: Any) -> None:
@@ -195,9 +197,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         except BadField as exc:
             raise UsageError(str(exc)) from None
     if args.snapshot is None:
-        from autoscaler.run.daemon import live_plan  # the daemon's edges; imported only when needed
+        from autoscaler.run.daemon import (
+            live_cycle,
+        )  # the daemon's edges; imported only when needed
 
-        result = live_plan(settings, now)
+        snapshot, result = live_cycle(settings, now)
     else:
         if args.namespace:
             raise UsageError("-n/--namespace applies to the live cluster, not to --snapshot")
@@ -208,12 +212,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if ignored:
             print(f"{PROG}: warning: {args.snapshot}: {ignored}", file=sys.stderr)
         now = now or snap.now or datetime.now(UTC)
-        result = plan(snap.snapshot(settings.read_options()), settings.planner_policy(), now)
+        snapshot = snap.snapshot(settings.read_options())
+        result = plan(snapshot, settings.planner_policy(), now)
     if args.output in ("json", "yaml"):
         _write(plan_to_dict(result), args.output)
     else:
         verbose = args.verbose or args.output == "wide"
-        sys.stdout.write(plan_to_table(result, verbose=verbose))
+        names = settings.gpu_resource_names
+        sys.stdout.write(plan_to_table(result, verbose=verbose, snapshot=snapshot, gpu_names=names))
     return 0
 
 

@@ -143,3 +143,40 @@ def test_readmes_example_plan_shows_headroom_and_bound_a_why_for_every_job_and_n
     assert len(lines) == len(set(lines)), [x for x in lines if lines.count(x) > 1]
     nogang = next(line for line in why if line.startswith("  speech/hubert-nogang:"))
     assert why[why.index(nogang) + 1].startswith("  speech/"), "a note saying it again"
+
+
+def _plan(*argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "plan", *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_plan_wide_adds_the_shape_since_when_and_each_limits_room():
+    """Issue 44: `plan -o wide` printed exactly the plain table. Wide adds, per job, its
+    running workers, one worker's shape and since when it has its size (our last
+    resize); per gang its pods and how long it has waited; per queue its plugin and the
+    room each limit leaves. Columns are named for what they count (WORKERS)."""
+    example = str(EXAMPLE)
+    plain, wide = _plan("--snapshot", example), _plan("--snapshot", example, "-o", "wide")
+    assert wide != plain and _plan("--snapshot", example, "-v") == wide
+    head = wide.splitlines()[2]
+    assert head.split()[6] == "WORKERS" and plain.splitlines()[2].split()[6] == "WORKERS"
+    for column in ("ACTIVE", "WORKER SHAPE", "RESIZED"):
+        assert column in head and column not in plain
+    detr = next(line for line in wide.splitlines() if line.startswith("vision/detr-recent "))
+    assert detr.endswith("1 GPU, 8 CPU, 64Gi memory   2m ago"), detr
+    assert "HoldCooldown: resized 120s ago" in wide  # 2m: the same clock
+    gang = next(line for line in wide.splitlines() if " PyTorchJob/nlp/llama-eval " in line)
+    assert gang.split()[-2:] == ["4", "4m"], gang  # 4 pods, waiting since 09:55:05
+    volcano = _plan(
+        "--snapshot", str(ROOT / "config" / "example-snapshot-volcano.yaml"), "-o", "wide"
+    )
+    product = next(line for line in volcano.splitlines() if line.startswith("product "))
+    assert product.endswith("proportion  cluster-idle 12, share 6"), product

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from autoscaler.core.model import Bound, Decision, GangDecision, Plan, Plugin, QueueSummary
+from autoscaler.core.model import (
+    Bound,
+    ClusterSnapshot,
+    Decision,
+    ElasticJob,
+    GangDecision,
+    ObjectRef,
+    PendingGroup,
+    Plan,
+    Plugin,
+    QueueSummary,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339 as format_time
+from autoscaler.core.shapes import GPU_RESOURCE
+from autoscaler.plan.fit.placer import describe_shape
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -115,7 +130,7 @@ _JOB_HEADERS = [
     "GPU/W",
     "MIN",
     "MAX",
-    "CURRENT",
+    "WORKERS",  # the worker group's spec replicas: what the plan resizes
     "TARGET",
     "RESTART",
     "REASON",
@@ -134,17 +149,34 @@ _QUEUE_HEADERS = [
 ]
 
 
-def plan_to_table(plan: Plan, *, verbose: bool = False) -> str:
+def plan_to_table(
+    plan: Plan,
+    *,
+    verbose: bool = False,
+    snapshot: ClusterSnapshot | None = None,
+    gpu_names: Sequence[str] = (GPU_RESOURCE,),
+) -> str:
+    """The plan for people. `verbose` (-o wide): more columns, from `snapshot` where the
+    plan does not carry them: each job's running workers, the shape of one worker and
+    since when it has its size; each gang's pods and how long it has waited; each
+    queue's plugin and the room every limit leaves (node fit's among them)."""
+    wide = _Wide(plan, snapshot, gpu_names) if verbose else None
+    job_head, gang_head, queue_head = _JOB_HEADERS, _GANG_HEADERS, _QUEUE_HEADERS
+    if wide is not None:
+        job_head, gang_head = [*job_head, *_WIDE_JOB], [*gang_head, *_WIDE_GANG]
+        queue_head = [*queue_head, *_WIDE_QUEUE]
     parts = [
         f"Plan at {format_time(plan.now)}: {len(plan.actions)} change(s), "
         f"{len(plan.decisions)} job(s), {len(plan.gangs)} waiting gang(s)",
         "",
-        table(_JOB_HEADERS, [_job_row(d) for d in plan.decisions]),
+        table(job_head, [_job_row(d) + (wide.job(d) if wide else []) for d in plan.decisions]),
     ]
     if plan.gangs:
-        parts += ["", table(_GANG_HEADERS, [_gang_row(g) for g in plan.gangs])]
+        rows = [_gang_row(g) + (wide.gang(g) if wide else []) for g in plan.gangs]
+        parts += ["", table(gang_head, rows)]
     queues = sorted(plan.queues.items())
-    parts += ["", table(_QUEUE_HEADERS, [_queue_row(name, q) for name, q in queues])]
+    rows = [_queue_row(name, q) + (wide.queue(q) if wide else []) for name, q in queues]
+    parts += ["", table(queue_head, rows)]
     parts += _why(plan)
     rooms = [(name, q) for name, q in queues if room_of(q)[2]]
     if rooms:
@@ -174,6 +206,54 @@ def room_of(q: QueueSummary) -> tuple[float | None, str, str]:
         words = f"given: {free} free GPU(s) as read -> {free} GPU(s)"
         return q.free_gpus, Bound.GIVEN.value, words
     return q.headroom_gpus, "", ""
+
+
+_WIDE_JOB = ["ACTIVE", "WORKER SHAPE", "RESIZED"]
+_WIDE_GANG = ["PODS", "WAITING"]
+_WIDE_QUEUE = ["PLUGIN", "ROOM BY LIMIT"]
+
+
+class _Wide:
+    """The columns `-o wide` adds, read from the snapshot the plan was made of."""
+
+    def __init__(
+        self, plan: Plan, snapshot: ClusterSnapshot | None, gpu_names: Sequence[str]
+    ) -> None:
+        self.now = plan.now
+        self.gpu_names = tuple(gpu_names)
+        jobs = snapshot.jobs if snapshot is not None else ()
+        self.jobs: dict[ObjectRef, ElasticJob] = {j.ref: j for j in jobs}
+        pending = snapshot.pending if snapshot is not None else ()
+        self.pending: dict[ObjectRef, PendingGroup] = {g.ref: g for g in pending}
+
+    def job(self, d: Decision) -> list[str]:
+        j = self.jobs.get(d.ref)
+        if j is None:  # not elastic: nothing of its workers was read beyond its reason
+            return ["-", "-", "-"]
+        resized = "-" if j.last_scale_time is None else f"{ago(j.last_scale_time, self.now)} ago"
+        return [str(j.active), describe_shape(j.worker_shape, self.gpu_names), resized]
+
+    def gang(self, g: GangDecision) -> list[str]:
+        p = self.pending.get(g.ref)
+        if p is None:
+            return ["-", "-"]
+        return [str(p.min_member or "-"), ago(p.created, self.now)]
+
+    def queue(self, q: QueueSummary) -> list[str]:
+        limits = ", ".join(f"{k} {v:g}" for k, v in sorted(q.limits.items()))
+        if q.bound is Bound.NODE_FIT:  # below every other limit: no node takes a worker
+            limits = f"{limits}, node-fit below them" if limits else "node-fit"
+        return [q.plugin.value, limits or "-"]
+
+
+def ago(since: datetime, now: datetime) -> str:
+    """kubectl's AGE (45s, 12m, 5h, 3d), seconds rounded as the plan's messages round
+    them: one answer, one clock."""
+    seconds = max(0, round((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size or (unit == "m" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _job_row(d: Decision) -> list[str]:

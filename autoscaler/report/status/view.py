@@ -12,20 +12,10 @@ from typing import Any
 from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 
+from ..render import ago as age
 from ..render import table
 from .codec import gang_dict, job_dict, queue_dict, to_dict
 from .doc import RANK_SETTLED, GangEntry, JobEntry, QueueEntry, StatusDoc, rank
-
-
-def age(since: datetime, now: datetime) -> str:
-    """kubectl's AGE: 45s, 12m, 5h, 3d. Seconds rounded as the plan's messages round
-    them (`resized 6s ago`), so one answer never says 6s and 5s of the same instant."""
-    seconds = max(0, round((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size or (unit == "m" and seconds >= size):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
 
 _NOT_MANAGED = frozenset(
     r.value for r in Reason if r.unmanaged and not r.value.startswith("Invalid")
@@ -125,7 +115,7 @@ def _queue_table(doc: StatusDoc, wide: bool) -> str:
 def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
     """The jobs not settled (wide: every job), or one line saying there are none."""
     shown = jobs if wide else [j for j in jobs if rank(j) < RANK_SETTLED]
-    head = ["JOB", "QUEUE", "REPLICAS", "TARGET", "RESIZE", "REASON", "SINCE"]
+    head = ["JOB", "QUEUE", "WORKERS", "TARGET", "RESIZE", "REASON", "SINCE"]
     if wide:
         head[1:1] = ["KIND"]
         head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
