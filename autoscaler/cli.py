@@ -203,8 +203,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         snapshot, result = live_cycle(settings, now)
     else:
-        if args.namespace:
-            raise UsageError("-n/--namespace applies to the live cluster, not to --snapshot")
+        if args.namespace or args.prometheus_url:
+            flag = "-n/--namespace" if args.namespace else "--prometheus-url"
+            raise UsageError(f"{flag} applies to the live cluster, not to --snapshot")
         snap = load_snapshot_file(args.snapshot)
         from autoscaler.read.parse import ignored_words
 

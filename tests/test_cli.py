@@ -304,6 +304,12 @@ def test_run_says_once_that_it_waits_for_the_api(tmp_path):
     assert len(caches) <= 9, [w["event"] for w in warnings]
     # and at most one each for Prometheus at start, whether the status object can be
     # written (status.check: the API does not answer), and it not read nor written
+    # the Prometheus warning names the setting to check, where it came from, what sets it
+    for check in (w for w in warnings if w["event"] == "prometheus.check"):
+        assert check["error"].endswith(
+            "(setting prometheus_url from the default; --prometheus-url or "
+            "AUTOSCALER_PROMETHEUS_URL sets it)"
+        ), check
     others = sorted(w["event"] for w in warnings if w["event"] != "kube.cache_error")
     once = {"prometheus.check", "status.check", "status.not_restored", "status.write_failed"}
     assert len(others) == len(set(others)) and set(others) <= once, others
@@ -340,3 +346,10 @@ def test_logging_follows_stderr_as_it_is_when_writing(capsys):
     finally:
         sys.stderr = saved
     assert '"event": "two"' in second.getvalue()
+
+
+def test_prometheus_url_applies_to_the_live_cluster_not_to_a_snapshot(capsys):
+    flag = ("--prometheus-url", "http://p:9090")
+    code, out, err = run(capsys, "plan", "--snapshot", str(EXAMPLE), *flag)
+    assert code == 2 and out == ""
+    assert err.endswith(": --prometheus-url applies to the live cluster, not to --snapshot\n")
