@@ -195,6 +195,12 @@ def test_run_without_a_usable_kubeconfig_exits_2(tmp_path):
     assert proc.returncode == 2
     assert "kubeconfig" in proc.stderr and "no clusters" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # one line naming the setting, where its value came from and what sets it
+    (line,) = proc.stderr.splitlines()
+    assert line.endswith(
+        "no clusters (setting kubeconfig from AUTOSCALER_KUBECONFIG; --kubeconfig or "
+        "AUTOSCALER_KUBECONFIG sets it)"
+    ), line
 
 
 # ---- errors a user can act on: one line, the right exit code -----------------------------

@@ -132,7 +132,10 @@ def kubeconfig_words(settings: Settings) -> str:
     if settings.kubeconfig is not None:
         words = f"setting {settings.named('kubeconfig')}"
     elif any(os.environ.get("KUBECONFIG", "").split(os.pathsep)):
-        words = "kubeconfig from $KUBECONFIG; --kubeconfig or AUTOSCALER_KUBECONFIG sets another"
+        words = (
+            "setting kubeconfig from $KUBECONFIG; --kubeconfig or AUTOSCALER_KUBECONFIG "
+            "sets another"
+        )
     else:
         words = (
             "setting kubeconfig from the default: in-cluster, else ~/.kube/config; "
@@ -145,11 +148,9 @@ def kubeconfig_words(settings: Settings) -> str:
 
 def kube_usage_error(exc: Exception, settings: Settings) -> UsageError:
     """A kubeconfig to fix (exit 2), in one line naming the setting that picked it."""
-    text = (
-        str(exc)
-        if isinstance(exc, KubeconfigError)
-        else (f"cannot configure the Kubernetes client: {exc}")
-    )
+    text = str(exc)
+    if not isinstance(exc, KubeconfigError):
+        text = f"cannot configure the Kubernetes client: {text}"
     return UsageError(f"{text} ({kubeconfig_words(settings)})")
 
 
