@@ -35,8 +35,11 @@ def _with_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML settings file (env vars win)")
 
 
-def _with_cluster(p: argparse.ArgumentParser, namespace_help: str) -> None:
-    """kubectl's flags, for the commands that talk to a cluster."""
+def _with_cluster(
+    p: argparse.ArgumentParser, namespace_help: str, *, live_only: bool = False
+) -> None:
+    """kubectl's flags, for the commands that talk to a cluster, and where the metrics
+    are (`live_only`: only a --live answer reads them)."""
     p.add_argument(
         "--kubeconfig",
         type=Path,
@@ -44,6 +47,12 @@ def _with_cluster(p: argparse.ArgumentParser, namespace_help: str) -> None:
     )
     p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument("-n", "--namespace", help=namespace_help)
+    p.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="Prometheus to read the queues' metrics from (the prometheus_url setting; "
+        "$AUTOSCALER_PROMETHEUS_URL)" + (" with --live" if live_only else ""),
+    )
 
 
 def _with_output(p: argparse.ArgumentParser, choices: Sequence[str] = OUTPUTS) -> None:
@@ -62,8 +71,23 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the daemon against the cluster")
     _with_config(run)
     _with_cluster(run, "manage only this namespace's jobs (the namespaces setting: several)")
+    _with_daemon_namespace(run)
     run.add_argument("--dry-run", action="store_true", help="plan and log, never write")
 
+    _add_plan(sub)
+    _add_readers(sub)
+
+    sim = sub.add_parser(
+        "simulate", help="replay a GPU-cluster trace under several policies and compare them"
+    )
+    _with_config(sim)
+    from autoscaler.sim.cli import add_arguments
+
+    add_arguments(sim)
+    return parser
+
+
+def _add_plan(sub: Any) -> None:
     plan = sub.add_parser(
         "plan", help="print the plan for a snapshot file or the live cluster; writes nothing"
     )
@@ -77,15 +101,22 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--now",
         help="RFC 3339 time to plan at (default: the snapshot's `now`, else the current time)",
     )
-    plan.add_argument("--verbose", "-v", action="store_true", help="explain every job")
+    plan.add_argument(
+        "--verbose", "-v", action="store_true", help="the wide table (as -o wide) with -o table"
+    )
 
+
+def _add_readers(sub: Any) -> None:
+    """`status` and `explain`: the status object, or with --live one plan now."""
     status = sub.add_parser(
         "status",
         help="what the daemon decided last cycle: queues, headroom and what bounded it, "
         "GPUs, jobs in flight, held or refused (reads its status object)",
     )
     _with_config(status)
-    _with_cluster(status, "show only this namespace's jobs (queues are cluster-wide)")
+    _with_cluster(
+        status, "show only this namespace's jobs (queues are cluster-wide)", live_only=True
+    )
     _with_output(status)
     _with_source(status)
 
@@ -93,19 +124,12 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         "explain", help="why one job has (or will get) its size: every input, in words"
     )
     _with_config(explain)
-    _with_cluster(explain, "the job's namespace (default: the kubeconfig context's)")
+    _with_cluster(
+        explain, "the job's namespace (default: the kubeconfig context's)", live_only=True
+    )
     explain.add_argument("job", metavar="NAMESPACE/NAME", help="the job (or NAME with -n)")
     _with_output(explain, ("text", "json", "yaml"))
     _with_source(explain)
-
-    sim = sub.add_parser(
-        "simulate", help="replay a GPU-cluster trace under several policies and compare them"
-    )
-    _with_config(sim)
-    from autoscaler.sim.cli import add_arguments
-
-    add_arguments(sim)
-    return parser
 
 
 def _with_source(p: argparse.ArgumentParser) -> None:
@@ -114,21 +138,38 @@ def _with_source(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plan now from the cluster and Prometheus instead of reading the status object",
     )
+    _with_daemon_namespace(p)
+
+
+def _with_daemon_namespace(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--autoscaler-namespace",
-        help="namespace of the daemon and its status object (default: lease_namespace)",
+        metavar="NAMESPACE",
+        help="namespace of the daemon and its status object (the lease_namespace setting)",
     )
+
+
+# flag (argparse's dest) -> the setting it sets
+_FLAG_SETTINGS = {
+    "kubeconfig": "kubeconfig",
+    "context": "kube_context",
+    "autoscaler_namespace": "lease_namespace",
+    "prometheus_url": "prometheus_url",
+}
 
 
 def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
     """Settings from --config and the environment; kubectl's flags win over both."""
-    if getattr(args, "kubeconfig", None) is not None:
-        overrides["kubeconfig"] = args.kubeconfig
-    if getattr(args, "context", None):
-        overrides["kube_context"] = args.context
-    if getattr(args, "autoscaler_namespace", None):
-        overrides["lease_namespace"] = args.autoscaler_namespace
-    settings = load_settings(getattr(args, "config", None), **overrides)
+    for dest, name in _FLAG_SETTINGS.items():
+        value = getattr(args, dest, None)
+        if value is not None and value != "":
+            overrides[name] = value
+    if getattr(args, "prometheus_url", None) and not getattr(args, "live", True):
+        raise UsageError(
+            "--prometheus-url applies with --live (without it the answer is the daemon's, "
+            "read from its status object)"
+        )
+    settings = load_settings(getattr(args, "config", None), flags=overrides, **overrides)
     if args.command != "run":  # the daemon's logs are its own (JSON lines)
         configure_logging(settings, for_people=True)
     return settings
@@ -156,12 +197,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         except BadField as exc:
             raise UsageError(str(exc)) from None
     if args.snapshot is None:
-        from autoscaler.run.daemon import live_plan  # the daemon's edges; imported only when needed
+        from autoscaler.run.daemon import (
+            live_cycle,
+        )  # the daemon's edges; imported only when needed
 
-        result = live_plan(settings, now)
+        snapshot, result = live_cycle(settings, now)
     else:
-        if args.namespace:
-            raise UsageError("-n/--namespace applies to the live cluster, not to --snapshot")
+        if args.namespace or args.prometheus_url:
+            flag = "-n/--namespace" if args.namespace else "--prometheus-url"
+            raise UsageError(f"{flag} applies to the live cluster, not to --snapshot")
         snap = load_snapshot_file(args.snapshot)
         from autoscaler.read.parse import ignored_words
 
@@ -169,12 +213,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if ignored:
             print(f"{PROG}: warning: {args.snapshot}: {ignored}", file=sys.stderr)
         now = now or snap.now or datetime.now(UTC)
-        result = plan(snap.snapshot(settings.read_options()), settings.planner_policy(), now)
+        snapshot = snap.snapshot(settings.read_options())
+        result = plan(snapshot, settings.planner_policy(), now)
     if args.output in ("json", "yaml"):
         _write(plan_to_dict(result), args.output)
     else:
         verbose = args.verbose or args.output == "wide"
-        sys.stdout.write(plan_to_table(result, verbose=verbose))
+        names = settings.gpu_resource_names
+        sys.stdout.write(plan_to_table(result, verbose=verbose, snapshot=snapshot, gpu_names=names))
     return 0
 
 

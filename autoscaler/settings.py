@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
@@ -239,7 +240,8 @@ class _PrometheusFields(BaseModel):
     prometheus_url: str = Field(
         "http://prometheus-operated.monitoring.svc:9090",
         description="Base URL of the Prometheus that scrapes Volcano's scheduler metrics "
-        "(an http or https URL with a host, checked at start).",
+        "(an http or https URL with a host, checked at start; the --prometheus-url flag "
+        "wins).",
     )
     headroom_plugin: HeadroomPlugin = Field(
         HeadroomPlugin.AUTO,
@@ -486,7 +488,10 @@ class _LeaderFields(BaseModel):
     )
     lease_name: str = Field("elastic-autoscaler", min_length=1, description="Lease name.")
     lease_namespace: str = Field(
-        "elastic-autoscaler", min_length=1, description="Namespace of the Lease (ours)."
+        "elastic-autoscaler",
+        min_length=1,
+        description="Namespace of the Lease and the status object (ours; the "
+        "--autoscaler-namespace flag wins).",
     )
     lease_duration_seconds: float = Field(15, gt=0, description="Lease duration.")
     lease_renew_deadline_seconds: float = Field(10, gt=0, description="Leader renew deadline.")
@@ -541,7 +546,10 @@ class _ServerFields(BaseModel):
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
     log_format: LogFormat = Field(
-        LogFormat.AUTO, description="auto: JSON when stderr is not a terminal."
+        LogFormat.AUTO,
+        description="json, console (text), or auto: JSON when stderr is not a terminal, "
+        "else console. Every line of the daemon's stream is in it (a library's, a dry "
+        "run's `would scale`).",
     )
 
     @field_validator("log_level")
@@ -576,6 +584,27 @@ class Settings(
         validate_default=True,
     )
     _config_path: ClassVar[str | None] = None  # set by load_settings on a subclass
+    _flags_given: ClassVar[frozenset[str]] = frozenset()  # the fields a CLI flag set
+
+    def origin(self, name: str) -> str:
+        """Where the value of setting `name` came from, as a user would change it: its
+        flag, its variable, the settings file's key, or the default."""
+        if name in self._flags_given and name in FLAGS:
+            return FLAGS[name]
+        env = f"{ENV_PREFIX}{name.upper()}"
+        if any(k.upper() == env for k in os.environ):
+            return env
+        if self._config_path is not None and name in _file_keys(Path(self._config_path)):
+            return f"{self._config_path} key {name}"
+        return "the default"
+
+    def named(self, name: str) -> str:
+        """The setting in words for an error line: its name, where its value came from,
+        and what sets it (`prometheus_url from the default; --prometheus-url or
+        AUTOSCALER_PROMETHEUS_URL sets it`)."""
+        setters = [FLAGS[name]] if name in FLAGS else []
+        setters += [f"{ENV_PREFIX}{name.upper()}"]
+        return f"{name} from {self.origin(name)}; {' or '.join(setters)} sets it"
 
     @classmethod
     def settings_customise_sources(
@@ -698,18 +727,62 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"config file {path}: must be a mapping of setting: value")
     unknown = sorted(str(k) for k in data if k not in Settings.model_fields)
     if unknown:
-        raise SettingsError(f"config file {path}: unknown setting(s): {', '.join(unknown)}")
+        words = _did_you_mean(unknown, Settings.model_fields)
+        raise SettingsError(
+            f"config file {path}: unknown setting(s): {words}; settings are the field names "
+            "of docs/settings.md"
+        )
     return data
 
 
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Settings from env over `config` over defaults; `overrides` (CLI flags) win."""
+def _did_you_mean(unknown: list[str], known: Iterable[str]) -> str:
+    """Each unknown name with the closest known one, as `name (did you mean other?)`: the
+    same hint for a key of the --config file as for an AUTOSCALER_* variable."""
+    names = sorted(known)
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, names, n=1)
+        if not close:  # a key typed in the variable's spelling: cooldown-seconds, COOLDOWN
+            folded = {n.lower().replace("_", "-"): n for n in names}
+            close = difflib.get_close_matches(name.lower().replace("_", "-"), folded, n=1)
+            close = [folded[c] for c in close]
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ", ".join(parts)
+
+
+# The CLI flag of each setting that has one (kubectl's names where kubectl has the flag):
+# an error about a setting names the flag that sets it too.
+FLAGS = {
+    "prometheus_url": "--prometheus-url",
+    "kubeconfig": "--kubeconfig",
+    "kube_context": "--context",
+    "namespaces": "-n/--namespace",
+    "lease_namespace": "--autoscaler-namespace",
+    "dry_run": "--dry-run",
+}
+
+
+def _file_keys(path: Path) -> set[str]:
+    try:
+        return set(read_config_file(path))
+    except SettingsError:
+        return set()
+
+
+def load_settings(
+    config: Path | None = None, *, flags: Iterable[str] = (), **overrides: Any
+) -> Settings:
+    """Settings from env over `config` over defaults; `overrides` (CLI flags) win.
+    `flags`: the names of the overrides a flag set (Settings.origin says so)."""
 
     check_environment(os.environ)
     cls: type[Settings] = Settings
-    if config is not None:
-        read_config_file(config)  # fail early with a message about the file itself
-        cls = type("Settings", (Settings,), {"_config_path": str(config)})
+    given = frozenset(flags)
+    if config is not None or given:
+        if config is not None:
+            read_config_file(config)  # fail early with a message about the file itself
+        path = str(config) if config is not None else None
+        cls = type("Settings", (Settings,), {"_config_path": path, "_flags_given": given})
     try:
         return cls(**overrides)
     except ValidationError as exc:
@@ -749,12 +822,8 @@ def check_environment(environ: Any) -> None:
     )
     if not unknown:
         return
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name.upper(), sorted(known), n=1)
-        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     raise SettingsError(
-        f"unknown environment variable(s): {', '.join(parts)}; settings are "
+        f"unknown environment variable(s): {_did_you_mean(unknown, known)}; settings are "
         f"{ENV_PREFIX}<FIELD> (docs/settings.md)"
     )
 

@@ -195,6 +195,12 @@ def test_run_without_a_usable_kubeconfig_exits_2(tmp_path):
     assert proc.returncode == 2
     assert "kubeconfig" in proc.stderr and "no clusters" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # one line naming the setting, where its value came from and what sets it
+    (line,) = proc.stderr.splitlines()
+    assert line.endswith(
+        "no clusters (setting kubeconfig from AUTOSCALER_KUBECONFIG; --kubeconfig or "
+        "AUTOSCALER_KUBECONFIG sets it)"
+    ), line
 
 
 # ---- errors a user can act on: one line, the right exit code -----------------------------
@@ -302,11 +308,17 @@ def test_run_says_once_that_it_waits_for_the_api(tmp_path):
     # job kinds, PodGroups, Queues, PriorityClasses, Nodes, bound Pods, HPAs)
     caches = [w for w in warnings if w["event"] == "kube.cache_error"]
     assert len(caches) <= 9, [w["event"] for w in warnings]
-    # and one each for Prometheus at start, and the status object not read nor written
+    # and at most one each for Prometheus at start, whether the status object can be
+    # written (status.check: the API does not answer), and it not read nor written
+    # the Prometheus warning names the setting to check, where it came from, what sets it
+    for check in (w for w in warnings if w["event"] == "prometheus.check"):
+        assert check["error"].endswith(
+            "(setting prometheus_url from the default; --prometheus-url or "
+            "AUTOSCALER_PROMETHEUS_URL sets it)"
+        ), check
     others = sorted(w["event"] for w in warnings if w["event"] != "kube.cache_error")
-    assert (
-        others == ["prometheus.check", "status.not_restored", "status.write_failed"][: len(others)]
-    ), others
+    once = {"prometheus.check", "status.check", "status.not_restored", "status.write_failed"}
+    assert len(others) == len(set(others)) and set(others) <= once, others
 
 
 def test_a_bad_value_in_the_config_file_names_the_file_and_key(tmp_path, capsys):
@@ -340,3 +352,10 @@ def test_logging_follows_stderr_as_it_is_when_writing(capsys):
     finally:
         sys.stderr = saved
     assert '"event": "two"' in second.getvalue()
+
+
+def test_prometheus_url_applies_to_the_live_cluster_not_to_a_snapshot(capsys):
+    flag = ("--prometheus-url", "http://p:9090")
+    code, out, err = run(capsys, "plan", "--snapshot", str(EXAMPLE), *flag)
+    assert code == 2 and out == ""
+    assert err.endswith(": --prometheus-url applies to the live cluster, not to --snapshot\n")

@@ -141,6 +141,29 @@ def test_an_autoscaler_variable_with_a_typo_exits_2(capsys, monkeypatch):
     assert "AUTOSCALER_COOLDOWN_SECOND (did you mean AUTOSCALER_COOLDOWN_SECONDS?)" in line
 
 
+def test_a_settings_file_key_with_a_typo_gets_the_same_did_you_mean(tmp_path):
+    """Issue 44: the settings file's typo is told as the variable's is, as a user runs it."""
+    config = tmp_path / "autoscaler.yaml"
+    config.write_text("cooldown_second: 30\nAUTOSCALER_MIN_STEP_WORKERS: 1\nbogus: 1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    argv = ["plan", "--snapshot", str(EXAMPLE), "--config", str(config)]
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    line = _one_error_line(done.stderr)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"config file {config}: unknown setting(s): " in line
+    assert "cooldown_second (did you mean cooldown_seconds?)" in line
+    assert "AUTOSCALER_MIN_STEP_WORKERS (did you mean min_step_workers?)" in line
+    assert "bogus (did" not in line and line.count("bogus") == 1  # nothing close: named
+
+
 def test_documented_variables_and_service_links_are_accepted(capsys, monkeypatch):
     """Compatible: every setting's variable, in any case as before, and the variables
     Kubernetes injects for a Service named `autoscaler` in the pod's namespace."""

@@ -73,7 +73,11 @@ def test_no_kubeconfig_anywhere_is_one_line_with_the_search_order(tmp_path):
         assert "Config not found" not in done.stderr
         order = ["--kubeconfig", "$KUBECONFIG", "in-cluster", f"{tmp_path}/.kube/config"]
         assert [line.index(w) for w in order] == sorted(line.index(w) for w in order), line
-        assert line.endswith(f"{tmp_path}/.kube/config: no such file"), line
+        assert line.endswith(
+            f"{tmp_path}/.kube/config: no such file (setting kubeconfig from the default: "
+            "in-cluster, else ~/.kube/config; --kubeconfig, AUTOSCALER_KUBECONFIG or "
+            "$KUBECONFIG sets it)"
+        ), line
 
 
 def test_a_queue_without_metrics_shows_its_plugin_as_unknown():
@@ -104,3 +108,75 @@ def test_jobs_not_managed_are_not_settled_and_explain_says_not_managed():
     assert "(1 settled job(s) and 2 job(s) not managed (NotElastic 1, SkipPaused 1))" in table
     plain = next(j for j in doc.jobs if j.name == "plain")
     assert "\nNot managed: NotElastic: " in explain_text(doc, plain)
+
+
+def test_readmes_example_plan_shows_headroom_and_bound_a_why_for_every_job_and_no_repeats():
+    """Issue 44: README's first plan, run as a user runs it: each queue's headroom and
+    what bounds it (the example's free_gpus are taken as given, and the table says so),
+    one "Why" line for every job, held or at max too, and no line said twice."""
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "plan", "--snapshot", "config/example-snapshot.yaml"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = done.stdout
+    queues = out.split("\nQUEUE ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert len(queues) == 4
+    for row in queues:
+        _, free, headroom, bound = row.split()[:4]
+        assert (headroom, bound) == (free, "given"), row
+    assert "(given: the free GPUs as read, from free_gpus_query or a snapshot's free_gpus" in out
+    jobs = yaml.safe_load(EXAMPLE.read_text())["objects"]
+    names = {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+        for o in jobs
+        if o["kind"] in ("PyTorchJob", "PaddleJob", "Job")
+    }
+    why = out.split("\nWhy:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    said = [line.split(": ", 1)[0].strip() for line in why if not line.startswith("    ")]
+    assert sorted(said) == sorted(names)  # every job once
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), [x for x in lines if lines.count(x) > 1]
+    nogang = next(line for line in why if line.startswith("  speech/hubert-nogang:"))
+    assert why[why.index(nogang) + 1].startswith("  speech/"), "a note saying it again"
+
+
+def _plan(*argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "plan", *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_plan_wide_adds_the_shape_since_when_and_each_limits_room():
+    """Issue 44: `plan -o wide` printed exactly the plain table. Wide adds, per job, its
+    running workers, one worker's shape and since when it has its size (our last
+    resize); per gang its pods and how long it has waited; per queue its plugin and the
+    room each limit leaves. Columns are named for what they count (WORKERS)."""
+    example = str(EXAMPLE)
+    plain, wide = _plan("--snapshot", example), _plan("--snapshot", example, "-o", "wide")
+    assert wide != plain and _plan("--snapshot", example, "-v") == wide
+    head = wide.splitlines()[2]
+    assert head.split()[6] == "WORKERS" and plain.splitlines()[2].split()[6] == "WORKERS"
+    for column in ("ACTIVE", "WORKER SHAPE", "RESIZED"):
+        assert column in head and column not in plain
+    detr = next(line for line in wide.splitlines() if line.startswith("vision/detr-recent "))
+    assert detr.endswith("1 GPU, 8 CPU, 64Gi memory   2m ago"), detr
+    assert "HoldCooldown: resized 120s ago" in wide  # 2m: the same clock
+    gang = next(line for line in wide.splitlines() if " PyTorchJob/nlp/llama-eval " in line)
+    assert gang.split()[-2:] == ["4", "4m"], gang  # 4 pods, waiting since 09:55:05
+    volcano = _plan(
+        "--snapshot", str(ROOT / "config" / "example-snapshot-volcano.yaml"), "-o", "wide"
+    )
+    product = next(line for line in volcano.splitlines() if line.startswith("product "))
+    assert product.endswith("proportion  cluster-idle 12, share 6"), product

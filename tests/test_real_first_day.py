@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from builders import pytorchjob
 from kubeserver import EnvTest
 from promserver import fake_prometheus
-from test_faults import daemon_env, live_body
+from test_faults import daemon_env, daemon_process, live_body
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,3 +94,180 @@ async def test_live_commands_print_no_daemon_logs_and_explain_tells_missing_from
         assert done.returncode == 0, done.stderr
         assert "\nNot managed: NotElastic: " in done.stdout
         _no_daemon_logs(done)
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    return errors[0]
+
+
+async def test_the_first_live_commands_take_prometheus_url_and_name_the_setting_to_fix(
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
+    """Issue 44: --prometheus-url on plan, status --live and explain --live, winning over
+    the variable; a Prometheus or kubeconfig failure says in one line which setting it
+    was, where its value came from, and the flag and the variable that set it."""
+    queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)
+    job = _job(real_ns, queue, "grow")
+    envtest.create(job)
+    envtest.patch_status(job, {"replicaStatuses": {"Worker": {"active": 1}}})
+    dead = _dead_url()
+    async with fake_prometheus(live_body(**{queue: 2})) as prom:
+        env = daemon_env(tmp_path, envtest.kubeconfig(), dead, namespaces=f'["{real_ns}"]')
+
+        done = await _cli(env, "plan")  # the variable's URL: nobody answers there
+        line = _one_line(done)
+        assert done.returncode == 1 and dead in line and "cannot connect" in line
+        assert line.endswith(
+            "(setting prometheus_url from AUTOSCALER_PROMETHEUS_URL; --prometheus-url or "
+            "AUTOSCALER_PROMETHEUS_URL sets it)"
+        ), line
+        done = await _cli({**env, "AUTOSCALER_PROMETHEUS_URL": prom.url}, "plan")
+        assert done.returncode == 0, done.stderr
+        done = await _cli(
+            {**env, "AUTOSCALER_PROMETHEUS_URL": prom.url}, "plan", "--prometheus-url", dead
+        )
+        assert done.returncode == 1 and "prometheus_url from --prometheus-url;" in _one_line(done)
+
+        # the flag wins over the variable, on every command that reads Prometheus
+        flag = ("--prometheus-url", prom.url)
+        done = await _cli(env, "plan", *flag)
+        assert done.returncode == 0 and f"{real_ns}/grow" in done.stdout, done.stderr
+        done = await _cli(env, "status", "--live", *flag, "-o", "json")
+        assert done.returncode == 0 and json.loads(done.stdout)["jobs"], done.stderr
+        done = await _cli(env, "explain", f"{real_ns}/grow", "--live", *flag)
+        assert done.returncode == 0 and "ScaleUpIdleGpus" in done.stdout, done.stderr
+        done = await _cli(env, "status", *flag)  # the status object is the daemon's
+        assert done.returncode == 2 and "--prometheus-url applies with --live" in done.stderr
+
+        # a kubeconfig: the file, the problem, and the setting that picked it
+        missing = tmp_path / "nope.yaml"
+        done = await _cli(env, "plan", *flag, "--kubeconfig", str(missing))
+        assert done.returncode == 2
+        assert _one_line(done).endswith(
+            f"kubeconfig {missing}: no such file (setting kubeconfig from --kubeconfig; "
+            "--kubeconfig or AUTOSCALER_KUBECONFIG sets it)"
+        ), done.stderr
+        done = await _cli(env, "explain", f"{real_ns}/grow", "--live", *flag, "--context", "x")
+        line = _one_line(done)
+        assert done.returncode == 2 and "no context 'x'" in line
+        assert "kubeconfig from AUTOSCALER_KUBECONFIG" in line
+        assert "kube_context from --context; --context or AUTOSCALER_KUBE_CONTEXT sets it" in line
+
+
+async def test_run_says_at_start_whether_it_can_write_its_status_and_status_says_why_not(
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
+    """Issue 44: `run` (a dry run from a laptop, as a first user starts it) says in one
+    line at start whether it can write its status object (namespace, rights) and what to
+    do; `status` without the object says why it may be missing and what to check."""
+    missing = f"{real_ns}-nowhere"
+    async with fake_prometheus(live_body()) as prom:
+        env = daemon_env(tmp_path, envtest.kubeconfig(), prom.url, namespaces=f'["{real_ns}"]')
+        env.pop("AUTOSCALER_PROMETHEUS_URL")  # the flag gives it, as on a laptop
+        run = ("run", "--dry-run", "--prometheus-url", prom.url, "--autoscaler-namespace")
+
+        async with daemon_process(env, (*run, missing)) as proc:
+            line = await proc.wait_for("status.check", 30)
+            assert await proc.stop() == 0
+        assert line["ok"] is False and line["level"] == "warning", line
+        assert f"namespace {missing} does not exist: create it" in line["status"], line
+        assert "--autoscaler-namespace or AUTOSCALER_LEASE_NAMESPACE" in line["status"]
+        done = await _cli(env, "status", "--autoscaler-namespace", missing)
+        line = _one_line(done)
+        assert done.returncode == 1 and f"namespace {missing} does not exist" in line
+        assert "lease_namespace from --autoscaler-namespace" in line
+
+        done = await _cli(env, "status", "--autoscaler-namespace", real_ns)
+        line = _one_line(done)
+        assert done.returncode == 1 and "the daemon has not written one: it is not running" in line
+        assert "`status.check`" in line and "--live plans now instead" in line
+
+        async with daemon_process(env, (*run, real_ns)) as proc:
+            line = await proc.wait_for("status.check", 30)
+            assert await proc.stop() == 0
+        assert line["ok"] is True and "may be created" in line["status"], line
+
+        # a ServiceAccount with no rights: told at start, not one write_failed per streak
+        envtest.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "nobody", "namespace": real_ns},
+            }
+        )
+        token = envtest.mint_token(real_ns, "nobody")
+        env["AUTOSCALER_KUBECONFIG"] = str(envtest.kubeconfig(token, name="nobody"))
+        async with daemon_process(env, (*run, real_ns)) as proc:
+            line = await proc.wait_for("status.check", 30)
+            assert await proc.stop() == 0
+        assert line["ok"] is False and "cannot read it (HTTP 403" in line["status"], line
+        assert "deploy/base/rbac.yaml" in line["status"]
+
+
+async def _pod_log(env: dict[str, str], *argv: str) -> list[str]:
+    """`run ARGV` as a pod runs it: stdout and stderr in one log, read until its first
+    cycle is logged, then stopped with SIGTERM."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "autoscaler",
+        *argv,
+        cwd=str(ROOT),
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(20):
+            while line := (await process.stdout.readline()).decode():
+                lines.append(line.rstrip("\n"))
+                if '"event": "cycle"' in line or "] cycle " in line:  # JSON or console
+                    break
+            process.send_signal(signal.SIGTERM)
+            rest, _ = await process.communicate()
+    except TimeoutError:
+        raise AssertionError("\n".join(lines)) from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return lines + rest.decode().splitlines()
+
+
+async def test_a_dry_runs_pod_log_is_one_format_as_log_format_says(
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
+    """Issue 44: a dry run's pod log mixed plain `would scale` lines (stdout) with JSON
+    lines (stderr). Now every line is in log_format: JSON by default off a terminal (as
+    documented), console lines when asked."""
+    queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)
+    job = _job(real_ns, queue, "grow")
+    envtest.create(job)
+    envtest.patch_status(job, {"replicaStatuses": {"Worker": {"active": 1}}})
+    async with fake_prometheus(live_body(**{queue: 2})) as prom:
+        env = daemon_env(tmp_path, envtest.kubeconfig(), prom.url, namespaces=f'["{real_ns}"]')
+        env.pop("AUTOSCALER_LOG_FORMAT")  # the default: auto
+        env["AUTOSCALER_LEASE_NAMESPACE"] = real_ns
+        lines = await _pod_log(env, "run", "--dry-run")
+        events = [json.loads(line) for line in lines]  # every line JSON
+        (would,) = [e for e in events if e["event"] == "would scale"]
+        assert (would["name"], would["from"], would["to"]) == ("grow", 1, 3), would
+        (decided,) = [e for e in events if e["event"] == "decision" and e["name"] == "grow"]
+        assert decided["message"].startswith("1 -> 3 worker(s) into idle GPUs"), decided
+
+        lines = await _pod_log({**env, "AUTOSCALER_LOG_FORMAT": "console"}, "run", "--dry-run")
+        assert not [line for line in lines if line.lstrip().startswith("{")], lines
+        assert [line for line in lines if "would scale" in line and "name=grow" in line]

@@ -244,6 +244,9 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             synced = proc.events("caches synced")
             assert len(synced) == 1 and synced[0]["jobs"] == 1, synced
             assert proc.events("waiting for the Kubernetes API")[0]["url"] == envtest.url
+            # and at start it said, asking with a dry run, that it may write its status
+            (checked,) = proc.events("status.check")
+            assert checked["ok"] is True, checked
             lease = envtest.request(
                 "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/elastic-autoscaler"
             )
@@ -290,6 +293,7 @@ async def test_the_shipped_rbac_runs_the_daemon_and_allows_nothing_else(
             cycle = await proc.wait_for("cycle", 60, result="ok")
             assert cycle["writes"] == {"dry_run": 1}, cycle
             await _status_written(envtest, "dry-run")
+            assert proc.events("status.check")[0]["ok"] is True  # the overlay keeps it
             assert await proc.stop() == 0
         assert not [line for line in proc.raw if "HTTP 403" in line or "orbidden" in line]
     assert envtest.get(_job(real_ns, queue))["metadata"]["resourceVersion"] == rv

@@ -56,6 +56,8 @@ EXPECTED = {
     "speech/hubert-nogang": "HoldNoMinAvailable",
     "speech/fastspeech": "SkipOperatorHpa",
 }
+# the end of the example's longest message (over 300 characters, once cut there)
+WHOLE_END = "only shrunk until you set minAvailable (usually minReplicas plus the master)"
 
 
 def _renamed(text: str, prefix: str) -> str:
@@ -193,6 +195,11 @@ async def test_one_cycle_tells_why_each_job_of_the_example_is_or_is_not_growing(
     assert {j["job"].split("/")[1] for j in json.loads(out)["jobs"]} == {
         ref.split("/")[1] for ref in EXPECTED if ref.startswith("speech/")
     }
+    # whole messages (issue 44): the end of one says what to do
+    (nogang,) = [j for j in json.loads(out)["jobs"] if j["job"].endswith("/hubert-nogang")]
+    assert nogang["message"].endswith(WHOLE_END), nogang["message"]
+    code, out, _ = await _cli(capsys, "explain", f"{prefix}-speech/hubert-nogang", *args)
+    assert code == 0 and WHOLE_END in out
 
     # `explain`: every job of the example, in words
     for ref, reason in EXPECTED.items():

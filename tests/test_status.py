@@ -4,6 +4,7 @@ the ConfigMap round trip, and the views `status` and `explain` print."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -348,3 +349,39 @@ def test_finished_jobs_are_listed_after_every_job_that_runs_and_cut_first():
     assert doc.omitted_jobs == {"SkipFinished": 30}
     table = status_table(doc, wide=True)
     assert table.index("z-run-0") < table.index("a-done-0")
+
+
+def test_messages_are_never_cut_and_the_left_out_are_counted_and_pointed_to():
+    """Issue 44: the end of a message says what to do. A long message is listed whole in
+    every output (the object, `status -o json|wide`, `explain`); a status that must stay
+    small lists fewer jobs, each whole, and says how many it left out and how to see one."""
+    tail = "; the end says what to do"
+    long = "x" * 900 + tail
+    unmanaged = [
+        UnmanagedJob(ObjectRef("ml", f"plain{i}"), "q", Reason.NOT_ELASTIC, long) for i in range(3)
+    ]
+    doc = cycle(snap({"q": 0}, [ej("held", replicas=2, max=4)], unmanaged=unmanaged), max_jobs=2)
+    listed = [j for j in doc.jobs if j.reason == "NotElastic"]
+    assert listed and all(j.message == long for j in listed)
+    assert from_data(to_data(doc), "cm").jobs == doc.jobs  # whole through the ConfigMap
+    rows = [line for line in status_table(doc, wide=True).splitlines() if "ml/plain" in line]
+    assert len(rows) == len(listed) and all(row.endswith(long) for row in rows)
+    assert tail in explain_text(doc, listed[0])
+    foot = status_table(doc)
+    assert "Not listed in the status object" in foot and "2 job(s) (NotElastic 2)" in foot
+    assert "`explain NAMESPACE/NAME --live` plans any one now" in foot
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.4, 0.5, 0.7])
+def test_one_clock_per_answer_every_ago_agrees_with_the_plans_message(fraction):
+    """Issue 44: `explain` said "resized 6s ago" (the plan's message, at the cycle's now)
+    and "5s ago" (its own count from a `now` cut to whole seconds) in one answer. Every
+    "ago" counts from the one `now`, kept whole through the ConfigMap, and rounds alike."""
+    at = NOW + timedelta(seconds=fraction)
+    doc = cycle(snap({"q": 4}, [ej("a", max=4, last=ago(5))]), at=at)
+    read = from_data(to_data(doc), "cm")
+    assert read.time == at
+    text = explain_text(read, entry(read, "a"))
+    said = {int(n) for n in re.findall(r"(\d+)s ago", text)}
+    assert len(said) == 1, text
+    assert f"resized {said.pop()}s ago" in text

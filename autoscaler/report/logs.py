@@ -68,11 +68,25 @@ def configure_logging(settings: Settings, *, for_people: bool = False) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    # libraries that log through the standard library end up in the same stream
-    logging.basicConfig(
-        level=max(level, logging.WARNING),
-        stream=_Stderr(),
-        format=f"{PROG}: %(levelname)s: %(message)s"
-        if for_people
-        else "%(levelname)s %(name)s %(message)s",
+    # libraries that log through the standard library end up in the same stream, in the
+    # same format: one stream is one format (a JSON reader must not meet a plain line)
+    handler = logging.StreamHandler(_Stderr())
+    handler.set_name(_HANDLER)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+        )
     )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(level, logging.WARNING))
+
+
+_HANDLER = "elastic-autoscaler"  # our handler on the root logger, replaced when configured again

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -13,13 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 from prometheus_client import ProcessCollector
 
 from autoscaler.client.config import KubeconfigError, make_api_client
-from autoscaler.client.kubeapi import ApiFailure, classify, failure_line
+from autoscaler.client.kubeapi import ApiFailure, classify, error_text, failure_line
 from autoscaler.client.redact import redact
 from autoscaler.core.errors import RunFailure, UsageError
 from autoscaler.core.model import ClusterSnapshot, Plan
@@ -58,26 +59,50 @@ log = structlog.get_logger("autoscaler.run.daemon")
 _SETTINGS_ERRORS = frozenset({PromError.BAD_QUERY, PromError.CONFIG, PromError.NON_VECTOR})
 
 
-def prometheus_problem(reading: FreeGpuReading) -> UsageError | RunFailure | None:
+_QUERY_ERRORS = frozenset({PromError.BAD_QUERY, PromError.NON_VECTOR})
+_AUTH_SETTINGS = ("prometheus_bearer_token_file", "prometheus_username", "prometheus_password")
+
+
+def prometheus_settings(reading: FreeGpuReading, settings: Settings) -> str:
+    """The settings a Prometheus failure points at, in words: where each value came from
+    and which flag or variable sets it (the URL, unless the query or the credentials)."""
+    errors = set(reading.errors)
+    if errors & _QUERY_ERRORS:
+        if settings.free_gpus_query:
+            return f"setting {settings.named('free_gpus_query')}"
+        return "the *_gpus_series settings make the query (docs/settings.md)"
+    if PromError.AUTH in errors:
+        given = [n for n in _AUTH_SETTINGS if getattr(settings, n) is not None]
+        return "settings " + (
+            "; ".join(settings.named(n) for n in given) or ", ".join(_AUTH_SETTINGS)
+        )
+    return f"setting {settings.named('prometheus_url')}"
+
+
+def prometheus_problem(
+    reading: FreeGpuReading, settings: Settings | None = None
+) -> UsageError | RunFailure | None:
     """What is wrong with a whole Prometheus answer, as the error the CLI exits with:
     UsageError for a query or settings to fix, RunFailure for a Prometheus that did not
     answer usably now; None when the answer can be planned on (a queue that holds on its
-    own is part of a plan)."""
+    own is part of a plan). With `settings`, the line names the setting to check."""
     if reading.problem is None:
         return None
     text = f"Prometheus: {reading.message}"
+    if settings is not None:
+        text += f" ({prometheus_settings(reading, settings)})"
     if _SETTINGS_ERRORS & set(reading.errors):
         return UsageError(text)
     return RunFailure(text)
 
 
-async def check_prometheus(prometheus: PrometheusSource) -> None:
-    """At start, once: say what is wrong with the Prometheus URL and query. A query or a
-    setting Prometheus refuses stops the daemon (exit 2: it can never work); a Prometheus
-    that does not answer now is a warning (it may be starting too): cycles hold until it
-    answers."""
+async def check_prometheus(prometheus: PrometheusSource, settings: Settings | None = None) -> None:
+    """At start, once: say what is wrong with the Prometheus URL and query, naming the
+    setting to check. A query or a setting Prometheus refuses stops the daemon (exit 2:
+    it can never work); a Prometheus that does not answer now is a warning (it may be
+    starting too): cycles hold until it answers."""
     reading = await prometheus.fetch(datetime.now(UTC))
-    problem = prometheus_problem(reading)
+    problem = prometheus_problem(reading, settings)
     if isinstance(problem, UsageError):
         raise problem
     if problem is not None:
@@ -101,15 +126,41 @@ def run_daemon(settings: Settings) -> int:
         return 130
 
 
+def kubeconfig_words(settings: Settings) -> str:
+    """Which kubeconfig (and context) the client is made from, where that came from and
+    what sets it: the end of every line about a kubeconfig or an API server that fails."""
+    if settings.kubeconfig is not None:
+        words = f"setting {settings.named('kubeconfig')}"
+    elif any(os.environ.get("KUBECONFIG", "").split(os.pathsep)):
+        words = (
+            "setting kubeconfig from $KUBECONFIG; --kubeconfig or AUTOSCALER_KUBECONFIG "
+            "sets another"
+        )
+    else:
+        words = (
+            "setting kubeconfig from the default: in-cluster, else ~/.kube/config; "
+            "--kubeconfig, AUTOSCALER_KUBECONFIG or $KUBECONFIG sets it"
+        )
+    if settings.kube_context:
+        words += f"; context {settings.kube_context!r}: {settings.named('kube_context')}"
+    return words
+
+
+def kube_usage_error(exc: Exception, settings: Settings) -> UsageError:
+    """A kubeconfig to fix (exit 2), in one line naming the setting that picked it."""
+    text = str(exc)
+    if not isinstance(exc, KubeconfigError):
+        text = f"cannot configure the Kubernetes client: {text}"
+    return UsageError(f"{text} ({kubeconfig_words(settings)})")
+
+
 async def _api_client(settings: Settings) -> ApiClient:
     """The API client of the kubeconfig the settings pick; a kubeconfig to fix is a
     UsageError (exit 2)."""
     try:
         return await make_api_client(settings.kube_options())
-    except KubeconfigError as exc:
-        raise UsageError(str(exc)) from None
-    except (ConfigException, OSError, ValueError) as exc:
-        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    except (KubeconfigError, ConfigException, OSError, ValueError) as exc:
+        raise kube_usage_error(exc, settings) from None
 
 
 # SIGTERM/SIGINT to exit, whatever the daemon waits on (the chart's grace period is 30 s;
@@ -124,7 +175,10 @@ STOP_RECANCEL_SECONDS = 0.1
 async def _daemon(settings: Settings) -> int:
     api_client = await _api_client(settings)
     try:
-        parts = build(settings, api_client)
+        # a dry run says what it would write in its log stream (`would scale`, one
+        # `decision` line each, with the message), in log_format like every other line:
+        # its plain lines on stdout would land in the same pod log in another format
+        parts = build(settings, api_client, out=None)
         ProcessCollector(registry=parts.metrics.registry)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -193,19 +247,38 @@ async def _serve(parts: Parts) -> None:
             log.info("listening", host=settings.listen_host, port=parts.server.port)
             log.info("waiting for the Kubernetes API", url=parts.api_client.configuration.host)
             reporter = asyncio.create_task(_report_synced(parts, synced_at), name="report-synced")
+            checker = asyncio.create_task(check_status_object(parts.status), name="status-check")
             try:
-                await check_prometheus(parts.prometheus)
+                await check_prometheus(parts.prometheus, settings)
                 with contextlib.suppress(TimeoutError):
                     await parts.kube.wait_synced(settings.cycle_deadline_seconds)
                 await parts.driver.run()
             finally:
-                reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reporter
+                for task in (reporter, checker):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
     except asyncio.CancelledError:  # stopped by a signal while it waited
         log.info("stopped", cycles=parts.driver.cycles)
         raise
     log.info("stopped", cycles=parts.driver.cycles)
+
+
+async def check_status_object(writer: StatusWriter | None) -> None:
+    """At start, one line: whether the status object can be written (its namespace
+    exists, RBAC lets us), and if not what to do; beside the cycles, never in their way
+    (a down API server is said too, and the writer's own failures follow it)."""
+    if writer is None:
+        log.info("status.check", ok=False, note="status_configmap is empty: none is written")
+        return
+    try:
+        ok, words = await writer.check()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.warning("status.check", ok=False, object=writer.where, error=error_text(exc))
+        return
+    (log.info if ok else log.warning)("status.check", ok=ok, status=words)
 
 
 async def _report_synced(parts: Parts, since: float) -> None:
@@ -267,19 +340,20 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
     configure_logging(settings, for_people=True)
     try:
         snapshot, reading = asyncio.run(live_read(settings, now))
-    except KubeconfigError as exc:
-        raise UsageError(str(exc)) from None
-    except ConfigException as exc:
-        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    except (KubeconfigError, ConfigException) as exc:
+        raise kube_usage_error(exc, settings) from None
     except TimeoutError:
         raise RunFailure(
             f"cannot read the live cluster: no answer within cycle_deadline_seconds="
-            f"{settings.cycle_deadline_seconds:g}"
+            f"{settings.cycle_deadline_seconds:g} ({kubeconfig_words(settings)})"
         ) from None
     except Exception as exc:  # API unreachable, refused: a run-time failure
-        raise RunFailure(f"cannot read the live cluster: {redact(failure_line(exc))}") from None
+        raise RunFailure(
+            f"cannot read the live cluster: {redact(failure_line(exc))} "
+            f"({kubeconfig_words(settings)})"
+        ) from None
     if reading is not None:
-        problem = prometheus_problem(reading)
+        problem = prometheus_problem(reading, settings)
         if problem is not None:
             raise problem
     if snapshot.problem is not None:
@@ -290,7 +364,8 @@ def live_cycle(settings: Settings, now: datetime | None = None) -> tuple[Cluster
 # ---- the status object, for `status` and `explain` --------------------------------------
 
 
-async def _read_status(settings: Settings) -> StatusDoc | None:
+async def _read_status(settings: Settings) -> StatusDoc | str:
+    """The status document, or why it may be missing (in words)."""
     client = await make_api_client(settings.kube_options())
     try:
         writer = StatusWriter(settings.status_options(), client)
@@ -298,12 +373,35 @@ async def _read_status(settings: Settings) -> StatusDoc | None:
             obj = await writer.read()
         except ApiException as exc:
             if classify(exc) is ApiFailure.NOT_FOUND:
-                return None
+                return await _why_missing(settings, client)
             exc.add_note(f"get {writer.where}")
             raise
         return from_data(obj.data, writer.where)
     finally:
         await client.close()
+
+
+async def _why_missing(settings: Settings, client: ApiClient) -> str:
+    """Why no status object is there, as far as we can tell, and what to check."""
+    namespace = settings.lease_namespace
+    where = f"the namespace is {namespace} ({settings.named('lease_namespace')})"
+    try:
+        await CoreV1Api(client).read_namespace(
+            namespace, _request_timeout=settings.kube_request_timeout_seconds
+        )
+    except ApiException as exc:
+        if classify(exc) is ApiFailure.NOT_FOUND:
+            return (
+                f"namespace {namespace} does not exist: the daemon runs in another one "
+                f"(--autoscaler-namespace names it) or is not installed; {where}"
+            )
+    except Exception:  # a hint only: the line below says what else to check
+        pass
+    return (
+        "the daemon has not written one: it is not running, not leading yet, or not "
+        "allowed to write it (its log says so: `status.check`, `status.write_failed`), "
+        f"or it runs in another namespace or writes another name (status_configmap); {where}"
+    )
 
 
 def read_status(settings: Settings) -> StatusDoc:
@@ -314,20 +412,17 @@ def read_status(settings: Settings) -> StatusDoc:
         raise UsageError("status_configmap is empty: no status object is written; use --live")
     try:
         doc = asyncio.run(_read_status(settings))
-    except KubeconfigError as exc:
-        raise UsageError(str(exc)) from None
-    except ConfigException as exc:
-        raise UsageError(f"cannot configure the Kubernetes client: {exc}") from None
+    except (KubeconfigError, ConfigException) as exc:
+        raise kube_usage_error(exc, settings) from None
     except StatusError as exc:
         raise RunFailure(f"cannot read the status object: {exc}") from None
     except Exception as exc:
-        raise RunFailure(f"cannot read the status object: {redact(failure_line(exc))}") from None
-    if doc is None:
         raise RunFailure(
-            f"no status object ({where}): the daemon has not written one yet (is it running "
-            "and leading, in that namespace? --autoscaler-namespace names another); "
-            "--live plans now instead"
-        )
+            f"cannot read the status object: {redact(failure_line(exc))} "
+            f"({kubeconfig_words(settings)})"
+        ) from None
+    if isinstance(doc, str):
+        raise RunFailure(f"no status object ({where}): {doc}; --live plans now instead")
     return doc
 
 

@@ -20,6 +20,8 @@ jobs once per job per step. One object in our namespace costs one write per chan
 
 Bounded at any cluster size: jobs and gangs listed one by one are capped at
 `status_max_jobs` each (the rest counted per queue and reason, which are always
-complete), messages are cut at MESSAGE_MAX characters, and the whole document is kept
-under MAX_BYTES (far below the 1 MiB a ConfigMap may hold) by listing fewer jobs.
+complete), and the whole document is kept under MAX_BYTES (far below the 1 MiB a ConfigMap
+may hold) by listing fewer jobs. A message is never cut: the end of a reason's message is
+the part that says what to do, so a job is listed whole or counted among those left out
+(`omitted_jobs`, `omitted_gangs`), and `explain --live` plans any job whole.
 """

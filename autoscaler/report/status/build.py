@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 from autoscaler.act.results import Outcome
 from autoscaler.core.model import (
-    Bound,
     ClusterSnapshot,
     Decision,
     ElasticJob,
@@ -23,7 +22,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 
-from ..render import headroom_words
+from ..render import notes_said, room_of
 from .codec import dump
 from .doc import (
     MAX_BYTES,
@@ -39,7 +38,6 @@ from .doc import (
     _Plain,
     _plain_rank,
     _rank_of,
-    trim_message,
 )
 
 # write outcomes compared as the plain strings a WriteOutcome carries
@@ -121,13 +119,11 @@ def _resize_written(
             d.target,
             now,
             d.reason.value,
-            trim_message(d.message),
+            d.message,
         )
     if written.outcome == _DRY_RUN:
         state = ResizeState.WOULD_RESIZE
-        return Resize(
-            state, d.current, d.target, kept(state), d.reason.value, trim_message(d.message)
-        )
+        return Resize(state, d.current, d.target, kept(state), d.reason.value, d.message)
     if _api_refused(written):
         state = ResizeState.REJECTED
         return Resize(
@@ -136,7 +132,7 @@ def _resize_written(
             d.target,
             kept(state),
             d.reason.value,
-            trim_message(written.message),
+            written.message,
         )
     if written.outcome in _RETRY_OUTCOMES:
         state = ResizeState.RETRYING
@@ -146,7 +142,7 @@ def _resize_written(
             d.target,
             kept(state),
             d.reason.value,
-            trim_message(written.message),
+            written.message,
         )
     if written.outcome == _GONE:
         return None
@@ -172,17 +168,12 @@ def _gang_rank(g: GangEntry) -> int:
 
 
 def _queue_entry(q: QueueSummary, jobs: Counter[str], gangs: Counter[str]) -> QueueEntry:
-    headroom, bound = q.headroom_gpus, q.bound.value if q.bound else ""
-    words = headroom_words(q) if q.bound is not None else ""
-    if headroom is None and q.reason is None and q.free_gpus is not None:
-        # free GPUs taken as given (free_gpus_query, a snapshot's free_gpus), no nodes
-        headroom, bound = q.free_gpus, Bound.GIVEN.value
-        words = f"given: {q.free_gpus:g} free GPU(s) as read -> {q.free_gpus:g} GPU(s)"
+    headroom, bound, words = room_of(q)  # as the plan's table shows it
     return QueueEntry(
         name=q.name,
         status=q.reason.value if q.reason else "ok",
         # what of its Queue object bounds nothing (QueueSummary.notes) when nothing else
-        message=trim_message(q.message or "; ".join(q.notes)),
+        message=q.message or "; ".join(q.notes),
         headroom_gpus=headroom,
         bound=bound,
         plugin=q.plugin.value,
@@ -319,13 +310,13 @@ def _gang_entries(snapshot: ClusterSnapshot, plan: Plan) -> tuple[GangEntry, ...
                 queue=g.queue,
                 gpus=g.gpus,
                 reason=g.reason.value,
-                message=trim_message(g.message),
+                message=g.message,
                 since=p.created if p is not None else plan.now,
                 victims=tuple(f"{v.namespace}/{v.name}" for v in g.victims),
                 owner=owner,
                 job=g.job,
                 need_from=g.need_from,
-                blockers=tuple(trim_message(b) for b in g.blockers),
+                blockers=tuple(g.blockers),
             )
         )
     gangs.sort(key=lambda g: (_gang_rank(g), g.since, g.namespace, g.name))
@@ -381,7 +372,7 @@ def _job_entry(
         kind=d.ref.kind,
         queue=d.queue,
         reason=d.reason.value,
-        message=trim_message(d.message),
+        message=d.message,
         since=since,
         replicas=d.current,
         active=job.active if job is not None else None,
@@ -392,7 +383,7 @@ def _job_entry(
         priority=job.priority if job is not None else None,
         last_resize=job.last_scale_time if job is not None else None,
         restart_cost=_restart(d),
-        notes=tuple(trim_message(n) for n in d.notes),
+        notes=notes_said(d),
         resize=resize,
     )
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from autoscaler.core.resources import rfc3339
+from autoscaler.core.resources import micro_time, rfc3339
 from autoscaler.read.fields import BadField, parse_time
 
 from .doc import (
@@ -24,7 +24,6 @@ from .doc import (
     StatusDoc,
     StatusError,
     StatusMemo,
-    trim_message,
 )
 
 # ---- to and from the ConfigMap ---------------------------------------------------------
@@ -129,7 +128,9 @@ def _head(doc: StatusDoc) -> dict[str, Any]:
     c = doc.cycle
     return {
         "schema": SCHEMA,
-        "time": rfc3339(doc.time),
+        # the cycle's own `now`, to the microsecond: every "ago" of a reader is counted
+        # from it, as the plan's messages were (one clock per answer)
+        "time": micro_time(doc.time) if doc.time.microsecond else rfc3339(doc.time),
         "writer": _drop_empty(
             {
                 "mode": doc.mode,
@@ -141,7 +142,7 @@ def _head(doc: StatusDoc) -> dict[str, Any]:
         "cycle": _drop_empty(
             {
                 "result": c.result,
-                "message": trim_message(c.message),
+                "message": c.message,
                 "duration_seconds": round(c.duration_seconds, 3),
                 "jobs": c.jobs,
                 "actions": c.actions,

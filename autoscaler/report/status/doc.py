@@ -17,7 +17,6 @@ from autoscaler.core.reasons import Reason
 
 SCHEMA = "elastic-autoscaler.io/status/v1"
 DATA_KEY = "status"  # the ConfigMap key holding the document (JSON)
-MESSAGE_MAX = 300
 MAX_BYTES = 512 * 1024
 
 
@@ -168,11 +167,6 @@ class StatusDoc:
 
     def job(self, namespace: str, name: str) -> list[JobEntry]:
         return [j for j in self.jobs if j.namespace == namespace and j.name == name]
-
-
-def trim_message(text: str) -> str:
-    """`text` at most MESSAGE_MAX characters, a cut one ending in "..."."""
-    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 3] + "..."
 
 
 # reasons _rank_of tells apart (plain strings: an entry's reason is the value)

@@ -12,19 +12,10 @@ from typing import Any
 from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 
+from ..render import ago as age
 from ..render import table
 from .codec import gang_dict, job_dict, queue_dict, to_dict
 from .doc import RANK_SETTLED, GangEntry, JobEntry, QueueEntry, StatusDoc, rank
-
-
-def age(since: datetime, now: datetime) -> str:
-    """kubectl's AGE: 45s, 12m, 5h, 3d."""
-    seconds = max(0, int((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size or (unit == "m" and seconds >= size):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
 
 _NOT_MANAGED = frozenset(
     r.value for r in Reason if r.unmanaged and not r.value.startswith("Invalid")
@@ -124,7 +115,7 @@ def _queue_table(doc: StatusDoc, wide: bool) -> str:
 def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
     """The jobs not settled (wide: every job), or one line saying there are none."""
     shown = jobs if wide else [j for j in jobs if rank(j) < RANK_SETTLED]
-    head = ["JOB", "QUEUE", "REPLICAS", "TARGET", "RESIZE", "REASON", "SINCE"]
+    head = ["JOB", "QUEUE", "WORKERS", "TARGET", "RESIZE", "REASON", "SINCE"]
     if wide:
         head[1:1] = ["KIND"]
         head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
@@ -179,9 +170,20 @@ def _footnotes(doc: StatusDoc, jobs: Sequence[JobEntry], wide: bool) -> list[str
     rest = _left_out(jobs)
     if not wide and rest and any(rank(j) < RANK_SETTLED for j in jobs):
         parts += ["", f"{rest} not shown (-o wide shows them)."]
-    if doc.omitted_jobs:
-        words = ", ".join(f"{n} {r}" for r, n in sorted(doc.omitted_jobs.items()))
-        parts += ["", f"Not listed in the status object (its size is bounded): {words}."]
+    left_out = [
+        f"{sum(counts.values())} {what} ("
+        + ", ".join(f"{r} {n}" for r, n in sorted(counts.items()))
+        + ")"
+        for what, counts in (("job(s)", doc.omitted_jobs), ("waiting gang(s)", doc.omitted_gangs))
+        if counts
+    ]
+    if left_out:
+        parts += [
+            "",
+            f"Not listed in the status object (its size is bounded; each listed one is "
+            f"whole): {' and '.join(left_out)}; `explain NAMESPACE/NAME --live` plans any "
+            "one now.",
+        ]
     if wide:
         rooms = [(n, q) for n, q in doc.queues.items() if q.headroom]
         if rooms:

@@ -99,6 +99,56 @@ class StatusWriter:
             log.warning("status.not_restored", object=self.where, error=str(exc))
             return None
 
+    async def check(self) -> tuple[bool, str]:
+        """At start: whether this writer will be able to write its object, in words (the
+        object, and what is wrong and what to do). Asks, writes nothing: a read, then a
+        server-side dry run of the write it would send (a patch of the object, else its
+        creation), so the namespace, RBAC and admission answer as they would. Raises what
+        the API server raised otherwise (unreachable, timeout)."""
+        timeout = self._settings.kube_request_timeout_seconds
+        where, namespace = self.where, self.namespace
+        fix_namespace = (
+            f"create it (kubectl create namespace {namespace}) or name the daemon's "
+            "namespace (lease_namespace: --autoscaler-namespace or AUTOSCALER_LEASE_NAMESPACE)"
+        )
+        rbac = "grant get, patch and update of it and create of configmaps there"
+        rbac += " (deploy/base/rbac.yaml)"
+        try:
+            await self.read()
+            exists = True
+        except ApiException as exc:
+            if classify(exc) is ApiFailure.DENIED:
+                return False, f"{where}: cannot read it ({error_text(exc)}): {rbac}"
+            if classify(exc) is not ApiFailure.NOT_FOUND:
+                raise
+            exists = False
+        try:
+            if exists:
+                await self._api.patch_namespaced_config_map(
+                    self.name,
+                    namespace,
+                    {"data": {}},
+                    _content_type=MERGE_PATCH,
+                    dry_run="All",
+                    _request_timeout=timeout,
+                )
+            else:
+                await self._api.create_namespaced_config_map(
+                    namespace, self._created({}), dry_run="All", _request_timeout=timeout
+                )
+        except ApiException as exc:
+            failure = classify(exc)
+            if failure is ApiFailure.NOT_FOUND:
+                return False, f"{where}: namespace {namespace} does not exist: {fix_namespace}"
+            if failure is ApiFailure.DENIED:
+                verb = "patch it" if exists else f"create it in namespace {namespace}"
+                return False, f"{where}: not allowed to {verb} ({error_text(exc)}): {rbac}"
+            if failure is not ApiFailure.CONFLICT:  # created meanwhile: writable
+                return False, f"{where}: a write would fail: {error_text(exc)}"
+        if exists:
+            return True, f"{where}: exists and may be written"
+        return True, f"{where}: may be created (at the first cycle's status)"
+
     async def run(self) -> None:
         """Write what is published, until cancelled."""
         while True:
@@ -195,19 +245,21 @@ class StatusWriter:
         except ApiException as exc:
             if classify(exc) is not ApiFailure.NOT_FOUND:
                 raise
-            created = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "labels": {"app.kubernetes.io/name": "elastic-autoscaler"},
-                },
-                "data": data,
-            }
             await self._api.create_namespaced_config_map(
-                self.namespace, created, _request_timeout=timeout
+                self.namespace, self._created(data), _request_timeout=timeout
             )
+
+    def _created(self, data: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/name": "elastic-autoscaler"},
+            },
+            "data": data,
+        }
 
     async def _owned_by_live_daemon(self, doc: StatusDoc) -> bool:
         """Dry run only: whether a live daemon wrote the object recently (then it is
