@@ -53,6 +53,9 @@ class Reason(StrEnum):
     SUSPENDED = "SkipSuspended"
     TERMINATING = "SkipTerminating"
     DUPLICATE = "SkipDuplicate"
+    # Kueue admits the job by its replica counts: a resize would make Kueue suspend it
+    # (every pod deleted) and queue it again (docs/reasons.md)
+    KUEUE_MANAGED = "SkipKueueManaged"
 
     # waiting gangs (pending PodGroups)
     GANG_FITS = "GangFits"
@@ -81,5 +84,6 @@ _UNMANAGED = frozenset(
         Reason.SUSPENDED,
         Reason.TERMINATING,
         Reason.DUPLICATE,
+        Reason.KUEUE_MANAGED,
     }
 )
