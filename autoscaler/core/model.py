@@ -9,7 +9,7 @@ structlog (a test enforces it).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -206,6 +206,9 @@ class Bound(StrEnum):
     # below their deserved first (shares.capacity_allotments)
     FAIR_SHARE = "fair-share"
     GIVEN = "given"  # the free-GPU reading as given
+    # capacity under hierarchy: what an ancestor queue may still take, shared by its
+    # descendants (headroom.Tree)
+    ANCESTOR = "ancestor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +230,20 @@ class VolcanoQueue:
     deserved: float | None = None  # the scheduler's own figure, shown, not used
     # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
     spec_deserved: float | None = None
+    # the Queue object's spec.parent ("" where unset): the capacity plugin's queue tree
+    # under enableHierarchy (headroom.Tree); Volcano's controller sets "root" on a queue
+    # that names none, so only another parent makes a tree
+    parent: str = ""
+
+
+ROOT_QUEUE = "root"  # the capacity plugin's tree top: unbounded, every queue under it
+
+
+def is_tree(parents: Iterable[str]) -> bool:
+    """Whether the Queues' spec.parent values make a queue tree: some queue has a parent
+    other than root (Volcano's controller sets root on every queue that names none, so a
+    flat cluster reads "" or root everywhere and is planned as flat)."""
+    return any(p not in ("", ROOT_QUEUE) for p in parents)
 
 
 @dataclass(frozen=True, slots=True)

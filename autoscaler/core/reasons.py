@@ -37,6 +37,9 @@ class Reason(StrEnum):
     QUEUE_CLOSED = "HoldQueueClosed"
     QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
     QUEUE_CAPACITY = "HoldQueueCapacity"
+    # a parent in the capacity plugin's queue tree: jobs run only in its leaves, its
+    # room is theirs (docs/reasons.md)
+    QUEUE_PARENT = "HoldQueueParent"
     NO_NODE_FITS = "HoldNoNodeFits"
     CLOCK_SKEW = "HoldClockSkew"
     WRITE_REFUSED = "HoldRefused"  # the cluster refused its last resize (admission, 4xx)

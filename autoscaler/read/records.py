@@ -73,6 +73,7 @@ class QueueSpec:
     # out, with a message in `problems` naming the Queue and the field
     limits: Quantities = ()
     problems: tuple[str, ...] = ()
+    parent: str = ""  # spec.parent, "" where unset (Volcano's controller writes root)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ A queue that jobs or gangs use but the reading lacks is unknown (held), never ze
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -44,7 +44,14 @@ from .jobs import decode_job, in_queue, worker_group
 from .nodes import decode_node, decode_pod, nodes_in_use, pods_by_owner, worker_nodes
 from .objects import HPA_KIND, RawObjects
 from .podgroups import decode_podgroup, podgroup_queues
-from .queues import Priorities, decode_priority_class, decode_queue, queue_capacities, volcano_view
+from .queues import (
+    Priorities,
+    decode_priority_class,
+    decode_queue,
+    inherited,
+    queue_capacities,
+    volcano_view,
+)
 
 Decoder = Callable[[Mapping[str, Any]], Any]
 
@@ -320,10 +327,11 @@ def build_snapshot(
         records = Records.decode(objects, options) if isinstance(objects, RawObjects) else objects
         assembled = assemble(records)
     a = assembled
-    queues = _queue_states(a, free, queues_listed)
+    specs = inherited(a.queues)
+    queues = _queue_states(a, free, queues_listed, specs)
     view = None
     if plugin is not None:
-        view, queues = volcano_view(plugin, queues, a.queues, a.nodes, options.gpu_resource_names)
+        view, queues = volcano_view(plugin, queues, specs, a.nodes, options.gpu_resource_names)
         if a.nodes is not None and not options.node_fit:
             view = replace(
                 view,
@@ -344,13 +352,19 @@ def build_snapshot(
 
 
 def _queue_states(
-    a: Assembled, free: Mapping[str, QueueState], queues_listed: bool
+    a: Assembled,
+    free: Mapping[str, QueueState],
+    queues_listed: bool,
+    queue_specs: Sequence[QueueSpec] | None = None,
 ) -> dict[str, QueueState]:
     """Every queue a job or gang names, or the free-GPU source reads: its reading (unknown
-    where there is none) with what its Queue object says of its state and capacity."""
-    queue_states = {q.name: q.state for q in a.queues}
-    specs = {q.name: q for q in a.queues}
-    capacities = queue_capacities(a.queues)
+    where there is none) with what its Queue object says of its state and capacity
+    (`queue_specs`: with what a child inherits, queues.inherited; the Queues as read
+    where not given)."""
+    queue_specs = a.queues if queue_specs is None else queue_specs
+    queue_states = {q.name: q.state for q in queue_specs}
+    specs = {q.name: q for q in queue_specs}
+    capacities = queue_capacities(queue_specs)
     names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
     names |= {g.queue for g in a.pending}
     queues: dict[str, QueueState] = {}

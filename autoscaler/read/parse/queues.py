@@ -10,11 +10,11 @@ reading, which is what headroom is computed from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.core.model import Node, Plugin, QueueState, VolcanoQueue, VolcanoView
+from autoscaler.core.model import Node, Plugin, QueueState, VolcanoQueue, VolcanoView, is_tree
 from autoscaler.core.options import ReadOptions
 from autoscaler.core.resources import UNBOUNDED_AT_ZERO
 from autoscaler.core.shapes import PODS, Quantities
@@ -84,8 +84,10 @@ def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | No
     guarantee = readable_gpus(
         dig(obj, "spec", "guarantee", "resource"), options, "spec.guarantee.resource"
     )
+    parent = dig(obj, "spec", "parent")
     return QueueSpec(
         name,
+        parent=parent if isinstance(parent, str) and parent != name else "",
         state=state if isinstance(state, str) and state else "Open",
         weight=float(weight),
         capability=None if capability is None else float(capability),
@@ -142,6 +144,32 @@ def capability_limits(
     return tuple(sorted(out.items()))
 
 
+def inherited(specs: Sequence[QueueSpec]) -> Sequence[QueueSpec]:
+    """The specs with what the capacity plugin inherits under hierarchy: a child's
+    capability in every dimension it leaves unset is its nearest ancestor's that sets
+    it (GPUs and every other dimension, `limits`). `specs` as they are when no queue
+    names a parent other than root (a flat cluster), or when nothing is inherited."""
+    if not is_tree(q.parent for q in specs):
+        return specs
+    by_name = {q.name: q for q in specs}
+    out = []
+    for q in specs:
+        capability, limits = q.capability, dict(q.limits)
+        seen = {q.name}
+        up = by_name.get(q.parent)
+        while up is not None and up.name not in seen:  # a cycle ends the walk
+            seen.add(up.name)
+            if capability is None:
+                capability = up.capability
+            for res, amount in up.limits:
+                limits.setdefault(res, amount)
+            up = by_name.get(up.parent)
+        merged = tuple(sorted(limits.items()))
+        changed = capability != q.capability or merged != q.limits
+        out.append(replace(q, capability=capability, limits=merged) if changed else q)
+    return out
+
+
 def queue_capacities(specs: Iterable[QueueSpec]) -> dict[str, int]:
     """GPUs each Queue lets its jobs hold by the API's own account: `spec.capability`, for
     `gpu_resource_names`. Not `spec.deserved`: under the capacity plugin a queue borrows
@@ -174,6 +202,7 @@ def volcano_view(
                 capability=spec.capability,
                 guarantee=spec.guarantee,
                 spec_deserved=None if spec.deserved is None else float(spec.deserved),
+                parent=spec.parent,
             )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
@@ -189,6 +218,7 @@ def volcano_view(
                 capability=spec.capability,
                 guarantee=spec.guarantee,
                 spec_deserved=None if spec.deserved is None else float(spec.deserved),
+                parent=spec.parent,
             )
     return VolcanoView(plugin, queues, nodes, gpu_names=gpu_names), out
 
