@@ -92,7 +92,7 @@ def test_parents_are_reported_as_parents_and_hold_their_jobs():
     for parent in ("root", "dept-a", "dept-b"):
         s = p.queues[parent]
         assert s.reason is Reason.QUEUE_PARENT and s.free_gpus is None, parent
-        assert s.headroom_gpus is None
+        assert s.headroom_gpus is None and s.plugin is Plugin.CAPACITY
     assert "team-a1, team-a2" in p.queues["dept-a"].message
     assert p.queues["team-a1"].reason is None
 
@@ -141,6 +141,9 @@ def test_the_tree_and_its_real_capabilities():
     tree = Tree(guaranteed)
     # a1: a's real (16) less its children's guarantees (5) plus its own (2)
     assert tree.real("a1", 32) == 13 and tree.top_guarantee() == 4
+    # root is unbounded: another top-level queue's guarantee takes nothing from a
+    tree = Tree({**guaranteed, "b": VolcanoQueue("b", parent="root", guarantee=20)})
+    assert tree.real("a", 32) == 16 and tree.real("b", 32) == 32
 
 
 def test_a_flat_cluster_is_no_tree():

@@ -105,9 +105,12 @@ class Tree:
 
     def real(self, name: str, total: float) -> float:
         """The queue's real capability as the capacity plugin builds it under hierarchy
-        (the class docstring), root's being `total`."""
+        (the class docstring; checkHierarchicalQueue): root's is unbounded, so other
+        top-level queues' guarantees take nothing from a top-level queue, and a queue
+        with no capability above it is unbounded: read as `total`, the cluster's GPUs
+        (nothing binds beyond them)."""
         chain = [name, *self.ancestors(name)]
-        real = total
+        real = math.inf
         for n in reversed(chain):
             q = self.queues[n]
             up = self.parent.get(n, ROOT_QUEUE)
@@ -116,7 +119,7 @@ class Tree:
             real = real - taken + q.guarantee
             if q.capability is not None:
                 real = min(real, q.capability)
-        return real
+        return min(real, total)
 
     def used(self, name: str) -> float:
         """What a parent's leaves hold as the scheduler counts it (allocated and

@@ -180,6 +180,8 @@ def _plan_queue(
         summary = replace(summary, notes=state.notes)
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    elif state.problem is Reason.QUEUE_PARENT:
+        summary = replace(summary, plugin=Plugin.CAPACITY)  # the only plugin with a tree
     elif state.free_gpus is None and state.volcano is None:
         # no reading for it: nothing was given, and no plugin computed its headroom
         summary = replace(summary, plugin=Plugin.UNKNOWN)
