@@ -246,6 +246,61 @@ def is_tree(parents: Iterable[str]) -> bool:
     return any(p not in ("", ROOT_QUEUE) for p in parents)
 
 
+NODE_GROUP_LABEL = "volcano.sh/nodegroup-name"  # a node's group, for the nodegroup plugin
+NODE_GROUP_LIMITS = "volcano.sh/nodegroup-resource-limits"  # a Queue's per-group limits
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroups:
+    """A queue's node groups as Volcano's nodegroup plugin judges its pods (its node
+    filter): the groups of its Queue's spec.affinity (nodeGroupAffinity and
+    nodeGroupAntiAffinity, required and preferred), its per-group limits (annotation
+    volcano.sh/nodegroup-resource-limits: group -> milli-units per resource named) and
+    what its bound pods request on each group's nodes, and the plugin's strict mode.
+    `error`: the annotation cannot be read (the plugin then rejects every node)."""
+
+    required: frozenset[str] = frozenset()
+    preferred: frozenset[str] = frozenset()
+    anti_required: frozenset[str] = frozenset()
+    anti_preferred: frozenset[str] = frozenset()
+    limits: tuple[tuple[str, Quantities], ...] = ()
+    allocated: tuple[tuple[str, Quantities], ...] = ()
+    strict: bool = True
+    error: str = ""
+
+    @property
+    def has_affinity(self) -> bool:
+        return bool(self.required or self.preferred or self.anti_required or self.anti_preferred)
+
+    def allows(self, group: str) -> bool:
+        """The plugin's predicate on a labelled node's group: named required or
+        preferred and not anti-required; anti-preferred admits (it only scores low)."""
+        if group in self.anti_preferred:
+            return True
+        return (group in self.required or group in self.preferred) and (
+            group not in self.anti_required
+        )
+
+    def groups(self) -> list[str]:
+        """The groups it may use, in the plugin's score order (required, preferred, the
+        rest; anti-preferred last), then by name."""
+        named = self.required | self.preferred | self.anti_preferred
+        return sorted(
+            (g for g in named if self.allows(g)),
+            key=lambda g: (
+                -(100 * (g in self.required) + 50 * (g in self.preferred)),
+                g in self.anti_preferred,
+                g,
+            ),
+        )
+
+    @property
+    def unlabelled(self) -> bool:
+        """Whether nodes without a group take its pods: only outside strict mode, and
+        only for a queue with no node-group affinity."""
+        return not self.strict and not self.has_affinity
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A node as the scheduler's filters see it (autoscaler/plan/fit.py decides with it): its
@@ -340,6 +395,8 @@ class QueueState:
     # GPUs the queue's bound, unfinished pods hold outside the worker groups counted by
     # spec against capacity_gpus (masters, launchers, plain pods; the pod watch)
     other_gpus: int = 0
+    # the nodegroup plugin's rules for its pods (plan/fit/groups.py); None: not in use
+    node_groups: NodeGroups | None = None
 
     @property
     def usable(self) -> bool:
