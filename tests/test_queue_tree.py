@@ -8,6 +8,7 @@ ancestor takes its room back from its siblings, not from cousins. A flat cluster
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from builders import NOW, ej, gang, policy
@@ -125,6 +126,35 @@ def test_a_gang_under_a_full_parent_takes_room_back_from_its_sibling_not_a_cousi
     assert [v.name for v in g.victims] == ["a2"]
     assert targets(p)["a2"] == (8, Reason.RECLAIM_FOR_QUEUE)
     assert targets(p)["b1"][0] == 8
+
+
+def test_an_admitted_gang_under_a_full_parent_is_still_covered_by_its_sibling():
+    """The same, the gang Inqueue (its 4 GPUs in team-a1's inqueue and dept-a's): the
+    leaf's own room would credit them, but dept-a is 4 over: they must be reclaimed."""
+    view = tree_view(
+        **{
+            "team-a1": VolcanoQueue(
+                "team-a1",
+                allocated=4,
+                inqueue=4,
+                parent="dept-a",
+                real_capacity=16,
+                spec_deserved=8,
+            ),
+            "team-a2": VolcanoQueue(
+                "team-a2", allocated=12, parent="dept-a", real_capacity=16, spec_deserved=8
+            ),
+        }
+    )
+    jobs = [
+        ej("a1", queue="team-a1", replicas=4, min=4, max=4),
+        ej("a2", queue="team-a2", replicas=12, min=2, max=12),
+    ]
+    pending = [replace(gang("g", 4, queue="team-a1"), phase="Inqueue")]
+    p = plan(vsnap(view, jobs, pending), P, NOW)
+    (g,) = p.gangs
+    assert g.reason is Reason.GANG_COVERED, g.message
+    assert targets(p)["a2"] == (8, Reason.RECLAIM_FOR_QUEUE)
 
 
 def test_the_tree_and_its_real_capabilities():

@@ -259,7 +259,9 @@ class _Cluster:
         admitted = 0.0
         if self.view.plugin is Plugin.CAPACITY:
             inqueue = self.view.queues[state.name].inqueue
-            admitted = max(0.0, inqueue + min(0.0, limit.gpus))
+            # under a tree, an ancestor over its room is a deficit of the leaf's too
+            short = min(0.0, limit.gpus, above[1] if above is not None else 0.0)
+            admitted = max(0.0, inqueue + short)
         return replace(state, free_gpus=free, admitted_gpus=admitted), headroom
 
     def _unknown(self, state: QueueState) -> QueueState:
