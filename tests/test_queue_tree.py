@@ -12,6 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from builders import NOW, ej, gang, policy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_headroom import kit_nodes, targets, vsnap
 
 from autoscaler.core.model import Bound, Plugin, VolcanoQueue, VolcanoView
@@ -236,3 +238,39 @@ def test_a_real_capacity_at_the_int64_ceiling_is_unbounded_not_garbage():
     result[-1] = series("real_capacity", 5e15)
     reading = parse_query_result(body, Settings().prometheus_options(), NOW)
     assert reading.queues["dept-b"].problem is Reason.METRICS_INVALID
+
+
+# ---- the invariant ------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capability=st.integers(0, 32),
+    held=st.lists(st.integers(0, 8), min_size=1, max_size=4),
+    gpw=st.sampled_from([1, 2]),
+    gang_gpus=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_leaves_never_grow_past_their_parents_room(capability, held, gpw, gang_gpus):
+    """Whatever the leaves hold and ask, what a plan grants the leaves under dept-a
+    (growth and gangs served from free GPUs) never exceeds what dept-a may still take."""
+    leaves = {
+        f"t{i}": VolcanoQueue(f"t{i}", allocated=h, parent="dept-a") for i, h in enumerate(held)
+    }
+    view = tree_view(
+        **{"dept-a": VolcanoQueue("dept-a", parent="root", capability=capability)},
+        **leaves,
+    )
+    jobs = [
+        ej(f"j{i}", queue=f"t{i}", replicas=h // gpw, min=0, max=16, gpw=gpw)
+        for i, h in enumerate(held)
+        if h % gpw == 0
+    ]
+    pending = [gang("g", gang_gpus, queue="t0")] if gang_gpus else []
+    p = plan(vsnap(view, jobs, pending), P, NOW)
+    grown = sum(
+        (d.target - d.current) * (d.gpus_per_worker or 0)
+        for d in p.decisions
+        if d.target is not None and d.current is not None and d.target > d.current
+    )
+    served = sum(g.gpus for g in p.gangs if g.reason is Reason.GANG_FITS)
+    assert grown + served <= max(0, capability - sum(held))
