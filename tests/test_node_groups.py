@@ -230,3 +230,18 @@ def test_a_queues_allocated_per_group_is_what_its_bound_pods_request_there():
         "g1": (("nvidia.com/gpu", 1000),),
         "g2": (("nvidia.com/gpu", 2000),),
     }
+
+
+def test_plan_status_and_explain_name_the_group_at_its_limit():
+    from test_status import cycle
+
+    from autoscaler.report.render import plan_to_table
+    from autoscaler.report.status.view import explain_text
+
+    rules = NodeGroups(required=frozenset({"g1"}), limits=(("g1", G4),), allocated=(("g1", G4),))
+    snap = snapshot({"q-ng": rules}, [ej("j", queue="q-ng", replicas=4, max=16)])
+    words = "node group g1: queue q-ng at its limit of 4 GPUs"
+    assert words in plan_to_table(plan(snap, P, NOW), verbose=True)
+    doc = cycle(snap)
+    (entry,) = [j for j in doc.jobs if j.name == "j"]
+    assert words in explain_text(doc, entry)
