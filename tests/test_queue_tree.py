@@ -77,6 +77,28 @@ def test_siblings_share_their_parents_room_as_it_is_granted():
     assert grown == 16  # never past dept-a's 16, however the two split it
 
 
+def test_siblings_are_given_their_parents_room_owed_first_not_by_name():
+    """Both teams at 2 under dept-a's 16, both asking for 16 more: 6 each (equal
+    deserved), not 12 to the first planned."""
+    view = tree_view(
+        **{
+            "team-a1": VolcanoQueue(
+                "team-a1", allocated=2, parent="dept-a", real_capacity=16, spec_deserved=8
+            ),
+            "team-a2": VolcanoQueue(
+                "team-a2", allocated=2, parent="dept-a", real_capacity=16, spec_deserved=8
+            ),
+        }
+    )
+    jobs = [
+        ej("a1", queue="team-a1", replicas=2, max=18),
+        ej("a2", queue="team-a2", replicas=2, max=18),
+    ]
+    p = plan(vsnap(view, jobs), P, NOW)
+    assert (targets(p)["a1"][0], targets(p)["a2"][0]) == (8, 8)
+    assert p.queues["team-a1"].bound is Bound.FAIR_SHARE
+
+
 def test_a_top_level_queue_without_capability_grows():
     """dept-b sets no capability: its real capacity series is the int64 ceiling, read as
     unbounded (None); its leaf grows into the idle cluster."""

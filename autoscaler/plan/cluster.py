@@ -206,8 +206,23 @@ class _Cluster:
         else:
             idle = math.floor(total - sum(r.used for r in rows) + _EPS)
         allotted = capacity_allotments(idle, rows)
+        if self.tree.on:
+            self._share_rooms_above(rows, allotted)
         # where a queue gets all it asks for, its headroom stays the scheduler's room
         return {r.name: allotted[r.name] for r in rows if allotted[r.name] < r.most}
+
+    def _share_rooms_above(self, rows: list[Ask], allotted: dict[str, int]) -> None:
+        """Under a tree, each ancestor's room shared out between its leaves by the same
+        rule as the cluster's idle GPUs (owed first), not taken by the first leaf
+        planned: each leaf's allotment cut to its part of every ancestor's room."""
+        by_name = {r.name: r for r in rows}
+        for ancestor, room in sorted(self.room_above.items()):
+            under = [by_name[n] for n in self.tree.leaves_under(ancestor) if n in by_name]
+            if not under:
+                continue
+            parts = capacity_allotments(math.floor(max(0.0, room) + _EPS), under)
+            for r in under:
+                allotted[r.name] = min(allotted[r.name], parts[r.name])
 
     def queue_state(self, state: QueueState) -> tuple[QueueState, _Headroom | None]:
         """The queue's state with `free_gpus` = its headroom before in-flight workers:
