@@ -296,3 +296,24 @@ def test_leaves_never_grow_past_their_parents_room(capability, held, gpw, gang_g
     )
     served = sum(g.gpus for g in p.gangs if g.reason is Reason.GANG_FITS)
     assert grown + served <= max(0, capability - sum(held))
+
+
+def test_only_the_capacity_plugin_inherits_capability():
+    from builders import pytorchjob
+
+    from autoscaler.read.parse import RawObjects, build_snapshot
+    from autoscaler.read.snapshot_file import free_gpu_states
+
+    objects = RawObjects.from_objects(
+        [
+            _queue("dept-a", "root", **{"nvidia.com_gpu": "16"}),
+            _queue("team-a1", "dept-a"),
+            pytorchjob("j", queue="team-a1"),
+        ]
+    )
+    options = Settings().read_options()
+    free = free_gpu_states({"team-a1": 4})
+    capacity = build_snapshot(objects, free, options, plugin=Plugin.CAPACITY)
+    proportion = build_snapshot(objects, free, options, plugin=Plugin.PROPORTION)
+    assert capacity.queues["team-a1"].capacity_gpus == 16
+    assert proportion.queues["team-a1"].capacity_gpus is None

@@ -361,7 +361,8 @@ def build_snapshot(
         records = Records.decode(objects, options) if isinstance(objects, RawObjects) else objects
         assembled = assemble(records)
     a = assembled
-    specs = inherited(a.queues)
+    # the capacity plugin's tree inherits capability (proportion has no tree)
+    specs = inherited(a.queues) if plugin is Plugin.CAPACITY else a.queues
     queues = _queue_states(a, free, queues_listed, specs)
     if options.node_groups is not NodeGroupsMode.OFF and any(q.node_groups for q in specs):
         queues = _with_node_groups(queues, specs, a, options.node_groups)
