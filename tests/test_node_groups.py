@@ -245,3 +245,23 @@ def test_plan_status_and_explain_name_the_group_at_its_limit():
     doc = cycle(snap)
     (entry,) = [j for j in doc.jobs if j.name == "j"]
     assert words in explain_text(doc, entry)
+
+
+def test_a_gangs_pods_fit_only_on_its_queues_groups():
+    """q may use g2 only, full; g1 is idle: its gang of 4 does not fit (it would have,
+    on g1's nodes), and the elastic job on g2 gives 4 workers back for it."""
+    from dataclasses import replace
+
+    from builders import gang
+
+    rules = NodeGroups(required=frozenset({"g2"}))
+    on_g2 = ("n3",) * 8 + ("n4",) * 8
+    jobs = [replace(ej("el", queue="q", replicas=16, min=2, max=16), worker_nodes=on_g2)]
+    pods = ((PodShape.of_gpus(1), 4),)
+    pending = [replace(gang("g", 4, queue="q"), pods=pods, need_from="pods", min_member=4)]
+    snap = snapshot({"q": rules}, jobs, kit((0, 0, 8, 8)))
+    snap = replace(snap, pending=tuple(pending))
+    p = plan(snap, P, NOW)
+    (g,) = p.gangs
+    assert g.reason is Reason.GANG_COVERED, g.message
+    assert targets(p)["el"][:2] == (12, Reason.RECLAIM_FOR_PENDING)

@@ -71,6 +71,8 @@ class QueuePlanState:
         self.node_fit_limited = False
         self.work = work
         self.listed = listed  # the queue's unmanaged jobs
+        if self.groups is not None:  # its gangs' pods go only where its workers may
+            pending = [self.groups.narrow_gang(g) for g in pending]
         self.pending = sorted(
             pending, key=lambda g: (-g.priority, g.created, g.ref.namespace, g.ref.name)
         )

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.core.model import NODE_GROUP_LABEL, NodeGroups
+from autoscaler.core.model import NODE_GROUP_LABEL, NodeGroups, PendingGroup
 from autoscaler.core.shapes import GPU_RESOURCE, MILLI, PodShape, Requirement, SelectorTerm
 
 from .placer import Placer
 
 _UNLABELLED = Requirement(NODE_GROUP_LABEL, "DoesNotExist")
+_NOWHERE = Requirement(NODE_GROUP_LABEL, "In", ())  # no node: strict, no group named
 
 
 def narrowed(shape: PodShape, req: Requirement) -> PodShape:
@@ -62,6 +63,15 @@ class GroupFit:
         self.all_req = Requirement(NODE_GROUP_LABEL, "In", tuple(groups)) if groups else None
         self.capped: list[str] = []  # groups whose limit cut the last `fits`
         self._shapes: dict[tuple[PodShape, Requirement], PodShape] = {}
+
+    def narrow_gang(self, g: PendingGroup) -> PendingGroup:
+        """A waiting gang of the queue with its pods narrowed to the nodes the queue may
+        use (its group limits are not counted for it: the scheduler's overflow to the
+        queue's other groups is left to it); a gang known by its GPUs alone as it is."""
+        if not g.pods:
+            return g
+        req = self.all_req or self.free_req or _NOWHERE
+        return replace(g, pods=tuple((self._in(shape, req), n) for shape, n in g.pods))
 
     def _in(self, shape: PodShape, req: Requirement) -> PodShape:
         key = (shape, req)
