@@ -40,6 +40,7 @@ from autoscaler.core.options import (
     KubeOptions,
     LeaderOptions,
     LoopOptions,
+    NodeGroupsMode,
     PrometheusOptions,
     ReadOptions,
     ServerOptions,
@@ -292,6 +293,16 @@ class _PrometheusFields(BaseModel):
         "NoSchedule/NoExecute taint tolerated, the node Ready and not cordoned, its host "
         "ports free. Needs list/watch on nodes and pods (cluster-wide: another namespace's "
         "pods use the same nodes). Off: the plugin's room alone, and no pod watch.",
+    )
+    node_groups: NodeGroupsMode = Field(
+        NodeGroupsMode.STRICT,
+        description="Volcano's nodegroup plugin, as the scheduler's conf runs it: where "
+        "some Queue names node groups (spec.affinity, or the annotation "
+        "volcano.sh/nodegroup-resource-limits), a worker is granted only on nodes of the "
+        "groups its queue may use (label volcano.sh/nodegroup-name) and within the "
+        "queue's per-group limits. `strict` (the plugin's default): a queue naming no "
+        "group fits no node; `lenient` (the plugin's `strict: false`): such a queue fits "
+        "unlabelled nodes; `off`: the plugin does not run, node groups bound nothing.",
     )
     extended_resource_toleration: bool = Field(
         DEFAULT_EXTENDED_RESOURCE_TOLERATION,

@@ -97,7 +97,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "growth",
         "planner",
     ),
-    "plan.fit": ("filters", "nodes", "placer", "room"),
+    "plan.fit": ("filters", "nodes", "placer", "room", "groups"),
     "read": (
         "fields",
         "records",

@@ -370,11 +370,12 @@ def volcano_kit(
     plugin: str, *, nodes: int = 4, gpus_per_node: int = 8, api_args: tuple[str, ...] = ()
 ) -> Iterator[VolcanoKit]:
     """A fresh API server (with `api_args`, more kube-apiserver flags) and the kit beside
-    it; both stopped (and the folder removed) on exit, whatever happened inside."""
+    it; both stopped (and the folder removed) on exit, whatever happened inside.
+    `plugin`: proportion, capacity, or the path of a scheduler conf file (start.sh's)."""
     problem = kit_problem()
     if problem:
         raise RuntimeError(problem)
-    root = Path(tempfile.mkdtemp(prefix=f"volcano-{plugin}-"))
+    root = Path(tempfile.mkdtemp(prefix=f"volcano-{Path(plugin).stem}-"))  # or a conf file
     try:
         with EnvTest(Path(os.environ[ASSETS_ENV]), root / "api", extra_args=list(api_args)) as api:
             kit = VolcanoKit(

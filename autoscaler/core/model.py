@@ -9,7 +9,7 @@ structlog (a test enforces it).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -208,6 +208,9 @@ class Bound(StrEnum):
     # below their deserved first (shares.capacity_allotments)
     FAIR_SHARE = "fair-share"
     GIVEN = "given"  # the free-GPU reading as given
+    # capacity under hierarchy: what an ancestor queue may still take, shared by its
+    # descendants (headroom.Tree)
+    ANCESTOR = "ancestor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,75 @@ class VolcanoQueue:
     deserved: float | None = None  # the scheduler's own figure, shown, not used
     # the Queue object's spec.deserved (what the capacity plugin reads), None where unset
     spec_deserved: float | None = None
+    # the Queue object's spec.parent ("" where unset): the capacity plugin's queue tree
+    # under enableHierarchy (headroom.Tree); Volcano's controller sets "root" on a queue
+    # that names none, so only another parent makes a tree
+    parent: str = ""
+
+
+ROOT_QUEUE = "root"  # the capacity plugin's tree top: unbounded, every queue under it
+
+
+def is_tree(parents: Iterable[str]) -> bool:
+    """Whether the Queues' spec.parent values make a queue tree: some queue has a parent
+    other than root (Volcano's controller sets root on every queue that names none, so a
+    flat cluster reads "" or root everywhere and is planned as flat)."""
+    return any(p not in ("", ROOT_QUEUE) for p in parents)
+
+
+NODE_GROUP_LABEL = "volcano.sh/nodegroup-name"  # a node's group, for the nodegroup plugin
+NODE_GROUP_LIMITS = "volcano.sh/nodegroup-resource-limits"  # a Queue's per-group limits
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroups:
+    """A queue's node groups as Volcano's nodegroup plugin judges its pods (its node
+    filter): the groups of its Queue's spec.affinity (nodeGroupAffinity and
+    nodeGroupAntiAffinity, required and preferred), its per-group limits (annotation
+    volcano.sh/nodegroup-resource-limits: group -> milli-units per resource named) and
+    what its bound pods request on each group's nodes, and the plugin's strict mode.
+    `error`: the annotation cannot be read (the plugin then rejects every node)."""
+
+    required: frozenset[str] = frozenset()
+    preferred: frozenset[str] = frozenset()
+    anti_required: frozenset[str] = frozenset()
+    anti_preferred: frozenset[str] = frozenset()
+    limits: tuple[tuple[str, Quantities], ...] = ()
+    allocated: tuple[tuple[str, Quantities], ...] = ()
+    strict: bool = True
+    error: str = ""
+
+    @property
+    def has_affinity(self) -> bool:
+        return bool(self.required or self.preferred or self.anti_required or self.anti_preferred)
+
+    def allows(self, group: str) -> bool:
+        """The plugin's predicate on a labelled node's group: named required or
+        preferred and not anti-required; anti-preferred admits (it only scores low)."""
+        if group in self.anti_preferred:
+            return True
+        return (group in self.required or group in self.preferred) and (
+            group not in self.anti_required
+        )
+
+    def groups(self) -> list[str]:
+        """The groups it may use, in the plugin's score order (required, preferred, the
+        rest; anti-preferred last), then by name."""
+        named = self.required | self.preferred | self.anti_preferred
+        return sorted(
+            (g for g in named if self.allows(g)),
+            key=lambda g: (
+                -(100 * (g in self.required) + 50 * (g in self.preferred)),
+                g in self.anti_preferred,
+                g,
+            ),
+        )
+
+    @property
+    def unlabelled(self) -> bool:
+        """Whether nodes without a group take its pods: only outside strict mode, and
+        only for a queue with no node-group affinity."""
+        return not self.strict and not self.has_affinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +397,8 @@ class QueueState:
     # GPUs the queue's bound, unfinished pods hold outside the worker groups counted by
     # spec against capacity_gpus (masters, launchers, plain pods; the pod watch)
     other_gpus: int = 0
+    # the nodegroup plugin's rules for its pods (plan/fit/groups.py); None: not in use
+    node_groups: NodeGroups | None = None
 
     @property
     def usable(self) -> bool:

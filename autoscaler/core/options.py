@@ -27,6 +27,17 @@ class HeadroomPlugin(StrEnum):
     DESERVED = "deserved"  # deprecated: deserved - allocated (wrong under both plugins)
 
 
+class NodeGroupsMode(StrEnum):
+    """Whether Volcano's nodegroup plugin runs, and in which mode: `strict` (its
+    default) and `lenient` (`strict: false`) apply wherever some Queue names node groups
+    (spec.affinity or the volcano.sh/nodegroup-resource-limits annotation); `off`: the
+    plugin is not in the scheduler's conf, the rules bound nothing."""
+
+    STRICT = "strict"
+    LENIENT = "lenient"
+    OFF = "off"
+
+
 @dataclass(frozen=True, slots=True)
 class Annotations:
     """Our annotations on jobs, all under one prefix (the `annotation_prefix` setting)."""
@@ -92,6 +103,8 @@ class ReadOptions:
     node_fit: bool
     # a template's pods get the ExtendedResourceToleration plugin's tolerations
     extended_resource_toleration: bool = True
+    # Volcano's nodegroup plugin: read the Queues' node groups (parse/assemble.py)
+    node_groups: NodeGroupsMode = NodeGroupsMode.STRICT
 
 
 # The defaults of the settings a reader needs, here so that a reader given no options

@@ -37,6 +37,9 @@ class Reason(StrEnum):
     QUEUE_CLOSED = "HoldQueueClosed"
     QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
     QUEUE_CAPACITY = "HoldQueueCapacity"
+    # a parent in the capacity plugin's queue tree: jobs run only in its leaves, its
+    # room is theirs (docs/reasons.md)
+    QUEUE_PARENT = "HoldQueueParent"
     NO_NODE_FITS = "HoldNoNodeFits"
     CLOCK_SKEW = "HoldClockSkew"
     WRITE_REFUSED = "HoldRefused"  # the cluster refused its last resize (admission, 4xx)
@@ -53,6 +56,9 @@ class Reason(StrEnum):
     SUSPENDED = "SkipSuspended"
     TERMINATING = "SkipTerminating"
     DUPLICATE = "SkipDuplicate"
+    # Kueue admits the job by its replica counts: a resize would make Kueue suspend it
+    # (every pod deleted) and queue it again (docs/reasons.md)
+    KUEUE_MANAGED = "SkipKueueManaged"
 
     # waiting gangs (pending PodGroups)
     GANG_FITS = "GangFits"
@@ -81,5 +87,6 @@ _UNMANAGED = frozenset(
         Reason.SUSPENDED,
         Reason.TERMINATING,
         Reason.DUPLICATE,
+        Reason.KUEUE_MANAGED,
     }
 )

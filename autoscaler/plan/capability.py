@@ -105,6 +105,32 @@ class CapabilityRules(QueuePlanState):
                     add(held, shape, count)
         return QueueQuota(s.name, s.limits, held)
 
+    def _node_fits(self, w: _Job, extra: int) -> int:
+        """Workers of w that fit on nodes now (at most `extra`): on its queue's node
+        groups within their limits, where the nodegroup plugin runs (fit.GroupFit)."""
+        assert self.nodes is not None
+        shape = w.job.worker_shape
+        if self.groups is not None:
+            return self.groups.fits(shape, extra)
+        return self.nodes.fits(shape, extra)
+
+    def _node_place(self, w: _Job, extra: int) -> int:
+        """`extra` workers of w placed (as `_node_fits` counts them); how many."""
+        assert self.nodes is not None
+        shape = w.job.worker_shape
+        if self.groups is not None:
+            return self.groups.place(shape, extra)
+        return self.nodes.place(shape, extra)
+
+    def _node_words(self, w: _Job, fits: int) -> str:
+        """Why no more than `fits` workers of w fit, in node fit's words (a node group
+        at its limit named first)."""
+        assert self.nodes is not None
+        shape = w.job.worker_shape
+        if self.groups is not None:
+            return self.groups.words(shape, fits, self.nodes.gpu_names)
+        return self.nodes.explain(shape, fits)
+
     def _within_quota(self, w: _Job, extra: int) -> int:
         """`extra` more workers of w cut to what the queue's capability admits in every
         dimension it names; held (HoldQueueCapacity) or noted when it cut."""

@@ -85,6 +85,12 @@ class _Cluster:
         self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
         self._count_inflight(snapshot, jobs.moving, pending_by_queue, no_pods, memory)
+        # capacity under hierarchy: what each ancestor queue may still take, shared by
+        # its leaves and consumed as they are planned (`took`)
+        self.tree = self.limits.tree
+        self.room_above: dict[str, float] = {}
+        if self.tree.on:
+            self.room_above = self._rooms_above()
         # capacity: idle GPUs each queue may take, where that is less than it asks for
         self.allotments: dict[str, int] = {}
         if view.plugin is Plugin.CAPACITY:
@@ -126,6 +132,38 @@ class _Cluster:
         for u, gpus in unmanaged:
             self.inflight[u.queue] = self.inflight.get(u.queue, 0) + gpus
 
+    def _rooms_above(self) -> dict[str, float]:
+        """Each parent's room: its real capability (its series, else as the plugin
+        builds it) less what its leaves hold and have in flight."""
+        tree, total = self.tree, self.view.total_gpus
+        rooms: dict[str, float] = {}
+        for name in tree.children:
+            q = self.view.queues.get(name)
+            if q is None:
+                continue
+            real = q.real_capacity
+            if real is None:
+                if total is None:
+                    continue  # unbounded as far as is known: the leaves' own limits hold
+                real = tree.real(name, total)
+            inflight = sum(self.inflight.get(n, 0) for n in tree.leaves_under(name))
+            rooms[name] = real - tree.used(name) - inflight
+        return rooms
+
+    def above(self, name: str) -> tuple[str, float] | None:
+        """The ancestor of queue `name` with the least room left, and that room; None
+        without one (a flat cluster, a top-level queue)."""
+        rooms = [(a, self.room_above[a]) for a in self.tree.ancestors(name) if a in self.room_above]
+        return min(rooms, key=lambda r: r[1]) if rooms else None
+
+    def took(self, name: str, gpus: float) -> None:
+        """Queue `name` was planned and took `gpus` more of its room: so did each of its
+        ancestors, for the leaves planned after it."""
+        if gpus > 0:
+            for a in self.tree.ancestors(name):
+                if a in self.room_above:
+                    self.room_above[a] -= gpus
+
     def _allot(
         self,
         jobs_by_queue: Mapping[str, Sequence[ElasticJob]],
@@ -142,7 +180,10 @@ class _Cluster:
         if total is None:
             return {}
         rows = []
+        tree = self.tree
         for name, q in sorted(view.queues.items()):
+            if tree.on and tree.is_parent(name):
+                continue  # its leaves ask; what it holds is theirs
             limit = self.limits.limit(name)
             if limit is None:
                 continue
@@ -150,18 +191,38 @@ class _Cluster:
             want = sum(_room_to_max(j) for j in jobs_by_queue.get(name, ()) if asks(j))
             want += sum(g.gpus for g in pending_by_queue.get(name, ()) if g.phase != "Inqueue")
             want = want if name in planned else 0
-            real = real_capability(q, total, self.limits.total_guarantee)
+            room = limit.gpus - inflight
+            if tree.on:
+                # under hierarchy deserved is not capped at the real capability
+                real = math.inf
+                above = self.above(name)
+                room = room if above is None else min(room, above[1])
+            else:
+                real = real_capability(q, total, self.limits.total_guarantee)
             used = q.allocated + q.inqueue + inflight
-            rows.append(
-                Ask(name, used, deserved_of(q, real), q.weight, limit.gpus - inflight, want)
-            )
+            rows.append(Ask(name, used, deserved_of(q, real), q.weight, room, want))
         if self.pool is not None:
             idle = self.pool.idle_gpus
         else:
             idle = math.floor(total - sum(r.used for r in rows) + _EPS)
         allotted = capacity_allotments(idle, rows)
+        if self.tree.on:
+            self._share_rooms_above(rows, allotted)
         # where a queue gets all it asks for, its headroom stays the scheduler's room
         return {r.name: allotted[r.name] for r in rows if allotted[r.name] < r.most}
+
+    def _share_rooms_above(self, rows: list[Ask], allotted: dict[str, int]) -> None:
+        """Under a tree, each ancestor's room shared out between its leaves by the same
+        rule as the cluster's idle GPUs (owed first), not taken by the first leaf
+        planned: each leaf's allotment cut to its part of every ancestor's room."""
+        by_name = {r.name: r for r in rows}
+        for ancestor, room in sorted(self.room_above.items()):
+            under = [by_name[n] for n in self.tree.leaves_under(ancestor) if n in by_name]
+            if not under:
+                continue
+            parts = capacity_allotments(math.floor(max(0.0, room) + _EPS), under)
+            for r in under:
+                allotted[r.name] = min(allotted[r.name], parts[r.name])
 
     def queue_state(self, state: QueueState) -> tuple[QueueState, _Headroom | None]:
         """The queue's state with `free_gpus` = its headroom before in-flight workers:
@@ -169,6 +230,8 @@ class _Cluster:
         in-flight ones, which the queue planner subtracts)."""
         if state.problem is not None:
             return state, None
+        if self.tree.on and self.tree.is_parent(state.name):
+            return self._parent(state), None
         if self.view.plugin is Plugin.GIVEN:
             if state.free_gpus is None:
                 return state, None
@@ -176,21 +239,7 @@ class _Cluster:
         else:
             limit = self.limits.limit(state.name)
         if limit is None:
-            what = (
-                "no nodes to count the cluster's GPUs"
-                if self.view.plugin is Plugin.PROPORTION
-                else "no real capacity series and no nodes to compute it"
-            )
-            return (
-                replace(
-                    state,
-                    free_gpus=None,
-                    problem=Reason.METRICS_MISSING,
-                    message=f"queue {state.name}: headroom under the {self.view.plugin} "
-                    f"plugin cannot be computed: {what}",
-                ),
-                None,
-            )
+            return self._unknown(state), None
         inflight = self.inflight.get(state.name, 0)
         limits = {str(limit.bound): limit.gpus}
         free, bound = max(0.0, limit.gpus), limit.bound
@@ -199,6 +248,13 @@ class _Cluster:
             limits[str(Bound.CLUSTER_IDLE)] = float(self.pool.idle_gpus)
             if idle <= free:  # a tie names the physical limit
                 free, bound = float(idle), Bound.CLUSTER_IDLE
+        above = self.above(state.name)
+        if above is not None:
+            # every ancestor bounds it, as the scheduler checks each (headroom.Tree)
+            ancestor, room = above
+            limits[f"{Bound.ANCESTOR} {ancestor}"] = room
+            if max(0.0, room) + inflight < free:
+                free, bound = max(0.0, room) + inflight, Bound.ANCESTOR
         if state.name in self.allotments:
             # capacity: the queues below their deserved are served first (shares.py)
             allot = self.allotments[state.name]
@@ -218,8 +274,39 @@ class _Cluster:
         admitted = 0.0
         if self.view.plugin is Plugin.CAPACITY:
             inqueue = self.view.queues[state.name].inqueue
-            admitted = max(0.0, inqueue + min(0.0, limit.gpus))
+            # under a tree, an ancestor over its room is a deficit of the leaf's too
+            short = min(0.0, limit.gpus, above[1] if above is not None else 0.0)
+            admitted = max(0.0, inqueue + short)
         return replace(state, free_gpus=free, admitted_gpus=admitted), headroom
+
+    def _unknown(self, state: QueueState) -> QueueState:
+        """A queue whose headroom its plugin cannot give: it holds."""
+        what = (
+            "no nodes to count the cluster's GPUs"
+            if self.view.plugin is Plugin.PROPORTION
+            else "no real capacity series and no nodes to compute it"
+        )
+        return replace(
+            state,
+            free_gpus=None,
+            problem=Reason.METRICS_MISSING,
+            message=f"queue {state.name}: headroom under the {self.view.plugin} "
+            f"plugin cannot be computed: {what}",
+        )
+
+    def _parent(self, state: QueueState) -> QueueState:
+        """A parent queue holds: the scheduler runs jobs only in leaves (one in a parent
+        stops its scheduling altogether), and its room is its leaves' (no free GPUs of
+        its own to report, so none are counted twice)."""
+        children = ", ".join(self.tree.children[state.name])
+        return replace(
+            state,
+            free_gpus=None,
+            problem=Reason.QUEUE_PARENT,
+            message=f"queue {state.name} is a parent in Volcano's queue tree (of "
+            f"{children}): jobs run only in leaf queues (a job in a parent queue stops the "
+            "scheduler's capacity plugin), and its room is shared by its leaves",
+        )
 
 
 def _placed_in_flight(

@@ -199,14 +199,14 @@ class GrowthRules(CapabilityRules):
                 w, min(j.max_replicas - j.replicas, pool // j.gpus_per_worker)
             )
             if extra > 0 and self.nodes is not None:
-                fits = self.nodes.fits(j.worker_shape, extra)
+                fits = self._node_fits(w, extra)
                 if fits < extra:
                     self._no_node_fits(w, fits)
                     extra = fits
             if extra <= 0 or not self._step_ok(w, extra):
                 continue
             if self.nodes is not None:
-                self.nodes.place(j.worker_shape, extra)
+                self._node_place(w, extra)
             if self.quota is not None:
                 self.quota.take(j.worker_shape, extra)
             grants[w] = extra
@@ -219,7 +219,7 @@ class GrowthRules(CapabilityRules):
         of a smaller grant)."""
         assert self.nodes is not None
         self.node_fit_limited = True
-        w.fit_note = self.nodes.explain(w.job.worker_shape, fits)
+        w.fit_note = self._node_words(w, fits)
         self._keep_size(w, Reason.NO_NODE_FITS, w.fit_note)
 
     def _place_fair(self, grants: dict[_Job, int]) -> dict[_Job, int]:
@@ -233,10 +233,10 @@ class GrowthRules(CapabilityRules):
             shape = w.job.worker_shape
             n = self._within_quota(w, grants[w])
             if self.nodes is not None and n > 0:
-                fits = self.nodes.fits(shape, n)
+                fits = self._node_fits(w, n)
                 if fits < n:
                     self._no_node_fits(w, fits)
-                n = self.nodes.place(shape, fits)
+                n = self._node_place(w, fits)
             if n > 0:
                 if self.quota is not None:
                     self.quota.take(shape, n)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from autoscaler.core.model import Bound, Plugin, VolcanoQueue, VolcanoView
+from autoscaler.core.model import ROOT_QUEUE, Bound, Plugin, VolcanoQueue, VolcanoView, is_tree
 
 _EPS = 1e-6
 _MAX_ROUNDS = 64  # Volcano's loop ends when nothing changes; each round fills a queue or more
@@ -45,6 +45,88 @@ def real_capability(q: VolcanoQueue, total: float, total_guarantee: float) -> fl
     capped at the queue's capability."""
     real = total - total_guarantee + q.guarantee
     return real if q.capability is None else min(real, q.capability)
+
+
+class Tree:
+    """The capacity plugin's queue tree under enableHierarchy, from each queue's
+    spec.parent (`VolcanoQueue.parent`; "" or root: a top-level queue). Empty (`on`
+    False) for a flat cluster, which is planned exactly as without it.
+
+    What the scheduler checks (its capacity plugin, checkQueueAllocatableHierarchically):
+    a task is bound while allocated + task <= real capability at its leaf AND at every
+    ancestor; only leaves run jobs. A child's real capability is min(its capability,
+    its parent's real capability - the guarantees of the parent's children + its own
+    guarantee); root's is unbounded (here: the cluster's GPUs)."""
+
+    def __init__(self, queues: Mapping[str, VolcanoQueue]) -> None:
+        self.queues = queues
+        self.on = is_tree(q.parent for q in queues.values())
+        self.parent: dict[str, str] = {}
+        self.children: dict[str, list[str]] = {}
+        if not self.on:
+            return
+        for name, q in sorted(queues.items()):
+            up = q.parent if q.parent and q.parent != name else ROOT_QUEUE
+            if name == ROOT_QUEUE:
+                continue
+            self.parent[name] = up
+            self.children.setdefault(up, []).append(name)
+
+    def is_parent(self, name: str) -> bool:
+        return name in self.children
+
+    def ancestors(self, name: str) -> list[str]:
+        """Its ancestors, nearest first, root left out (unbounded); a cycle or a parent
+        with no Queue ends the walk."""
+        out: list[str] = []
+        seen = {name}
+        up = self.parent.get(name, ROOT_QUEUE)
+        while up != ROOT_QUEUE and up not in seen and up in self.queues:
+            out.append(up)
+            seen.add(up)
+            up = self.parent.get(up, ROOT_QUEUE)
+        return out
+
+    def leaves_under(self, name: str) -> list[str]:
+        out: list[str] = []
+        todo, seen = [name], {name}
+        while todo:
+            for child in self.children.get(todo.pop(), ()):
+                if child in seen:
+                    continue
+                seen.add(child)
+                (todo if self.is_parent(child) else out).append(child)
+        return sorted(out)
+
+    def top_guarantee(self) -> float:
+        """What root's children guarantee: the flat sum's part under a tree (a parent's
+        guarantee already covers its children's)."""
+        return sum(self.queues[n].guarantee for n in self.children.get(ROOT_QUEUE, ()))
+
+    def real(self, name: str, total: float) -> float:
+        """The queue's real capability as the capacity plugin builds it under hierarchy
+        (the class docstring; checkHierarchicalQueue): root's is unbounded, so other
+        top-level queues' guarantees take nothing from a top-level queue, and a queue
+        with no capability above it is unbounded: read as `total`, the cluster's GPUs
+        (nothing binds beyond them)."""
+        chain = [name, *self.ancestors(name)]
+        real = math.inf
+        for n in reversed(chain):
+            q = self.queues[n]
+            up = self.parent.get(n, ROOT_QUEUE)
+            siblings = self.children.get(up, ())
+            taken = sum(self.queues[s].guarantee for s in siblings if s in self.queues)
+            real = real - taken + q.guarantee
+            if q.capability is not None:
+                real = min(real, q.capability)
+        return min(real, total)
+
+    def used(self, name: str) -> float:
+        """What a parent's leaves hold as the scheduler counts it (allocated and
+        admitted), summed from the leaves: a parent's own series may be missing."""
+        return sum(
+            self.queues[n].allocated + self.queues[n].inqueue for n in self.leaves_under(name)
+        )
 
 
 def water_fill(
@@ -108,7 +190,13 @@ class Limits:
     def __init__(self, view: VolcanoView, wanted: Mapping[str, float]) -> None:
         self.view = view
         self.total = view.total_gpus
-        self.total_guarantee = sum(v.guarantee for v in view.queues.values())
+        # capacity under hierarchy (a flat cluster: off, and everything as before)
+        self.tree = Tree(view.queues if view.plugin is Plugin.CAPACITY else {})
+        self.total_guarantee = (
+            self.tree.top_guarantee()
+            if self.tree.on
+            else sum(v.guarantee for v in view.queues.values())
+        )
         # (name, weight, request, real capability, guarantee, has jobs), in name order
         self._rows: list[tuple[str, float, float, float, float, bool]] = []
         if view.plugin is not Plugin.CAPACITY and self.total is not None:
@@ -148,6 +236,9 @@ class Limits:
         if q is None:
             return None
         if view.plugin is Plugin.CAPACITY:
+            if self.tree.on and q.real_capacity is None and total is not None:
+                # no series, or the int64 ceiling (unbounded): as the plugin builds it
+                q = replace(q, real_capacity=self.tree.real(name, total))
             return _capacity_limit(q, total, self.total_guarantee)
         if total is None:
             return None

@@ -61,6 +61,7 @@ class _Lenders:
         # queue is planned: a job taken here must not be locked there at its old size
         self.own = own_gangs_waiting(list(snapshot.pending))
         self.refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in snapshot.refusals}
+        self.cluster: _Cluster | None = None  # under hierarchy: its tree and ancestors' room
 
     @classmethod
     def of(
@@ -77,16 +78,26 @@ class _Lenders:
         if view.plugin is Plugin.GIVEN or total is None:
             return None
         shares, best_effort = cluster.limits.shares(), set()
+        tree = cluster.tree
         if view.plugin is Plugin.CAPACITY:
             for name, q in view.queues.items():
-                real = real_capability(q, total, cluster.limits.total_guarantee)
+                # under hierarchy deserved is not capped at the real capability
+                real = (
+                    math.inf
+                    if tree.on
+                    else real_capability(q, total, cluster.limits.total_guarantee)
+                )
                 deserved = deserved_of(q, real)
                 shares[name] = deserved or 0.0
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
         usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
+        if tree.on:
+            usable = {n for n in usable if not tree.is_parent(n)}  # its leaves lend
         lenders = cls(shares, best_effort, held, usable, work, policy, snapshot)
+        if tree.on:
+            lenders.cluster = cluster
         if view.plugin is Plugin.PROPORTION:
             lenders.owned = cluster.limits.owned()
         return lenders
@@ -129,13 +140,37 @@ class _Lenders:
         """The other queues over their share, most over first: (queue, GPUs over, its
         jobs that may lend as victims)."""
         pools = []
-        for name in sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n)):
+        for name in self._nearest(
+            g, sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
+        ):
             over = self._over(name)
             jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
             if over > _EPS and jobs:
                 pool = _VictimPool(jobs, self.policy)
                 pools.append((name, over, pool))
         return pools
+
+    def _nearest(self, g: PendingGroup, names: list[str]) -> list[str]:
+        """Under hierarchy, the lenders whose workers free room where g's queue lacks it:
+        under its nearest ancestor too full for g (a cousin's GPUs would not make that
+        ancestor's room), nearest in the tree first (siblings, then up: as the
+        capacity plugin orders victims); `names` as they are otherwise."""
+        cluster = self.cluster
+        if cluster is None:
+            return names
+        tree = cluster.tree
+        up = tree.ancestors(g.queue)
+        adds = 0 if g.phase == "Inqueue" else g.gpus
+        full = [a for a in up if cluster.room_above.get(a, math.inf) < adds - _EPS]
+        if full:
+            under = set(tree.leaves_under(full[0]))
+            names = [n for n in names if n in under]
+
+        def distance(name: str) -> int:
+            theirs = set(tree.ancestors(name))
+            return next((i for i, a in enumerate(up) if a in theirs), len(up))
+
+        return sorted(names, key=distance)  # stable: most over first at each distance
 
     def cover(self, g: PendingGroup, short: int, limit: float) -> list[tuple[_Job, int]] | None:
         """Victims in other queues over their share that cover `short` GPUs for g, most

@@ -174,14 +174,28 @@ def _plan_queue(
         shared,
     )
     summary = queue_plan.run()
+    if cluster is not None and cluster.room_above:
+        cluster.took(name, _took(queue_plan, summary))
     if state.notes:
         summary = replace(summary, notes=state.notes)
     if headroom is not None:
         summary = headroom.summary(summary, queue_plan.node_fit_limited)
+    elif state.problem is Reason.QUEUE_PARENT:
+        summary = replace(summary, plugin=Plugin.CAPACITY)  # the only plugin with a tree
     elif state.free_gpus is None and state.volcano is None:
         # no reading for it: nothing was given, and no plugin computed its headroom
         summary = replace(summary, plugin=Plugin.UNKNOWN)
     return queue_plan, summary
+
+
+def _took(queue_plan: QueuePlanner, summary: QueueSummary) -> int:
+    """GPUs a queue's plan takes of its room: its growth and the gangs that fit in free
+    GPUs (an admitted gang's are held already, a covered gang's are freed for it)."""
+    admitted = {g.ref for g in queue_plan.pending if g.phase == "Inqueue"}
+    fit = sum(
+        g.gpus for g in queue_plan.gangs if g.reason is Reason.GANG_FITS and g.ref not in admitted
+    )
+    return summary.granted_gpus + fit
 
 
 def _work(ordered: Iterable[tuple[ElasticJob, _Key]], now: datetime) -> list[_Job]:

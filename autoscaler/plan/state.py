@@ -25,7 +25,7 @@ from autoscaler.core.policy import PlannerPolicy
 from autoscaler.core.reasons import Reason
 
 from . import payoff
-from .fit import Holder, Placer, Room
+from .fit import GroupFit, Holder, Placer, Room
 from .inflight import NoPods
 from .kept import _Decided, _decision
 from .lenders import _Shared
@@ -57,6 +57,12 @@ class QueuePlanState:
         self.now = now
         self.snapshot = snapshot
         self.nodes = nodes  # shared by every queue of the cycle
+        # the nodegroup plugin's rules over those nodes, for this queue's workers
+        self.groups = (
+            GroupFit(state.name, state.node_groups, nodes)
+            if nodes is not None and state.node_groups is not None
+            else None
+        )
         shared = shared or _Shared(NoPods(None, 0, now), None)
         self.no_pods, self.lenders = shared.no_pods, shared.lenders
         self.admitted = math.floor(state.admitted_gpus + _EPS)
@@ -65,6 +71,8 @@ class QueuePlanState:
         self.node_fit_limited = False
         self.work = work
         self.listed = listed  # the queue's unmanaged jobs
+        if self.groups is not None:  # its gangs' pods go only where its workers may
+            pending = [self.groups.narrow_gang(g) for g in pending]
         self.pending = sorted(
             pending, key=lambda g: (-g.priority, g.created, g.ref.namespace, g.ref.name)
         )

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscaler.core.model import ElasticJob, InvalidGroup, ObjectRef, PendingGroup, UnmanagedJob
+from autoscaler.core.model import (
+    ElasticJob,
+    InvalidGroup,
+    NodeGroups,
+    ObjectRef,
+    PendingGroup,
+    UnmanagedJob,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.core.shapes import HostPort, PodShape, Quantities
 
@@ -73,6 +80,9 @@ class QueueSpec:
     # out, with a message in `problems` naming the Queue and the field
     limits: Quantities = ()
     problems: tuple[str, ...] = ()
+    parent: str = ""  # spec.parent, "" where unset (Volcano's controller writes root)
+    # spec.affinity's node groups and the per-group limits annotation; None: neither
+    node_groups: NodeGroups | None = None
 
 
 @dataclass(frozen=True, slots=True)

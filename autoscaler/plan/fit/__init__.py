@@ -8,7 +8,9 @@ and the simulator, so both judge nodes by the same rules.
   room), so that placing scans buckets, not nodes;
 - placer.py: `Placer`, the room taken as this cycle places pods, best fit; and why no
   more fit, in words (`explain`, `describe_shape`);
-- room.py: `make_room`, the workers a reclaim takes so that a gang's pods fit.
+- room.py: `make_room`, the workers a reclaim takes so that a gang's pods fit;
+- groups.py: `GroupFit`, Volcano's nodegroup plugin for one queue: its workers only on
+  its node groups' nodes, within its per-group limits, consumed as they are placed.
 
 API (plain: shapes and nodes in, placements out):
 
@@ -44,6 +46,7 @@ from .filters import (
     requirement_matches,
     tolerates,
 )
+from .groups import GroupFit
 from .placer import Placer, describe_shape
 from .room import Holder, Room, make_room
 
@@ -53,6 +56,7 @@ __all__ = [
     "NOT_READY",
     "SELECTOR",
     "TAINT",
+    "GroupFit",
     "Holder",
     "Misfit",
     "Placer",

@@ -99,6 +99,48 @@ class JobKind(Protocol):
         them (kinds.gang); None when the templates cannot be read."""
 
 
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+KUEUE_WORKLOAD_LABEL = f"{KUEUE_GROUP}/prebuilt-workload-name"
+
+
+def kueue_owner(obj: Mapping[str, Any]) -> str:
+    """Why Kueue owns this job's size ("" when it does not): Kueue admits a job by its
+    replica counts (its Workload's PodSets), and when a running job's counts stop matching
+    its Workload it suspends the job (the operator deletes every pod), deletes the
+    Workload and queues a new one behind the waiting work; Kueue refuses its elastic opt-in
+    for these kinds. A job is Kueue's when it carries the queue-name label (or the older
+    annotation), a prebuilt Workload's label, or an owner reference into Kueue's API group."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ""
+    for where in ("labels", "annotations"):
+        marks = meta.get(where)
+        if not isinstance(marks, Mapping):
+            continue
+        for key in (KUEUE_QUEUE_LABEL, KUEUE_WORKLOAD_LABEL):
+            value = marks.get(key)
+            if isinstance(value, str) and value:
+                return f"{where[:-1]} {key}={value}"
+    for owner in meta.get("ownerReferences") or ():
+        if not isinstance(owner, Mapping):
+            continue
+        api = owner.get("apiVersion")
+        if isinstance(api, str) and api.split("/")[0] == KUEUE_GROUP:
+            return f"owned by {owner.get('kind') or 'an object'} {owner.get('name') or ''} ({api})"
+    return ""
+
+
+def kueue_message(mark: str) -> str:
+    """The message of a job Kueue owns (`mark`: kueue_owner's words)."""
+    return (
+        f"Kueue manages this job ({mark}): Kueue admits it by its replica counts, and a "
+        "resize would make Kueue suspend it (every pod deleted) and queue it again behind "
+        "the waiting work, so the autoscaler leaves it alone; its GPUs still count in its "
+        "Volcano queue"
+    )
+
+
 def read_workers(
     group: Mapping[str, Any],
     where: str,

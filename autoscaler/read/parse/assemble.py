@@ -10,22 +10,24 @@ A queue that jobs or gangs use but the reading lacks is unknown (held), never ze
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from autoscaler.core.model import (
+    NODE_GROUP_LABEL,
     ClusterSnapshot,
     ElasticJob,
     InvalidGroup,
     Node,
+    NodeGroups,
     PendingGroup,
     Plugin,
     QueueState,
     UnmanagedJob,
 )
-from autoscaler.core.options import ReadOptions
+from autoscaler.core.options import NodeGroupsMode, ReadOptions
 from autoscaler.core.reasons import Reason
 from autoscaler.core.shapes import PodShape, Quantities
 from autoscaler.read.kinds import KIND_NAMES, KINDS
@@ -44,7 +46,14 @@ from .jobs import decode_job, in_queue, worker_group
 from .nodes import decode_node, decode_pod, nodes_in_use, pods_by_owner, worker_nodes
 from .objects import HPA_KIND, RawObjects
 from .podgroups import decode_podgroup, podgroup_queues
-from .queues import Priorities, decode_priority_class, decode_queue, queue_capacities, volcano_view
+from .queues import (
+    Priorities,
+    decode_priority_class,
+    decode_queue,
+    inherited,
+    queue_capacities,
+    volcano_view,
+)
 
 Decoder = Callable[[Mapping[str, Any]], Any]
 
@@ -123,6 +132,11 @@ class Assembled:
     # GPUs each GPU-capped queue's bound pods hold outside its counted worker groups
     # (queue_other_gpus)
     queue_other_gpus: Mapping[str, int] = field(default_factory=dict)
+    # what each queue's bound pods request on each node group's nodes, for the queues
+    # with per-group limits (queue_group_allocated)
+    queue_group_allocated: Mapping[str, tuple[tuple[str, Quantities], ...]] = field(
+        default_factory=dict
+    )
 
 
 def resolve_gangs(
@@ -233,7 +247,34 @@ def assemble(records: Records) -> Assembled:
         pods_by_owner(records.pods) if records.pods_known else None,
         queue_allocated(records) if records.pods_known else {},
         queue_other_gpus(records, jobs, unmanaged) if records.pods_known else {},
+        queue_group_allocated(records) if records.pods_known else {},
     )
+
+
+def queue_group_allocated(records: Records) -> dict[str, tuple[tuple[str, Quantities], ...]]:
+    """What the bound, unfinished pods of each queue with per-group limits request on
+    each node group's nodes (label volcano.sh/nodegroup-name), as the nodegroup plugin
+    counts a queue's allocated in a group: by the pod's PodGroup's queue."""
+    limited = {q.name for q in records.queues if q.node_groups and q.node_groups.limits}
+    if not limited:
+        return {}
+    queue_of = {
+        f"{g.ref.namespace}/{g.ref.name}": g.queue for g in records.groups if g.queue in limited
+    }
+    group_of = {n.name: g for n in records.nodes if (g := dict(n.labels).get(NODE_GROUP_LABEL))}
+    sums: dict[str, dict[str, dict[str, int]]] = {}
+    for p in records.pods:
+        if not (p.node and p.group):
+            continue
+        q, g = queue_of.get(p.group), group_of.get(p.node)
+        if q is not None and g is not None:
+            into = sums.setdefault(q, {}).setdefault(g, {})
+            for name, value in p.requests:
+                into[name] = into.get(name, 0) + value
+    return {
+        q: tuple((g, frozen(amounts)) for g, amounts in sorted(by_group.items()))
+        for q, by_group in sums.items()
+    }
 
 
 def queue_allocated(records: Records) -> dict[str, Quantities]:
@@ -320,10 +361,14 @@ def build_snapshot(
         records = Records.decode(objects, options) if isinstance(objects, RawObjects) else objects
         assembled = assemble(records)
     a = assembled
-    queues = _queue_states(a, free, queues_listed)
+    # the capacity plugin's tree inherits capability (proportion has no tree)
+    specs = inherited(a.queues) if plugin is Plugin.CAPACITY else a.queues
+    queues = _queue_states(a, free, queues_listed, specs)
+    if options.node_groups is not NodeGroupsMode.OFF and any(q.node_groups for q in specs):
+        queues = _with_node_groups(queues, specs, a, options.node_groups)
     view = None
     if plugin is not None:
-        view, queues = volcano_view(plugin, queues, a.queues, a.nodes, options.gpu_resource_names)
+        view, queues = volcano_view(plugin, queues, specs, a.nodes, options.gpu_resource_names)
         if a.nodes is not None and not options.node_fit:
             view = replace(
                 view,
@@ -343,14 +388,48 @@ def build_snapshot(
     )
 
 
+def _with_node_groups(
+    queues: dict[str, QueueState],
+    specs: Sequence[QueueSpec],
+    a: Assembled,
+    mode: NodeGroupsMode,
+) -> dict[str, QueueState]:
+    """Each queue with the nodegroup plugin's rules for its pods (a queue naming no
+    group too: under strict mode it fits no node). A queue whose limits annotation
+    cannot be read holds: the plugin rejects every node for its pods."""
+    by_name = {q.name: q for q in specs}
+    strict = mode is NodeGroupsMode.STRICT
+    out = {}
+    for name, state in queues.items():
+        spec = by_name.get(name)
+        rules = spec.node_groups if spec is not None and spec.node_groups else NodeGroups()
+        rules = replace(rules, strict=strict, allocated=a.queue_group_allocated.get(name, ()))
+        state = replace(state, node_groups=rules)
+        if rules.error and state.problem is None:
+            state = replace(
+                state,
+                problem=Reason.NO_NODE_FITS,
+                message=f"{rules.error}: Volcano's nodegroup plugin rejects every node for "
+                "the queue's pods, so nothing of it is grown or admitted until it is fixed",
+            )
+        out[name] = state
+    return out
+
+
 def _queue_states(
-    a: Assembled, free: Mapping[str, QueueState], queues_listed: bool
+    a: Assembled,
+    free: Mapping[str, QueueState],
+    queues_listed: bool,
+    queue_specs: Sequence[QueueSpec] | None = None,
 ) -> dict[str, QueueState]:
     """Every queue a job or gang names, or the free-GPU source reads: its reading (unknown
-    where there is none) with what its Queue object says of its state and capacity."""
-    queue_states = {q.name: q.state for q in a.queues}
-    specs = {q.name: q for q in a.queues}
-    capacities = queue_capacities(a.queues)
+    where there is none) with what its Queue object says of its state and capacity
+    (`queue_specs`: with what a child inherits, queues.inherited; the Queues as read
+    where not given)."""
+    queue_specs = a.queues if queue_specs is None else queue_specs
+    queue_states = {q.name: q.state for q in queue_specs}
+    specs = {q.name: q for q in queue_specs}
+    capacities = queue_capacities(queue_specs)
     names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
     names |= {g.queue for g in a.pending}
     queues: dict[str, QueueState] = {}

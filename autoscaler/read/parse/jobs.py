@@ -29,7 +29,7 @@ from autoscaler.read.fields import (
     seconds_field,
 )
 from autoscaler.read.kinds import BY_NAME, JobKind, NotManaged, kind_of
-from autoscaler.read.kinds.base import Workers
+from autoscaler.read.kinds.base import Workers, kueue_message, kueue_owner
 from autoscaler.read.kinds.kubeflow import PYTORCHJOB_KIND
 from autoscaler.read.podspec import items
 from autoscaler.read.records import JobRecord
@@ -148,8 +148,8 @@ def _elastic_range(
     known: dict[str, Any],
 ) -> tuple[int, int]:
     """[min, max] of a job we may resize, else NotManaged with why. The order is what a
-    user reads first: going away, then a malformed bound, then paused, then the range
-    itself. `known` gains the range once it is read."""
+    user reads first: going away, then another queue system's (Kueue), then a malformed
+    bound, then paused, then the range itself. `known` gains the range once it is read."""
     meta = obj["metadata"]
     if meta.get("deletionTimestamp") is not None:
         # a finalizer keeps it alive; a resize now would restart a job that is going away
@@ -160,9 +160,14 @@ def _elastic_range(
     try:
         min_r, max_r = kind.bounds(obj, workers, options)
     except NotManaged as exc:
-        if not exc.range_error:
-            raise
         bad_range = exc
+    if kueue := kueue_owner(obj):
+        # another queue system sizes it, whatever its range or our annotations say
+        if bad_range is None:
+            known.update(min_replicas=min_r, max_replicas=max_r)
+        raise NotManaged(Reason.KUEUE_MANAGED, kueue_message(kueue))
+    if bad_range is not None and not bad_range.range_error:
+        raise bad_range
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise NotManaged(Reason.INVALID_ANNOTATION, "metadata.annotations must be a mapping")

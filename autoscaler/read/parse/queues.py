@@ -10,16 +10,26 @@ reading, which is what headroom is computed from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.core.model import Node, Plugin, QueueState, VolcanoQueue, VolcanoView
+from autoscaler.core.model import (
+    NODE_GROUP_LIMITS,
+    Node,
+    NodeGroups,
+    Plugin,
+    QueueState,
+    VolcanoQueue,
+    VolcanoView,
+    is_tree,
+)
 from autoscaler.core.options import ReadOptions
 from autoscaler.core.resources import UNBOUNDED_AT_ZERO
 from autoscaler.core.shapes import PODS, Quantities
 from autoscaler.read.fields import BadField, dig, parse_quantity, show
-from autoscaler.read.podspec import is_extended, milli
+from autoscaler.read.podspec import is_extended, items, milli
 from autoscaler.read.records import PriorityValue, QueueSpec
 
 
@@ -84,8 +94,11 @@ def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | No
     guarantee = readable_gpus(
         dig(obj, "spec", "guarantee", "resource"), options, "spec.guarantee.resource"
     )
+    parent = dig(obj, "spec", "parent")
     return QueueSpec(
         name,
+        node_groups=decode_node_groups(obj, name),
+        parent=parent if isinstance(parent, str) and parent != name else "",
         state=state if isinstance(state, str) and state else "Open",
         weight=float(weight),
         capability=None if capability is None else float(capability),
@@ -95,6 +108,70 @@ def decode_queue(obj: Mapping[str, Any], options: ReadOptions) -> QueueSpec | No
         limits=limits,
         problems=tuple(problems),
     )
+
+
+_AFFINITY_LISTS = (
+    ("nodeGroupAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    ("nodeGroupAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
+    ("nodeGroupAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    ("nodeGroupAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
+)
+
+
+def decode_node_groups(obj: Mapping[str, Any], name: str) -> NodeGroups | None:
+    """A Queue's node groups for the nodegroup plugin: the groups its spec.affinity
+    names, and its per-group limits (annotation volcano.sh/nodegroup-resource-limits,
+    JSON: group -> resource -> quantity); None when it has neither. An annotation that
+    cannot be read is kept as `error`, in words naming the Queue and the annotation:
+    the plugin then rejects every node for the queue's pods."""
+    affinity = dig(obj, "spec", "affinity")
+    raw = dig(obj, "metadata", "annotations", NODE_GROUP_LIMITS)
+    if affinity is None and (raw is None or raw == ""):
+        return None
+    named = []
+    for rule, when in _AFFINITY_LISTS:
+        groups = dig(affinity, rule, when) if isinstance(affinity, Mapping) else None
+        named.append(frozenset(g for g in items(groups) if isinstance(g, str)))
+    limits, error = _group_limits(raw, name)
+    required, preferred, anti_required, anti_preferred = named
+    return NodeGroups(
+        required, preferred, anti_required, anti_preferred, limits=limits, error=error
+    )
+
+
+def _group_limits(raw: Any, queue: str) -> tuple[tuple[tuple[str, Quantities], ...], str]:
+    """The per-group limits of the annotation, milli-units by resource, or why it cannot
+    be read (as the plugin's json.Unmarshal into group -> ResourceList refuses it)."""
+    if raw is None or raw == "":
+        return (), ""
+    where = f"Queue {queue}: annotation {NODE_GROUP_LIMITS}"
+    try:
+        parsed = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError as exc:
+        return (), f"{where} is not JSON ({exc})"
+    if not isinstance(parsed, Mapping):
+        return (), (
+            f"{where} must be a JSON object of group to resources, e.g. "
+            f'{{"g1": {{"nvidia.com/gpu": "8"}}}}, got {show(raw)}'
+        )
+    out = []
+    for group, resources in sorted(parsed.items()):
+        if not isinstance(resources, Mapping):
+            return (), (
+                f"{where}: group {group} must map resource names to quantities, "
+                f"got {show(resources)}"
+            )
+        amounts = {}
+        for res, value in resources.items():
+            amount = milli(value)
+            if amount is None:
+                return (), (
+                    f"{where}: {group}[{res}] must be a quantity such as 8 or 100Gi, "
+                    f"got {show(value)}"
+                )
+            amounts[res] = amount
+        out.append((group, tuple(sorted(amounts.items()))))
+    return tuple(out), ""
 
 
 def _volcano_bounds(name: str, gpu_names: tuple[str, ...]) -> bool:
@@ -142,6 +219,32 @@ def capability_limits(
     return tuple(sorted(out.items()))
 
 
+def inherited(specs: Sequence[QueueSpec]) -> Sequence[QueueSpec]:
+    """The specs with what the capacity plugin inherits under hierarchy: a child's
+    capability in every dimension it leaves unset is its nearest ancestor's that sets
+    it (GPUs and every other dimension, `limits`). `specs` as they are when no queue
+    names a parent other than root (a flat cluster), or when nothing is inherited."""
+    if not is_tree(q.parent for q in specs):
+        return specs
+    by_name = {q.name: q for q in specs}
+    out = []
+    for q in specs:
+        capability, limits = q.capability, dict(q.limits)
+        seen = {q.name}
+        up = by_name.get(q.parent)
+        while up is not None and up.name not in seen:  # a cycle ends the walk
+            seen.add(up.name)
+            if capability is None:
+                capability = up.capability
+            for res, amount in up.limits:
+                limits.setdefault(res, amount)
+            up = by_name.get(up.parent)
+        merged = tuple(sorted(limits.items()))
+        changed = capability != q.capability or merged != q.limits
+        out.append(replace(q, capability=capability, limits=merged) if changed else q)
+    return out
+
+
 def queue_capacities(specs: Iterable[QueueSpec]) -> dict[str, int]:
     """GPUs each Queue lets its jobs hold by the API's own account: `spec.capability`, for
     `gpu_resource_names`. Not `spec.deserved`: under the capacity plugin a queue borrows
@@ -174,6 +277,7 @@ def volcano_view(
                 capability=spec.capability,
                 guarantee=spec.guarantee,
                 spec_deserved=None if spec.deserved is None else float(spec.deserved),
+                parent=spec.parent,
             )
             out[name] = replace(state, volcano=vq)
         queues[name] = vq
@@ -189,6 +293,7 @@ def volcano_view(
                 capability=spec.capability,
                 guarantee=spec.guarantee,
                 spec_deserved=None if spec.deserved is None else float(spec.deserved),
+                parent=spec.parent,
             )
     return VolcanoView(plugin, queues, nodes, gpu_names=gpu_names), out
 

@@ -281,6 +281,11 @@ _PARTS = (_DESERVED, _ALLOCATED, _REQUEST, _INQUEUE, _REAL_CAPACITY)
 # the parts whose scrape time is checked: what the headroom stands on
 _TIMED = (_DESERVED, _ALLOCATED, _REQUEST)
 MAX_PLAUSIBLE_GPUS = 1_000_000  # a part above this many GPUs is garbage, not a cluster
+# What the capacity plugin exports as the real capacity of a queue with no capability
+# anywhere above it under enableHierarchy (root, a top-level queue, default): the int64
+# maximum, in the series' own units. Unbounded, not garbage: read as no real capacity
+# series (the headroom then computes it from the cluster, headroom.py)
+INT64_CEILING = float(2**63 - 1)
 
 
 def _part_series(settings: PrometheusOptions) -> dict[str, str]:
@@ -338,6 +343,9 @@ def _parts_by_queue(
             if part not in got:
                 values[part] = None
                 continue
+            if part == _REAL_CAPACITY and _unbounded(got[part]):
+                values[part] = None
+                continue
             problem = _part_problem(part, got[part], settings, now_ts)
             if problem is not None:
                 break
@@ -372,6 +380,19 @@ def _parts_by_queue(
             ),
         )
     return queues, errors
+
+
+def _unbounded(series: list[_Series]) -> bool:
+    """A real capacity at the int64 ceiling (one scheduler's series; a sum of two is
+    garbage): unbounded, as the capacity plugin says of a queue with no capability above
+    it under hierarchy."""
+    value = series[0][1]
+    return (
+        len(series) == 1
+        and value is not None
+        and math.isfinite(value)
+        and abs(value - INT64_CEILING) <= INT64_CEILING * 1e-9
+    )
 
 
 def _part_problem(
