@@ -243,6 +243,13 @@ def test_status_and_explain_show_the_same_workers_and_gpus_as_the_plan(tmp_path)
     assert grow.split()[2:4] == ["2", "4"], grow
     text = explain_text(doc, next(j for j in doc.jobs if j.name == "rigid"))
     assert "\nGPUs:      4 held: 3 by its 3 worker(s) and 1 by the other pods of its gang" in text
+    # a status object written before `gpus` existed still reads: the count is unknown
+    older = to_dict(doc)
+    for j in older["jobs"]:
+        del j["gpus"]
+    old = from_dict(older)
+    assert {j.gpus for j in old.jobs} == {None} and "-" in table(old, wide=True)
+    assert "\nGPUs:" not in explain_text(old, old.jobs[0])
 
 
 def test_readmes_example_counts_a_job_with_its_master_as_readme_says():
