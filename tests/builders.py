@@ -169,6 +169,22 @@ def pytorchjob(
     return obj
 
 
+def with_master(job: dict[str, Any], gpus: Any = 1, replicas: Any = 1) -> dict[str, Any]:
+    """A copy of a Kubeflow job (pytorchjob, paddlejob) with a Master of `replicas` pods
+    of `gpus` GPUs each, running: its gang counts it, the autoscaler never resizes it."""
+    out = copy.deepcopy(job)
+    specs = next(v for k, v in out["spec"].items() if k.endswith("ReplicaSpecs"))
+    master = copy.deepcopy(specs["Worker"])
+    master["replicas"] = replicas
+    master["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    out["spec"] = {**out["spec"]}
+    specs_key = next(k for k in out["spec"] if k.endswith("ReplicaSpecs"))
+    out["spec"][specs_key] = {"Master": master, **specs}
+    if isinstance(out.get("status"), dict):
+        out["status"].setdefault("replicaStatuses", {})["Master"] = {"active": replicas}
+    return out
+
+
 def paddlejob(
     name: str = "paddle", namespace: str = "ml", *, elastic_launcher: bool = True, **kw: Any
 ) -> dict[str, Any]:

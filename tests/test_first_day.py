@@ -7,13 +7,14 @@ manage says so. The ones that need a cluster are in tests/test_real_first_day.py
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
-from builders import ej, snap
+from builders import DELETE, edit, ej, pytorchjob, snap, with_master
 from test_cli import run
 from test_status import cycle
 
@@ -180,3 +181,82 @@ def test_plan_wide_adds_the_shape_since_when_and_each_limits_room():
     )
     product = next(line for line in volcano.splitlines() if line.startswith("product "))
     assert product.endswith("proportion  cluster-idle 12, share 6"), product
+
+
+def _rigid_snapshot(tmp_path: Path) -> Path:
+    """Issue 44's job: a rigid PyTorchJob of 3 Workers and a Master, 1 GPU each (4
+    GPUs), beside an elastic one of 2 Workers and a Master of 2 GPUs (4 GPUs)."""
+    rigid = edit(
+        with_master(pytorchjob("rigid", replicas=3, active=3)), "spec.elasticPolicy", DELETE
+    )
+    grow = with_master(pytorchjob("grow", replicas=2, active=2, max_replicas=4), gpus=2)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"free_gpus": {"team-a": 2}, "objects": [rigid, grow]}))
+    return path
+
+
+def test_a_job_is_shown_with_its_workers_and_the_gpus_it_holds_master_included(tmp_path):
+    """Issue 44: a rigid PyTorchJob's count was its Workers only (3 while it holds 4 GPUs
+    with its Master). The plan, wide or plain, and its JSON show each job's workers
+    (WORKERS, `replicas`) and the GPUs it holds (GPUS, `gpus`), its Master's included:
+    the same numbers in every view."""
+    snapshot = str(_rigid_snapshot(tmp_path))
+    expected = {"ml/rigid": ("3", "4"), "ml/grow": ("2", "4")}
+    for argv in ((), ("-o", "wide")):
+        out = _plan("--snapshot", snapshot, *argv)
+        head, *rows = out.split("\n\n")[1].splitlines()
+        columns = head.split()
+        at, gpus = columns.index("WORKERS"), columns.index("GPUS")
+        assert gpus == at + 1, head
+        shown = {r.split()[0]: (r.split()[at], r.split()[gpus]) for r in rows}
+        assert shown == expected, out
+    doc = json.loads(_plan("--snapshot", snapshot, "-o", "json"))
+    jobs = {
+        f"{j['namespace']}/{j['name']}": (str(j["replicas"]), str(j["gpus"])) for j in doc["jobs"]
+    }
+    assert jobs == expected
+    (action,) = doc["actions"]  # ml/grow 2 -> 4: its GPUs as it holds them now
+    assert (action["name"], action["from"], action["gpus"]) == ("grow", 2, 4)
+    assert doc["jobs"][0].keys() >= {"replicas", "gpus_per_worker", "target"}  # kept
+
+
+def test_status_and_explain_show_the_same_workers_and_gpus_as_the_plan(tmp_path):
+    """The status object (every format) and explain count a job as the plan does."""
+    from autoscaler.read.snapshot_file import load_snapshot_file
+    from autoscaler.report.status.codec import from_dict, to_dict
+    from autoscaler.report.status.view import status_table as table
+    from autoscaler.settings import Settings
+
+    raw = load_snapshot_file(_rigid_snapshot(tmp_path))
+    doc = cycle(raw.snapshot(Settings.model_validate({}).read_options()))
+    assert from_dict(json.loads(json.dumps(to_dict(doc)))) == doc  # `gpus` reads back
+    rigid = next(j for j in to_dict(doc)["jobs"] if j["job"] == "ml/rigid")
+    assert (rigid["replicas"], rigid["gpus"], rigid["gpus_per_worker"]) == (3, 4, 1)
+    wide = table(doc, wide=True)
+    head, *rows = wide.split("\n\n")[2].splitlines()
+    at = head.split().index("WORKERS")
+    assert head.split()[at + 1] == "GPUS", head
+    row = next(r for r in rows if r.startswith("ml/rigid "))
+    assert row.split()[at : at + 2] == ["3", "4"], row
+    narrow = table(doc)
+    grow = next(r for r in narrow.splitlines() if r.startswith("ml/grow "))
+    assert grow.split()[2:4] == ["2", "4"], grow
+    text = explain_text(doc, next(j for j in doc.jobs if j.name == "rigid"))
+    assert "\nGPUs:      4 held: 3 by its 3 worker(s) and 1 by the other pods of its gang" in text
+    # a status object written before `gpus` existed still reads: the count is unknown
+    older = to_dict(doc)
+    for j in older["jobs"]:
+        del j["gpus"]
+    old = from_dict(older)
+    assert {j.gpus for j in old.jobs} == {None} and "-" in table(old, wide=True)
+    assert "\nGPUs:" not in explain_text(old, old.jobs[0])
+
+
+def test_readmes_example_counts_a_job_with_its_master_as_readme_says():
+    """README: `vision/detr-recent`, 3 Workers and a Master of 1 GPU each, shows 3 and 4."""
+    readme = (ROOT / "README.md").read_text()
+    assert "(`vision/detr-recent`: 3 `WORKERS`, 4 `GPUS` with its Master)" in readme
+    out = _plan("--snapshot", str(EXAMPLE))
+    head = out.splitlines()[2].split()
+    row = next(r for r in out.splitlines() if r.startswith("vision/detr-recent ")).split()
+    assert (row[head.index("WORKERS")], row[head.index("GPUS")]) == ("3", "4"), out

@@ -19,9 +19,10 @@ from builders import (
     settings,
     snap,
     vcjob,
+    with_master,
 )
 
-from autoscaler.core.model import ElasticJob, ObjectRef, UnmanagedJob
+from autoscaler.core.model import Decision, ElasticJob, ObjectRef, UnmanagedJob
 from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import JOB_RESOURCES, JSON_PATCH, MERGE_PATCH
 from autoscaler.plan.planner import plan
@@ -305,3 +306,49 @@ def test_a_paused_job_with_a_bad_range_is_reported_paused(obj):
     for PyTorchJobs (the soak's parse mode checks the same order)."""
     obj["metadata"]["annotations"]["elastic-autoscaler.io/paused"] = "true"
     assert parsed(obj).reason is Reason.PAUSED
+
+
+GPU_PS = edit(PS, "template.spec.containers.0.resources", {"limits": {"nvidia.com/gpu": 2}})
+
+
+@pytest.mark.parametrize(
+    ("obj", "workers", "other"),
+    [
+        (with_master(pytorchjob(replicas=3, active=3)), 3, 1),
+        (with_master(pytorchjob(replicas=3, active=3), gpus=2, replicas=2), 3, 4),
+        (with_master(paddlejob(replicas=2, active=2), gpus=1), 2, 1),
+        (with_master(pytorchjob(replicas=3, active=3), gpus=0), 3, 0),  # a CPU Master
+        (with_master(pytorchjob(replicas=3, active=3), gpus="one"), 3, 0),  # shown, not read
+        (with_master(pytorchjob(replicas=3, active=3), replicas=True), 3, 0),
+        (vcjob(other_tasks=[GPU_PS], min_available=2), 2, 2),
+        (vcjob(other_tasks=[PS], min_available=2), 2, 0),
+    ],
+)
+def test_a_jobs_gpus_count_its_master_and_other_tasks_beside_its_workers(obj, workers, other):
+    """Issue 44: a job is shown with the GPUs it holds, its gang's other pods (a
+    Master, a Volcano Job's other tasks) included; only its workers are resized."""
+    job = parsed(obj)
+    assert isinstance(job, ElasticJob)
+    assert (job.replicas, job.other_gpus) == (workers, other)
+    d = plan(snap({"team-a": 0}, [job]), policy(), NOW).decisions[0]
+    assert d.gpus == workers * job.gpus_per_worker + other
+
+
+def test_a_rigid_job_with_a_master_counts_its_gpus_with_the_master():
+    """Issue 44's case: a rigid PyTorchJob, 3 Workers and a Master of 1 GPU each, holds 4
+    GPUs; the plan reports it with 3 workers and 4 GPUs."""
+    rigid = edit(with_master(pytorchjob(replicas=3, active=3)), "spec.elasticPolicy", DELETE)
+    job = parsed(rigid)
+    assert isinstance(job, UnmanagedJob) and job.reason is Reason.NOT_ELASTIC
+    assert (job.replicas, job.gpus_per_worker, job.other_gpus) == (3, 1, 1)
+    snapshot = build_snapshot(
+        RawObjects(jobs=(rigid,)), free_gpu_states({"team-a": 0}), S.read_options()
+    )
+    (d,) = plan(snapshot, policy(), NOW).decisions
+    assert (d.current, d.gpus) == (3, 4)
+
+
+def test_a_decisions_gpus_are_unknown_where_its_workers_are():
+    d = Decision(ObjectRef("ml", "a"), "q", None, None, Reason.INVALID_SPEC, "bad", other_gpus=1)
+    assert d.gpus is None
+    assert Decision(ObjectRef("ml", "a"), "q", 2, 2, Reason.AT_MAX, "", gpus_per_worker=2).gpus == 4

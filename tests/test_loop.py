@@ -593,6 +593,9 @@ async def test_decision_lines_at_info_only_when_new_and_every_line_at_debug(leve
 
     await controller.run_once(NOW)
     assert lines({"info"}) == [("grow", "info"), ("held", "info")]
+    # each job's workers and the GPUs it holds, as plan and status count them
+    sizes = {e["name"]: (e["current"], e["gpus"]) for e in cap.entries if e["event"] == "decision"}
+    assert sizes == {"grow": (1, 1), "held": (4, 4)}
     cap.entries.clear()
     await controller.run_once(NOW)
     assert lines({"info"}) == [("grow", "info")]  # every action; the unchanged hold is not

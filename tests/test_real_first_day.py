@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import pytorchjob
+import yaml
+from builders import pytorchjob, with_master
 from kubeserver import EnvTest
 from promserver import fake_prometheus
 from test_faults import daemon_env, daemon_process, live_body
@@ -271,3 +272,55 @@ async def test_a_dry_runs_pod_log_is_one_format_as_log_format_says(
         lines = await _pod_log({**env, "AUTOSCALER_LOG_FORMAT": "console"}, "run", "--dry-run")
         assert not [line for line in lines if line.lstrip().startswith("{")], lines
         assert [line for line in lines if "would scale" in line and "name=grow" in line]
+
+
+async def test_status_and_explain_count_a_job_with_its_master_as_plan_does(
+    envtest: EnvTest, real_ns: str, tmp_path: Path
+) -> None:
+    """Issue 44: a rigid PyTorchJob of 3 Workers and a Master (1 GPU each) was counted 3
+    while it holds 4 GPUs. Every output shows its workers and the GPUs it holds, its
+    Master's included, the same numbers in each: plan, status (every format), explain."""
+    queue = f"{real_ns}-q"
+    envtest.apply_queue(queue)
+    rigid = with_master(_job(real_ns, queue, "rigid"))
+    rigid["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
+    del rigid["spec"]["elasticPolicy"]
+    grow = with_master(_job(real_ns, queue, "grow"), gpus=2)  # 1 Worker + a Master of 2
+    for job, workers in ((rigid, 3), (grow, 1)):
+        envtest.create(job)
+        active = {"Master": {"active": 1}, "Worker": {"active": workers}}
+        envtest.patch_status(job, {"replicaStatuses": active})
+    expected = {f"{real_ns}/rigid": (3, 4), f"{real_ns}/grow": (1, 3)}
+    async with fake_prometheus(live_body(**{queue: 2})) as prom:
+        env = daemon_env(tmp_path, envtest.kubeconfig(), prom.url, namespaces=f'["{real_ns}"]')
+
+        def rows(out: str) -> dict[str, tuple[int, int]]:
+            """Each job's (WORKERS, GPUS) in the first table that has them."""
+            block = next(b for b in out.split("\n\n") if " WORKERS " in b.splitlines()[0])
+            head, *lines = block.splitlines()
+            at = head.split().index("WORKERS")
+            assert head.split()[at + 1] == "GPUS", head
+            return {r.split()[0]: (int(r.split()[at]), int(r.split()[at + 1])) for r in lines}
+
+        done = await _cli(env, "plan", "-o", "wide")
+        assert done.returncode == 0 and rows(done.stdout) == expected, done.stdout
+        done = await _cli(env, "plan", "-o", "json")
+        jobs = json.loads(done.stdout)["jobs"]
+        assert {f"{j['namespace']}/{j['name']}": (j["replicas"], j["gpus"]) for j in jobs} == (
+            expected
+        )
+        done = await _cli(env, "status", "--live", "-o", "wide")
+        assert done.returncode == 0 and rows(done.stdout) == expected, done.stdout
+        done = await _cli(env, "status", "--live")  # the narrow table: the job resizing
+        assert rows(done.stdout) == {f"{real_ns}/grow": (1, 3)}, done.stdout
+        for output in ("json", "yaml"):
+            done = await _cli(env, "status", "--live", "-o", output)
+            listed = yaml.safe_load(done.stdout)["jobs"]
+            assert {j["job"]: (j["replicas"], j["gpus"]) for j in listed} == expected
+        done = await _cli(env, "explain", f"{real_ns}/rigid", "--live")
+        assert done.returncode == 0, done.stderr
+        assert "\nSize:      3 worker(s) in spec," in done.stdout
+        assert "\nGPUs:      4 held: 3 by its 3 worker(s) and 1 by the other pods" in done.stdout
+        done = await _cli(env, "explain", f"{real_ns}/rigid", "--live", "-o", "json")
+        job = json.loads(done.stdout)["job"]
+        assert (job["replicas"], job["gpus"]) == (3, 4), done.stdout

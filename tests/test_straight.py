@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from builders import edit, podgroup, pytorchjob
+from builders import edit, podgroup, pytorchjob, with_master
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -104,6 +104,11 @@ JOBS = [
     edit(pytorchjob(), "spec.elasticPolicy", {"min": 1, "max": 3}),
     edit(pytorchjob(), "status.startTime", "yesterday"),
     edit(pytorchjob(), "metadata.creationTimestamp", None),
+    # its Master's GPUs are the job's too (issue 44), however its Master reads
+    with_master(pytorchjob()),
+    with_master(pytorchjob(), gpus=2, replicas=2),
+    with_master(pytorchjob(), gpus="lots"),
+    with_master(pytorchjob(), replicas=-1),
 ]
 BARE_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
 TAINTED = copy.deepcopy(NODE)
@@ -158,6 +163,7 @@ def test_what_it_does_not_take_is_left_to_the_usual_way():
         ("Node", {"kind": "Node", "metadata": {}}),
         ("Node", odd_label),
         ("Node", unhashable),
+        ("PyTorchJob", with_master(pytorchjob(), replicas="one")),  # a type the API refuses
     ]:
         assert straight(kind, OPTIONS)(json.dumps(obj).encode()) is None  # type: ignore[misc]
 

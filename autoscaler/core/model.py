@@ -79,6 +79,9 @@ class ElasticJob:
     # the node each worker runs on, by worker index ("" where none is bound), from the
     # pod watch: a reclaim counts only workers on nodes the waiting gang's pods fit
     worker_nodes: tuple[str, ...] = ()
+    # GPUs of its pods outside the worker group that its gang counts (a training-operator
+    # Master, a Volcano Job's other tasks): never resized, shown in the job's count
+    other_gpus: int = 0
 
     @property
     def worker_shape(self) -> PodShape:
@@ -137,6 +140,7 @@ class UnmanagedJob:
     # given): the queue's run times weigh swaps where nothing is declared (payoff.py)
     started: datetime | None = None
     completed: datetime | None = None
+    other_gpus: int = 0  # as ElasticJob.other_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +473,16 @@ class Decision:
     # what the job's owner must fix that is not this decision's business (also in notes):
     # said once on the job as a Warning Event
     warnings: tuple[str, ...] = ()
+    other_gpus: int = 0  # the job's ElasticJob.other_gpus (a Master's): shown, not resized
+
+    @property
+    def gpus(self) -> int | None:
+        """GPUs the job holds at its size `current`: its workers' and its other pods'
+        (a Master) that its gang counts; None where its workers' are unknown. The one
+        count every output shows beside its workers."""
+        if self.current is None or self.gpus_per_worker is None:
+            return None
+        return self.current * self.gpus_per_worker + self.other_gpus
 
     @property
     def changed(self) -> bool:

@@ -109,4 +109,5 @@ def _decision(j: ElasticJob, w: _Job, default_cost: float) -> Decision:
         default_cost if j.restart_cost_seconds is None else j.restart_cost_seconds,
         j.restart_cost_source or "default",
         (j.queue_warning,) if j.queue_warning else (),
+        j.other_gpus,
     )

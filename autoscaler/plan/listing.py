@@ -167,6 +167,7 @@ def _report(u: UnmanagedJob, notes: tuple[str, ...]) -> Decision:
         gpus_per_worker=u.gpus_per_worker,
         notes=(*notes, u.queue_warning) if u.queue_warning else notes,
         warnings=(u.queue_warning,) if u.queue_warning else (),
+        other_gpus=u.other_gpus,
     )
 
 

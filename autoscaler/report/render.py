@@ -44,6 +44,7 @@ def _action_dict(d: Decision) -> dict[str, Any]:
         "from": d.current,
         "to": d.target,
         "gpus_per_worker": d.gpus_per_worker,
+        "gpus": d.gpus,  # at `from`: its workers' GPUs and its Master's (Decision.gpus)
         "reason": d.reason.value,
         "message": d.message,
     }
@@ -59,6 +60,7 @@ def _job_dict(d: Decision) -> dict[str, Any]:
         "min": d.min_replicas,
         "max": d.max_replicas,
         "gpus_per_worker": d.gpus_per_worker,
+        "gpus": d.gpus,  # at `replicas`: its workers' GPUs and its Master's (Decision.gpus)
         "target": d.target,
         "reason": d.reason.value,
         "message": d.message,
@@ -131,6 +133,7 @@ _JOB_HEADERS = [
     "MIN",
     "MAX",
     "WORKERS",  # the worker group's spec replicas: what the plan resizes
+    "GPUS",  # what the job holds at that size, its Master's included (Decision.gpus)
     "TARGET",
     "RESTART",
     "REASON",
@@ -268,6 +271,7 @@ def _job_row(d: Decision) -> list[str]:
         _s(d.min_replicas),
         _s(d.max_replicas),
         _s(d.current),
+        _s(d.gpus),
         target,
         _restart(d.restart_cost_seconds, d.restart_cost_source),
         d.reason.value,

@@ -357,6 +357,7 @@ class Controller:
             reason=d.reason.value,
             current=d.current,
             target=d.target,
+            gpus=d.gpus,
             message=d.message,
         )
 

@@ -44,6 +44,9 @@ class Workers:
     at: str = ""
     shape: PodShape | None = None  # one worker's pod, as the scheduler will judge it
     group: str = "worker"  # the worker group's name on its pods (podspec._worker_of)
+    # GPUs of the job's other pods its gang counts (a Master, a Volcano Job's other
+    # tasks): held beside the workers, never resized (replica_gpus)
+    other_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,31 @@ def template_facts(
             _TEMPLATES.clear()
         _TEMPLATES[memo_key] = gpw, shape
     return gpw, shape
+
+
+def replica_gpus(
+    replicas: Any,
+    template: Any,
+    field: str,
+    options: ReadOptions,
+    default_port: tuple[str, str, int] | None,
+    *,
+    key: bytes | None = None,
+) -> int:
+    """GPUs that `replicas` pods of `template` (at `field`) ask for: a Master's, another
+    task's. Only shown (with the job's own count), never planned with: what cannot be
+    read counts 0 rather than leaving the job unmanaged for a field it does not resize."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas <= 0:
+        return 0
+    gpus, _ = template_facts(
+        template,
+        field,
+        tuple(options.gpu_resource_names),
+        options.extended_resource_toleration,
+        default_port,
+        key=key,
+    )
+    return replicas * gpus if isinstance(gpus, int) else 0
 
 
 TEMPLATES_LIMIT = 1024

@@ -14,6 +14,7 @@ cooldown if the second write failed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.core.options import ReadOptions
@@ -28,7 +29,7 @@ from autoscaler.core.resources import (
 from autoscaler.read.fields import BadField, dig, int_field
 from autoscaler.read.podspec import PADDLE_PORT, PYTORCH_PORT
 
-from .base import NotManaged, Workers, Write, read_workers
+from .base import NotManaged, Workers, Write, read_workers, replica_gpus
 from .gang import GangPods, kubeflow_gang
 
 DEFAULT_QUEUE = "default"
@@ -91,7 +92,7 @@ class KubeflowJob:
         if not isinstance(worker, Mapping):
             raise NotManaged(Reason.INVALID_SPEC, f"{where} is missing")
         active = dig(obj, "status", "replicaStatuses", "Worker", "active")
-        return read_workers(
+        workers = read_workers(
             worker,
             where,
             1,
@@ -100,6 +101,20 @@ class KubeflowJob:
             options,
             default_port=self.default_port,
         )
+        # common/job.go: every replica type is a pod of the job's PodGroup (minMember is
+        # their sum unless minAvailable says less), so a Master's GPUs are the job's too
+        other = sum(
+            replica_gpus(
+                spec.get("replicas", 1),
+                spec.get("template"),
+                f"spec.{self.replica_specs}.{name}.template",
+                options,
+                self.default_port,
+            )
+            for name, spec in dig(obj, "spec", self.replica_specs).items()
+            if name != "Worker" and isinstance(spec, Mapping)
+        )
+        return replace(workers, other_gpus=other) if other else workers
 
     def bounds(
         self, obj: Mapping[str, Any], workers: Workers, options: ReadOptions

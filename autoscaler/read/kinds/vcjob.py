@@ -22,6 +22,7 @@ would replace the whole task list, templates included, which the caches do not k
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.core.options import ReadOptions
@@ -29,7 +30,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import JSON_PATCH, VCJOB
 from autoscaler.read.fields import BadField, dig, int_field
 
-from .base import NotManaged, Workers, Write, read_workers
+from .base import NotManaged, Workers, Write, read_workers, replica_gpus
 from .gang import GangPods, vcjob_gang
 
 DEFAULT_QUEUE = "default"
@@ -74,7 +75,16 @@ class VolcanoJob:
         where = f"spec.tasks[{index}]"
         active = dig(obj, "status", "taskStatusCount", name, "phase", "Running")
         field = f"status.taskStatusCount[{name}].phase.Running"
-        return read_workers(task, where, 0, active, field, options, f"{index}:{name}")
+        workers = read_workers(task, where, 0, active, field, options, f"{index}:{name}")
+        # the other tasks' pods are in the job's one PodGroup too: their GPUs are the job's
+        other = sum(
+            replica_gpus(
+                t.get("replicas", 0), t.get("template"), f"spec.tasks[{i}].template", options, None
+            )
+            for i, t in enumerate(tasks)
+            if i != index
+        )
+        return replace(workers, other_gpus=other) if other else workers
 
     def bounds(
         self, obj: Mapping[str, Any], workers: Workers, options: ReadOptions

@@ -35,7 +35,7 @@ from autoscaler.core.options import ReadOptions
 from autoscaler.core.resources import FINISHED_CONDITIONS, VOLCANO_QUEUE_ANNOTATION, WAITING_PHASES
 from autoscaler.core.shapes import MILLI, HostPort, Labels, PodShape, Quantities, Taint
 from autoscaler.read.fields import MAX_REPLICAS, BadField
-from autoscaler.read.kinds.base import NotManaged, template_facts
+from autoscaler.read.kinds.base import NotManaged, replica_gpus, template_facts
 from autoscaler.read.kinds.kubeflow import PYTORCHJOB_KIND, elastic_bounds
 from autoscaler.read.parse import (
     DEFAULT_QUEUE,
@@ -515,8 +515,7 @@ def _job_reader(options: ReadOptions) -> Straight:
     if schema is None:
         return lambda raw: None
     decode, keys = msgspec.json.Decoder(schema[0]).decode, schema[1]
-    gpu_names = tuple(options.gpu_resource_names)
-    toleration = options.extended_resource_toleration
+    gpu_names, toleration = tuple(options.gpu_resource_names), options.extended_resource_toleration
     schedule_keys = frozenset(keys[1:6])  # what schedule_facts reads
     no_schedule = schedule_facts({}, options)
 
@@ -540,8 +539,7 @@ def _job_reader(options: ReadOptions) -> Straight:
         worker = (spec.pytorchReplicaSpecs or {}).get("Worker")
         if worker is None or not 0 <= worker.replicas <= MAX_REPLICAS:
             return None
-        replicas = worker.replicas
-        active = _active(status)
+        replicas, active = worker.replicas, _active(status)
         # every worker asked for runs: nothing in flight, no gang that may wait
         if active is None or active < replicas:
             return None
@@ -563,9 +561,28 @@ def _job_reader(options: ReadOptions) -> Straight:
                 schedule = schedule_facts(annotations, options)
             except NotManaged:
                 return None
-        return _job_record(job, run, replicas, active, gpw, shape, bounds, annotations, schedule)
+        return _job_record(
+            job, options, replicas, active, gpw, shape, bounds, annotations, schedule
+        )
 
     return read
+
+
+def _other_gpus(spec: _JobSpec, options: ReadOptions) -> int:
+    """The GPUs of its pods besides the Workers (a Master), as `KubeflowJob.workers`
+    counts them."""
+    return sum(
+        replica_gpus(
+            r.replicas,
+            r.template,
+            f"spec.{PYTORCHJOB_KIND.replica_specs}.{role}.template",
+            options,
+            PYTORCH_PORT,
+            key=_ENCODE(r.template),
+        )
+        for role, r in (spec.pytorchReplicaSpecs or {}).items()
+        if role != "Worker"
+    )
 
 
 def _annotations_read(struct: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -579,7 +596,7 @@ def _annotations_read(struct: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _job_record(
     job: Any,
-    run: _RunPolicy,
+    options: ReadOptions,
     replicas: int,
     active: int,
     gpw: int,
@@ -591,6 +608,7 @@ def _job_record(
     """The cache key and record of a job `_job_reader` takes, as `parse.decode_job` makes
     them."""
     meta, status = job.metadata, job.status
+    run = job.spec.runPolicy or _RunPolicy()
     name, ns, uid, rv = meta.name, meta.namespace, meta.uid, meta.resourceVersion
     policy = run.schedulingPolicy or _Scheduling()
     queue = policy.queue if isinstance(policy.queue, str) and policy.queue else DEFAULT_QUEUE
@@ -613,6 +631,7 @@ def _job_record(
         measured_for=schedule.measured_for,
         expected_runtime_seconds=schedule.expected_runtime,
         progress=schedule.progress,
+        other_gpus=_other_gpus(job.spec, options),  # a Master's
     )
     annotation = annotations.get(VOLCANO_QUEUE_ANNOTATION)
     annotation = annotation if isinstance(annotation, str) and annotation else None

@@ -87,4 +87,5 @@ def _hpa_skip(
         queue_warning=job.queue_warning,
         asked_at=job.asked_at,
         workers_group=worker_group(job.workers_at),
+        other_gpus=job.other_gpus,
     )

@@ -53,8 +53,7 @@ def parse_job(
     except BadField as exc:
         fallback = _fallback_ref(obj, kind.resource.kind)
         return UnmanagedJob(fallback, DEFAULT_QUEUE, Reason.INVALID_SPEC, str(exc))
-    queue = kind.queue(obj)
-    meta = obj["metadata"]
+    queue, meta = kind.queue(obj), obj["metadata"]
 
     def unmanaged(reason: Reason, message: str, **known: Any) -> UnmanagedJob:
         return UnmanagedJob(ref, queue, reason, f"{ref}: {message}", **known)
@@ -98,6 +97,7 @@ def parse_job(
         expected_runtime_seconds=schedule.expected_runtime,
         progress=schedule.progress,
         asked_at=known["asked_at"],
+        other_gpus=workers.other_gpus,
     )
 
 
@@ -111,6 +111,7 @@ def _known(meta: Mapping[str, Any], workers: Workers, options: ReadOptions) -> d
         "inflight_gpus": inflight,
         "asked_at": _asked_at(meta, options) if inflight else None,
         "workers_group": worker_group(workers.at),
+        "other_gpus": workers.other_gpus,
     }
 
 

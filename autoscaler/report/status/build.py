@@ -380,6 +380,7 @@ def _job_entry(
         min_replicas=d.min_replicas,
         max_replicas=d.max_replicas,
         gpus_per_worker=d.gpus_per_worker,
+        gpus=d.gpus,
         priority=job.priority if job is not None else None,
         last_resize=job.last_scale_time if job is not None else None,
         restart_cost=_restart(d),

@@ -52,6 +52,7 @@ def job_dict(j: JobEntry) -> dict[str, Any]:
             "min": j.min_replicas,
             "max": j.max_replicas,
             "gpus_per_worker": j.gpus_per_worker,
+            "gpus": j.gpus,
             "priority": j.priority,
             "last_resize": _t(j.last_resize),
             "restart_cost": j.restart_cost,
@@ -364,6 +365,7 @@ def _job_from(j: Mapping[str, Any], where: str) -> JobEntry:
         min_replicas=_int(j.get("min")),
         max_replicas=_int(j.get("max")),
         gpus_per_worker=_int(j.get("gpus_per_worker")),
+        gpus=_int(j.get("gpus")),  # None from a status object written before it had one
         priority=_int(j.get("priority")),
         last_resize=_opt_time(j.get("last_resize"), f"{where}.last_resize"),
         restart_cost=str(j.get("restart_cost") or ""),

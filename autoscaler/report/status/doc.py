@@ -81,6 +81,9 @@ class JobEntry:
     min_replicas: int | None = None
     max_replicas: int | None = None
     gpus_per_worker: int | None = None
+    # GPUs it holds at `replicas`, its Master's (and other pods its gang counts) included:
+    # Decision.gpus, the count every output shows beside its workers
+    gpus: int | None = None
     priority: int | None = None
     last_resize: datetime | None = None
     restart_cost: str = ""  # "95s measured"

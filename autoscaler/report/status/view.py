@@ -115,7 +115,7 @@ def _queue_table(doc: StatusDoc, wide: bool) -> str:
 def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
     """The jobs not settled (wide: every job), or one line saying there are none."""
     shown = jobs if wide else [j for j in jobs if rank(j) < RANK_SETTLED]
-    head = ["JOB", "QUEUE", "WORKERS", "TARGET", "RESIZE", "REASON", "SINCE"]
+    head = ["JOB", "QUEUE", "WORKERS", "GPUS", "TARGET", "RESIZE", "REASON", "SINCE"]
     if wide:
         head[1:1] = ["KIND"]
         head += ["ACTIVE", "MIN", "MAX", "GPU/W", "MESSAGE"]
@@ -125,6 +125,7 @@ def _job_table(jobs: Sequence[JobEntry], now: datetime, wide: bool) -> str:
             f"{j.namespace}/{j.name}",
             j.queue,
             _s(j.replicas),
+            _s(j.gpus),
             _s(j.target),
             _resize_words(j, now),
             j.reason,
@@ -241,6 +242,18 @@ def _why_not_growing(j: JobEntry) -> str:
     return f"It is not resized: {j.reason}: {j.message}"
 
 
+def _gpus_words(job: JobEntry) -> str:
+    """The GPUs a job holds, as plan and status count them (its Master's included)."""
+    workers = (job.replicas or 0) * (job.gpus_per_worker or 0)
+    other = (job.gpus or 0) - workers
+    if other <= 0:
+        return f"{job.gpus} held by its {_s(job.replicas)} worker(s)"
+    return (
+        f"{job.gpus} held: {workers} by its {_s(job.replicas)} worker(s) and {other} by "
+        "the other pods of its gang (its Master, other tasks), which are never resized"
+    )
+
+
 def explain_text(doc: StatusDoc, job: JobEntry) -> str:
     now = doc.time
     lines = [
@@ -255,6 +268,8 @@ def explain_text(doc: StatusDoc, job: JobEntry) -> str:
         f"elastic range {_s(job.min_replicas)}..{_s(job.max_replicas)}; "
         f"{_s(job.gpus_per_worker)} GPU(s) per worker; target {_s(job.target)}",
     ]
+    if job.gpus is not None:
+        lines.append(f"GPUs:      {_gpus_words(job)}")
     r = job.resize
     if r is not None:
         lines.append(
