@@ -470,8 +470,9 @@ class _LoopFields(BaseModel):
     min_interval_seconds: float = Field(
         15,
         ge=0,
-        description="A new pending PodGroup or a finished job triggers an early "
-        "cycle, at most once per this many seconds.",
+        description="A PodGroup turning waiting (added, or changed into Pending or "
+        "Inqueue) or a job finishing or deleted triggers an early cycle, at most once per "
+        "this many seconds.",
     )
     cycle_deadline_seconds: float = Field(60, gt=0, description="Deadline of one whole cycle.")
     dry_run: bool = Field(False, description="Plan and log, never write (same as --dry-run).")

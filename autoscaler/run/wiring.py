@@ -172,13 +172,13 @@ class _Triggers:
         self.driver: Driver | None = None
         self.starts = GangStarts()
 
-    def on_change(self, kind: str, event_type: str, record: object) -> None:
+    def on_change(self, kind: str, event_type: str, record: object, before: object) -> None:
         bound = self.starts.bound(event_type, record)  # kept up to date before a driver
         if self.driver is None:
             return
         if bound is not None and bound in self.driver.controller.idle_queues:
             self.driver.trigger(urgent=True)
-        elif wants_cycle(kind, event_type, record):
+        elif wants_cycle(kind, event_type, record, before):
             self.driver.trigger()
 
     def leadership(self, leading: bool) -> None:

@@ -73,7 +73,7 @@ class _Cache(ListPages):
         label_selector: str,
         api: ObjectsApi,
         settings: KubeOptions,
-        notify: Callable[[str, str, Any], None],
+        notify: Callable[[str, str, Any, Any], None],
         backoff: Callable[[int], float],
         page_size: int,
         decode: Decoder,
@@ -345,18 +345,19 @@ class _Cache(ListPages):
             if known:
                 del self.items[key]
                 self.version += 1
-            self._notify(self.resource.kind, "DELETED", old if known else self._decode(obj))
+            gone = old if known else self._decode(obj)
+            self._notify(self.resource.kind, "DELETED", gone, gone)
             return
         if not self._fits(key, size):
             self.version += 1
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
-                self._notify(self.resource.kind, "DELETED", old)
+                self._notify(self.resource.kind, "DELETED", old, old)
             return
         record = self._decode(obj)
         self.items[key] = record
         self.version += 1
-        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record)
+        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
 
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
@@ -368,12 +369,12 @@ class _Cache(ListPages):
         self.version += 1
         for key, record in fresh.items():
             if key not in old:
-                self._notify(self.resource.kind, "ADDED", record)
+                self._notify(self.resource.kind, "ADDED", record, None)
             elif old[key] != record:
-                self._notify(self.resource.kind, "MODIFIED", record)
+                self._notify(self.resource.kind, "MODIFIED", record, old[key])
         for key, record in old.items():
             if key not in fresh:
-                self._notify(self.resource.kind, "DELETED", record)
+                self._notify(self.resource.kind, "DELETED", record, record)
 
     def values(self) -> tuple[Any, ...]:
         """The records, ordered by (namespace, name), without the objects the planner

@@ -62,11 +62,15 @@ class OnChange(Protocol):
 
     `kind` is the Kubernetes kind (`PyTorchJob`, `PodGroup`, `Queue`, `PriorityClass`),
     `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same
-    way), `record` what the cache holds for the object (for DELETED: what it held).
+    way), `record` what the cache holds for the object (for DELETED: what it held),
+    `before` what it held before this change (None for an object it did not hold, or
+    held as nothing the planner reads): a trigger that fires on a transition (a PodGroup
+    turning waiting) compares the two, so it fires once per transition, whether the
+    change came by a watch event or a relist.
     Objects the planner reads nothing of (a pod not bound, or finished) are not reported.
     """
 
-    def __call__(self, kind: str, event_type: str, record: Any) -> None: ...
+    def __call__(self, kind: str, event_type: str, record: Any, before: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ class _CacheMaker:
 
     api: ObjectsApi
     settings: KubeOptions
-    notify: Callable[[str, str, Any], None]
+    notify: Callable[[str, str, Any, Any], None]
     backoff: Callable[[int], float]
     page_size: int
     decode: Mapping[str, Decoder]
@@ -412,11 +416,11 @@ class KubeSource:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _notify(self, kind: str, event_type: str, record: Any) -> None:
+    def _notify(self, kind: str, event_type: str, record: Any, before: Any) -> None:
         if self._on_change is None or record is None:
             return
         try:
-            self._on_change(kind, event_type, record)
+            self._on_change(kind, event_type, record, before)
         except Exception:  # a callback bug must not stop the watch
             log.exception("kube.on_change_failed", kind=kind, event_type=event_type)
 
