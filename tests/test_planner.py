@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 from builders import NOW, ago, ej, gang, orphan, policy, snap
 
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, QueueState, UnmanagedJob
+from autoscaler.core.model import (
+    ClusterSnapshot,
+    ObjectRef,
+    PendingGroup,
+    QueueState,
+    UnmanagedJob,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
@@ -172,6 +178,39 @@ def test_gangs_served_by_priority_then_age_and_huge_gang_is_skipped():
         "new": Reason.GANG_COVERED,
     }
     assert targets(p)["a"][0] == 1
+
+
+def _orphan(name: str, gpus: int, **kw) -> PendingGroup:
+    return replace(gang(name, gpus, owner=name, **kw), orphan=f"its PyTorchJob ml/{name} is gone")
+
+
+@pytest.mark.parametrize(
+    ("free", "gangs", "a", "reasons"),
+    [
+        # a deleted job's leftover PodGroup: nobody shrinks for it
+        (0, [_orphan("gone", 4)], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # nor is a share of what is free kept for it: growth takes it
+        (2, [_orphan("gone", 2)], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # waited past max_gang_wait_seconds: it starves nothing
+        (0, [_orphan("gone", 4, created=ago(10_000))], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # ahead of a live gang (older, higher priority): the live one is served
+        (
+            0,
+            [_orphan("gone", 4, priority=9, created=ago(500)), gang("live", 2, owner="live")],
+            6,
+            {"gone": Reason.GANG_OWNER_GONE, "live": Reason.GANG_COVERED},
+        ),
+    ],
+)
+def test_a_gang_whose_owner_is_gone_is_no_reason_to_shrink(free, gangs, a, reasons):
+    jobs = [ej("a", min=2, max=8, replicas=8 if free == 0 else 6)]
+    p = plan(snap({"q": free}, jobs, gangs), policy(max_gang_wait_seconds=600), NOW)
+    assert targets(p)["a"][0] == a
+    assert gang_reasons(p) == reasons
+    gone = next(g for g in p.gangs if g.ref.name == "gone")
+    assert gone.victims == () and "is gone" in gone.message
+    if "live" not in reasons:
+        assert [act.reason for act in p.actions] in ([], [Reason.SCALE_UP_IDLE_GPUS])
 
 
 def test_released_gpus_count_for_gangs():

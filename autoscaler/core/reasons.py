@@ -60,6 +60,7 @@ class Reason(StrEnum):
     GANG_UNCOVERABLE = "GangUncoverable"
     GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
     GANG_BLOCKED = "GangBlockedByStarvingGang"
+    GANG_OWNER_GONE = "GangOwnerGone"  # its job is being deleted, gone, or not watched
     INVALID_GANG = "InvalidPodGroup"
 
     @property

@@ -30,6 +30,9 @@ class GangRules(ReclaimRules):
         pool = _VictimPool(self._victims(), p)
         for at, g in enumerate(self.pending):
             self._next = at + 1
+            if g.orphan:
+                self._owner_gone(g)
+                continue
             if starving and p.starving_gang_blocks_later_gangs:
                 self._gang(
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
@@ -72,6 +75,19 @@ class GangRules(ReclaimRules):
         # the plan is what replanning on its result gives (idempotence).
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
+
+    def _owner_gone(self, g: PendingGroup) -> None:
+        """A gang whose job is being deleted, is gone, or is not watched: no job will run
+        in what is made for it, so it is never a reason to shrink anyone, and it neither
+        takes a share of what is free nor starves its queue. Volcano still counts it
+        where it does (its queue's request, what is inqueue): those figures are read as
+        they come."""
+        self._gang(
+            g,
+            Reason.GANG_OWNER_GONE,
+            f"{g.ref} needs {g.gpus} GPU(s), but {g.orphan}: nothing is reclaimed or kept "
+            "for it (its PodGroup waits for the garbage collector)",
+        )
 
     def _never_admitted(self, g: PendingGroup) -> bool:
         """A gang whose pods together ask more of a dimension than the Queue's capability

@@ -380,6 +380,7 @@ class KubeSource:
             pods=_merged(self._pods),
             hpas=_merged(self._hpas),
             pods_known=bool(self._pods),
+            job_kinds=tuple(c[0].resource.kind for c in self._jobs_by_kind if c),
         )
         memo.records_versions, memo.records = versions, records
         return records
