@@ -398,6 +398,15 @@ class _KubeFields(BaseModel):
     watch_timeout_seconds: int = Field(
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
+    watch_stall_seconds: float = Field(
+        90,
+        gt=0,
+        description="A watch that delivers nothing (no event, no bookmark; the API "
+        "server's watch cache sends a bookmark about every minute) for longer than this "
+        "is restarted, and until it is connected again its cache may be stale: every "
+        "write holds (HoldCacheStale) and /readyz fails. Also bounds the wait for a "
+        "watch's first answer.",
+    )
     max_parallel_writes: int = Field(
         8,
         ge=1,

@@ -232,6 +232,35 @@ async def test_stale_resource_version_is_a_conflict_and_leaves_job_alone(
     assert replicas(kube, "a") == 4
 
 
+async def test_a_volcano_job_changed_since_read_is_a_conflict_not_a_refusal(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    """A Volcano Job is resized by a JSON patch that tests the resourceVersion planned on;
+    the API server answers a failed test 422. The job changed: a conflict, planned again
+    next cycle, never HoldRefused."""
+    vc = kube.put(vcjob("a", NS, replicas=2, max_replicas=8))
+    kube.patch("jobs", NS, "a", {"metadata": {"labels": {"touched": "yes"}}})
+    ref = ObjectRef(NS, "a", "Job", uid=vc["metadata"]["uid"])
+    resize = Decision(
+        ref=ref,
+        queue="vision",
+        current=2,
+        target=4,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="2 workers",
+        min_replicas=1,
+        max_replicas=8,
+        gpus_per_worker=1,
+        resource_version=vc["metadata"]["resourceVersion"],
+        workers_at="0:worker",
+    )
+    result = await actuator.apply(plan(resize), NOW)
+    assert outcomes(result) == [Outcome.CONFLICT], result.results
+    assert "422" in result.results[0].message
+    assert actuator.refusals(NOW) == ()
+    assert actuator.backoff_until(ref) is None
+
+
 async def test_deleted_job_is_gone(kube: FakeKubeApi, actuator: KubeActuator) -> None:
     stored = kube.put(job("a"))
     kube.delete("pytorchjobs", NS, "a")

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     METRICS_MISSING = "HoldMetricsMissing"
     METRICS_INVALID = "HoldMetricsInvalid"
     METRICS_STALE = "HoldMetricsStale"
+    CACHE_STALE = "HoldCacheStale"  # a watch went silent: the objects may be stale
     METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     QUEUE_CLOSED = "HoldQueueClosed"
     QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist

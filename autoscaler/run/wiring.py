@@ -222,6 +222,7 @@ def build(
     metrics = metrics or Metrics()
     triggers = _Triggers(settings, metrics)
     kube, prometheus = build_sources(settings, api_client, triggers.on_change)
+    kube.export_ages(metrics.cache_age, metrics.cache_stalled)
     elector = make_elector(settings.leader_options(), api_client, triggers.leadership)
     status = _status_writer(settings, api_client, metrics, elector, clock)
     controller = Controller(

@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
@@ -83,13 +84,16 @@ class KubeObjects:
     its first LIST; `errors` names caches whose last LIST/WATCH failed and objects that
     were dropped. `failing_seconds` is how long the longest-failing cache has been
     unable to list or watch (0 when all are connected): past a bound its objects are
-    stale, not current.
+    stale, not current. `stalled`: caches whose watch went silent (read.kube.cache).
     """
 
     records: Records
     synced: bool
     errors: tuple[str, ...]
     failing_seconds: float = 0.0
+    # caches whose watch delivered nothing for watch_stall_seconds and has not connected
+    # again since, each with its words: what they hold may be stale, so writes hold
+    stalled: tuple[str, ...] = ()
 
     @property
     def jobs(self) -> tuple[JobRecord, ...]:
@@ -351,7 +355,9 @@ class KubeSource:
             (now - c.failing_since for c in self._caches if c.failing_since is not None),
             default=0.0,
         )
-        versions = tuple((c.version, c.last_error, c.synced.is_set()) for c in self._caches)
+        versions = tuple(
+            (c.version, c.last_error, c.synced.is_set(), c.stalled) for c in self._caches
+        )
         memo = self._memo
         if memo.snapshot is not None and memo.versions == versions and not failing:
             return memo.snapshot
@@ -361,6 +367,7 @@ class KubeSource:
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,
+            stalled=tuple(f"{c.name}: {c.last_error}" for c in self._caches if c.stalled),
         )
         self._memo.versions, self._memo.snapshot = versions, snapshot
         return snapshot
@@ -393,10 +400,13 @@ class KubeSource:
         (watches expired by the server), `events` (ADDED/MODIFIED/DELETED applied),
         `dropped_oversized`; `errors` is {kind: failed LIST/WATCH attempts}; `by_cache`
         maps a cache name (`PyTorchJob(ns1)`, `Queue`, ...) to its own counters plus
-        `synced`, `last_error`, `objects` and `resource_version`.
+        `synced`, `last_error`, `objects`, `resource_version`, `stalled` and
+        `age_seconds` (since the server last said anything to it: a LIST, a watch's
+        answer, an event or a bookmark; None before the first).
         """
 
         totals = CacheCounters()
+        now = time.monotonic()
         errors: dict[str, int] = {}
         by_cache: dict[str, dict[str, Any]] = {}
         for c in self._caches:
@@ -412,8 +422,19 @@ class KubeSource:
                 "kind": c.resource.kind,
                 "optional": c.optional,
                 "absent": c.absent,
+                "stalled": c.stalled,
+                # seconds since the server last said anything to it (None: never)
+                "age_seconds": None if c.heard is None else max(0.0, now - c.heard),
             }
         return {**vars(totals), "errors": errors, "by_cache": by_cache}
+
+    def export_ages(self, age: Labelled, stalled: Labelled) -> None:
+        """Each cache's age (seconds since the server last said anything to it) and
+        whether its watch stalled, read when the metrics are scraped (a Gauge's
+        `labels(cache).set_function`): a stall shows while it lasts, not a cycle later."""
+        for c in self._caches:
+            age.labels(c.name).set_function(partial(_age, c))
+            stalled.labels(c.name).set_function(partial(_stalled, c))
 
     # -- internals ----------------------------------------------------------------------
 
@@ -432,6 +453,20 @@ class KubeSource:
             return 0.0
         delay = min(self._backoff_cap, self._backoff_base * 2 ** min(failures - 1, 30))
         return self._rng.uniform(delay / 2, delay)
+
+
+class Labelled(Protocol):
+    """A labelled Gauge, as far as export_ages uses it (prometheus_client's)."""
+
+    def labels(self, *values: str) -> Any: ...
+
+
+def _age(cache: _Cache) -> float:
+    return 0.0 if cache.heard is None else max(0.0, time.monotonic() - cache.heard)
+
+
+def _stalled(cache: _Cache) -> float:
+    return 1.0 if cache.stalled else 0.0
 
 
 def _merged(caches: Sequence[_Cache]) -> tuple[Any, ...]:
