@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
@@ -52,6 +52,7 @@ from .results import (
 )
 
 log = structlog.get_logger(__name__)
+_T = TypeVar("_T")
 
 
 BACKOFF_INITIAL_SECONDS = 10.0
@@ -64,6 +65,42 @@ WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cy
 
 def _ref_order(ref: ObjectRef) -> tuple[str, str, str]:
     return (ref.namespace, ref.name, ref.kind)
+
+
+class LeaseFenced(Exception):
+    """A write the Lease would not cover: not sent, or cancelled while it waited."""
+
+
+async def fenced(lease_left: Callable[[], float | None], write: Awaitable[_T]) -> _T:
+    """`write`, sent and awaited only while the Lease covers it (`lease_left`: seconds
+    left, None: no Lease). A write still unanswered when the Lease runs out is cancelled
+    (its connection closed), so it cannot land after another replica holds the Lease;
+    a renew meanwhile extends the wait. Raises LeaseFenced."""
+    left = lease_left()
+    if left is None:
+        return await write
+    task = asyncio.ensure_future(write)
+    try:
+        while left is not None and left > 0:
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+            left = lease_left()
+        raise LeaseFenced(
+            "not written: this replica's Lease would run out before the write lands "
+            "(cancelled; whoever leads next plans it again)"
+        )
+    finally:
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # our own cancel, not the write's: never swallowed
+            except Exception:  # the cancelled write's own failure: it did not land
+                log.debug("fenced-write-failed", exc_info=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +150,9 @@ class KubeActuator(EventRecorder):
         self._not_before: dict[JobKey, float] = {}
         # the warnings already said on each job (a Warning Event once, again if it changes)
         self._warned: dict[JobKey, tuple[str, ...]] = {}
+        # seconds a write may still be sent or awaited under this replica's Lease (the
+        # elector's lease_left, connected by run.wiring); None: not fenced (no election)
+        self.lease_left: Callable[[], float | None] = lambda: None
 
     def key(self, ref: ObjectRef) -> JobKey:
         """The job's identity: its kind's API group and kind, namespace and name."""
@@ -259,9 +299,13 @@ class KubeActuator(EventRecorder):
         key, ref = self.key(decision.ref), decision.ref
         sent = clock()
         try:
-            response = await self._patch(decision, now, measurement)
+            response = await fenced(self.lease_left, self._patch(decision, now, measurement))
         except asyncio.CancelledError:
             raise
+        except LeaseFenced as exc:
+            run.leading = False  # the Lease would not cover it: nothing more this plan
+            run.results[i] = ActionResult(decision, Outcome.NOT_LEADER, str(exc))
+            return Attempt(Verdict.DONE)
         except Exception as exc:
             failure = _classify(exc, now)
             if failure.outcome is Outcome.ERROR and not isinstance(

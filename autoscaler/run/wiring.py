@@ -225,11 +225,14 @@ def build(
     kube.export_ages(metrics.cache_age, metrics.cache_stalled)
     elector = make_elector(settings.leader_options(), api_client, triggers.leadership)
     status = _status_writer(settings, api_client, metrics, elector, clock)
+    built = actuator or build_actuator(settings, api_client, out)
+    if isinstance(built, KubeActuator):  # no write outlives the Lease (leader.lease_left)
+        built.lease_left = elector.lease_left
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),
         LiveSource(settings.source_options(), kube, prometheus, metrics),
-        actuator or build_actuator(settings, api_client, out),
+        built,
         metrics,
         may_write=lambda: elector.is_leader,
         clock=clock,
