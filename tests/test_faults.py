@@ -769,9 +769,11 @@ async def test_bookmarks_keep_a_quiet_watch_from_counting_as_stalled(api):
 
 async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
     """A real elector leads; mid-plan the API stops accepting its renewals and the first
-    patch hangs past the renew deadline. Everything after that patch is not written.
-    (With max_parallel_writes=N, up to N writes started while leading may be in flight
-    when the lease is lost; none starts after. Pinned serial here to see that edge.)"""
+    patch hangs past what the Lease covers. That patch is cancelled when the Lease runs
+    out (less its margin: it is fenced to the Lease), so it never lands; everything after
+    it is not written. (With max_parallel_writes=N, up to N writes started while leading
+    may be in flight when the lease is lost; none starts after, and none outlives the
+    Lease. Pinned serial here to see that edge.)"""
 
     for name in ("a", "b", "c"):
         api.put(
@@ -796,17 +798,18 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
                 result = await d.controller.run_once(NOW)
             outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
             assert outcomes == {
-                "a": Outcome.APPLIED,
+                "a": Outcome.NOT_LEADER,
                 "b": Outcome.NOT_LEADER,
                 "c": Outcome.NOT_LEADER,
             }
-            assert patches(api) == 1
-            # the slow write landed after leadership was lost: no Event for it
+            assert patches(api) == 1  # sent while leading, cancelled when the Lease ran out
+            await eventually(lambda: api.delayed_now == 0, 5)  # the server dropped it
+            assert replicas(api, "a") == 1
             assert api.objects("events", "ml") == []
-            assert "leadership lost" in result.applied.results[0].message
+            assert "Lease would run out" in result.applied.results[0].message
             assert (
                 counter(metrics_text(d), "elastic_autoscaler_writes_total", result="not_leader")
-                == 2
+                == 3
             )
             assert any(e.get("event") == "leader-lost" for e in logs)
             assert_bounds(api)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import structlog
@@ -39,7 +39,7 @@ from autoscaler.read.fields import measured_value
 from autoscaler.read.kinds import KINDS, JobKind, Write
 
 from .events import EventRecorder, _Event, _event_ref, _Run
-from .pacing import Attempt, Item, Pacer, Verdict, drain
+from .pacing import Attempt, Item, LeaseFenced, Pacer, Verdict, drain, fenced
 from .results import (
     ActionResult,
     ApplyResult,
@@ -52,7 +52,6 @@ from .results import (
 )
 
 log = structlog.get_logger(__name__)
-_T = TypeVar("_T")
 
 
 BACKOFF_INITIAL_SECONDS = 10.0
@@ -65,42 +64,6 @@ WRITE_BUDGET_FRACTION = 0.5  # of cycle_deadline_seconds: writes never time a cy
 
 def _ref_order(ref: ObjectRef) -> tuple[str, str, str]:
     return (ref.namespace, ref.name, ref.kind)
-
-
-class LeaseFenced(Exception):
-    """A write the Lease would not cover: not sent, or cancelled while it waited."""
-
-
-async def fenced(lease_left: Callable[[], float | None], write: Awaitable[_T]) -> _T:
-    """`write`, sent and awaited only while the Lease covers it (`lease_left`: seconds
-    left, None: no Lease). A write still unanswered when the Lease runs out is cancelled
-    (its connection closed), so it cannot land after another replica holds the Lease;
-    a renew meanwhile extends the wait. Raises LeaseFenced."""
-    left = lease_left()
-    if left is None:
-        return await write
-    task = asyncio.ensure_future(write)
-    try:
-        while left is not None and left > 0:
-            done, _ = await asyncio.wait({task}, timeout=left)
-            if done:
-                return task.result()
-            left = lease_left()
-        raise LeaseFenced(
-            "not written: this replica's Lease would run out before the write lands "
-            "(cancelled; whoever leads next plans it again)"
-        )
-    finally:
-        if not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # our own cancel, not the write's: never swallowed
-            except Exception:  # the cancelled write's own failure: it did not land
-                log.debug("fenced-write-failed", exc_info=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,15 +421,18 @@ class KubeActuator(EventRecorder):
                 metadata["resourceVersion"] = m.resource_version
             r = kind.resource
             try:
-                await self._custom.patch_namespaced_custom_object(
-                    group=r.group,
-                    version=r.version,
-                    namespace=m.ref.namespace,
-                    plural=r.plural,
-                    name=m.ref.name,
-                    body={"metadata": metadata},
-                    _content_type=MERGE_PATCH,
-                    _request_timeout=self._settings.kube_request_timeout_seconds,
+                await fenced(
+                    self.lease_left,
+                    self._custom.patch_namespaced_custom_object(
+                        group=r.group,
+                        version=r.version,
+                        namespace=m.ref.namespace,
+                        plural=r.plural,
+                        name=m.ref.name,
+                        body={"metadata": metadata},
+                        _content_type=MERGE_PATCH,
+                        _request_timeout=self._settings.kube_request_timeout_seconds,
+                    ),
                 )
             except asyncio.CancelledError:
                 raise
