@@ -752,6 +752,29 @@ async def test_a_stalled_watch_is_restarted_and_holds_writes_while_it_lasts(api)
             assert ok.result == "ok" and ok.plan.decisions[0].current == 3  # planned afresh
 
 
+async def test_a_cache_answered_again_lifts_the_write_pause_and_calls_a_cycle(api):
+    """Writes paused for an outage (the pause doubled to 16 s) resume when the API
+    server answers the caches again: the pause is lifted and an early cycle called."""
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        async with Daemon(api, settings_for(prom.url)) as d:
+            pacer = d.parts.actuator.pacer
+            for _ in range(5):
+                pacer.unavailable(pacer.ticket())
+            assert pacer.retry_in() > 10
+            triggered: list[bool] = []
+            d.driver.trigger = lambda urgent=False: triggered.append(urgent)
+            api.fail_next("GET", "pytorchjobs", 500, times=10**6)
+            api.close_watches("pytorchjobs")
+            await eventually(lambda: not d.kube.current, 5)
+            assert pacer.retry_in() > 10 and triggered == []
+            api.clear_faults()
+            await eventually(lambda: d.kube.current, 10)
+            assert pacer.retry_in() == 0 and triggered == [False]
+            ok = await d.controller.run_once(NOW)
+            assert ok.result == "ok" and replicas(api, "j") == 4
+
+
 async def test_bookmarks_keep_a_quiet_watch_from_counting_as_stalled(api):
     """A quiet resource's watch says nothing but its bookmarks: those are enough."""
     one_job(api)

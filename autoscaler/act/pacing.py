@@ -18,7 +18,9 @@ like TCP congestion control:
 - a throttled write is sent again after its Retry-After, in order with the rest; only
   a throttle at a window of one (nothing left to shrink) pauses every write;
 - a failure that is the server's (5xx, timeout, unreachable) pauses every write, from
-  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again;
+  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again; the pause ends
+  early when the server answers a read again (`server_answered`: a watch cache
+  reconnected), so writes resume within a cycle of its return;
 - Events (`Item.side`) go beside the window, as many again, while it is whole and
   nothing is paused: a resize's slot is not held for the Event that follows it.
 
@@ -127,6 +129,16 @@ class Pacer:
         self.down = True
         self.paused_until = max(self.paused_until, self.clock() + pause)
         return pause
+
+    def server_answered(self) -> None:
+        """The API server answered a read (a watch cache reconnected after failing): an
+        outage's pause ends now, so the next cycle probes at once rather than after a
+        pause doubled while the server was away (up to SERVER_PAUSE_MAX_SECONDS). The
+        probe is still one write (the window stays at one until a write lands), a
+        failed probe pauses again where the doubling left off, and a throttle's pause
+        (the server answering 429 with a Retry-After) is kept."""
+        if self.down:
+            self.paused_until = min(self.paused_until, self.clock())
 
     def retry_in(self) -> float:
         """Seconds until writes may go again (0: now)."""

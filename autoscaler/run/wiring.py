@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
@@ -181,6 +182,15 @@ class _Triggers:
         elif wants_cycle(kind, event_type, record, before):
             self.driver.trigger()
 
+    def api_answered(self, actuator: KubeActuator) -> None:
+        """A cache is answered again after failing: writes paused for an outage resume
+        now, in a cycle called early (not after the pause doubled while it lasted)."""
+        if not actuator.pacer.down:
+            return
+        actuator.pacer.server_answered()
+        if self.driver is not None:
+            self.driver.trigger()
+
     def leadership(self, leading: bool) -> None:
         self.metrics.is_leader.set(1 if leading else 0)
         if leading and self.driver is not None:
@@ -228,6 +238,7 @@ def build(
     built = actuator or build_actuator(settings, api_client, out)
     if isinstance(built, KubeActuator):  # no write outlives the Lease (leader.lease_left)
         built.lease_left = elector.lease_left
+        kube.on_answer(partial(triggers.api_answered, built))
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),

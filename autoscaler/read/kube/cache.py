@@ -123,6 +123,8 @@ class _Cache(ListPages):
         # its watch delivered nothing for watch_stall_seconds and has not connected since:
         # what it holds may be stale (writes hold, /readyz fails)
         self.stalled = False
+        # called when the cache is answered again after failing: the server is back
+        self.on_answer: Callable[[], None] | None = None
 
     # -- the informer loop --------------------------------------------------------------
 
@@ -266,6 +268,11 @@ class _Cache(ListPages):
     def _recovered(self) -> None:
         self.heard = time.monotonic()
         self.stalled = False
+        if self.failing_since is not None and self.on_answer is not None:
+            try:
+                self.on_answer()
+            except Exception:  # a callback bug must not stop the cache
+                log.exception("kube.on_answer_failed", cache=self.name)
         if self.failing_since is not None and self._warned:
             log.info(
                 "kube.cache_recovered",

@@ -428,6 +428,12 @@ class KubeSource:
             }
         return {**vars(totals), "errors": errors, "by_cache": by_cache}
 
+    def on_answer(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a cache that was failing (or stalled) is answered by
+        the API server again: the server is back (the actuator lifts its outage pause)."""
+        for c in self._caches:
+            c.on_answer = callback
+
     def export_ages(self, age: Labelled, stalled: Labelled) -> None:
         """Each cache's age (seconds since the server last said anything to it) and
         whether its watch stalled, read when the metrics are scraped (a Gauge's
