@@ -213,6 +213,43 @@ def test_a_gang_whose_owner_is_gone_is_no_reason_to_shrink(free, gangs, a, reaso
         assert [act.reason for act in p.actions] in ([], [Reason.SCALE_UP_IDLE_GPUS])
 
 
+@pytest.mark.parametrize(
+    ("need", "cool_target", "free_target", "reason", "words"),
+    [
+        # enough workers free to give now: taken at once, the cooling job left alone
+        (2, 5, 1, Reason.GANG_COVERED, ""),
+        # not enough without the cooling job: nothing taken, and it says what it waits
+        # for and until when (the job's last resize 20 s ago + the 60 s cooldown)
+        (
+            3,
+            5,
+            3,
+            Reason.GANG_UNCOVERABLE,
+            "it waits for the reclaim cooldown of ml/cool (reclaim_cooldown_seconds=60), "
+            "until 2026-11-22T10:00:40Z (in 40s)",
+        ),
+        # more than both could ever give: no cooldown to wait for
+        (9, 5, 3, Reason.GANG_UNCOVERABLE, ""),
+    ],
+)
+def test_a_gang_takes_workers_free_now_or_says_whose_cooldown_it_waits_for(
+    need, cool_target, free_target, reason, words
+):
+    jobs = [
+        ej("cool", min=1, max=8, replicas=5, last=ago(20)),
+        ej("free", min=1, max=8, replicas=3),
+    ]
+    p = plan(snap({"q": 0}, jobs, [gang("g", need)]), policy(reclaim_cooldown_seconds=60), NOW)
+    assert (targets(p)["cool"][0], targets(p)["free"][0]) == (cool_target, free_target)
+    (g,) = p.gangs
+    assert g.reason is reason
+    if words:
+        assert g.message.endswith(words), g.message
+        assert "in its reclaim cooldown until 2026-11-22T10:00:40Z" in g.blockers[0]
+    else:
+        assert "reclaim cooldown of" not in g.message
+
+
 def test_released_gpus_count_for_gangs():
     jobs = [ej("a", min=1, max=8, replicas=2, active=5)]
     p = plan(snap({"q": 0}, jobs, [gang("g", 3)]), policy(), NOW)
