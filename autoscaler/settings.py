@@ -411,6 +411,15 @@ class _KubeFields(BaseModel):
     watch_timeout_seconds: int = Field(
         300, ge=1, description="Server-side timeout of one watch request before it is renewed."
     )
+    watch_stall_seconds: float = Field(
+        90,
+        gt=0,
+        description="A watch that delivers nothing (no event, no bookmark; the API "
+        "server's watch cache sends a bookmark about every minute) for longer than this "
+        "is restarted, and until it is connected again its cache may be stale: every "
+        "write holds (HoldCacheStale) and /readyz fails. Also bounds the wait for a "
+        "watch's first answer.",
+    )
     max_parallel_writes: int = Field(
         8,
         ge=1,
@@ -483,8 +492,9 @@ class _LoopFields(BaseModel):
     min_interval_seconds: float = Field(
         15,
         ge=0,
-        description="A new pending PodGroup or a finished job triggers an early "
-        "cycle, at most once per this many seconds.",
+        description="A PodGroup turning waiting (added, or changed into Pending or "
+        "Inqueue) or a job finishing or deleted triggers an early cycle, at most once per "
+        "this many seconds.",
     )
     cycle_deadline_seconds: float = Field(60, gt=0, description="Deadline of one whole cycle.")
     dry_run: bool = Field(False, description="Plan and log, never write (same as --dry-run).")

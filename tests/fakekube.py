@@ -783,6 +783,9 @@ class FakeKubeApi:
         self._floor: dict[str, int] = {}  # oldest rv a watch may start from, per store
         self._watchers: set[_Watcher] = set()
         self._faults: list[_Fault] = []
+        self._stalled: set[str] = set()  # plurals whose watches carry nothing ("*": all)
+        self._unstalled = asyncio.Event()  # set while nothing is stalled
+        self._unstalled.set()
         # requests held by a `delay` fault right now, and the most at once: concurrency seen
         self.delayed_now = self.max_delayed = 0
         self._continues: dict[str, tuple[list[JsonObj], int]] = {}
@@ -999,6 +1002,22 @@ class FakeKubeApi:
         for store in stores:
             self._history.pop(store, None)
             self._floor[store] = self._rv
+
+    def stall_watches(self, plural: str | None = None) -> None:
+        """Watch streams of `plural` (None: every one) carry nothing from now on, their
+        connections left open, and new watches get no answer at all: a proxy or load
+        balancer that stopped forwarding. Nothing is lost: `unstall_watches` lets it all
+        flow again (a client that gave up on a stream has hung up by then)."""
+        self._stalled.add(plural or "*")
+        self._unstalled.clear()
+
+    def unstall_watches(self) -> None:
+        self._stalled.clear()
+        self._unstalled.set()
+
+    async def _flowing(self, plural: str) -> None:
+        if "*" in self._stalled or plural in self._stalled:
+            await self._unstalled.wait()
 
     def send_bookmarks(self) -> int:
         """Send a BOOKMARK at the current resourceVersion to watchers that allow them."""
@@ -1750,6 +1769,7 @@ class FakeKubeApi:
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         try:
+            await self._flowing(rt.plural)
             await response.prepare(request)
             if expired is not None:
                 await _write_event(response, {"type": "ERROR", "object": expired})
@@ -1769,6 +1789,7 @@ class FakeKubeApi:
                         item = await watcher.queue.get()
                 except TimeoutError:
                     break
+                await self._flowing(rt.plural)
                 if item == _CLOSE:
                     break
                 if item == _ABORT:

@@ -232,6 +232,35 @@ async def test_stale_resource_version_is_a_conflict_and_leaves_job_alone(
     assert replicas(kube, "a") == 4
 
 
+async def test_a_volcano_job_changed_since_read_is_a_conflict_not_a_refusal(
+    kube: FakeKubeApi, actuator: KubeActuator
+) -> None:
+    """A Volcano Job is resized by a JSON patch that tests the resourceVersion planned on;
+    the API server answers a failed test 422. The job changed: a conflict, planned again
+    next cycle, never HoldRefused."""
+    vc = kube.put(vcjob("a", NS, replicas=2, max_replicas=8))
+    kube.patch("jobs", NS, "a", {"metadata": {"labels": {"touched": "yes"}}})
+    ref = ObjectRef(NS, "a", "Job", uid=vc["metadata"]["uid"])
+    resize = Decision(
+        ref=ref,
+        queue="vision",
+        current=2,
+        target=4,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="2 workers",
+        min_replicas=1,
+        max_replicas=8,
+        gpus_per_worker=1,
+        resource_version=vc["metadata"]["resourceVersion"],
+        workers_at="0:worker",
+    )
+    result = await actuator.apply(plan(resize), NOW)
+    assert outcomes(result) == [Outcome.CONFLICT], result.results
+    assert "422" in result.results[0].message
+    assert actuator.refusals(NOW) == ()
+    assert actuator.backoff_until(ref) is None
+
+
 async def test_deleted_job_is_gone(kube: FakeKubeApi, actuator: KubeActuator) -> None:
     stored = kube.put(job("a"))
     kube.delete("pytorchjobs", NS, "a")
@@ -397,6 +426,34 @@ async def test_a_failing_server_pauses_every_write_and_no_job_backs_off(
     back = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
     assert outcomes(back) == [Outcome.APPLIED, Outcome.APPLIED]
     assert (replicas(kube, "a"), replicas(kube, "b")) == (4, 3)
+
+
+async def test_writes_resume_as_soon_as_the_server_answers_a_read_again(
+    kube: FakeKubeApi, api_client: ApiClient
+) -> None:
+    """An outage doubled the write pause to 16 s; the API server comes back and a watch
+    cache is answered (server_answered): the next cycle probes at once and both resizes
+    land, not 16 s later. A throttle's pause is not lifted so."""
+    t = [1000.0]
+    pacer = Pacer(8, clock=lambda: t[0])
+    actuator = KubeActuator(settings().actuator_options(), api_client, pacer=pacer)
+    a, b = kube.put(job("a")), kube.put(job("b"))
+    for _ in range(5):
+        pacer.unavailable(pacer.ticket())
+    assert pacer.down and pacer.retry_in() == 16
+    t[0] += 0.5
+    paused = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(paused) == [Outcome.DEFERRED] * 2 and kube.count(verb="patch") == 0
+    pacer.server_answered()
+    assert pacer.retry_in() == 0 and pacer.down and pacer.slots == 1  # one probe first
+    back = await actuator.apply(plan(decide(a, 4), decide(b, 3)), NOW)
+    assert outcomes(back) == [Outcome.APPLIED, Outcome.APPLIED]
+    assert not pacer.down
+    # a throttle at a window of one pauses for its Retry-After: an answer keeps it
+    pacer.window = 1.0
+    pacer.throttled(pacer.ticket(), 5.0)
+    pacer.server_answered()
+    assert pacer.retry_in() == 5.0
 
 
 async def test_timeout_is_an_error_and_the_plan_goes_on(

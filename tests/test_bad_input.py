@@ -294,13 +294,14 @@ CORPUS: list[Bad] = [
 ]
 
 BAD_GANGS = [
-    # a PodGroup whose owner does not exist: still a waiting gang, it must not crash or
-    # be matched to a job by accident
+    # a PodGroup whose owner does not exist: a gang no job will run in (its job deleted,
+    # the PodGroup waiting for the garbage collector); it must not crash, be matched to a
+    # job by accident, or make anyone shrink
     (
         "owner-missing",
         podgroup("owner-missing", queue="gangs", gpus=2, owner="no-such-job"),
-        Reason.GANG_UNCOVERABLE,
-        "owner-missing",
+        Reason.GANG_OWNER_GONE,
+        "PyTorchJob ml/no-such-job is gone",
     ),
     (
         "gpus-garbage",

@@ -697,14 +697,106 @@ async def test_api_lost_after_sync_plans_on_cache_then_holds_when_stale(api):
             assert ok.result == "ok" and replicas(api, "j") == 4
 
 
+async def test_a_stalled_watch_is_restarted_and_holds_writes_while_it_lasts(api):
+    """A proxy that stops forwarding: the job watch's connection stays open and carries
+    nothing, and new watches get no answer. Past watch_stall_seconds the watch is
+    restarted; until one connects again the cache may be stale, so every write holds
+    (HoldCacheStale), /readyz fails and the metrics show the cache's age and the stall.
+    When the proxy forwards again, the next watch resumes from the last version (no
+    LIST), sees what it missed (a human's resize), and cycles plan on that again."""
+
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        settings = settings_for(prom.url, watch_stall_seconds=0.3)
+        async with Daemon(api, settings) as d:
+            await eventually(lambda: api.watchers("pytorchjobs") == 1)
+            lists = api.count(method="GET", plural="pytorchjobs", watch=False)
+            api.stall_watches("pytorchjobs")
+            api.patch(
+                "pytorchjobs",
+                "ml",
+                "j",
+                {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+            )
+            await eventually(lambda: d.kube.objects().stalled != (), 5)
+            assert not d.kube.current
+            text = metrics_text(d)
+            assert (
+                counter(text, "elastic_autoscaler_kube_cache_stalled", cache="PyTorchJob(*)") == 1
+            )
+            assert (
+                counter(text, "elastic_autoscaler_kube_cache_age_seconds", cache="PyTorchJob(*)")
+                > 0.25
+            )
+            assert d.driver.ready() == (
+                False,
+                "Kubernetes caches not current (listing, reconnecting to the API, or a watch "
+                "stalled)",
+            )
+            held = await d.controller.run_once(NOW)
+            assert held.result == "hold" and patches(api) == 0
+            assert held.plan.decisions[0].reason is Reason.CACHE_STALE
+            assert "watch delivered nothing" in held.plan.decisions[0].message
+            assert replicas(api, "j") == 3  # what the stale cache did not see
+            api.unstall_watches()
+            await eventually(lambda: d.kube.current and d.kube.objects().stalled == (), 5)
+            assert (
+                counter(
+                    metrics_text(d), "elastic_autoscaler_kube_cache_stalled", cache="PyTorchJob"
+                )
+                == 0
+            )
+            await d.seen("PyTorchJob", "j", lambda j: j.replicas == 3)
+            assert api.count(method="GET", plural="pytorchjobs", watch=False) == lists  # no LIST
+            ok = await d.controller.run_once(NOW + timedelta(seconds=60))
+            assert ok.result == "ok" and ok.plan.decisions[0].current == 3  # planned afresh
+
+
+async def test_a_cache_answered_again_lifts_the_write_pause_and_calls_a_cycle(api):
+    """Writes paused for an outage (the pause doubled to 16 s) resume when the API
+    server answers the caches again: the pause is lifted and an early cycle called."""
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        async with Daemon(api, settings_for(prom.url)) as d:
+            pacer = d.parts.actuator.pacer
+            for _ in range(5):
+                pacer.unavailable(pacer.ticket())
+            assert pacer.retry_in() > 10
+            triggered: list[bool] = []
+            d.driver.trigger = lambda urgent=False: triggered.append(urgent)
+            api.fail_next("GET", "pytorchjobs", 500, times=10**6)
+            api.close_watches("pytorchjobs")
+            await eventually(lambda: not d.kube.current, 5)
+            assert pacer.retry_in() > 10 and triggered == []
+            api.clear_faults()
+            await eventually(lambda: d.kube.current, 10)
+            assert pacer.retry_in() == 0 and triggered == [False]
+            ok = await d.controller.run_once(NOW)
+            assert ok.result == "ok" and replicas(api, "j") == 4
+
+
+async def test_bookmarks_keep_a_quiet_watch_from_counting_as_stalled(api):
+    """A quiet resource's watch says nothing but its bookmarks: those are enough."""
+    one_job(api)
+    async with fake_prometheus(ONE_QUEUE) as prom:
+        async with Daemon(api, settings_for(prom.url, watch_stall_seconds=0.5)) as d:
+            await eventually(lambda: api.watchers("pytorchjobs") == 1)
+            for _ in range(10):  # 1 s of a bookmark every 0.1 s
+                api.send_bookmarks()
+                await asyncio.sleep(0.1)
+            assert d.kube.stats()["stalls"] == 0 and d.kube.objects().stalled == ()
+
+
 # ---- leadership and concurrency ------------------------------------------------------------
 
 
 async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
     """A real elector leads; mid-plan the API stops accepting its renewals and the first
-    patch hangs past the renew deadline. Everything after that patch is not written.
-    (With max_parallel_writes=N, up to N writes started while leading may be in flight
-    when the lease is lost; none starts after. Pinned serial here to see that edge.)"""
+    patch hangs past what the Lease covers. That patch is cancelled when the Lease runs
+    out (less its margin: it is fenced to the Lease), so it never lands; everything after
+    it is not written. (With max_parallel_writes=N, up to N writes started while leading
+    may be in flight when the lease is lost; none starts after, and none outlives the
+    Lease. Pinned serial here to see that edge.)"""
 
     for name in ("a", "b", "c"):
         api.put(
@@ -729,17 +821,18 @@ async def test_lease_lost_mid_cycle_stops_writing_at_once(api):
                 result = await d.controller.run_once(NOW)
             outcomes = {r.decision.ref.name: r.outcome for r in result.applied.results}
             assert outcomes == {
-                "a": Outcome.APPLIED,
+                "a": Outcome.NOT_LEADER,
                 "b": Outcome.NOT_LEADER,
                 "c": Outcome.NOT_LEADER,
             }
-            assert patches(api) == 1
-            # the slow write landed after leadership was lost: no Event for it
+            assert patches(api) == 1  # sent while leading, cancelled when the Lease ran out
+            await eventually(lambda: api.delayed_now == 0, 5)  # the server dropped it
+            assert replicas(api, "a") == 1
             assert api.objects("events", "ml") == []
-            assert "leadership lost" in result.applied.results[0].message
+            assert "Lease would run out" in result.applied.results[0].message
             assert (
                 counter(metrics_text(d), "elastic_autoscaler_writes_total", result="not_leader")
-                == 2
+                == 3
             )
             assert any(e.get("event") == "leader-lost" for e in logs)
             assert_bounds(api)

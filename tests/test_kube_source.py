@@ -234,7 +234,7 @@ async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
     seed(kube)
     changes: list[tuple[str, str, str]] = []
 
-    def record(kind: str, event_type: str, obj: Any) -> None:
+    def record(kind: str, event_type: str, obj: Any, before: Any) -> None:
         changes.append((kind, event_type, name_of(obj).split("/")[-1]))
 
     async with running(client, record) as source:
@@ -381,7 +381,7 @@ async def test_on_change_reports_events_and_survives_errors(
     seed(kube)
     seen: list[tuple[str, str, str]] = []
 
-    def flaky(kind: str, event_type: str, obj: Any) -> None:
+    def flaky(kind: str, event_type: str, obj: Any, before: Any) -> None:
         name = name_of(obj).split("/")[-1]
         seen.append((kind, event_type, name))
         if name == "boom":
@@ -413,6 +413,41 @@ async def test_on_change_reports_events_and_survives_errors(
             "PriorityClass": 0,
             "HorizontalPodAutoscaler": 0,
         }
+
+
+async def test_a_podgroup_turning_waiting_calls_one_early_cycle_per_transition(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    """As training-operator makes a gang: added with no phase, then Volcano writes
+    Pending, then Inqueue; later it runs, and turns waiting again (evicted). Each turn
+    into waiting calls one early cycle (run.triggers), whether it came as an event or by
+    a relist; a change between waiting phases, or a relabel, calls none."""
+    from autoscaler.run.triggers import wants_early_cycle
+
+    early: list[str] = []
+
+    def on_change(kind: str, event_type: str, record: Any, before: Any) -> None:
+        if kind == "PodGroup" and wants_early_cycle(kind, event_type, record, before):
+            early.append(record.phase)
+
+    async with running(client, on_change) as source:
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
+        gang = podgroup("gang")
+        del gang["status"]
+        kube.put(gang)
+        await eventually(lambda: "ns1/gang" in names(source.objects().podgroups))
+        assert early == []
+        for phase in ("Pending", "Inqueue"):
+            kube.patch("podgroups", "ns1", "gang", {"status": {"phase": phase}})
+        kube.patch("podgroups", "ns1", "gang", {"metadata": {"labels": {"x": "y"}}})
+        await eventually(lambda: early == ["Pending"], message="one early cycle")
+        for phase in ("Running", "Pending"):
+            kube.patch("podgroups", "ns1", "gang", {"status": {"phase": phase}})
+        await eventually(lambda: early == ["Pending", "Pending"], message="evicted: again")
+        kube.delete("podgroups", "ns1", "gang")
+        kube.put(podgroup("later", phase="Inqueue"))  # added waiting
+        await eventually(lambda: early == ["Pending", "Pending", "Inqueue"], message="added")
+        assert len(early) == 3
 
 
 async def test_wait_synced_names_the_caches_that_are_not(

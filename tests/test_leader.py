@@ -7,10 +7,12 @@ own clock and sleeps run, and tests wait for observable states with a bounded po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -361,3 +363,67 @@ async def test_cancel_at_any_point_of_a_renew_ends_the_elector(
         assert done, f"elector ignored a cancel after {turns} turns"
         assert a.task.cancelled(), f"elector swallowed a cancel after {turns} turns"
         assert not a.is_leader
+
+
+@pytest.mark.parametrize("fence", [True, False])
+async def test_no_write_of_a_cut_off_leader_lands_once_another_holds_the_lease(
+    kube: FakeKubeApi, candidates, fence: bool
+) -> None:
+    """Two replicas. The leader sends a resize; its connection hangs (the API server
+    holds the request 2 s, then applies it unless the client hung up) and its renews
+    stop (a partition). The other replica takes the Lease once the record stood still a
+    lease duration. Fenced (the daemon's wiring), the write is cancelled when the Lease
+    runs out (less its margin), before the other replica can hold it, and never lands.
+    Unfenced (the control), the same write lands after the other replica leads."""
+    from test_actuator import decide, job, plan
+
+    from autoscaler.act.actuator import KubeActuator
+    from autoscaler.act.results import Outcome
+
+    stored = kube.put(job("j", replicas=2, ns="team-a"))
+    cut = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:  # a's renews, until the partition
+        await asyncio.sleep(seconds)
+        if cut.is_set():
+            await asyncio.Event().wait()
+
+    a_client = ApiClient(kube.configuration())
+    a = LeaderElector(settings().leader_options(), a_client, "a", sleep=sleep)
+    a_task = asyncio.create_task(a.run())
+    actuator = KubeActuator(settings().actuator_options(), a_client)
+    if fence:
+        actuator.lease_left = a.lease_left
+    b = candidates("b")
+    try:
+        await eventually(lambda: a.is_leader, within=3, message="a leads")
+        b.start()
+        kube.fail_next("PATCH", r"/pytorchjobs/j$", 0, delay=2.0)
+        cut.set()
+        applying = asyncio.create_task(
+            actuator.apply(
+                plan(decide(stored, 4)), datetime.now(UTC), may_write=lambda: a.is_leader
+            )
+        )
+        await eventually(lambda: b.is_leader, within=3, message="b takes over")
+        led_at = time.monotonic()
+        result = await applying
+
+        def replicas() -> int:
+            found = kube.get("pytorchjobs", "team-a", "j")
+            assert found is not None
+            return int(found["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
+
+        if fence:
+            (r,) = result.results
+            assert r.outcome is Outcome.NOT_LEADER and "Lease" in r.message, r
+            await eventually(lambda: kube.delayed_now == 0, within=5, message="request ended")
+            assert replicas() == 2  # nothing landed, before or after b led
+        else:
+            await eventually(lambda: replicas() == 4, within=5, message="the late write")
+            assert time.monotonic() >= led_at  # it landed under b's Lease
+    finally:
+        a_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await a_task
+        await a_client.close()

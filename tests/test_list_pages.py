@@ -79,7 +79,7 @@ def _cache(
         "",
         _PagedApi(pages, log, fail or {}),  # type: ignore[arg-type]
         Settings().kube_options(),
-        lambda kind, event, record: notified.append((event, record)),
+        lambda kind, event, record, before: notified.append((event, record)),
         lambda failures: 0.0,
         page_size=2,
         decode=decode,

@@ -455,28 +455,58 @@ def test_next_start_debounces_triggers():
     assert next_start(100.0, 130.0, s.loop_options(), triggered=True) == 0.0
 
 
+def _no_phase(obj):
+    obj = copy.deepcopy(obj)
+    del obj["status"]
+    return obj
+
+
+_UNSCHEDULABLE = [{"type": "Unschedulable", "status": "True"}]
+
+
 @pytest.mark.parametrize(
-    ("kind", "etype", "obj", "early"),
+    ("kind", "etype", "obj", "before", "early"),
     [
-        ("PodGroup", "ADDED", podgroup(phase="Pending"), True),
-        ("PodGroup", "ADDED", podgroup(phase="Running"), False),
-        ("PodGroup", "MODIFIED", podgroup(phase="Pending"), False),
-        ("PyTorchJob", "DELETED", pytorchjob(), True),
+        ("PodGroup", "ADDED", podgroup(phase="Pending"), None, True),
+        ("PodGroup", "ADDED", podgroup(phase="Inqueue"), None, True),
+        ("PodGroup", "ADDED", podgroup(phase="Running"), None, False),
+        ("PodGroup", "ADDED", _no_phase(podgroup()), None, False),
+        # training-operator's gang: created with no phase, then Volcano writes one
+        ("PodGroup", "MODIFIED", podgroup(phase="Inqueue"), _no_phase(podgroup()), True),
+        ("PodGroup", "MODIFIED", podgroup(phase="Pending"), _no_phase(podgroup()), True),
+        # resumed, evicted: waiting again from running
+        ("PodGroup", "MODIFIED", podgroup(phase="Pending"), podgroup(phase="Running"), True),
+        (
+            "PodGroup",
+            "MODIFIED",
+            podgroup(phase="Unknown", conditions=_UNSCHEDULABLE),
+            podgroup(phase="Running"),
+            True,
+        ),
+        # waiting to waiting: the same demand, its early cycle already called
+        ("PodGroup", "MODIFIED", podgroup(phase="Inqueue"), podgroup(phase="Pending"), False),
+        ("PodGroup", "MODIFIED", podgroup(phase="Pending"), podgroup(phase="Pending"), False),
+        ("PodGroup", "MODIFIED", podgroup(phase="Running"), podgroup(phase="Inqueue"), False),
+        ("PodGroup", "DELETED", podgroup(phase="Pending"), podgroup(phase="Pending"), False),
+        ("PyTorchJob", "DELETED", pytorchjob(), None, True),
         (
             "PyTorchJob",
             "MODIFIED",
             pytorchjob(conditions=[{"type": "Succeeded", "status": "True"}]),
+            None,
             True,
         ),
-        ("PyTorchJob", "MODIFIED", pytorchjob(), False),
-        ("Queue", "MODIFIED", {}, False),
+        ("PyTorchJob", "MODIFIED", pytorchjob(), None, False),
+        ("Queue", "MODIFIED", {}, None, False),
     ],
 )
-def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, early):
+def test_which_watch_events_trigger_an_early_cycle(kind, etype, obj, before, early):
     from autoscaler.read.parse import decoders
 
-    record = decoders(Settings().read_options())[kind](copy.deepcopy(obj))  # what the cache holds
-    assert wants_early_cycle(kind, etype, record) is early
+    decode = decoders(Settings().read_options())[kind]
+    record = decode(copy.deepcopy(obj))  # what the cache holds
+    held = decode(copy.deepcopy(before)) if before is not None else None  # what it held
+    assert wants_early_cycle(kind, etype, record, held) is early
 
 
 def _metrics_text(metrics: Metrics) -> str:

@@ -426,6 +426,43 @@ def test_podgroup_owner_priority_and_queue():
     assert g.priority == 1000 and g.queue == "team-z"
 
 
+@pytest.mark.parametrize(
+    ("objects", "job_kinds", "orphan"),
+    [
+        # its job is there: a gang to make room for
+        ([pytorchjob("t2", replicas=4, active=0)], None, ""),
+        # deleted (its PodGroup waits for the garbage collector)
+        ([pytorchjob("other")], None, "is gone, or not among the watched jobs"),
+        # nothing of the kind is left, but the kind is watched (the daemon's caches say)
+        ([], ("PyTorchJob",), "is gone, or not among the watched jobs"),
+        # being deleted (a finalizer, or foreground deletion)
+        (
+            [edit(pytorchjob("t2", replicas=4, active=0), "metadata.deletionTimestamp", "x")],
+            None,
+            "is being deleted",
+        ),
+        # a job of the same name made since: not the owner the PodGroup names
+        (
+            [edit(pytorchjob("t2", replicas=4, active=0), "metadata.uid", "uid-new")],
+            None,
+            "a job of that name now is another",
+        ),
+        # a kind nobody watches here: nothing says its job is gone
+        ([], (), ""),
+    ],
+)
+def test_a_waiting_gang_whose_job_is_gone_is_marked(objects, job_kinds, orphan):
+    from dataclasses import replace
+
+    from autoscaler.read.parse import Records, assemble
+
+    group = podgroup("t2", owner="t2", gpus=4)
+    records = Records.decode(RawObjects.from_objects([*objects, group]), P.read_options())
+    records = replace(records, job_kinds=job_kinds) if job_kinds is not None else records
+    (g,) = assemble(records).pending
+    assert (orphan in g.orphan) if orphan else g.orphan == ""
+
+
 def test_podgroup_with_garbage_min_resources():
     g = parse_podgroup(podgroup(gpus="lots"), P.read_options(), NOPRIO)
     assert isinstance(g, InvalidGroup) and "spec.minResources[nvidia.com/gpu]" in g.message

@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 from builders import NOW, ago, ej, gang, orphan, policy, snap
 
-from autoscaler.core.model import ClusterSnapshot, ObjectRef, QueueState, UnmanagedJob
+from autoscaler.core.model import (
+    ClusterSnapshot,
+    ObjectRef,
+    PendingGroup,
+    QueueState,
+    UnmanagedJob,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 
@@ -172,6 +178,76 @@ def test_gangs_served_by_priority_then_age_and_huge_gang_is_skipped():
         "new": Reason.GANG_COVERED,
     }
     assert targets(p)["a"][0] == 1
+
+
+def _orphan(name: str, gpus: int, **kw) -> PendingGroup:
+    return replace(gang(name, gpus, owner=name, **kw), orphan=f"its PyTorchJob ml/{name} is gone")
+
+
+@pytest.mark.parametrize(
+    ("free", "gangs", "a", "reasons"),
+    [
+        # a deleted job's leftover PodGroup: nobody shrinks for it
+        (0, [_orphan("gone", 4)], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # nor is a share of what is free kept for it: growth takes it
+        (2, [_orphan("gone", 2)], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # waited past max_gang_wait_seconds: it starves nothing
+        (0, [_orphan("gone", 4, created=ago(10_000))], 8, {"gone": Reason.GANG_OWNER_GONE}),
+        # ahead of a live gang (older, higher priority): the live one is served
+        (
+            0,
+            [_orphan("gone", 4, priority=9, created=ago(500)), gang("live", 2, owner="live")],
+            6,
+            {"gone": Reason.GANG_OWNER_GONE, "live": Reason.GANG_COVERED},
+        ),
+    ],
+)
+def test_a_gang_whose_owner_is_gone_is_no_reason_to_shrink(free, gangs, a, reasons):
+    jobs = [ej("a", min=2, max=8, replicas=8 if free == 0 else 6)]
+    p = plan(snap({"q": free}, jobs, gangs), policy(max_gang_wait_seconds=600), NOW)
+    assert targets(p)["a"][0] == a
+    assert gang_reasons(p) == reasons
+    gone = next(g for g in p.gangs if g.ref.name == "gone")
+    assert gone.victims == () and "is gone" in gone.message
+    if "live" not in reasons:
+        assert [act.reason for act in p.actions] in ([], [Reason.SCALE_UP_IDLE_GPUS])
+
+
+@pytest.mark.parametrize(
+    ("need", "cool_target", "free_target", "reason", "words"),
+    [
+        # enough workers free to give now: taken at once, the cooling job left alone
+        (2, 5, 1, Reason.GANG_COVERED, ""),
+        # not enough without the cooling job: nothing taken, and it says what it waits
+        # for and until when (the job's last resize 20 s ago + the 60 s cooldown)
+        (
+            3,
+            5,
+            3,
+            Reason.GANG_UNCOVERABLE,
+            "it waits for the reclaim cooldown of ml/cool (reclaim_cooldown_seconds=60), "
+            "until 2026-11-22T10:00:40Z (in 40s)",
+        ),
+        # more than both could ever give: no cooldown to wait for
+        (9, 5, 3, Reason.GANG_UNCOVERABLE, ""),
+    ],
+)
+def test_a_gang_takes_workers_free_now_or_says_whose_cooldown_it_waits_for(
+    need, cool_target, free_target, reason, words
+):
+    jobs = [
+        ej("cool", min=1, max=8, replicas=5, last=ago(20)),
+        ej("free", min=1, max=8, replicas=3),
+    ]
+    p = plan(snap({"q": 0}, jobs, [gang("g", need)]), policy(reclaim_cooldown_seconds=60), NOW)
+    assert (targets(p)["cool"][0], targets(p)["free"][0]) == (cool_target, free_target)
+    (g,) = p.gangs
+    assert g.reason is reason
+    if words:
+        assert g.message.endswith(words), g.message
+        assert "in its reclaim cooldown until 2026-11-22T10:00:40Z" in g.blockers[0]
+    else:
+        assert "reclaim cooldown of" not in g.message
 
 
 def test_released_gpus_count_for_gangs():

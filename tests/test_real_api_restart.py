@@ -66,8 +66,13 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
 
             envtest.stop_apiserver()
             await _until(lambda: not kube.current, 10, "a cache noticing the outage")
+            # writes failed all through the outage: the pause doubled to 16 s
+            pacer = parts.actuator.pacer  # type: ignore[attr-defined]
+            for _ in range(5):
+                pacer.unavailable(pacer.ticket())
             await asyncio.sleep(OUTAGE_SECONDS)  # the outage itself, not a timing guess
             assert not kube.current and kube.objects().failing_seconds > 0
+            assert pacer.retry_in() > 0
 
             envtest.start_apiserver()
             back = time.monotonic()
@@ -81,6 +86,10 @@ async def test_caches_recover_at_once_after_an_api_server_restart(
             took = time.monotonic() - back
             print(f"caches saw the changes {took:.2f}s after the restart")
             await _until(lambda: kube.current, 5, "the caches current again")
+            # the server answers again: writes may go in the next cycle, not after the pause
+            resumed = await _until(lambda: pacer.retry_in() == 0, 1, "writes resume")
+            print(f"writes may go again {time.monotonic() - back:.2f}s after the restart")
+            assert resumed < 1
             assert took <= RECOVERY_BOUND_SECONDS, (
                 f"caches saw the changes {took:.1f}s after the API server came back"
             )

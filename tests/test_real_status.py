@@ -89,18 +89,25 @@ def load_example(envtest: EnvTest, prefix: str) -> dict[str, float]:
         envtest.create(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{prefix}-{ns}"}}
         )
+    uids: dict[str, str] = {}  # the example's uid of a job -> the one the server gave it
     for obj in doc["objects"]:
         _shift(obj, delta)
+        for owner in obj["metadata"].get("ownerReferences") or ():
+            # its owner as created here (an owner of another uid is a job that is gone)
+            owner["uid"] = uids.get(owner.get("uid", ""), owner.get("uid", ""))
         if obj["kind"] == "HorizontalPodAutoscaler":
             # the API server wants the target's group (the snapshot file does not)
             obj["spec"]["scaleTargetRef"].setdefault("apiVersion", "kubeflow.org/v1")
+        given = obj["metadata"].get("uid", "")
         status = obj.pop("status", None)
         for server_set in ("creationTimestamp", "resourceVersion", "uid"):
             obj["metadata"].pop(server_set, None)
         if obj["kind"] == "PodGroup" and status is not None:
             obj["status"] = status  # no status subresource: written with the object
             status = None
-        envtest.create(obj)
+        created = envtest.create(obj)
+        if given:
+            uids[given] = created["metadata"]["uid"]
         if status:
             envtest.patch_status(obj, status)
     return {q: float(v) for q, v in doc["free_gpus"].items()}

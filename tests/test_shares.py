@@ -242,6 +242,37 @@ def test_lent_shares_keep_the_victim_rules():
     assert t["high"] == (6, Reason.RECLAIM_FOR_QUEUE)
 
 
+@pytest.mark.parametrize(
+    ("free_extra", "free_target", "reason", "words"),
+    [
+        # a lender job free to give now has enough: it gives, the cooling one stays
+        (8, 12, Reason.GANG_COVERED, ""),
+        # not without the cooling one: nothing taken, and the gang says whose cooldown
+        # it waits for and until when (resized 5 s ago, reclaim cooldown 60 s)
+        (
+            4,
+            20,
+            Reason.GANG_UNCOVERABLE,
+            "in their jobs' reclaim cooldown: it waits for ml/cool "
+            "(reclaim_cooldown_seconds=60), until 2026-11-22T10:00:55Z (in 55s)",
+        ),
+    ],
+)
+def test_a_share_owed_back_takes_what_gives_now_or_says_whose_cooldown_it_waits_for(
+    free_extra, free_target, reason, words
+):
+    view = lent_view(Plugin.PROPORTION, 30, 2)
+    jobs = [
+        ej("cool", queue="a", min=1, replicas=10, max=10, last=ago(5)),
+        ej("free", queue="a", min=20 - free_extra, replicas=20, max=20),
+    ]
+    p = plan(vsnap(view, jobs, [gang("gb", 8, queue="b")]), policy(), NOW)
+    assert targets(p)["cool"][0] == 10 and targets(p)["free"][0] == free_target
+    g = p.gangs[0]
+    assert g.reason is reason
+    assert (words in g.message) if words else "cooldown" not in g.message, g.message
+
+
 def test_lent_shares_do_not_come_back_when_they_cannot_cover_the_gang():
     view = lent_view(Plugin.PROPORTION, 30, 2)
     jobs = [ej("ja", queue="a", min=26, replicas=30, max=30)]  # 4 above min, gang needs 8

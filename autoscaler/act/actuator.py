@@ -39,7 +39,7 @@ from autoscaler.read.fields import measured_value
 from autoscaler.read.kinds import KINDS, JobKind, Write
 
 from .events import EventRecorder, _Event, _event_ref, _Run
-from .pacing import Attempt, Item, Pacer, Verdict, drain
+from .pacing import Attempt, Item, LeaseFenced, Pacer, Verdict, drain, fenced
 from .results import (
     ActionResult,
     ApplyResult,
@@ -113,6 +113,9 @@ class KubeActuator(EventRecorder):
         self._not_before: dict[JobKey, float] = {}
         # the warnings already said on each job (a Warning Event once, again if it changes)
         self._warned: dict[JobKey, tuple[str, ...]] = {}
+        # seconds a write may still be sent or awaited under this replica's Lease (the
+        # elector's lease_left, connected by run.wiring); None: not fenced (no election)
+        self.lease_left: Callable[[], float | None] = lambda: None
 
     def key(self, ref: ObjectRef) -> JobKey:
         """The job's identity: its kind's API group and kind, namespace and name."""
@@ -259,9 +262,13 @@ class KubeActuator(EventRecorder):
         key, ref = self.key(decision.ref), decision.ref
         sent = clock()
         try:
-            response = await self._patch(decision, now, measurement)
+            response = await fenced(self.lease_left, self._patch(decision, now, measurement))
         except asyncio.CancelledError:
             raise
+        except LeaseFenced as exc:
+            run.leading = False  # the Lease would not cover it: nothing more this plan
+            run.results[i] = ActionResult(decision, Outcome.NOT_LEADER, str(exc))
+            return Attempt(Verdict.DONE)
         except Exception as exc:
             failure = _classify(exc, now)
             if failure.outcome is Outcome.ERROR and not isinstance(
@@ -414,15 +421,18 @@ class KubeActuator(EventRecorder):
                 metadata["resourceVersion"] = m.resource_version
             r = kind.resource
             try:
-                await self._custom.patch_namespaced_custom_object(
-                    group=r.group,
-                    version=r.version,
-                    namespace=m.ref.namespace,
-                    plural=r.plural,
-                    name=m.ref.name,
-                    body={"metadata": metadata},
-                    _content_type=MERGE_PATCH,
-                    _request_timeout=self._settings.kube_request_timeout_seconds,
+                await fenced(
+                    self.lease_left,
+                    self._custom.patch_namespaced_custom_object(
+                        group=r.group,
+                        version=r.version,
+                        namespace=m.ref.namespace,
+                        plural=r.plural,
+                        name=m.ref.name,
+                        body={"metadata": metadata},
+                        _content_type=MERGE_PATCH,
+                        _request_timeout=self._settings.kube_request_timeout_seconds,
+                    ),
                 )
             except asyncio.CancelledError:
                 raise

@@ -21,7 +21,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.read.kinds import JobKind
 
-from .pacing import Attempt, Item, Verdict
+from .pacing import Attempt, Item, LeaseFenced, Verdict, fenced
 from .results import ActionResult, JobKey, Outcome, _classify
 
 log = structlog.get_logger(__name__)
@@ -77,6 +77,7 @@ class EventRecorder:
     events_dropped: int
     _refusals: dict[JobKey, Refusal]
     _warned: dict[JobKey, tuple[str, ...]]
+    lease_left: Callable[[], float | None]
 
     if TYPE_CHECKING:
 
@@ -120,9 +121,12 @@ class EventRecorder:
                 return Attempt(Verdict.DONE)  # a follower records nothing
             ev.attempts += 1
             try:
-                await self._create_event(ev)
+                await fenced(self.lease_left, self._create_event(ev))
             except asyncio.CancelledError:
                 raise
+            except LeaseFenced:
+                self.events_dropped += 1  # the next leader says what it does itself
+                return Attempt(Verdict.DONE)
             except Exception as exc:
                 failure = _classify(exc, run.now)
                 if failure.outcome is Outcome.THROTTLED:

@@ -18,9 +18,14 @@ like TCP congestion control:
 - a throttled write is sent again after its Retry-After, in order with the rest; only
   a throttle at a window of one (nothing left to shrink) pauses every write;
 - a failure that is the server's (5xx, timeout, unreachable) pauses every write, from
-  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again;
+  1 s doubling to SERVER_PAUSE_MAX_SECONDS, until a write lands again; the pause ends
+  early when the server answers a read again (`server_answered`: a watch cache
+  reconnected), so writes resume within a cycle of its return;
 - Events (`Item.side`) go beside the window, as many again, while it is whole and
   nothing is paused: a resize's slot is not held for the Event that follows it.
+
+And no write outlives the Lease (`fenced`): it is sent, and awaited, only while the
+elector says the Lease still covers it; one still unanswered then is cancelled.
 
 Pure asyncio and a clock: no Kubernetes here. The actuator says what an answer means.
 """
@@ -35,6 +40,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 GROWTH_DAMPING = 16.0  # answers per +1 at a window of one: a 429 per ~17 writes at one seat
 DEFAULT_RETRY_AFTER_SECONDS = 1.0  # a 429 without Retry-After (kube-apiserver sends 1)
@@ -125,6 +133,16 @@ class Pacer:
         self.down = True
         self.paused_until = max(self.paused_until, self.clock() + pause)
         return pause
+
+    def server_answered(self) -> None:
+        """The API server answered a read (a watch cache reconnected after failing): an
+        outage's pause ends now, so the next cycle probes at once rather than after a
+        pause doubled while the server was away (up to SERVER_PAUSE_MAX_SECONDS). The
+        probe is still one write (the window stays at one until a write lands), a
+        failed probe pauses again where the doubling left off, and a throttle's pause
+        (the server answering 429 with a Retry-After) is kept."""
+        if self.down:
+            self.paused_until = min(self.paused_until, self.clock())
 
     def retry_in(self) -> float:
         """Seconds until writes may go again (0: now)."""
@@ -291,3 +309,39 @@ class _Drain:
 
     def _push(self, item: Item) -> None:
         heapq.heappush(self.side if item.side else self.ready, (item.order, item._seq, item))
+
+
+class LeaseFenced(Exception):
+    """A write the Lease would not cover: not sent, or cancelled while it waited."""
+
+
+async def fenced(lease_left: Callable[[], float | None], write: Awaitable[_T]) -> _T:
+    """`write`, sent and awaited only while the Lease covers it (`lease_left`: seconds
+    left, None: no Lease). A write still unanswered when the Lease runs out is cancelled
+    (its connection closed), so it cannot land after another replica holds the Lease;
+    a renew meanwhile extends the wait. Raises LeaseFenced."""
+    left = lease_left()
+    if left is None:
+        return await write
+    task = asyncio.ensure_future(write)
+    try:
+        while left is not None and left > 0:
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+            left = lease_left()
+        raise LeaseFenced(
+            "not written: this replica's Lease would run out before the write lands "
+            "(cancelled; whoever leads next plans it again)"
+        )
+    finally:
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # our own cancel, not the write's: never swallowed
+            except Exception:  # the cancelled write's own failure: it did not land
+                pass  # it did not land; the caller reports the fence

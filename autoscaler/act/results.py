@@ -156,6 +156,15 @@ _OUTCOMES = {
 }
 
 
+def _changed_since_read(exc: Exception) -> bool:
+    """A 422 that says a `test` of /metadata/resourceVersion failed: the API server answers
+    a failed JSON patch test so ("testing value /metadata/resourceVersion failed")."""
+    body = getattr(exc, "body", None) or b""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    text += f" {getattr(exc, 'reason', '') or ''}"
+    return "/metadata/resourceVersion" in text and "test" in text
+
+
 def _classify(exc: Exception, now: datetime) -> _Failure:
     kind = classify(exc)
     outcome = _OUTCOMES.get(kind, Outcome.ERROR)
@@ -164,6 +173,11 @@ def _classify(exc: Exception, now: datetime) -> _Failure:
         # Forbidden: RBAC or an admission policy or webhook said no to this write. (401 is
         # our credentials: the server's problem to us, an error.)
         outcome = Outcome.DENIED
+    if status == 422 and _changed_since_read(exc):
+        # a JSON patch whose test of the resourceVersion we planned on failed (a Volcano
+        # Job's resize): the object changed, as a 409 says of a merge patch. A conflict,
+        # planned again on fresh data next cycle, not the cluster refusing the resize.
+        kind, outcome = ApiFailure.CONFLICT, Outcome.CONFLICT
     wait = retry_after(exc, now)
     if status == 503 and wait is not None:
         outcome = Outcome.THROTTLED  # an overloaded server saying when to come back

@@ -176,6 +176,11 @@ class PendingGroup:
     # "minResources" (the PodGroup's own spec)
     need_from: str = "minResources"
     min_member: int = 0  # spec.minMember: pods the gang needs at once
+    # why its owner gives no reason to make room for it ("" : it does): the job that made
+    # it is being deleted, is gone (its PodGroup waits for the garbage collector), or is
+    # not among the watched jobs of its kind. Volcano still counts it (its queue's
+    # request, inqueue); the planner reclaims nothing for it (GangOwnerGone)
+    orphan: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,6 +174,7 @@ class KubeOptions:
     node_fit: bool  # nodes and bound pods are watched only for it
     kube_request_timeout_seconds: float
     watch_timeout_seconds: int
+    watch_stall_seconds: float
     kube_list_page_size: int
     kube_protobuf: bool
     max_object_bytes: int

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     METRICS_MISSING = "HoldMetricsMissing"
     METRICS_INVALID = "HoldMetricsInvalid"
     METRICS_STALE = "HoldMetricsStale"
+    CACHE_STALE = "HoldCacheStale"  # a watch went silent: the objects may be stale
     METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     QUEUE_CLOSED = "HoldQueueClosed"
     QUEUE_MISSING = "HoldQueueMissing"  # the job's Queue object does not exist
@@ -66,6 +67,7 @@ class Reason(StrEnum):
     GANG_UNCOVERABLE = "GangUncoverable"
     GANG_RECLAIM_UNPAID = "GangReclaimDoesNotPay"
     GANG_BLOCKED = "GangBlockedByStarvingGang"
+    GANG_OWNER_GONE = "GangOwnerGone"  # its job is being deleted, gone, or not watched
     INVALID_GANG = "InvalidPodGroup"
 
     @property

@@ -10,9 +10,11 @@ reclaim for them frees GPUs Volcano gives it first). A gang waiting longer than
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from autoscaler.core.model import PendingGroup
 from autoscaler.core.reasons import Reason
+from autoscaler.core.resources import rfc3339
 
 from . import payoff
 from .quota import amount_words, beyond
@@ -30,6 +32,9 @@ class GangRules(ReclaimRules):
         pool = _VictimPool(self._victims(), p)
         for at, g in enumerate(self.pending):
             self._next = at + 1
+            if g.orphan:
+                self._owner_gone(g)
+                continue
             if starving and p.starving_gang_blocks_later_gangs:
                 self._gang(
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
@@ -73,6 +78,19 @@ class GangRules(ReclaimRules):
         swap = min(releasing, from_idle)
         return idle + swap, releasing - swap, starving
 
+    def _owner_gone(self, g: PendingGroup) -> None:
+        """A gang whose job is being deleted, is gone, or is not watched: no job will run
+        in what is made for it, so it is never a reason to shrink anyone, and it neither
+        takes a share of what is free nor starves its queue. Volcano still counts it
+        where it does (its queue's request, what is inqueue): those figures are read as
+        they come."""
+        self._gang(
+            g,
+            Reason.GANG_OWNER_GONE,
+            f"{g.ref} needs {g.gpus} GPU(s), but {g.orphan}: nothing is reclaimed or kept "
+            "for it (its PodGroup waits for the garbage collector)",
+        )
+
     def _never_admitted(self, g: PendingGroup) -> bool:
         """A gang whose pods together ask more of a dimension than the Queue's capability
         allows is never admitted by Volcano, whatever is reclaimed: it gets nothing (no
@@ -101,7 +119,41 @@ class GangRules(ReclaimRules):
             f"{g.ref} needs {g.gpus} GPU(s); free, releasing and reclaimable "
             f"capacity fall {shortfall} short: skipped" + (f" ({why})" if why else "")
         )
+        wait = self._cooldown_wait(g, shortfall)
+        if wait:
+            message = f"{message}; {wait}"
         return self._skip_gang(g, Reason.GANG_UNCOVERABLE, message, starving)
+
+    def _cooldown_wait(self, g: PendingGroup, shortfall: int) -> str:
+        """What a gang not covered now waits for, when it is only victims' reclaim
+        cooldowns: the job(s) whose cooldown must end, and when the last of them does
+        ("" when what gives way now and what leaves its cooldown never cover it). By
+        GPUs alone: where its pods' nodes decide, the next plan says again."""
+        p = self.policy
+        cool = p.reclaim_cooldown_seconds
+        now_gpus, cooling = 0, []
+        for w in self.work:
+            extra = (w.target - w.job.min_replicas) * w.job.gpus_per_worker
+            if extra <= 0 or w.reason in HELD_ALONE:
+                continue
+            if w.job.priority > g.priority and not p.reclaim_from_higher_priority:
+                continue
+            if w.since is not None and w.since < cool:
+                cooling.append((cool - w.since, w, extra))
+            else:
+                now_gpus += extra
+        waited: list[str] = []
+        for left, w, extra in sorted(cooling, key=lambda c: (c[0], c[1].skey)):
+            now_gpus += extra
+            waited.append(f"{w.job.ref.namespace}/{w.job.ref.name}")
+            if now_gpus >= shortfall:
+                until = self.now + timedelta(seconds=left)
+                return (
+                    f"it waits for the reclaim cooldown of {', '.join(waited)} "
+                    f"(reclaim_cooldown_seconds={cool:.0f}), until {rfc3339(until)} "
+                    f"(in {left:.0f}s)"
+                )
+        return ""
 
     def _skip_gang(
         self, g: PendingGroup, reason: Reason, message: str, starving: str, say_why: bool = False
@@ -228,7 +280,11 @@ class GangRules(ReclaimRules):
             elif w.reason in HELD_ALONE:
                 why = f"held ({w.reason})"
             elif w.since is not None and w.since < cool:
-                why = f"resized {w.since:.0f}s ago (reclaim_cooldown_seconds={cool:.0f})"
+                until = rfc3339(self.now + timedelta(seconds=cool - w.since))
+                why = (
+                    f"resized {w.since:.0f}s ago, in its reclaim cooldown until {until} "
+                    f"(reclaim_cooldown_seconds={cool:.0f})"
+                )
             elif j.priority > g.priority and not p.reclaim_from_higher_priority:
                 why = f"priority {j.priority} above the gang's {g.priority}"
             else:

@@ -188,6 +188,32 @@ class _Lenders:
         self.charge(g, taken)
         return taken
 
+    def cooling(self, g: PendingGroup, short: int, limit: float) -> tuple[float, str] | None:
+        """When only lenders' reclaim cooldowns keep g's share from coming back: (seconds
+        until the last cooldown needed ends, the jobs), else None. By GPUs alone, each
+        queue giving at most what it holds beyond its share."""
+        cool = self.policy.reclaim_cooldown_seconds
+        have = 0.0
+        cooling: list[tuple[float, tuple[str, str, str], float, _Job]] = []
+        for _, over, pool in self.pools(g):
+            have += min(over, pool.reclaimable(limit))
+        for name in self.usable - {g.queue}:
+            over = self._over(name)
+            if over <= _EPS:
+                continue
+            for w in self.work.get(name, ()):
+                since, extra = w.since, (w.target - w.job.min_replicas) * w.job.gpus_per_worker
+                if since is None or since >= cool or extra <= 0 or w.job.priority > limit:
+                    continue
+                cooling.append((cool - since, w.skey, min(extra, over), w))
+        names: list[str] = []
+        for left, _, gives, w in sorted(cooling, key=lambda c: (c[0], c[1])):
+            have += gives
+            names.append(f"{w.job.ref.namespace}/{w.job.ref.name}")
+            if have >= short:
+                return left, ", ".join(names)
+        return None
+
     def caps(self) -> dict[str, float]:
         """GPUs each queue holds beyond its share: the most it gives back."""
         return {name: max(0.0, self._over(name)) for name in self.usable}

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 from autoscaler.core.model import PendingGroup
 from autoscaler.core.reasons import Reason
+from autoscaler.core.resources import rfc3339
 from autoscaler.core.shapes import MILLI
 
 from .fit import Holder, Room, describe_shape, make_room
@@ -195,6 +197,15 @@ class ReclaimRules(WeighRules):
         found = self.lenders.cover(g, short, limit)
         if found is None:
             why = "other queues hold too little beyond their own share to give back"
+            cooling = self.lenders.cooling(g, short, limit)
+            if cooling is not None:
+                left, names = cooling
+                until = rfc3339(self.now + timedelta(seconds=left))
+                why = (
+                    "what other queues hold of its share is in their jobs' reclaim "
+                    f"cooldown: it waits for {names} (reclaim_cooldown_seconds="
+                    f"{self.policy.reclaim_cooldown_seconds:.0f}), until {until} (in {left:.0f}s)"
+                )
         return found, why
 
     def _reclaim(

@@ -105,6 +105,14 @@ class LiveSource:
                 self.metrics.source_errors.labels(
                     "kubernetes", "not_synced" if not objects.synced else "stale"
                 ).inc()
+        if objects.synced and objects.stalled and problem is not Reason.METRICS_UNAVAILABLE:
+            # a watch that went silent: what its cache holds may be gone (a human's
+            # resize, a deleted gang); nothing is written on it until it connects again
+            problem = Reason.CACHE_STALE
+            message = (
+                "Kubernetes watch stalled, its objects may be stale; writes hold until it "
+                "is connected again: " + "; ".join(objects.stalled)
+            )
         self._note_plugin(reading.plugin)
         return build_snapshot(
             records,

@@ -37,6 +37,9 @@ class JobRecord:
     # its templates could not be read
     gang: tuple[tuple[PodShape, int], ...] | None = None
     gang_gpus: int = 0  # the GPUs of those pods (gpu_resource_names)
+    # metadata.deletionTimestamp is set: a waiting PodGroup it made is no reason to make
+    # room (assemble.owners_gone), whatever else its decoding says
+    deleting: bool = False
 
     @property
     def frees_gpus(self) -> bool:

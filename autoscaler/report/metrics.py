@@ -126,6 +126,21 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.cache_age = Gauge(
+            f"{PREFIX}_kube_cache_age_seconds",
+            "Seconds since the API server last said anything to a watch cache (a LIST, a "
+            "watch's answer, an event or a bookmark), read when scraped; past "
+            "watch_stall_seconds its watch is restarted and writes hold until it connects.",
+            ["cache"],
+            registry=r,
+        )
+        self.cache_stalled = Gauge(
+            f"{PREFIX}_kube_cache_stalled",
+            "1 while a cache's watch has delivered nothing for watch_stall_seconds and has "
+            "not connected again: its objects may be stale, and writes hold.",
+            ["cache"],
+            registry=r,
+        )
         self.source_errors = Counter(
             f"{PREFIX}_source_errors",
             "Errors reading sources, by source and kind.",

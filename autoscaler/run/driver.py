@@ -113,7 +113,10 @@ class Driver:
     def ready(self) -> tuple[bool, str]:
         h, s = self.controller.health, self.settings
         if not self.ready_check():
-            return False, "Kubernetes caches not current (listing, or reconnecting to the API)"
+            return False, (
+                "Kubernetes caches not current (listing, reconnecting to the API, or a watch "
+                "stalled)"
+            )
         if h.last_result is CycleStatus.FOLLOWER:
             return True, ""
         limit = s.ready_max_age_seconds or 3 * s.interval_seconds

@@ -45,6 +45,11 @@ from autoscaler.core.resources import micro_time
 
 log = structlog.get_logger(__name__)
 
+# The part of a lease duration kept back from writes (LeaderElector.lease_left): what it
+# covers is clock rates that differ between replicas and a write's last bytes in transit
+# (1.5 s of the default 15 s lease)
+LEASE_FENCE_MARGIN = 0.1
+
 
 def default_identity(settings: LeaderOptions) -> str:
     """settings.identity, else hostname plus a random suffix: a restarted process must not
@@ -103,6 +108,18 @@ class LeaderElector:
         deadline ago and nothing has shown the Lease to be someone else's."""
         at = self._renewed_at
         return at is not None and self._clock() - at < self._deadline
+
+    def lease_left(self) -> float:
+        """Seconds a write may still be sent or awaited: until our last successful
+        acquire/renew started plus the lease duration, less LEASE_FENCE_MARGIN of it. No
+        other replica can hold the Lease before then (a follower takes it only once the
+        record stood still a whole lease duration, by its clock, from a time after our
+        write started), so a write done by then cannot land under another leader's
+        Lease. 0 (or less) when we do not lead: nothing may be written."""
+        at = self._renewed_at
+        if at is None:
+            return 0.0
+        return at + self._duration * (1 - LEASE_FENCE_MARGIN) - self._clock()
 
     @property
     def holder(self) -> str:
@@ -366,6 +383,10 @@ class AlwaysLeader:
     def is_leader(self) -> bool:
         return True
 
+    def lease_left(self) -> float | None:
+        """No Lease: writes are not fenced."""
+        return None
+
     def limit_release(self, seconds: float) -> None:
         """Nothing to release."""
 
@@ -385,4 +406,10 @@ def make_elector(
     return LeaderElector(settings, api_client, default_identity(settings), on_change=on_change)
 
 
-__all__ = ["AlwaysLeader", "LeaderElector", "default_identity", "make_elector"]
+__all__ = [
+    "LEASE_FENCE_MARGIN",
+    "AlwaysLeader",
+    "LeaderElector",
+    "default_identity",
+    "make_elector",
+]

@@ -13,15 +13,35 @@ urgent)."""
 
 from __future__ import annotations
 
+from autoscaler.core.model import PendingGroup
 from autoscaler.core.resources import WAITING_PHASES
 from autoscaler.read.records import GroupRecord, JobRecord
 
 
-def wants_early_cycle(kind: str, event_type: str, record: object) -> bool:
-    """A new waiting gang, or a job that finished or went away, frees or needs GPUs now."""
+def waiting(record: object) -> bool:
+    """A PodGroup the planner reads as a waiting gang: phase Pending or Inqueue, or
+    Unknown with its Unschedulable condition (parse.podgroups reads it so)."""
+    if not isinstance(record, GroupRecord):
+        return False
+    return record.phase in WAITING_PHASES or (
+        record.phase == "Unknown" and isinstance(record.group, PendingGroup)
+    )
+
+
+def wants_early_cycle(kind: str, event_type: str, record: object, before: object = None) -> bool:
+    """A gang that turns waiting, or a job that finished or went away, needs or frees
+    GPUs now.
+
+    A PodGroup turns waiting when it is added waiting, or changed into waiting from
+    anything else: training-operator creates a job's PodGroup with no phase and Volcano
+    writes Pending or Inqueue a moment later (a MODIFIED event); a job suspended and
+    resumed, or a gang evicted, turns waiting again from Running. `before` is what the
+    cache held before (read.kube.source.OnChange): a change from waiting to waiting
+    (Pending -> Inqueue, a label written) is no new demand, so each transition calls
+    exactly one early cycle."""
 
     if isinstance(record, GroupRecord):
-        return event_type == "ADDED" and record.phase in WAITING_PHASES
+        return event_type != "DELETED" and waiting(record) and not waiting(before)
     if isinstance(record, JobRecord):
         return event_type == "DELETED" or record.frees_gpus
     return False
@@ -34,9 +54,9 @@ def restart_done(record: object) -> bool:
     return isinstance(record, JobRecord) and record.awaits_restart_measure
 
 
-def wants_cycle(kind: str, event_type: str, record: object) -> bool:
+def wants_cycle(kind: str, event_type: str, record: object, before: object = None) -> bool:
     """The body of the caches' on_change: whether this change calls for a cycle now."""
-    return wants_early_cycle(kind, event_type, record) or restart_done(record)
+    return wants_early_cycle(kind, event_type, record, before) or restart_done(record)
 
 
 class GangStarts:
@@ -56,7 +76,7 @@ class GangStarts:
         if event_type == "DELETED":
             self._waiting.discard(key)
             return None
-        if record.phase in WAITING_PHASES:
+        if waiting(record):
             self._waiting.add(key)
             return None
         if key not in self._waiting:

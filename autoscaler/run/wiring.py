@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
@@ -172,13 +173,22 @@ class _Triggers:
         self.driver: Driver | None = None
         self.starts = GangStarts()
 
-    def on_change(self, kind: str, event_type: str, record: object) -> None:
+    def on_change(self, kind: str, event_type: str, record: object, before: object) -> None:
         bound = self.starts.bound(event_type, record)  # kept up to date before a driver
         if self.driver is None:
             return
         if bound is not None and bound in self.driver.controller.idle_queues:
             self.driver.trigger(urgent=True)
-        elif wants_cycle(kind, event_type, record):
+        elif wants_cycle(kind, event_type, record, before):
+            self.driver.trigger()
+
+    def api_answered(self, actuator: KubeActuator) -> None:
+        """A cache is answered again after failing: writes paused for an outage resume
+        now, in a cycle called early (not after the pause doubled while it lasted)."""
+        if not actuator.pacer.down:
+            return
+        actuator.pacer.server_answered()
+        if self.driver is not None:
             self.driver.trigger()
 
     def leadership(self, leading: bool) -> None:
@@ -222,13 +232,18 @@ def build(
     metrics = metrics or Metrics()
     triggers = _Triggers(settings, metrics)
     kube, prometheus = build_sources(settings, api_client, triggers.on_change)
+    kube.export_ages(metrics.cache_age, metrics.cache_stalled)
     elector = make_elector(settings.leader_options(), api_client, triggers.leadership)
     status = _status_writer(settings, api_client, metrics, elector, clock)
+    built = actuator or build_actuator(settings, api_client, out)
+    if isinstance(built, KubeActuator):  # no write outlives the Lease (leader.lease_left)
+        built.lease_left = elector.lease_left
+        kube.on_answer(partial(triggers.api_answered, built))
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),
         LiveSource(settings.source_options(), kube, prometheus, metrics),
-        actuator or build_actuator(settings, api_client, out),
+        built,
         metrics,
         may_write=lambda: elector.is_leader,
         clock=clock,

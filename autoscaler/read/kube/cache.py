@@ -36,7 +36,7 @@ from .pages import (
 from .straight import Straight
 from .wire import Reader
 
-__all__ = ["ABSENT_RECHECK_SECONDS", "CONNECT_RETRY_MAX_SECONDS", "WatchEvent"]
+__all__ = ["ABSENT_RECHECK_SECONDS", "CONNECT_RETRY_MAX_SECONDS", "WatchEvent", "WatchStalled"]
 
 log = structlog.get_logger("autoscaler.read.kube.cache")
 
@@ -73,7 +73,7 @@ class _Cache(ListPages):
         label_selector: str,
         api: ObjectsApi,
         settings: KubeOptions,
-        notify: Callable[[str, str, Any], None],
+        notify: Callable[[str, str, Any, Any], None],
         backoff: Callable[[int], float],
         page_size: int,
         decode: Decoder,
@@ -117,6 +117,14 @@ class _Cache(ListPages):
         self._warned = False  # the streak was logged as a warning: log its end too
         self.counters = CacheCounters()
         self.version = 0  # bumped on every change, so readers can memoise snapshots
+        # monotonic time the server last said anything to this cache (a LIST page, a
+        # watch's answer, an event, a bookmark): how old the cache may be (metrics)
+        self.heard: float | None = None
+        # its watch delivered nothing for watch_stall_seconds and has not connected since:
+        # what it holds may be stale (writes hold, /readyz fails)
+        self.stalled = False
+        # called when the cache is answered again after failing: the server is back
+        self.on_answer: Callable[[], None] | None = None
 
     # -- the informer loop --------------------------------------------------------------
 
@@ -141,10 +149,30 @@ class _Cache(ListPages):
                 wait = self._backoff(tries.answered)
             except asyncio.CancelledError:
                 raise
+            except WatchStalled as exc:
+                # a connection that carries nothing (a proxy or load balancer that stopped
+                # forwarding): resumed from the last version at once, no LIST needed
+                self._stalled(exc)
+                wait = 0.0
             except Exception as exc:  # a cache must outlive any surprise
                 relist, wait = self._after_failure(exc, tries)
                 need_list = need_list or relist
             await asyncio.sleep(wait)
+
+    def _stalled(self, exc: WatchStalled) -> None:
+        self.counters.stalls += 1
+        first = not self.stalled
+        self.stalled = True
+        self.last_error = str(exc)
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self._warned = True
+        (log.warning if first else log.debug)(
+            "kube.watch_stalled",
+            cache=self.name,
+            error=str(exc),
+            resource_version=self.resource_version,
+        )
 
     def _after_failure(self, exc: Exception, tries: _Attempts) -> tuple[bool, float]:
         """Whether the failure calls for a fresh LIST, and the seconds to wait first:
@@ -238,6 +266,13 @@ class _Cache(ListPages):
         self.synced.set()
 
     def _recovered(self) -> None:
+        self.heard = time.monotonic()
+        self.stalled = False
+        if self.failing_since is not None and self.on_answer is not None:
+            try:
+                self.on_answer()
+            except Exception:  # a callback bug must not stop the cache
+                log.exception("kube.on_answer_failed", cache=self.name)
         if self.failing_since is not None and self._warned:
             log.info(
                 "kube.cache_recovered",
@@ -256,35 +291,50 @@ class _Cache(ListPages):
         request, and decodes each event with json before we re-encode it for its size."""
         func, args, kwargs = self._call_args()
         timeout = self._settings.watch_timeout_seconds
+        stall = self._settings.watch_stall_seconds
         loop = asyncio.get_running_loop()
         started = loop.time()
         events = 0
-        response = await func(
-            *args,
-            **kwargs,
-            watch=True,
-            resource_version=self.resource_version or None,
-            timeout_seconds=timeout,
-            allow_watch_bookmarks=True,
-            # The server ends the watch after timeout_seconds; this only catches a
-            # server (or proxy) that does not.
-            _request_timeout=timeout + max(5.0, timeout * 0.1),
-            _preload_content=False,
-        )
+        # Bookmarks are asked for, so a healthy watch of a quiet resource still says
+        # something about every minute: nothing at all for `stall` seconds (its answer
+        # included) is a connection that carries nothing any more.
         try:
-            if response.status != 200:
-                # Unpreloaded answers are not checked by the client: a 403 or 429 would
-                # be read as a stream. Raise the ApiException a LIST would have raised.
-                raise _api_exception(response, await response.read())
-            self._recovered()  # connected: whatever failed before works again
-            self.counters.watches += 1
-            # an empty read: the server ended the watch (its timeout). A line may be up
-            # to 4 MiB (the client's read buffer), more than etcd keeps in an object.
-            while line := await response.content.readline():
-                events += 1
-                self._apply_line(line)
-        finally:
-            response.release()
+            async with asyncio.timeout(stall) as guard:
+                response = await func(
+                    *args,
+                    **kwargs,
+                    watch=True,
+                    resource_version=self.resource_version or None,
+                    timeout_seconds=timeout,
+                    allow_watch_bookmarks=True,
+                    # The server ends the watch after timeout_seconds; this only catches
+                    # a server (or proxy) that does not.
+                    _request_timeout=timeout + max(5.0, timeout * 0.1),
+                    _preload_content=False,
+                )
+                try:
+                    if response.status != 200:
+                        # Unpreloaded answers are not checked by the client: a 403 or 429
+                        # would be read as a stream. Raise the ApiException a LIST would.
+                        raise _api_exception(response, await response.read())
+                    self._recovered()  # connected: whatever failed before works again
+                    self.counters.watches += 1
+                    # an empty read: the server ended the watch (its timeout). A line
+                    # may be up to 4 MiB (the client's read buffer), more than etcd keeps.
+                    while line := await response.content.readline():
+                        guard.reschedule(loop.time() + stall)
+                        self.heard = time.monotonic()
+                        events += 1
+                        self._apply_line(line)
+                finally:
+                    response.release()
+        except TimeoutError:
+            if not guard.expired():
+                raise  # the client's own timeout: a failure like any other
+            raise WatchStalled(
+                f"watch delivered nothing (no event, no bookmark) for {stall:g}s: "
+                "restarted; its objects may be stale until it is connected again"
+            ) from None
         return events, loop.time() - started
 
     # -- applying changes ---------------------------------------------------------------
@@ -345,18 +395,19 @@ class _Cache(ListPages):
             if known:
                 del self.items[key]
                 self.version += 1
-            self._notify(self.resource.kind, "DELETED", old if known else self._decode(obj))
+            gone = old if known else self._decode(obj)
+            self._notify(self.resource.kind, "DELETED", gone, gone)
             return
         if not self._fits(key, size):
             self.version += 1
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
-                self._notify(self.resource.kind, "DELETED", old)
+                self._notify(self.resource.kind, "DELETED", old, old)
             return
         record = self._decode(obj)
         self.items[key] = record
         self.version += 1
-        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record)
+        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
 
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
@@ -368,12 +419,12 @@ class _Cache(ListPages):
         self.version += 1
         for key, record in fresh.items():
             if key not in old:
-                self._notify(self.resource.kind, "ADDED", record)
+                self._notify(self.resource.kind, "ADDED", record, None)
             elif old[key] != record:
-                self._notify(self.resource.kind, "MODIFIED", record)
+                self._notify(self.resource.kind, "MODIFIED", record, old[key])
         for key, record in old.items():
             if key not in fresh:
-                self._notify(self.resource.kind, "DELETED", record)
+                self._notify(self.resource.kind, "DELETED", record, record)
 
     def values(self) -> tuple[Any, ...]:
         """The records, ordered by (namespace, name), without the objects the planner
@@ -394,6 +445,10 @@ class _Cache(ListPages):
                 f"{self._settings.max_object_bytes}"
             )
         return out
+
+
+class WatchStalled(Exception):
+    """A watch that delivered nothing for watch_stall_seconds (no event, no bookmark)."""
 
 
 class _Status(msgspec.Struct):

@@ -54,6 +54,7 @@ class CacheCounters:
     dropped_oversized: int = 0
     errors: int = 0
     proto_pages: int = 0  # LIST pages read in protobuf
+    stalls: int = 0  # watches restarted because they delivered nothing for too long
 
 
 class ObjectsApi:

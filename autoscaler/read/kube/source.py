@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
@@ -62,11 +63,15 @@ class OnChange(Protocol):
 
     `kind` is the Kubernetes kind (`PyTorchJob`, `PodGroup`, `Queue`, `PriorityClass`),
     `event_type` ADDED, MODIFIED or DELETED (a relist reports its differences the same
-    way), `record` what the cache holds for the object (for DELETED: what it held).
+    way), `record` what the cache holds for the object (for DELETED: what it held),
+    `before` what it held before this change (None for an object it did not hold, or
+    held as nothing the planner reads): a trigger that fires on a transition (a PodGroup
+    turning waiting) compares the two, so it fires once per transition, whether the
+    change came by a watch event or a relist.
     Objects the planner reads nothing of (a pod not bound, or finished) are not reported.
     """
 
-    def __call__(self, kind: str, event_type: str, record: Any) -> None: ...
+    def __call__(self, kind: str, event_type: str, record: Any, before: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -79,13 +84,16 @@ class KubeObjects:
     its first LIST; `errors` names caches whose last LIST/WATCH failed and objects that
     were dropped. `failing_seconds` is how long the longest-failing cache has been
     unable to list or watch (0 when all are connected): past a bound its objects are
-    stale, not current.
+    stale, not current. `stalled`: caches whose watch went silent (read.kube.cache).
     """
 
     records: Records
     synced: bool
     errors: tuple[str, ...]
     failing_seconds: float = 0.0
+    # caches whose watch delivered nothing for watch_stall_seconds and has not connected
+    # again since, each with its words: what they hold may be stale, so writes hold
+    stalled: tuple[str, ...] = ()
 
     @property
     def jobs(self) -> tuple[JobRecord, ...]:
@@ -132,7 +140,7 @@ class _CacheMaker:
 
     api: ObjectsApi
     settings: KubeOptions
-    notify: Callable[[str, str, Any], None]
+    notify: Callable[[str, str, Any, Any], None]
     backoff: Callable[[int], float]
     page_size: int
     decode: Mapping[str, Decoder]
@@ -347,7 +355,9 @@ class KubeSource:
             (now - c.failing_since for c in self._caches if c.failing_since is not None),
             default=0.0,
         )
-        versions = tuple((c.version, c.last_error, c.synced.is_set()) for c in self._caches)
+        versions = tuple(
+            (c.version, c.last_error, c.synced.is_set(), c.stalled) for c in self._caches
+        )
         memo = self._memo
         if memo.snapshot is not None and memo.versions == versions and not failing:
             return memo.snapshot
@@ -357,6 +367,7 @@ class KubeSource:
             synced=self.synced,
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,
+            stalled=tuple(f"{c.name}: {c.last_error}" for c in self._caches if c.stalled),
         )
         self._memo.versions, self._memo.snapshot = versions, snapshot
         return snapshot
@@ -376,6 +387,7 @@ class KubeSource:
             pods=_merged(self._pods),
             hpas=_merged(self._hpas),
             pods_known=bool(self._pods),
+            job_kinds=tuple(c[0].resource.kind for c in self._jobs_by_kind if c),
         )
         memo.records_versions, memo.records = versions, records
         return records
@@ -388,10 +400,13 @@ class KubeSource:
         (watches expired by the server), `events` (ADDED/MODIFIED/DELETED applied),
         `dropped_oversized`; `errors` is {kind: failed LIST/WATCH attempts}; `by_cache`
         maps a cache name (`PyTorchJob(ns1)`, `Queue`, ...) to its own counters plus
-        `synced`, `last_error`, `objects` and `resource_version`.
+        `synced`, `last_error`, `objects`, `resource_version`, `stalled` and
+        `age_seconds` (since the server last said anything to it: a LIST, a watch's
+        answer, an event or a bookmark; None before the first).
         """
 
         totals = CacheCounters()
+        now = time.monotonic()
         errors: dict[str, int] = {}
         by_cache: dict[str, dict[str, Any]] = {}
         for c in self._caches:
@@ -407,16 +422,33 @@ class KubeSource:
                 "kind": c.resource.kind,
                 "optional": c.optional,
                 "absent": c.absent,
+                "stalled": c.stalled,
+                # seconds since the server last said anything to it (None: never)
+                "age_seconds": None if c.heard is None else max(0.0, now - c.heard),
             }
         return {**vars(totals), "errors": errors, "by_cache": by_cache}
 
+    def on_answer(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a cache that was failing (or stalled) is answered by
+        the API server again: the server is back (the actuator lifts its outage pause)."""
+        for c in self._caches:
+            c.on_answer = callback
+
+    def export_ages(self, age: Labelled, stalled: Labelled) -> None:
+        """Each cache's age (seconds since the server last said anything to it) and
+        whether its watch stalled, read when the metrics are scraped (a Gauge's
+        `labels(cache).set_function`): a stall shows while it lasts, not a cycle later."""
+        for c in self._caches:
+            age.labels(c.name).set_function(partial(_age, c))
+            stalled.labels(c.name).set_function(partial(_stalled, c))
+
     # -- internals ----------------------------------------------------------------------
 
-    def _notify(self, kind: str, event_type: str, record: Any) -> None:
+    def _notify(self, kind: str, event_type: str, record: Any, before: Any) -> None:
         if self._on_change is None or record is None:
             return
         try:
-            self._on_change(kind, event_type, record)
+            self._on_change(kind, event_type, record, before)
         except Exception:  # a callback bug must not stop the watch
             log.exception("kube.on_change_failed", kind=kind, event_type=event_type)
 
@@ -427,6 +459,20 @@ class KubeSource:
             return 0.0
         delay = min(self._backoff_cap, self._backoff_base * 2 ** min(failures - 1, 30))
         return self._rng.uniform(delay / 2, delay)
+
+
+class Labelled(Protocol):
+    """A labelled Gauge, as far as export_ages uses it (prometheus_client's)."""
+
+    def labels(self, *values: str) -> Any: ...
+
+
+def _age(cache: _Cache) -> float:
+    return 0.0 if cache.heard is None else max(0.0, time.monotonic() - cache.heard)
+
+
+def _stalled(cache: _Cache) -> float:
+    return 1.0 if cache.stalled else 0.0
 
 
 def _merged(caches: Sequence[_Cache]) -> tuple[Any, ...]:

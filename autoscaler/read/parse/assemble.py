@@ -92,6 +92,10 @@ class Records:
     # `pods` are every unfinished pod (a pod watch, a snapshot file with pods): a job
     # with none there has none (HoldNoPods); else pods are unknown
     pods_known: bool = False
+    # the job kinds whose every object (in the watched namespaces, by label_selector) is
+    # among `jobs`: a PodGroup owned by one of these kinds whose job is not there has no
+    # job to make room for (owners_gone). None: the kinds `jobs` holds (a snapshot file)
+    job_kinds: tuple[str, ...] | None = None
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -182,6 +186,39 @@ def resolve_gangs(
     return out, unknown
 
 
+def owners_gone(pending: list[PendingGroup], records: Records) -> list[PendingGroup]:
+    """Each waiting gang, marked `orphan` (why) where the job that made it is being
+    deleted, is gone, or is not among the watched jobs of its kind: such a gang is no
+    reason to make room (GangOwnerGone). A deleted job's PodGroup stays until the garbage
+    collector removes it, and the cycle its deletion calls comes exactly then. A gang of
+    no owner, or of an owner of a kind not watched, is left as it is: nothing says its
+    job is gone."""
+    kinds = set(
+        records.job_kinds
+        if records.job_kinds is not None
+        else (r.job.ref.kind for r in records.jobs)
+    )
+    jobs = {(r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r for r in records.jobs}
+    out: list[PendingGroup] = []
+    for g in pending:
+        o = g.owner
+        why = ""
+        if o is not None and o.kind in kinds:
+            record = jobs.get((o.namespace, o.kind, o.name))
+            uid = record.job.ref.uid if record is not None else ""
+            if record is None:
+                why = (
+                    f"its {o} is gone, or not among the watched jobs of its kind "
+                    "(namespaces, label_selector)"
+                )
+            elif o.uid and uid and o.uid != uid:
+                why = f"its {o} is gone (a job of that name now is another, uid {uid})"
+            elif record.deleting:
+                why = f"its {o} is being deleted (metadata.deletionTimestamp is set)"
+        out.append(replace(g, orphan=why) if why else g)
+    return out
+
+
 def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | None:
     """g with its need from its pods, when at least minMember of them exist."""
     pods = list(pods)
@@ -236,6 +273,7 @@ def assemble(records: Records) -> Assembled:
         elif isinstance(group, InvalidGroup):
             invalid.append(group)
     pending, unknown = resolve_gangs(pending, records)
+    pending = owners_gone(pending, records)
     invalid += unknown
     return Assembled(
         tuple(jobs),

@@ -289,7 +289,8 @@ def decode_job(
         job = in_queue(job, job.queue, annotation, from_podgroup=False)
     gang = kind.gang(obj, options) if _may_wait(job) else None
     gpus = 0 if gang is None else sum(n * shape_gpus(s, options) for s, n in gang)
-    return JobRecord(job, name if isinstance(name, str) else None, annotation, gang, gpus)
+    deleting = dig(obj, "metadata", "deletionTimestamp") is not None
+    return JobRecord(job, name if isinstance(name, str) else None, annotation, gang, gpus, deleting)
 
 
 def _may_wait(job: ElasticJob | UnmanagedJob) -> bool:

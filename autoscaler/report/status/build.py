@@ -159,6 +159,7 @@ _GANG_ORDER = tuple(
         Reason.GANG_UNCOVERABLE,
         Reason.GANG_RECLAIM_UNPAID,
         Reason.GANG_BLOCKED,
+        Reason.GANG_OWNER_GONE,
     )
 )
 
