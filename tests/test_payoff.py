@@ -76,11 +76,19 @@ def test_a_waiting_gangs_declared_run_is_read_at_its_gangs_size(job, runtime, st
 
 
 @pytest.mark.parametrize(
-    ("held", "at_minimum", "ratio"),
-    [(8, 4, 2.0), (5, 4, 1.25), (4, 4, 1.0), (3, 4, 1.0), (5, 0, 1.0)],
+    ("sizes", "ratio"),
+    [
+        ([(2, 1)] * 4, 2.0),  # (workers, minimum) of each running job
+        ([(2, 1), (1, 1), (1, 1), (1, 1)], 1.25),
+        # a mean over jobs, as the run times are: the 56-worker job counts once
+        ([(56, 16), (1, 1), (1, 1), (1, 1)], 1.625),
+        ([(1, 2), (2, 2)], 1.0),  # one below its minimum counts 1, not less
+        ([(3, 0)], 1.0),  # no minimum to measure from
+        ([], 1.0),  # nothing running
+    ],
 )
-def test_growth_ratio(held, at_minimum, ratio):
-    assert payoff.growth_ratio(held, at_minimum) == ratio
+def test_growth_ratio(sizes, ratio):
+    assert payoff.growth_ratio(sizes) == ratio
 
 
 @pytest.mark.parametrize(

@@ -88,14 +88,15 @@ def run_at_start(job: ElasticJob, now: datetime, start_gpus: int) -> float | Non
     return run * max(1.0, job.replicas * job.gpus_per_worker / start_gpus)
 
 
-def growth_ratio(held: int, at_minimum: int) -> float:
-    """How much larger than their minimum a queue's running jobs run: the GPUs they hold
-    over those they would hold at their minimum (each at most what it holds), at least 1.
-    The queue's finished runs ran, start to completion, at about that size; a newcomer
-    starts at its gang's, its minimum."""
-    if at_minimum <= 0 or held <= at_minimum:
-        return 1.0
-    return held / at_minimum
+def growth_ratio(sizes: Iterable[tuple[int, int]]) -> float:
+    """How much larger than their minimum a queue's running jobs run, from each one's
+    (workers running, minimum): the mean over the jobs of workers over minimum (a job
+    below its minimum counts 1), at least 1. The queue's finished runs ran, start to
+    completion, at about that size; a newcomer starts at its gang's, its minimum. A mean
+    over jobs, not GPUs, as the run times are (each run one sample, a 56-GPU job's as
+    much as a 1-GPU job's); in a queue of 1-GPU jobs the two are the same."""
+    ratios = [max(1.0, active / low) if low > 0 else 1.0 for active, low in sizes]
+    return max(1.0, sum(ratios) / len(ratios)) if ratios else 1.0
 
 
 def gang_wait(shortfall: int, ending: Iterable[tuple[float, int]]) -> float | None:

@@ -170,10 +170,7 @@ class WeighRules(QueuePlanState):
                 (self.now - j.started).total_seconds() for j in running if j.started is not None
             ]
             if len(finished) >= payoff.EVIDENCE_RUNS:
-                growth = payoff.growth_ratio(
-                    sum(j.active * j.gpus_per_worker for j in running),
-                    sum(min(j.active, j.min_replicas) * j.gpus_per_worker for j in running),
-                )
+                growth = payoff.growth_ratio((j.active, j.min_replicas) for j in running)
                 self._run_times = payoff.RunTimes.of(finished, ages, growth)
             else:
                 self._cold = len(finished), len(running)
