@@ -91,6 +91,22 @@ def test_growth_ratio(sizes, ratio):
     assert payoff.growth_ratio(sizes) == ratio
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e5), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(0, 64), st.integers(0, 16)), max_size=20),
+)
+def test_a_newcomer_at_its_gangs_size_runs_no_shorter_than_the_runs_did(runs, sizes):
+    """Whatever the queue's jobs run at, the newcomer's run at its gang's size is never
+    shorter than the runs' mean, at most the largest growth times it: a swap the rule
+    refused before #47 it still refuses."""
+    growth = payoff.growth_ratio(sizes)
+    times = payoff.RunTimes.of(runs, [], growth)
+    top = max([1.0] + [a / m for a, m in sizes if m > 0])
+    assert 1.0 <= growth <= top * (1 + 1e-12)
+    assert times.mean() <= times.at_start() <= top * times.mean() * (1 + 1e-12)
+
+
 @pytest.mark.parametrize(
     ("shortfall", "ending", "wait"),
     [
