@@ -724,7 +724,7 @@ async def test_build_info_and_every_counter_series_from_zero(api):
 async def test_runs_of_deleted_finished_jobs_still_weigh_swaps(api):
     """A cluster that deletes its finished jobs (ttlSecondsAfterFinished) keeps its run
     times for rule 3b: the daemon remembers the runs it saw finish (run_memory.py)."""
-    for i in range(40):  # 40 runs of 2000 s: a newcomer runs ~2000 s
+    for i in range(40):  # 40 runs of 2000 s: a newcomer ~4000 s at its 1 worker
         done = pytorchjob(f"done-{i}", conditions=[{"type": "Succeeded", "status": "True"}])
         done["status"]["startTime"] = "2026-11-21T08:00:00Z"
         done["status"]["completionTime"] = "2026-11-21T08:33:20Z"

@@ -60,6 +60,54 @@ def test_remaining_seconds(started, runtime, progress, left):
 
 
 @pytest.mark.parametrize(
+    ("job", "runtime", "start_gpus", "run"),
+    [
+        # declared for the 4 workers it asks for; its gang starts it at 2: twice as long
+        (ej("w", min=2, replicas=4, active=0), 3600.0, 2, 7200.0),
+        (ej("w", min=2, replicas=2, active=0), 3600.0, 2, 3600.0),  # asks for its gang
+        (ej("w", min=2, replicas=4, active=0, gpw=2), 3600.0, 4, 7200.0),  # by GPUs
+        (ej("w", min=2, replicas=4, active=0), None, 2, None),  # declared nothing
+        # a job that ran (its gang waits again) is read as it declares: 4000 - 1000 s
+        (ej("w", min=2, replicas=4, active=0, started=ago(1000)), 4000.0, 2, 3000.0),
+    ],
+)
+def test_a_waiting_gangs_declared_run_is_read_at_its_gangs_size(job, runtime, start_gpus, run):
+    assert payoff.run_at_start(declared(job, runtime), NOW, start_gpus) == run
+
+
+@pytest.mark.parametrize(
+    ("sizes", "ratio"),
+    [
+        ([(2, 1)] * 4, 2.0),  # (workers, minimum) of each running job
+        ([(2, 1), (1, 1), (1, 1), (1, 1)], 1.25),
+        # a mean over jobs, as the run times are: the 56-worker job counts once
+        ([(56, 16), (1, 1), (1, 1), (1, 1)], 1.625),
+        ([(1, 2), (2, 2)], 1.0),  # one below its minimum counts 1, not less
+        ([(3, 0)], 1.0),  # no minimum to measure from
+        ([], 1.0),  # nothing running
+    ],
+)
+def test_growth_ratio(sizes, ratio):
+    assert payoff.growth_ratio(sizes) == ratio
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e5), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(0, 64), st.integers(0, 16)), max_size=20),
+)
+def test_a_newcomer_at_its_gangs_size_runs_no_shorter_than_the_runs_did(runs, sizes):
+    """Whatever the queue's jobs run at, the newcomer's run at its gang's size is never
+    shorter than the runs' mean, at most the largest growth times it: a swap the rule
+    refused before #47 it still refuses."""
+    growth = payoff.growth_ratio(sizes)
+    times = payoff.RunTimes.of(runs, [], growth)
+    top = max([1.0] + [a / m for a, m in sizes if m > 0])
+    assert 1.0 <= growth <= top * (1 + 1e-12)
+    assert times.mean() <= times.at_start() <= top * times.mean() * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
     ("shortfall", "ending", "wait"),
     [
         (2, [(600.0, 2), (60.0, 1)], 600.0),  # 1 GPU at 60 s, the second at 600 s
@@ -232,12 +280,12 @@ def test_the_trade(gain, loss, factor, pays):
 # workers' work (at linear speedup, 600 s more for the 2 left): 660 s.
 
 
-def _scene(*, v=(7200.0, None), e=(600.0, None), w=3600.0, waited=60.0, v_workers=4):
+def _scene(*, v=(7200.0, None), e=(600.0, None), w=3600.0, waited=60.0, v_workers=4, w_asks=2):
     started = ago(3600)
     jobs = [
         declared(ej("v", min=2, max=8, replicas=v_workers, started=started), *_run(v, started)),
         declared(ej("e", min=2, max=2, replicas=2, started=started), *_run(e, started)),
-        declared(ej("w", min=2, max=4, replicas=2, active=0), w, None),
+        declared(ej("w", min=2, max=4, replicas=w_asks, active=0), w, None),
     ]
     return jobs, [gang("w", 2, owner="w", created=ago(waited))]
 
@@ -286,6 +334,27 @@ def test_a_reclaim_goes_ahead_only_where_it_pays(scene, pol, gang_reason, v_targ
         assert "reclaiming for it does not pay (the gang would wait ~" in p.gangs[0].message
     if not scene and not pol:
         assert "wait ~600s; its victims would lose ~660s" in p.gangs[0].message
+
+
+@pytest.mark.parametrize(
+    ("w_asks", "gang_reason", "v_target"),
+    [
+        # w declares 3600 s at the 2 workers of its gang; e declares nothing, v ends in
+        # 6000 s: the gang would wait 6000 s, v would lose 30 + 3600 s: reclaim
+        (2, Reason.GANG_COVERED, 2),
+        # w declares 3600 s at the 4 workers it asks for: at its gang's 2 it runs 7200 s,
+        # longer than v has left: v would lose 30 s + its whole 6000 s left at half speed,
+        # more than the gang's wait (before #47 w was read at 3600 s, and v swapped)
+        (4, Reason.GANG_RECLAIM_UNPAID, 4),
+    ],
+)
+def test_a_gangs_declared_run_is_weighed_at_the_size_it_starts_at(w_asks, gang_reason, v_target):
+    jobs, gangs = _scene(v=(6000.0, None), e=(None, None), w_asks=w_asks)
+    p = plan(snap({"q": 0}, jobs, gangs), policy(), NOW)
+    assert {g.ref.name: g.reason for g in p.gangs} == {"w": gang_reason}, p.gangs[0].message
+    assert next(d for d in p.decisions if d.ref.name == "v").target == v_target
+    if gang_reason is Reason.GANG_RECLAIM_UNPAID:
+        assert "the gang would wait ~6000s; its victims would lose ~6030s" in p.gangs[0].message
 
 
 def test_a_gang_refused_a_reclaim_still_starves_growth():
@@ -629,11 +698,25 @@ def _finished(runs, queue="q"):
     ]
 
 
-def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2, running=4):
-    """`running` 1-GPU jobs grown to 2 workers `age` seconds into their run, a 1-GPU gang
+# half the runs short, half long (the ITP slices' 1-GPU jobs are bimodal too)
+BIMODAL = [500.0] * 30 + [3000.0] * 30
+# three runs in four short, one long: a newcomer is most likely short
+HEAVY_TAILED = [100.0] * 90 + [20_000.0] * 30
+
+
+def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2, running=4, grown=None):
+    """`running` 1-GPU jobs `age` seconds into their run, the first `grown` of them (all
+    by default) grown to `victim_replicas` workers, the others at their 1; a 1-GPU gang
     waiting, nothing free, nothing declared; `runs` the queue's finished runs."""
+    grown = running if grown is None else grown
     jobs = [
-        ej(f"a{i:02}", min=1, max=victim_max, replicas=victim_replicas, started=ago(age))
+        ej(
+            f"a{i:02}",
+            min=1,
+            max=victim_max,
+            replicas=victim_replicas if i < grown else 1,
+            started=ago(age),
+        )
         for i in range(running)
     ]
     jobs.append(ej("w", min=1, max=2, replicas=1, active=0, created=ago(30)))
@@ -651,11 +734,22 @@ def _swap_scene(runs, *, age=300.0, victim_max=2, victim_replicas=2, running=4):
         # the victims are older than any run seen finish: their run left is not known
         ([2000.0] * 40, {"age": 2500.0}, {}, Reason.GANG_COVERED),
         # heavy-tailed runs: a job 300 s in is likely a long one (~19,700 s left) and a
-        # newcomer likely short (~10,000 s on average): the newcomer goes first
-        ([100.0] * 30 + [20_000.0] * 30, {}, {}, Reason.GANG_COVERED),
+        # newcomer likely short (~5,560 s on average, ~11,100 s at its 1 worker as the
+        # jobs grew to 2): the newcomer goes first
+        (HEAVY_TAILED, {}, {}, Reason.GANG_COVERED),
         ([2000.0] * 40, {}, {"reclaim_payoff_factor": 0}, Reason.GANG_COVERED),  # off
         # a worker of a large job is not a swap: not weighed this way
         ([2000.0] * 40, {"victim_max": 8, "victim_replicas": 8}, {}, Reason.GANG_COVERED),
+        # the newcomer's run at the size it starts at (#47). Runs of 500 and 3000 s: a
+        # newcomer runs ~1828 s as the queue's jobs ran, a victim 600 s in has ~2400 s
+        # left at its 2 workers. The jobs ran at 2x their minimum: at its 1 worker the
+        # newcomer runs ~3656 s, longer than the victim has left: no swap (before #47,
+        # 2400 > 1828 + 60 s of restarts swapped)
+        (BIMODAL, {"age": 600.0}, {}, Reason.GANG_RECLAIM_UNPAID),
+        # one job of four grown: the runs ran at ~1.25x, the newcomer ~2285 s at its size
+        (BIMODAL, {"age": 600.0, "grown": 1}, {}, Reason.GANG_COVERED),
+        # half of them grown (1.5x, ~2742 s): no swap
+        (BIMODAL, {"age": 600.0, "grown": 2}, {}, Reason.GANG_RECLAIM_UNPAID),
     ],
 )
 def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, scene, pol, reason):
@@ -666,8 +760,44 @@ def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, s
     taken = [d for d in p.actions if d.reason is Reason.RECLAIM_FOR_PENDING]
     assert len(taken) == (0 if reason is Reason.GANG_RECLAIM_UNPAID else 1)
     if reason is Reason.GANG_RECLAIM_UNPAID:
+        assert again.actions == ()
+    if reason is Reason.GANG_RECLAIM_UNPAID and runs == [2000.0] * 40:
         assert "nothing declared; by queue q's run times (40 finished, 4 running" in w.message
-        assert "a newcomer runs ~2000s and its victims have at most ~1700s left" in w.message
+        assert (
+            "a newcomer runs ~4000s at its gang's size (~2000s as the queue's jobs ran, at "
+            "2.00x their minimum) and its victims have at most ~1700s left" in w.message
+        )
+
+
+@pytest.mark.parametrize(
+    ("ages", "replicas", "reason"),
+    [
+        # a (600 s in, ~2400 s left) is longer than a newcomer's ~1770 s as the queue's
+        # jobs ran, b (100 s in, ~1670 s left) shorter: before #47 a licensed b beside it
+        # and both gave a worker. At its gang's size (2 workers, the jobs' minimum; they
+        # run at 2x it) the newcomer runs ~3541 s: both victims are shorter, no swap
+        ((600.0, 100.0), 2, Reason.GANG_RECLAIM_UNPAID),
+        # a 3000 s in is older than any run seen: its run left unknown, today's rule
+        ((3000.0, 100.0), 2, Reason.GANG_COVERED),
+        # a worker of a large job is not a swap: not weighed this way
+        ((600.0, 100.0), 8, Reason.GANG_COVERED),
+    ],
+)
+def test_a_joint_swap_weighs_each_victim_against_the_newcomer_at_its_size(ages, replicas, reason):
+    jobs = [
+        ej(name, min=1, max=8, replicas=replicas, started=ago(age))
+        for name, age in zip("ab", ages, strict=True)
+    ]
+    jobs.append(ej("w", min=2, max=4, replicas=2, active=0, created=ago(30)))
+    snapshot = snap({"q": 0}, jobs, [gang("w", 2, owner="w", created=ago(30))], _finished(BIMODAL))
+    p, again = _replanned(snapshot)
+    w = next(g for g in p.gangs if g.ref.name == "w")
+    assert w.reason is reason, w.message
+    taken = [d for d in p.actions if d.reason is Reason.RECLAIM_FOR_PENDING]
+    assert bool(taken) is (reason is Reason.GANG_COVERED)
+    if reason is Reason.GANG_RECLAIM_UNPAID:
+        assert "a newcomer runs ~3541s at its gang's size (~1770s" in w.message, w.message
+        assert "victims have at most ~2400s left (a)" in w.message
         assert again.actions == ()
 
 
@@ -684,7 +814,7 @@ def test_without_declared_runs_a_swap_is_weighed_by_the_queues_run_times(runs, s
         # a worker of a large job is not a swap
         ([], {"running": 30, "victim_max": 8, "victim_replicas": 8}, {}, Reason.GANG_COVERED),
         # with the queue's run times the swap is weighed by them (heavy-tailed: it goes)
-        ([100.0] * 30 + [20_000.0] * 30, {"running": 30}, {}, Reason.GANG_COVERED),
+        (HEAVY_TAILED, {"running": 30}, {}, Reason.GANG_COVERED),
         # a victim that declares its run left is weighed as it declares (unknown gain: as
         # today)
         ([], {"running": 30, "declared": True}, {}, Reason.GANG_COVERED),

@@ -145,13 +145,14 @@ def test_runs_remembered_weigh_a_swap_as_runs_listed_do():
 def test_a_swap_is_weighed_by_the_latest_runs_listed():
     """A cluster that keeps every finished job: of 500 listed, the latest 200 (by
     completion: 2000 s runs) are the evidence, not 300 older 200 s runs, which would
-    make a newcomer look short enough (~920 s) for the swap to go ahead."""
+    make a newcomer look shorter (~920 s as the jobs ran)."""
     latest = [done(f"d{i}", 2000, ended=1000 + i) for i in range(200)]
     older = [done(f"o{i}", 200, ended=100_000 + i) for i in range(300)]
     p = plan(_swap_scene(listed=[*older[:150], *latest, *older[150:]]), policy(), NOW)
     w = next(g for g in p.gangs if g.ref.name == "w")
     assert w.reason is Reason.GANG_RECLAIM_UNPAID, w.message
-    assert "(200 finished, 4 running" in w.message and "newcomer runs ~2000s" in w.message
+    assert "(200 finished, 4 running" in w.message
+    assert "newcomer runs ~4000s at its gang's size (~2000s as the queue's jobs ran" in w.message
 
 
 def test_a_run_listed_in_another_queue_than_before_is_not_handed_over():

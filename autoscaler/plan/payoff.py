@@ -31,12 +31,18 @@ estimated, or a victim whose loss cannot, is reclaimed for as before (elastic wo
 first). Only reclaims inside the gang's queue are weighed: what other queues give back of
 its queue's share is owed, not traded (the planner's `_cover`).
 
+A waiting gang's declared run is read at the size it starts at (`run_at_start`): a run
+time declared at submission is for the size the job asked for, its gang is smaller.
+
 One thing is read without declarations: the queue's own run times (`RunTimes`: finished
 jobs' start to completion, running jobs' ages, one Kaplan-Meier estimate). Where the gang
 declares nothing, a swap (its victims give up as many workers as they keep) whose every
-victim is known to have no more run left than a newcomer's expected run and the swap's
-restarts does not pay (`swap_short`): with near-linear speedup, fewer jobs faster beat
-more jobs slower unless the one kept waiting is the shorter.
+victim is known to have no more run left than a newcomer's expected run at the size it
+starts at and the swap's restarts does not pay (`swap_short`): with near-linear speedup,
+fewer jobs faster beat more jobs slower unless the one kept waiting is the shorter. The
+finished runs are wall times of jobs that grew as they ran; a newcomer starts at its
+gang's size, so its run there is the queue's mean run times its growth ratio
+(`growth_ratio`, `RunTimes.at_start`).
 """
 
 from __future__ import annotations
@@ -67,6 +73,30 @@ def remaining_seconds(job: ElasticJob, now: datetime) -> float | None:
         return expected
     left = expected - max(ran, 0.0)
     return left if left > 0 else None
+
+
+def run_at_start(job: ElasticJob, now: datetime, start_gpus: int) -> float | None:
+    """Seconds a waiting gang's job runs once started, at the size it starts at (its
+    gang's `start_gpus`), from what it declared; None if it declared nothing usable. A
+    run time declared at submission is for the size the job asked for (its replicas):
+    at linear speedup (the speedup the trade assumes throughout) a job asking for more
+    than its gang runs that much longer at its gang's size. A job that has run (a gang
+    waiting again) is read as it declares (`remaining_seconds`)."""
+    run = remaining_seconds(job, now)
+    if run is None or job.started is not None or start_gpus <= 0:
+        return run
+    return run * max(1.0, job.replicas * job.gpus_per_worker / start_gpus)
+
+
+def growth_ratio(sizes: Iterable[tuple[int, int]]) -> float:
+    """How much larger than their minimum a queue's running jobs run, from each one's
+    (workers running, minimum): the mean over the jobs of workers over minimum (a job
+    below its minimum counts 1), at least 1. The queue's finished runs ran, start to
+    completion, at about that size; a newcomer starts at its gang's, its minimum. A mean
+    over jobs, not GPUs, as the run times are (each run one sample, a 56-GPU job's as
+    much as a 1-GPU job's); in a queue of 1-GPU jobs the two are the same."""
+    ratios = [max(1.0, active / low) if low > 0 else 1.0 for active, low in sizes]
+    return max(1.0, sum(ratios) / len(ratios)) if ratios else 1.0
 
 
 def gang_wait(shortfall: int, ending: Iterable[tuple[float, int]]) -> float | None:
@@ -273,9 +303,12 @@ class RunTimes:
     area: tuple[float, ...]
     finished: tuple[float, ...]  # the finished runs, ascending
     running: int = 0  # the running jobs' ages among the samples
+    # the queue's growth_ratio: the runs are wall times at about that many times the
+    # jobs' minimum size
+    growth: float = 1.0
 
     @classmethod
-    def of(cls, finished: Iterable[float], ages: Iterable[float]) -> RunTimes:
+    def of(cls, finished: Iterable[float], ages: Iterable[float], growth: float = 1.0) -> RunTimes:
         done = sorted(max(0.0, t) for t in finished)
         running = [(max(0.0, a), 0) for a in ages]
         samples = sorted([(t, 1) for t in done] + running)
@@ -290,7 +323,8 @@ class RunTimes:
         area = [0.0] * len(times)
         for k in range(len(times) - 2, -1, -1):
             area[k] = area[k + 1] + survival[k] * (times[k + 1] - times[k])
-        return cls(tuple(times), tuple(survival), tuple(area), tuple(done), len(running))
+        done_runs = tuple(done)
+        return cls(tuple(times), tuple(survival), tuple(area), done_runs, len(running), growth)
 
     def known_beyond(self, age: float) -> int:
         """Finished runs longer than `age`: the evidence for a job of that age."""
@@ -305,8 +339,13 @@ class RunTimes:
         return (self.area[k + 1] + s * (self.times[k + 1] - age)) / s
 
     def mean(self) -> float:
-        """Expected run of a job not started."""
+        """Expected run of a job not started, at the size the queue's jobs ran at."""
         return self.area[0]
+
+    def at_start(self) -> float:
+        """Expected run of a newcomer at the size it starts at (its gang, its minimum):
+        the mean at linear speedup from the size the runs ran at (`growth`)."""
+        return self.area[0] * self.growth
 
 
 def run_of(job: UnmanagedJob) -> FinishedRun | None:
@@ -323,8 +362,9 @@ def swap_short(
     remaining: float | None, newcomer: float | None, restarts: float, factor: float
 ) -> bool:
     """A victim that gives up as many workers as it keeps (a swap) is known to be worth
-    less than the newcomer: its expected run left is at most `factor` x (the newcomer's
-    expected run + the `restarts` seconds the swap costs it). For mean JCT with
+    less than the newcomer: its expected run left at its size is at most `factor` x (the
+    newcomer's expected run at the size it starts at + the `restarts` seconds the swap
+    costs it). For mean JCT with
     near-linear speedup, running fewer jobs faster wins unless the job kept waiting is
     the shorter: the GPU goes to the job with the least work left. None: not known."""
     if remaining is None or newcomer is None or factor <= 0:

@@ -77,9 +77,11 @@ class WeighRules(QueuePlanState):
     ) -> payoff.Trade:
         """Rule 3b where the gang declares nothing: a reclaim whose every victim gives up
         as many running workers as it keeps (a swap) and is known, by its queue's run
-        times, to have less run left than the newcomer's run and the swap's two restarts
-        (payoff.swap_short) does not pay; nor, before the queue has those run times, a
-        swap in a busy queue (_cold_swap). Else the trade as weighed."""
+        times, to have less run left at its size than the newcomer's run at the size it
+        starts at (the queue's runs, which grew as they ran, scaled by its growth ratio:
+        RunTimes.at_start) and the swap's two restarts (payoff.swap_short) does not pay;
+        nor, before the queue has those run times, a swap in a busy queue (_cold_swap).
+        Else the trade as weighed."""
         factor = self.policy.reclaim_payoff_factor
         if factor <= 0 or not trade.pays(factor) or not victims:
             return trade  # rule 3b off, refused already, or nothing to weigh
@@ -88,7 +90,7 @@ class WeighRules(QueuePlanState):
         runs = self._queue_runs()
         if runs is None:
             return self._cold_swap(g, victims, trade)
-        newcomer, lefts = runs.mean(), []
+        newcomer, lefts = runs.at_start(), []
         for w, workers in victims:
             j = w.job
             left = self._left_of(j, runs)
@@ -99,11 +101,17 @@ class WeighRules(QueuePlanState):
                 return trade
             lefts.append((left, j.ref.name))
         longest, name = max(lefts)
+        grown = (
+            f" at its gang's size (~{runs.mean():.0f}s as the queue's jobs ran, at "
+            f"{runs.growth:.2f}x their minimum)"
+            if runs.growth > 1
+            else ""
+        )
         estimate = (
             f"nothing declared; by queue {g.queue}'s run times ({len(runs.finished)} "
             f"finished, {runs.running} running, Kaplan-Meier) a "
-            f"newcomer runs ~{newcomer:.0f}s and its victims have at most ~{longest:.0f}s "
-            f"left ({name}): no more than that and the swap's two restarts"
+            f"newcomer runs ~{newcomer:.0f}s{grown} and its victims have at most "
+            f"~{longest:.0f}s left ({name}): no more than that and the swap's two restarts"
         )
         return payoff.Trade(trade.gain, trade.loss, trade.wait, estimate)
 
@@ -162,7 +170,8 @@ class WeighRules(QueuePlanState):
                 (self.now - j.started).total_seconds() for j in running if j.started is not None
             ]
             if len(finished) >= payoff.EVIDENCE_RUNS:
-                self._run_times = payoff.RunTimes.of(finished, ages)
+                growth = payoff.growth_ratio((j.active, j.min_replicas) for j in running)
+                self._run_times = payoff.RunTimes.of(finished, ages, growth)
             else:
                 self._cold = len(finished), len(running)
         return self._run_times
@@ -210,15 +219,16 @@ class WeighRules(QueuePlanState):
 
     def _walk_gangs(self) -> list[payoff.Gang | None]:
         """Each waiting gang of `pending` as the walk sees it, (GPUs, its job's declared
-        run left), None for one Volcano never admits (it waits outside the line); once
-        per plan."""
+        run at the gang's size, payoff.run_at_start: the walk holds the gang's GPUs for
+        it), None for one Volcano never admits (it waits outside the line); once per
+        plan."""
         if self._walked is None:
             jobs = {(w.job.ref.namespace, w.job.ref.name): w.job for w in self.work}
             self._walked = []
             for x in self.pending:
                 ref = x.owner or x.ref
                 owner = jobs.get((ref.namespace, ref.name))
-                run = None if owner is None else payoff.remaining_seconds(owner, self.now)
+                run = None if owner is None else payoff.run_at_start(owner, self.now, x.gpus)
                 admissible = not beyond(self.state.limits, x.pods)[0]
                 self._walked.append((x.gpus, run) if admissible else None)
                 self._runs[x.ref] = run
