@@ -194,7 +194,7 @@ class ReclaimRules(WeighRules):
             return None, why
         found = self.lenders.cover(g, short, limit)
         if found is None:
-            why = "other queues hold too little beyond their own share to give back"
+            why = self.lenders.too_little()
         return found, why
 
     def _reclaim(
