@@ -265,8 +265,10 @@ class _Cluster:
             # every ancestor bounds it, as the scheduler checks each (headroom.Tree)
             ancestor, room = above
             limits[f"{Bound.ANCESTOR} {ancestor}"] = room
-            if max(0.0, room) + inflight < free:
-                free, bound = max(0.0, room) + inflight, Bound.ANCESTOR
+            # `room` is after every leaf's workers in flight, this one's included: a
+            # sibling's in flight beyond the room is a deficit this leaf's do not undo
+            if max(0.0, room + inflight) < free:
+                free, bound = max(0.0, room + inflight), Bound.ANCESTOR
         if state.name in self.allotments:
             # capacity: the queues below their deserved are served first (shares.py)
             allot = self.allotments[state.name]

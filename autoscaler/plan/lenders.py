@@ -92,6 +92,17 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
+        if tree.on:
+            # under a tree, what a leaf's jobs already give back (pods above their spec,
+            # going) is not held: it frees its ancestors' room for the gang it was given
+            # to, and taking it again would shrink the lender twice for one gang
+            for name, jobs in work.items():
+                if name in held:
+                    held[name] -= sum(
+                        (w.job.active - w.job.replicas) * w.job.gpus_per_worker
+                        for w in jobs
+                        if w.job.active > w.job.replicas
+                    )
         usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         if tree.on:
             usable = {n for n in usable if not tree.is_parent(n)}  # its leaves lend
