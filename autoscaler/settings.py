@@ -304,6 +304,17 @@ class _PrometheusFields(BaseModel):
         "group fits no node; `lenient` (the plugin's `strict: false`): such a queue fits "
         "unlabelled nodes; `off`: the plugin does not run, node groups bound nothing.",
     )
+    capacity_ancestor_reclaim_level: int = Field(
+        0,
+        ge=0,
+        description="The capacity plugin's `ancestorReclaimLevel` argument, as the "
+        "scheduler's conf sets it (Volcano's default 0), read under a queue tree "
+        "(enableHierarchy): a waiting gang takes workers back from a queue in another "
+        "branch of the tree only where that queue's ancestors up to this many levels "
+        "above it (those the gang's queue does not share) hold more than their deserved, "
+        "as the scheduler's reclaim picks its victims. 0: any queue over its own deserved "
+        "may give back.",
+    )
     extended_resource_toleration: bool = Field(
         DEFAULT_EXTENDED_RESOURCE_TOLERATION,
         description="Read a worker template as the API server's ExtendedResourceToleration "

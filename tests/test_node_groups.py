@@ -6,10 +6,11 @@ in the plan; an unreadable annotation holds its queue, never a crash."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from builders import NOW, ej, policy, settings
+from builders import NOW, ej, gang, policy, settings
 
 from autoscaler.core.model import (
     NODE_GROUP_LABEL,
@@ -110,6 +111,85 @@ def test_which_nodes_a_queues_affinity_lets_it_use(rules, grows_to):
     assert target == grows_to, message
     if grows_to == 0:
         assert reason is Reason.NO_NODE_FITS and "strict mode" in message
+
+
+def test_workers_in_flight_take_their_groups_limit_first():
+    """q-ng may hold 6 GPUs on g1 (its only group): 2 run there, 2 more are asked for and
+    not running yet. Those 2 will take the limit when bound: another job of the queue
+    grows by 2, not by the 4 the bound pods alone leave (2 would never bind)."""
+    rules = NodeGroups(
+        required=frozenset({"g1"}),
+        limits=(("g1", (("nvidia.com/gpu", 6000),)),),
+        allocated=(("g1", (("nvidia.com/gpu", 2000),)),),
+    )
+    jobs = [
+        ej("moving", queue="q-ng", replicas=4, active=2, max=4),
+        ej("j", queue="q-ng", replicas=0, min=0, max=16),
+    ]
+    p = plan(snapshot({"q-ng": rules}, jobs, kit((2, 0, 0, 0))), P, NOW)
+    target, _, message = targets(p)["j"]
+    assert target == 2, message
+    assert "node group g1: queue q-ng at its limit of 6 GPUs" in message
+
+
+def test_workers_in_flight_are_placed_on_their_queues_groups():
+    """a (g1 only) has 2 workers in flight; b (g2 only) could take g2's last 2 idle GPUs
+    (n3). Placed by best fit alone, a's would take n3 (the fullest node with room) and b
+    could not grow; on a's groups they take g1's room and b grows by 2."""
+    rules = {
+        "a": NodeGroups(required=frozenset({"g1"})),
+        "b": NodeGroups(required=frozenset({"g2"})),
+    }
+    jobs = [
+        ej("ja", queue="a", replicas=4, active=2, max=4),
+        ej("jb", queue="b", replicas=14, max=20),
+    ]
+    p = plan(snapshot(rules, jobs, kit((2, 0, 6, 8))), P, NOW)
+    assert targets(p)["jb"][0] == 16, targets(p)["jb"][2]
+    assert targets(p)["ja"][0] == 4
+
+
+def _limited_snapshot(extra_on_g1: int) -> ClusterSnapshot:
+    """q-ng may use g1 only, at most 4 GPUs there, and holds them: job `full` (4 workers
+    on n1, min 4 - extra_on_g1); `other` (no node groups: lenient) holds 12 on n2-n3.
+    A gang of 2 GPUs waits in q-ng."""
+    rules = NodeGroups(required=frozenset({"g1"}), limits=(("g1", G4),), allocated=(("g1", G4),))
+    full = replace(
+        ej("full", queue="q-ng", replicas=4, min=4 - extra_on_g1, max=4),
+        worker_nodes=("n1",) * 4,
+    )
+    hog = replace(
+        ej("hog", queue="other", replicas=12, min=1, max=12),
+        worker_nodes=("n2",) * 8 + ("n3",) * 4,
+    )
+    base = snapshot(
+        {"q-ng": rules, "other": NodeGroups(strict=False, required=frozenset({"g1", "g2"}))},
+        [full, hog],
+        kit((4, 8, 4, 8)),
+    )
+    pod = PodShape.of_gpus(1)
+    g = replace(gang("g", 2, queue="q-ng"), pods=((pod, 2),))
+    return replace(base, pending=(g,))
+
+
+def test_a_gang_beyond_its_groups_limits_is_not_served_by_reclaim():
+    """Every GPU q-ng may hold on g1 is its jobs' minimum: no reclaim (hog's workers in
+    another queue, on g1 nodes too) makes room under the limit, so none is made, and the
+    gang holds no GPUs (before: `GangFits`, as n1 has idle GPUs)."""
+    p = plan(_limited_snapshot(0), P, NOW)
+    (g,) = p.gangs
+    assert g.reason is Reason.GANG_UNCOVERABLE, g.message
+    assert "node group g1: queue q-ng at its limit of 4 GPUs" in g.message
+    assert "nothing is reclaimed" in g.message
+    assert targets(p)["hog"][0] == 12
+
+
+def test_a_gang_its_queues_own_workers_could_make_room_for_is_left_to_the_other_rules():
+    """Two of q-ng's own workers on g1 may go: that could make room under the limit, so
+    this rule does not refuse the gang (the reclaim itself is node fit's: not by limit)."""
+    p = plan(_limited_snapshot(2), P, NOW)
+    (g,) = p.gangs
+    assert "beyond their limits" not in g.message
 
 
 def test_group_fit_alone():

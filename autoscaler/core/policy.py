@@ -43,6 +43,8 @@ class PlannerPolicy:
     victim_order: VictimOrder = VictimOrder.MOST_WORKERS
     clock_skew_seconds: float = 120
     grow_without_min_available: bool = False
+    # the capacity plugin's ancestorReclaimLevel (lenders.py: which cousins may give back)
+    capacity_ancestor_reclaim_level: int = 0
 
     def cooldown_for(self, restart_cost: float) -> float:
         """Seconds after our resize before a job is grown again: at least

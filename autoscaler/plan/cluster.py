@@ -18,6 +18,7 @@ from autoscaler.core.model import (
     Bound,
     ClusterSnapshot,
     ElasticJob,
+    NodeGroups,
     PendingGroup,
     Plugin,
     QueueState,
@@ -26,8 +27,9 @@ from autoscaler.core.model import (
     VolcanoView,
 )
 from autoscaler.core.reasons import Reason
+from autoscaler.core.shapes import Quantities
 
-from .fit import Placer
+from .fit import GroupFit, Placer, with_taken
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .kept import PlanMemory
@@ -84,6 +86,8 @@ class _Cluster:
         self.limits = Limits(view, self.wanted)
         self.pool: Placer | None = None
         self.inflight: dict[str, int] = {}
+        # what each queue's workers in flight take of its node groups' limits
+        self.group_inflight: dict[str, tuple[tuple[str, Quantities], ...]] = {}
         self._count_inflight(snapshot, jobs.moving, pending_by_queue, no_pods, memory)
         # capacity under hierarchy: what each ancestor queue may still take, shared by
         # its leaves and consumed as they are planned (`took`)
@@ -126,7 +130,12 @@ class _Cluster:
             and (n := u.inflight_gpus - no_pods.gpus_of(u)) > 0
         ]
         if self.view.nodes is not None:
-            self.pool = _placed_in_flight(self.view, jobs, unmanaged, memory)
+            # the nodegroup plugin's rules: a queue's workers in flight land only on its
+            # groups, and take their limits first (queue_state)
+            rules = {n: s.node_groups for n, s in snapshot.queues.items() if s.node_groups}
+            self.pool, self.group_inflight = _placed_in_flight(
+                self.view, jobs, unmanaged, memory, rules
+            )
         for j, n in jobs:
             self.inflight[j.queue] = self.inflight.get(j.queue, 0) + n * j.gpus_per_worker
         for u, gpus in unmanaged:
@@ -232,6 +241,9 @@ class _Cluster:
             return state, None
         if self.tree.on and self.tree.is_parent(state.name):
             return self._parent(state), None
+        taken = self.group_inflight.get(state.name)
+        if taken and state.node_groups is not None:
+            state = replace(state, node_groups=with_taken(state.node_groups, taken))
         if self.view.plugin is Plugin.GIVEN:
             if state.free_gpus is None:
                 return state, None
@@ -253,8 +265,10 @@ class _Cluster:
             # every ancestor bounds it, as the scheduler checks each (headroom.Tree)
             ancestor, room = above
             limits[f"{Bound.ANCESTOR} {ancestor}"] = room
-            if max(0.0, room) + inflight < free:
-                free, bound = max(0.0, room) + inflight, Bound.ANCESTOR
+            # `room` is after every leaf's workers in flight, this one's included: a
+            # sibling's in flight beyond the room is a deficit this leaf's do not undo
+            if max(0.0, room + inflight) < free:
+                free, bound = max(0.0, room + inflight), Bound.ANCESTOR
         if state.name in self.allotments:
             # capacity: the queues below their deserved are served first (shares.py)
             allot = self.allotments[state.name]
@@ -314,7 +328,8 @@ def _placed_in_flight(
     jobs: list[tuple[ElasticJob, int]],
     unmanaged: list[tuple[UnmanagedJob, int]],
     memory: PlanMemory,
-) -> Placer:
+    rules: Mapping[str, NodeGroups],
+) -> tuple[Placer, dict[str, tuple[tuple[str, Quantities], ...]]]:
     """The nodes with room taken by workers asked for and not running yet (`jobs`: a job
     and its workers in flight; `unmanaged`: a job and its GPUs in flight), whoever asked:
     they will take node room first (a worker already bound is on its node's used room and
@@ -322,7 +337,9 @@ def _placed_in_flight(
     the planner the same nodes and job objects every cycle (the snapshot is assembled
     again only when a cache changed): the placement, most of a steady plan at 10k jobs,
     is then taken up from the last plan's, which is what placing the same workers on the
-    same nodes again gives."""
+    same nodes again gives. A queue with node-group `rules` has its workers placed only
+    on its groups, within their limits (GroupFit); what they take of each limit is
+    returned by queue."""
     assert view.nodes is not None
     last = memory.in_flight
     if (
@@ -330,15 +347,25 @@ def _placed_in_flight(
         and last[0] is view.nodes
         and _same_pairs(last[1], jobs)
         and _same_pairs(last[2], unmanaged)
+        and last[3][2] == rules
     ):
-        return Placer(view.nodes, view.gpu_names, start=last[3])
+        return Placer(view.nodes, view.gpu_names, start=last[3][0]), last[3][1]
     pool = Placer(view.nodes, view.gpu_names)
+    fits: dict[str, GroupFit] = {}
     for j, n in jobs:
-        pool.place(j.worker_shape, n)
+        queue_rules = rules.get(j.queue)
+        if queue_rules is None:
+            pool.place(j.worker_shape, n)
+            continue
+        fit = fits.get(j.queue)
+        if fit is None:
+            fit = fits[j.queue] = GroupFit(j.queue, queue_rules, pool)
+        fit.place(j.worker_shape, n)
     for _, gpus in unmanaged:
         pool.take_gpus(gpus)
-    memory.in_flight = (view.nodes, jobs, unmanaged, pool.state())
-    return pool
+    taken = {q: t for q, fit in fits.items() if (t := fit.taken())}
+    memory.in_flight = (view.nodes, jobs, unmanaged, (pool.state(), taken, dict(rules)))
+    return pool, taken
 
 
 def _same_pairs(a: list[tuple[Any, int]], b: list[tuple[Any, int]]) -> bool:

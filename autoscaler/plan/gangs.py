@@ -40,7 +40,7 @@ class GangRules(ReclaimRules):
                     g, Reason.GANG_BLOCKED, f"{g.ref} waits behind a starving gang: {starving}"
                 )
                 continue
-            if self._never_admitted(g):
+            if self._never_admitted(g) or self._beyond_group_limits(g):
                 continue
             need = self._uncredited(g)
             node_short, placed = self._node_short(g)

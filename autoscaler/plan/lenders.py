@@ -92,6 +92,17 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
+        if tree.on:
+            # under a tree, what a leaf's jobs already give back (pods above their spec,
+            # going) is not held: it frees its ancestors' room for the gang it was given
+            # to, and taking it again would shrink the lender twice for one gang
+            for name, jobs in work.items():
+                if name in held:
+                    held[name] -= sum(
+                        (w.job.active - w.job.replicas) * w.job.gpus_per_worker
+                        for w in jobs
+                        if w.job.active > w.job.replicas
+                    )
         usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         if tree.on:
             usable = {n for n in usable if not tree.is_parent(n)}  # its leaves lend
@@ -143,7 +154,7 @@ class _Lenders:
         for name in self._nearest(
             g, sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
         ):
-            over = self._over(name)
+            over = min(self._over(name), self._over_above(g, name))
             jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
             if over > _EPS and jobs:
                 pool = _VictimPool(jobs, self.policy)
@@ -172,6 +183,28 @@ class _Lenders:
 
         return sorted(names, key=distance)  # stable: most over first at each distance
 
+    def _over_above(
+        self, g: PendingGroup, name: str, given: dict[str, float] | None = None
+    ) -> float:
+        """Under a tree, with the capacity plugin's ancestorReclaimLevel L > 0: how much
+        queue `name` may give g at most, by its ancestors 1..L levels above it that g's
+        queue does not share at the same level: each must hold more than its deserved
+        (one with no deserved bounds nothing), as the plugin's reclaimableFn checks;
+        `given`: GPUs lenders already gave (no longer held). Unbounded otherwise (L 0:
+        only each queue's own deserved counts)."""
+        level, cluster = self.policy.capacity_ancestor_reclaim_level, self.cluster
+        if cluster is None or level <= 0:
+            return math.inf
+        tree, given = cluster.tree, given or {}
+        mine, theirs = tree.ancestors(g.queue), tree.ancestors(name)
+        over = math.inf
+        for k, a in enumerate(theirs[:level]):
+            if (k < len(mine) and mine[k] == a) or a in self.best_effort or a not in self.shares:
+                continue
+            held = sum(self.held.get(n, 0.0) - given.get(n, 0.0) for n in tree.leaves_under(a))
+            over = min(over, held - self.shares[a])
+        return over
+
     def cover(self, g: PendingGroup, short: int, limit: float) -> list[tuple[_Job, int]] | None:
         """Victims in other queues over their share that cover `short` GPUs for g, most
         over first, each queue's by _VictimPool's order; None when they cannot."""
@@ -179,12 +212,18 @@ class _Lenders:
         if sum(min(over, pool.reclaimable(limit)) for _, over, pool in pools) < short:
             return None
         taken: list[tuple[_Job, int]] = []
-        for _, over, pool in pools:
+        given: dict[str, float] = {}  # under a tree: what each lender gave so far
+        for name, over, pool in pools:
             if short <= 0:
                 break
-            part = pool.take(math.ceil(min(short, over)), limit)
+            if given:  # lenders under one ancestor share what it holds over its deserved
+                over = min(over, self._over_above(g, name, given))
+            part = pool.take(math.ceil(min(short, over)), limit) if over > _EPS else []
             short -= _gpus_of(part)
             taken += part
+            given[name] = given.get(name, 0.0) + _gpus_of(part)
+        if short > 0:
+            return None
         self.charge(g, taken)
         return taken
 
@@ -213,6 +252,18 @@ class _Lenders:
             if have >= short:
                 return left, ", ".join(names)
         return None
+
+    def too_little(self) -> str:
+        """Why the lenders cannot cover a gang."""
+        why = "other queues hold too little beyond their own share to give back"
+        level = self.policy.capacity_ancestor_reclaim_level
+        if self.cluster is not None and level > 0:
+            why += (
+                f"; with ancestorReclaimLevel {level}, a queue in another branch gives back "
+                f"only while its ancestors up to {level} level(s) above it hold more than "
+                "their deserved"
+            )
+        return why
 
     def caps(self) -> dict[str, float]:
         """GPUs each queue holds beyond its share: the most it gives back."""

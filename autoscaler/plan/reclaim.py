@@ -196,7 +196,7 @@ class ReclaimRules(WeighRules):
             return None, why
         found = self.lenders.cover(g, short, limit)
         if found is None:
-            why = "other queues hold too little beyond their own share to give back"
+            why = self.lenders.too_little()
             cooling = self.lenders.cooling(g, short, limit)
             if cooling is not None:
                 left, names = cooling

@@ -100,6 +100,41 @@ class QueuePlanState:
         self._no_room: dict[Hashable, Room] = {}  # see reclaim.py, _room
         self._holders: dict[tuple[int, str], tuple[int, Holder]] = {}  # reclaim.py, _holder_kept
 
+    def _beyond_group_limits(self, g: PendingGroup) -> bool:
+        """A waiting gang whose pods cannot fit its queue's node-group limits even with
+        every elastic worker of the queue on those groups gone (fit.GroupFit.gang_beyond):
+        the nodegroup plugin binds none of it there, and no reclaim (another queue's
+        workers, or this one's elsewhere) makes that room. It gets nothing this cycle,
+        as a gang Volcano never admits. A job whose workers' nodes are not known may
+        free room anywhere: the gang is then left to the other rules."""
+        if self.groups is None or not g.pods:
+            return False
+        freeable: dict[str, dict[str, int]] = {}
+        for w in self.work:
+            j = w.job
+            extra = j.worker_nodes[j.min_replicas :]
+            if j.active > j.min_replicas and not j.worker_nodes:
+                return False
+            for node in extra:
+                group = self.groups.group_of(node) if node else None
+                if group is None:
+                    continue
+                mine = freeable.setdefault(group, {})
+                for res, v in j.worker_shape.requests:
+                    mine[res] = mine.get(res, 0) + v
+        why = self.groups.gang_beyond(g.pods, freeable)
+        if not why:
+            return False
+        self._gang(
+            g,
+            Reason.GANG_UNCOVERABLE,
+            f"{g.ref} needs {g.gpus} GPU(s) on the node groups of queue {self.state.name}, "
+            f"beyond their limits even with every elastic worker of the queue there gone "
+            f"({why}): Volcano's nodegroup plugin binds none of its pods until the queue's "
+            "own pods on those groups end; nothing is reclaimed for it",
+        )
+        return True
+
     def pods_missing(self, j: ElasticJob) -> str:
         """HoldNoPods' message when some of j's workers have had no pod for too long."""
         n = self.no_pods.of_job(j)

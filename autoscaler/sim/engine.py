@@ -20,7 +20,13 @@ Volcano's behaviour as modelled (see docs/simulator.md):
   does not fit evicts elastic pods (beyond min) of running jobs of its queue, the job
   holding the most GPUs first, only when that makes the gang fit. Evicted pods stay
   pending and come back when GPUs free up;
-- pods land the instant GPUs are free; removed workers free their GPUs at once.
+- pods land the instant GPUs are free; removed workers free their GPUs at once;
+- optionally (`tree`, the capacity plugin with enableHierarchy) queues have parents: a
+  pod is bound only while its leaf AND every ancestor stay within their capability
+  (checkQueueAllocatableHierarchically); only leaves run jobs, a leaf's capability is
+  inherited from its nearest ancestor and its `deserved` is its spec.deserved (what the
+  daemon's reclaim across siblings reads). No reclaim action: what a sibling holds is
+  given back only as its pods end or are resized away.
 Every change of a running job's worker count restarts it: progress pauses for the job's
 restart cost (its model's, or the run's flat one), whatever policy made the change
 (several changes at one instant are one restart). Job priority plays no part here.
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,6 +49,50 @@ from .workload import JobSpec
 EPS = 1e-9
 _ROOM_EPS = 1e-6  # water-filled shares are fractional: 2.9999999 GPUs of room is 3
 PLUGINS = (Plugin.CAPACITY, Plugin.PROPORTION)  # the Volcano queue plugins modelled
+
+
+@dataclass(frozen=True)
+class QueueTree:
+    """Parent queues over the simulated ones (the capacity plugin's tree): `parents`
+    maps a queue (leaf or parent) to its parent, `capability` each parent to its GPUs.
+    A queue not in `parents` is top-level; the cluster's GPUs are the top-level queues'
+    (a parent's capability, a top-level leaf's deserved)."""
+
+    parents: Mapping[str, str]
+    capability: Mapping[str, int]
+
+    def ancestors(self, queue: str) -> list[str]:
+        """Its parents, nearest first."""
+        out: list[str] = []
+        up = self.parents.get(queue)
+        while up is not None and up not in out:
+            out.append(up)
+            up = self.parents.get(up)
+        return out
+
+    def limit(self, queue: str) -> int | None:
+        """The least capability over its ancestors (what it inherits and is bounded
+        by); None for a top-level queue."""
+        caps = [self.capability[a] for a in self.ancestors(queue)]
+        return min(caps) if caps else None
+
+    def gpus(self, deserved: Mapping[str, int]) -> int:
+        top = [p for p in self.capability if p not in self.parents]
+        return sum(self.capability[p] for p in top) + sum(
+            g for q, g in deserved.items() if q not in self.parents
+        )
+
+    def check(self, leaves: Mapping[str, int]) -> None:
+        """A tree the scheduler would refuse (a leaf that is a parent, an unknown
+        parent, a cycle) is a ValueError naming the queue."""
+        for queue, parent in self.parents.items():
+            if parent not in self.capability:
+                raise ValueError(f"queue {queue}: parent {parent!r} has no capability")
+            if queue in self.ancestors(queue):
+                raise ValueError(f"queue {queue}: its parents make a cycle")
+        for parent in self.capability:
+            if parent in leaves:
+                raise ValueError(f"queue {parent}: a parent cannot run jobs")
 
 
 @dataclass(slots=True)
@@ -159,10 +209,16 @@ class Cluster:
     # GPU is interchangeable (no nodes)
     pool: Nodes | None = None
     planner_sees_shapes: bool = True  # False: nodes shown as GPU counts (the old rule)
+    # parent queues over `deserved`'s (capacity only); None: flat, as before
+    tree: QueueTree | None = None
 
     def __post_init__(self) -> None:
         if self.plugin not in PLUGINS:
             raise ValueError(f"no Volcano model for the {self.plugin} plugin")
+        if self.tree is not None:
+            if self.plugin is not Plugin.CAPACITY:
+                raise ValueError(f"the {self.plugin} plugin has no queue tree")
+            self.tree.check(self.deserved)
         self.allocated = {q: 0 for q in self.deserved}
         self.queue_gpu_seconds = {q: 0.0 for q in self.deserved}
         self._by_queue: dict[str, list[SimJob]] = {q: [] for q in self.deserved}
@@ -190,6 +246,19 @@ class Cluster:
         allocated = self.allocated[queue]
         request = self._request[queue]
         share = float(self.deserved[queue])
+        if self.tree is not None and queue in self.tree.parents:
+            # a leaf under a parent: capability inherited, deserved its own (its share
+            # of the parent, what reclaim between siblings reads)
+            cap = float(self.tree.limit(queue) or 0)
+            return VolcanoQueue(
+                queue,
+                allocated=float(allocated),
+                request=float(request),
+                capability=cap,
+                real_capacity=cap,
+                spec_deserved=share,
+                parent=self.tree.parents[queue],
+            )
         if self.plugin is Plugin.CAPACITY:
             return VolcanoQueue(
                 queue,
@@ -206,12 +275,47 @@ class Cluster:
         bind); under proportion one node holding the cluster's GPUs, so the cluster's
         idle GPUs bound growth (queues borrow from each other) and no fragmentation."""
         queues = {q: self.volcano_queue(q) for q in sorted(self.deserved)}
+        if self.tree is not None:
+            queues.update(self._parents())
         nodes = None
         if self.pool is not None:  # node pools: the nodes as the daemon reads them
             nodes = self.pool.view(self.planner_sees_shapes)
         elif self.plugin is Plugin.PROPORTION:
             nodes = (NodeGpus("sim", self.capacity, self._held),)
         return VolcanoView(self.plugin, queues, nodes, cluster_gpus=self.capacity)
+
+    def _parents(self) -> dict[str, VolcanoQueue]:
+        """The parent queues as Volcano exports them: allocated and request summed over
+        their leaves, their capability (the least over them and their ancestors)."""
+        assert self.tree is not None
+        out = {}
+        for p in sorted(self.tree.capability):
+            under = self._under(p)
+            cap = float(min(self.tree.capability[p], self.tree.limit(p) or math.inf))
+            out[p] = VolcanoQueue(
+                p,
+                allocated=float(sum(self.allocated[q] for q in under)),
+                request=float(sum(self._request[q] for q in under)),
+                capability=cap,
+                real_capacity=cap,
+                spec_deserved=float(sum(self.deserved[q] for q in under)),
+                parent=self.tree.parents.get(p, ""),
+            )
+        return out
+
+    def _under(self, parent: str) -> list[str]:
+        assert self.tree is not None
+        return [q for q in self.deserved if parent in self.tree.ancestors(q)]
+
+    def _above(self, queue: str) -> int:
+        """Whole GPUs every ancestor of the queue may still take (capability less what
+        its leaves hold); the cluster's GPUs without a tree or an ancestor."""
+        room = self.capacity
+        if self.tree is not None:
+            for a in self.tree.ancestors(queue):
+                held = sum(self.allocated[q] for q in self._under(a))
+                room = min(room, self.tree.capability[a] - held)
+        return room
 
     def idle(self) -> int:
         """GPUs no pod holds, cluster-wide."""
@@ -243,15 +347,21 @@ class Cluster:
 
     def _free(self, queue: str, ceiling: float) -> int:
         room = math.floor(ceiling - self.allocated[queue] + _ROOM_EPS)
+        if self.tree is not None:  # and within every ancestor, as allocated now
+            room = min(room, self._above(queue))
         return max(0, min(room, self.idle()))
 
     def live(self, queue: str | None = None) -> list[SimJob]:
         if queue is None:
             return self._live
+        if self.tree is not None and queue in self.tree.capability:  # a parent: its leaves'
+            return [j for q in self._under(queue) for j in self._by_queue[q]]
         return self._by_queue[queue]
 
     @property
     def capacity(self) -> int:
+        if self.tree is not None:
+            return self.tree.gpus(self.deserved)
         return sum(self.deserved.values())
 
     # ---- changes -----------------------------------------------------------------------
@@ -377,7 +487,8 @@ class Cluster:
         before extra pods of any, queues in the order of what they hold per share."""
         if not self._dirty:
             return
-        if self.plugin is Plugin.PROPORTION:
+        if self.plugin is Plugin.PROPORTION or self.tree is not None:
+            # (under a tree, a leaf's pods ending make room for its siblings too)
             queues = [q for q in self.deserved if self._by_queue[q]]
         else:
             queues = [q for q in self._dirty if self._by_queue[q]]
@@ -470,6 +581,8 @@ class Cluster:
         demand = 0
         wanted: dict[str, int] = {}
         for queue, cap in self.deserved.items():
+            if self.tree is not None:
+                cap = queue_limit(self.plugin, self.deserved, queue, self.tree)
             jobs = self._by_queue[queue]
             want = sum(j.max_workers * j.gpw for j in jobs)
             # proportion: a queue may hold more than its weighted share (borrowing)
@@ -494,12 +607,19 @@ class Cluster:
         return min(usable, self.idle())
 
 
-def queue_limit(plugin: Plugin, deserved: dict[str, int], queue: str) -> int:
+def queue_limit(
+    plugin: Plugin, deserved: dict[str, int], queue: str, tree: QueueTree | None = None
+) -> int:
     """The most GPUs a queue's pods can ever hold: its capability under capacity (a
-    partition), the whole cluster under proportion (no capability: a queue may hold
-    every idle GPU while the others ask for nothing)."""
+    partition; under a parent, the least capability over its ancestors), the whole
+    cluster under proportion (no capability: a queue may hold every idle GPU while the
+    others ask for nothing)."""
     if plugin is Plugin.PROPORTION:
         return sum(deserved.values())
+    if tree is not None:
+        inherited = tree.limit(queue)
+        if inherited is not None:
+            return inherited
     return deserved[queue]
 
 
@@ -551,6 +671,12 @@ class RunResult:
     preemptions: int
     plugin: Plugin = Plugin.CAPACITY
     unbound_asks: int = 0
+    tree: QueueTree | None = None
+
+    @property
+    def gpus(self) -> int:
+        """The cluster's GPUs (the queues' deserved summed, or under a tree its top)."""
+        return self.tree.gpus(self.deserved) if self.tree else sum(self.deserved.values())
 
 
 def simulate(
@@ -564,13 +690,16 @@ def simulate(
     plugin: Plugin = Plugin.CAPACITY,
     pools: tuple[PoolSpec, ...] = (),
     planner_sees_shapes: bool = True,
+    tree: QueueTree | None = None,
 ) -> RunResult:
     """Replay `specs` on the cluster under `controller`. Pure: same input, same result.
     `deserved`: each queue's GPUs (capability under `plugin` capacity, weight under
     proportion). A job's max is cut to what its queue can ever hold (`queue_limit`).
     `pools`: node pools every pod is bound on by the fit filters (none: no nodes);
     `planner_sees_shapes` False shows the planner the nodes as GPU counts and the jobs
-    by their GPUs (the rule before node fit by shape)."""
+    by their GPUs (the rule before node fit by shape). `tree`: parent queues over
+    `deserved`'s (capacity only): each queue with a parent then inherits its capability
+    and `deserved` is its spec.deserved."""
 
     jobs = []
     names: set[str] = set()
@@ -582,7 +711,7 @@ def simulate(
             raise ValueError(f"job {spec.name}: queue {spec.queue!r} has no capacity")
         job = SimJob(spec, spec.min_workers, spec.max_workers, spec.requested, spec.min_workers, i)
         controller.setup(job)
-        most = queue_limit(plugin, deserved, spec.queue)
+        most = queue_limit(plugin, deserved, spec.queue, tree)
         cap = most // spec.gpus_per_worker
         if job.gang > cap:
             raise ValueError(
@@ -592,7 +721,7 @@ def simulate(
         job.max_workers = min(job.max_workers, cap)
         job.replicas = min(job.replicas, job.max_workers)
         jobs.append(job)
-    cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt, plugin)
+    cluster = Cluster(dict(deserved), jobs, restart_penalty, preempt, plugin, tree=tree)
     if pools:
         cluster.pool = Nodes(pools)
         cluster.planner_sees_shapes = planner_sees_shapes
@@ -613,6 +742,7 @@ def simulate(
         cluster.preemptions,
         plugin,
         cluster.unbound_asks,
+        tree,
     )
 
 

@@ -87,7 +87,7 @@ def compute(run: RunResult) -> Metrics:
     start = min(j.spec.submit for j in jobs)
     end = max(j.finish for j in jobs if j.finish is not None)
     makespan = end - start
-    capacity = sum(run.deserved.values())
+    capacity = run.gpus
     allocated = sum(run.queue_gpu_seconds.values())
     s = run.samples
     bound_area = sum(a.demand * (b.time - a.time) for a, b in itertools.pairwise(s))
@@ -154,6 +154,6 @@ def utilisation_series(run: RunResult, bins: int = 200) -> tuple[list[float], li
             area[j] += a.allocated * (hi - lo)
             lo = hi
             j += 1
-    cap = sum(run.deserved.values())
+    cap = run.gpus
     xs = [(t0 + (k + 0.5) * width) / 3600.0 for k in range(bins)]
     return xs, [x / (width * cap) for x in area]

@@ -46,7 +46,7 @@ from .filters import (
     requirement_matches,
     tolerates,
 )
-from .groups import GroupFit
+from .groups import GroupFit, with_taken
 from .placer import Placer, describe_shape
 from .room import Holder, Room, make_room
 
@@ -67,4 +67,5 @@ __all__ = [
     "make_room",
     "requirement_matches",
     "tolerates",
+    "with_taken",
 ]

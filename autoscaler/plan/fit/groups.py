@@ -18,12 +18,33 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autoscaler.core.model import NODE_GROUP_LABEL, NodeGroups, PendingGroup
-from autoscaler.core.shapes import GPU_RESOURCE, MILLI, PodShape, Requirement, SelectorTerm
+from autoscaler.core.shapes import (
+    GPU_RESOURCE,
+    MILLI,
+    PodShape,
+    Quantities,
+    Requirement,
+    SelectorTerm,
+)
 
 from .placer import Placer
 
 _UNLABELLED = Requirement(NODE_GROUP_LABEL, "DoesNotExist")
 _NOWHERE = Requirement(NODE_GROUP_LABEL, "In", ())  # no node: strict, no group named
+
+
+def with_taken(rules: NodeGroups, taken: tuple[tuple[str, Quantities], ...]) -> NodeGroups:
+    """The rules with `taken` (GroupFit.taken: workers in flight) added to what the
+    queue's pods hold on each group, so its limits are consumed by them first."""
+    if not taken:
+        return rules
+    held = {g: dict(q) for g, q in rules.allocated}
+    for g, used in taken:
+        mine = held.setdefault(g, {})
+        for res, v in used:
+            mine[res] = mine.get(res, 0) + v
+    allocated = tuple(sorted((g, tuple(sorted(q.items()))) for g, q in held.items()))
+    return replace(rules, allocated=allocated)
 
 
 def narrowed(shape: PodShape, req: Requirement) -> PodShape:
@@ -62,6 +83,7 @@ class GroupFit:
         # every node the queue may use, for node fit's words
         self.all_req = Requirement(NODE_GROUP_LABEL, "In", tuple(groups)) if groups else None
         self.capped: list[str] = []  # groups whose limit cut the last `fits`
+        self._start = {g: dict(left) for g, left in self.left.items()}
         self._shapes: dict[tuple[PodShape, Requirement], PodShape] = {}
 
     def narrow_gang(self, g: PendingGroup) -> PendingGroup:
@@ -83,13 +105,7 @@ class GroupFit:
     def _budget(self, shape: PodShape, group: str) -> int | None:
         """Workers of the shape the group's limit still admits; None: no resource the
         limit names is asked for (the limit does not count them)."""
-        most: int | None = None
-        for res, left in self.left[group].items():
-            want = shape.amount(res)
-            if want > 0:
-                n = max(0, left) // want
-                most = n if most is None else min(most, n)
-        return most
+        return _budget_of(shape, self.left[group])
 
     def _parts(self, shape: PodShape) -> list[tuple[str, PodShape, int | None]]:
         """(group or "", the shape narrowed to it, its limit's budget), in the plugin's
@@ -132,6 +148,48 @@ class GroupFit:
             placed += n
         return placed
 
+    def group_of(self, node: str) -> str | None:
+        """The node's group label; None for a node not known or not labelled."""
+        found = self.placer._nodes.get(node)
+        return None if found is None else dict(found.labels).get(NODE_GROUP_LABEL)
+
+    def gang_beyond(
+        self, pods: Sequence[tuple[PodShape, int]], freeable: dict[str, dict[str, int]]
+    ) -> str:
+        """ "" when a waiting gang's pods fit within the queue's group limits, counting
+        what its own pods on each limited group could free (`freeable`, per resource);
+        else what bounds it. Only where every group the queue may use is limited (an
+        unlimited group or unlabelled nodes take what overflows: node fit decides)."""
+        if self.free_req is not None or not self.limited or not pods:
+            return ""
+        left = {g: dict(v) for g, v in self.left.items()}
+        for g, more in freeable.items():
+            for res in left.get(g, {}):
+                left[g][res] += more.get(res, 0)
+        for shape, count in pods:
+            for g in self.limited:
+                budget = _budget_of(shape, left[g])
+                take = count if budget is None else min(count, budget)
+                for res in left[g]:
+                    left[g][res] -= shape.amount(res) * take
+                count -= take
+                if count <= 0:
+                    break
+            if count > 0:
+                names = self.placer.gpu_names
+                return "; ".join(self._at_limit(g, names) for g in self.limited)
+        return ""
+
+    def taken(self) -> tuple[tuple[str, Quantities], ...]:
+        """What `place` took of each limited group's limit, per resource it names (the
+        workers in flight: they count against the limit once bound)."""
+        out = []
+        for g, start in sorted(self._start.items()):
+            used = tuple(sorted((r, v - self.left[g][r]) for r, v in start.items()))
+            if any(v for _, v in used):
+                out.append((g, used))
+        return tuple(out)
+
     def words(self, shape: PodShape, fits: int, gpu_names: Sequence[str]) -> str:
         """Why no more than `fits` workers: each group at its limit, else node fit's
         words on the queue's nodes."""
@@ -158,3 +216,15 @@ class GroupFit:
         else:
             what = ", ".join(f"{res} {v / MILLI:g}" for res, v in sorted(limit.items()))
         return f"node group {group}: queue {self.queue} at its limit of {what}"
+
+
+def _budget_of(shape: PodShape, left: dict[str, int]) -> int | None:
+    """Pods of the shape that `left` (what a group's limit still admits, per resource
+    it names) takes; None: the shape asks for none of them."""
+    most: int | None = None
+    for res, room in left.items():
+        want = shape.amount(res)
+        if want > 0:
+            n = max(0, room) // want
+            most = n if most is None else min(most, n)
+    return most
