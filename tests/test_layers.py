@@ -62,6 +62,7 @@ def test_pure_modules_import_no_io_library(module):
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("core",),  # the shared pure vocabulary
     ("client",),  # the Kubernetes API client
+    ("settings_fields",),  # the settings' fields, a group a section
     ("settings",),  # the one Settings object
     ("plan", "read"),  # deciding (pure) | the world read into a snapshot
     ("act",),  # writing the plan

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -81,6 +81,33 @@ class QueueTree:
         return sum(self.capability[p] for p in top) + sum(
             g for q, g in deserved.items() if q not in self.parents
         )
+
+    def under(self, parent: str, leaves: Iterable[str]) -> list[str]:
+        """The leaves below `parent`."""
+        return [q for q in leaves if parent in self.ancestors(q)]
+
+    def exported(
+        self,
+        allocated: Mapping[str, int],
+        request: Mapping[str, int],
+        deserved: Mapping[str, int],
+    ) -> dict[str, VolcanoQueue]:
+        """The parent queues as Volcano exports them: allocated and request summed over
+        their leaves, their capability (the least over them and their ancestors)."""
+        out = {}
+        for p in sorted(self.capability):
+            under = self.under(p, deserved)
+            cap = float(min(self.capability[p], self.limit(p) or math.inf))
+            out[p] = VolcanoQueue(
+                p,
+                allocated=float(sum(allocated[q] for q in under)),
+                request=float(sum(request[q] for q in under)),
+                capability=cap,
+                real_capacity=cap,
+                spec_deserved=float(sum(deserved[q] for q in under)),
+                parent=self.parents.get(p, ""),
+            )
+        return out
 
     def check(self, leaves: Mapping[str, int]) -> None:
         """A tree the scheduler would refuse (a leaf that is a parent, an unknown
@@ -276,7 +303,7 @@ class Cluster:
         idle GPUs bound growth (queues borrow from each other) and no fragmentation."""
         queues = {q: self.volcano_queue(q) for q in sorted(self.deserved)}
         if self.tree is not None:
-            queues.update(self._parents())
+            queues.update(self.tree.exported(self.allocated, self._request, self.deserved))
         nodes = None
         if self.pool is not None:  # node pools: the nodes as the daemon reads them
             nodes = self.pool.view(self.planner_sees_shapes)
@@ -284,36 +311,13 @@ class Cluster:
             nodes = (NodeGpus("sim", self.capacity, self._held),)
         return VolcanoView(self.plugin, queues, nodes, cluster_gpus=self.capacity)
 
-    def _parents(self) -> dict[str, VolcanoQueue]:
-        """The parent queues as Volcano exports them: allocated and request summed over
-        their leaves, their capability (the least over them and their ancestors)."""
-        assert self.tree is not None
-        out = {}
-        for p in sorted(self.tree.capability):
-            under = self._under(p)
-            cap = float(min(self.tree.capability[p], self.tree.limit(p) or math.inf))
-            out[p] = VolcanoQueue(
-                p,
-                allocated=float(sum(self.allocated[q] for q in under)),
-                request=float(sum(self._request[q] for q in under)),
-                capability=cap,
-                real_capacity=cap,
-                spec_deserved=float(sum(self.deserved[q] for q in under)),
-                parent=self.tree.parents.get(p, ""),
-            )
-        return out
-
-    def _under(self, parent: str) -> list[str]:
-        assert self.tree is not None
-        return [q for q in self.deserved if parent in self.tree.ancestors(q)]
-
     def _above(self, queue: str) -> int:
         """Whole GPUs every ancestor of the queue may still take (capability less what
         its leaves hold); the cluster's GPUs without a tree or an ancestor."""
         room = self.capacity
         if self.tree is not None:
             for a in self.tree.ancestors(queue):
-                held = sum(self.allocated[q] for q in self._under(a))
+                held = sum(self.allocated[q] for q in self.tree.under(a, self.deserved))
                 room = min(room, self.tree.capability[a] - held)
         return room
 
@@ -355,7 +359,7 @@ class Cluster:
         if queue is None:
             return self._live
         if self.tree is not None and queue in self.tree.capability:  # a parent: its leaves'
-            return [j for q in self._under(queue) for j in self._by_queue[q]]
+            return [j for q in self.tree.under(queue, self.deserved) for j in self._by_queue[q]]
         return self._by_queue[queue]
 
     @property

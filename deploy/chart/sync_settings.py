@@ -37,7 +37,7 @@ SCHEMA = CHART / "values.schema.json"
 VALUES = CHART / "values.yaml"
 sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for `autoscaler`
 
-from autoscaler import settings as settings_module  # noqa: E402
+from autoscaler import settings_fields  # noqa: E402
 from autoscaler.core.resources import JOB_RESOURCES  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
@@ -141,12 +141,12 @@ def schema_text() -> str:
 
 
 def _sections() -> dict[str, str]:
-    """field -> the `# ---- section ----` comment above it in settings.py, if any (the
-    fields sit in per-section groups that Settings is composed of)."""
+    """field -> the `# ---- section ----` comment above it in settings_fields.py, if any
+    (the fields sit in per-section groups that Settings is composed of)."""
 
     out: dict[str, str] = {}
     section = None
-    for line in inspect.getsource(settings_module).splitlines():
+    for line in inspect.getsource(settings_fields).splitlines():
         heading = re.match(r"\s*# -+ (.+?) -+\s*$", line)
         field = re.match(r"\s{4}(\w+): ", line)
         if heading:
@@ -158,7 +158,7 @@ def _sections() -> dict[str, str]:
 
 
 def settings_block() -> str:
-    lines = [MARKER, "# (edit autoscaler/settings.py, then run it: tests fail until you do)"]
+    lines = [MARKER, "# (edit autoscaler/settings_fields.py, then run it: tests fail until you do)"]
     lines.append("settings:")
     sections = _sections()
     for name in chart_fields():
