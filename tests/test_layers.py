@@ -284,3 +284,36 @@ def test_the_length_check_can_fail(tmp_path):
         "outer (line 184, 62 lines)",
         "inner (line 185, 61 lines)",
     ]
+
+
+# The house's sizes (issue #42): a file a reader can open alone, a class one can hold in
+# mind. The simulator included.
+MAX_FILE_LINES = 800
+MAX_CLASS_LINES = 400
+
+
+def _too_big(path: Path) -> list[str]:
+    src = path.read_text()
+    big = []
+    if (n := len(src.splitlines())) > MAX_FILE_LINES:
+        big.append(f"{path.name} ({n} lines)")
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ClassDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_CLASS_LINES:
+                big.append(f"class {node.name} (line {node.lineno}, {lines} lines)")
+    return big
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_file_over_800_lines_no_class_over_400(path):
+    big = _too_big(path)
+    assert not big, f"cut along its seams: {big}"
+
+
+def test_the_size_check_can_fail(tmp_path):
+    """A file of 801 lines and a class of 401 are seen; 800 and 400 pass."""
+    (tmp_path / "ok.py").write_text("class C:\n" + "    x = 1\n" * 399 + "\n" * 400)
+    (tmp_path / "big.py").write_text("class C:\n" + "    x = 1\n" * 400 + "\n" * 400)
+    assert _too_big(tmp_path / "ok.py") == []
+    assert _too_big(tmp_path / "big.py") == ["big.py (801 lines)", "class C (line 1, 401 lines)"]
