@@ -62,6 +62,14 @@ class _Lenders:
         self.own = own_gangs_waiting(list(snapshot.pending))
         self.refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in snapshot.refusals}
         self.cluster: _Cluster | None = None  # under hierarchy: its tree and ancestors' room
+        # Each queue's jobs that may lend, as a victim pool, indexed once and kept while
+        # none of them changes (`touched`, from every decision on a job: its target,
+        # reason or lock), so that G gangs asking over J jobs do not test every job of
+        # every other queue again per gang (a gangs x jobs term, #45). The plain scan,
+        # `_lendable`, is what the index holds: the same pools, the same plans.
+        self._version: dict[str, int] = {}
+        self._pools: dict[str, tuple[int, list[_Job], _VictimPool]] = {}
+        self._ordered: dict[tuple[str, float], tuple[int, list[_Job]]] = {}
 
     @classmethod
     def of(
@@ -144,11 +152,40 @@ class _Lenders:
             g, sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
         ):
             over = self._over(name)
-            jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
-            if over > _EPS and jobs:
-                pool = _VictimPool(jobs, self.policy)
+            if over <= _EPS:  # gives nothing: its jobs are not asked
+                continue
+            jobs, pool = self._pool(name)
+            if jobs:
                 pools.append((name, over, pool))
         return pools
+
+    def touched(self, queue: str) -> None:
+        """A job of `queue` was decided on (its target, reason or lock changed): its
+        pool is indexed again when next asked."""
+        self._version[queue] = self._version.get(queue, 0) + 1
+
+    def ordered(self, name: str, pool: _VictimPool, limit: float) -> list[_Job]:
+        """pool.ordered(limit) for a pool `pools` gave, kept while its queue is
+        untouched (by nodes, every gang asks for every lender's jobs in order)."""
+        version = self._version.get(name, 0)
+        kept = self._ordered.get((name, limit))
+        if kept is None or kept[0] != version or self._pools[name][2] is not pool:
+            kept = self._ordered[(name, limit)] = (version, pool.ordered(limit))
+        return kept[1]
+
+    def _pool(self, name: str) -> tuple[list[_Job], _VictimPool]:
+        """The queue's jobs that may lend and their pool, indexed again only after a
+        job of the queue was decided on (`touched`) or the pool was taken from."""
+        version = self._version.get(name, 0)
+        kept = self._pools.get(name)
+        if kept is None or kept[0] != version:
+            jobs = self._lendable(name)
+            kept = self._pools[name] = (version, jobs, _VictimPool(jobs, self.policy))
+        return kept[1], kept[2]
+
+    def _lendable(self, name: str) -> list[_Job]:
+        """The plain scan: every job of the queue that may lend now, in its work order."""
+        return [w for w in self.work.get(name, ()) if self._may_lend(w)]
 
     def _nearest(self, g: PendingGroup, names: list[str]) -> list[str]:
         """Under hierarchy, the lenders whose workers free room where g's queue lacks it:
@@ -179,9 +216,10 @@ class _Lenders:
         if sum(min(over, pool.reclaimable(limit)) for _, over, pool in pools) < short:
             return None
         taken: list[tuple[_Job, int]] = []
-        for _, over, pool in pools:
+        for name, over, pool in pools:
             if short <= 0:
                 break
+            self.touched(name)  # `take` changes the pool: the next ask builds it afresh
             part = pool.take(math.ceil(min(short, over)), limit)
             short -= _gpus_of(part)
             taken += part
