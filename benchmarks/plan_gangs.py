@@ -9,12 +9,14 @@ may take a lent share back from the 50 lenders (rule 3). No node is idle: every 
 covered by a reclaim, or waits. Prints, per size, the CPU time (median of `--repeat`) of
 the first plan (what a dry run plans every cycle: it applies nothing, so thousands of
 resizes stay pending) and of a steady plan (its resizes asked for, their workers not
-running yet), and each size's time over the one before (the doubling ratio).
+running yet), each size's time over the one before (the doubling ratio), and a digest
+of each plan (two trees print the same digests: the same plans).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import sys
 import time
@@ -26,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import plan_node_fit  # noqa: E402
 
-from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, VolcanoQueue  # noqa: E402
+from autoscaler.core.model import ClusterSnapshot, Plan, Plugin, QueueState, VolcanoQueue  # noqa: E402
 from autoscaler.core.reasons import Reason  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
@@ -53,8 +55,15 @@ def cluster(n: int) -> ClusterSnapshot:
     return replace(snap, queues=states, volcano=view)
 
 
-def timed(snapshot: ClusterSnapshot, repeat: int) -> tuple[float, int, int]:
-    """Median CPU ms of plan(), its actions and gangs served."""
+def digest(result: Plan) -> str:
+    """The plan's decisions and gangs, hashed: the same digest, the same plan."""
+    rows = [(d.ref.name, d.target, d.reason.value, d.message) for d in result.decisions]
+    rows += [(g.ref.name, g.gpus, g.reason.value, g.message) for g in result.gangs]
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
+
+
+def timed(snapshot: ClusterSnapshot, repeat: int) -> tuple[float, int, int, str]:
+    """Median CPU ms of plan(), its actions, gangs served and digest."""
     policy = Settings().planner_policy()
     times, result = [], None
     for _ in range(repeat):
@@ -63,7 +72,7 @@ def timed(snapshot: ClusterSnapshot, repeat: int) -> tuple[float, int, int]:
         times.append(1000 * (time.process_time() - t))
     assert result is not None
     served = sum(1 for g in result.gangs if g.reason is Reason.GANG_COVERED)
-    return statistics.median(times), len(result.actions), served
+    return statistics.median(times), len(result.actions), served, digest(result)
 
 
 def main() -> None:
@@ -76,17 +85,18 @@ def main() -> None:
     print(f"{'jobs':>6} {'gangs':>5} {'first ms':>9} {'x':>5} {'steady ms':>9} {'x':>5}  plan")
     for n in args.jobs:
         snap = cluster(n)
-        first, actions, served = timed(snap, args.repeat)
+        first, actions, served, first_digest = timed(snap, args.repeat)
         targets = {a.ref: a.target for a in plan(snap, policy, NOW).actions}
         grown = tuple(
             replace(j, replicas=targets[j.ref], last_scale_time=NOW) if j.ref in targets else j
             for j in snap.jobs
         )
-        steady, _, _ = timed(replace(snap, jobs=grown), args.repeat)
+        steady, _, _, steady_digest = timed(replace(snap, jobs=grown), args.repeat)
         ratio = (f"{first / last[0]:5.2f}", f"{steady / last[1]:5.2f}") if last else ("", "")
         print(
             f"{n:>6} {len(snap.pending):>5} {first:>9.0f} {ratio[0]:>5} {steady:>9.0f} "
-            f"{ratio[1]:>5}  {actions} resizes, {served} gangs covered"
+            f"{ratio[1]:>5}  {actions} resizes, {served} gangs covered, digests "
+            f"{first_digest} {steady_digest}"
         )
         last = (first, steady)
 
