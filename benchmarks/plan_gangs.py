@@ -37,9 +37,10 @@ NOW = plan_node_fit.NOW
 PLUGIN = Plugin.PROPORTION
 
 
-def cluster(n: int) -> ClusterSnapshot:
-    """`n` jobs, n / 50 waiting gangs, queues sharing the cluster under capacity."""
-    snap = plan_node_fit.cluster(n, gangs=max(1, n // 50))
+def cluster(n: int, at_least_nodes: int = 0) -> ClusterSnapshot:
+    """`n` jobs, n / 50 waiting gangs, queues sharing the cluster under PLUGIN; idle
+    nodes up to `at_least_nodes`."""
+    snap = plan_node_fit.cluster(n, at_least_nodes, gangs=max(1, n // 50))
     assert snap.volcano is not None
     held: dict[str, float] = {}
     for j in snap.jobs:
