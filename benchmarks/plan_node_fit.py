@@ -34,9 +34,9 @@ NOW = datetime(2026, 11, 22, 10, tzinfo=UTC)
 ALLOCATABLE = {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"}
 
 
-def cluster(n: int, at_least_nodes: int = 0) -> ClusterSnapshot:
+def cluster(n: int, at_least_nodes: int = 0, gangs: int = 200) -> ClusterSnapshot:
     """`n` jobs on the nodes their pods fill, then idle nodes up to `at_least_nodes`
-    (cycle_real.py's `--nodes`)."""
+    (cycle_real.py's `--nodes`), and `gangs` waiting PodGroups."""
     jobs = _jobs(n)
     placed = []
     for obj in jobs:
@@ -86,7 +86,7 @@ def cluster(n: int, at_least_nodes: int = 0) -> ClusterSnapshot:
             },
             "status": {"phase": "Pending"},
         }
-        for i in range(200)
+        for i in range(gangs)
     ]
     raw = RawObjects(jobs=tuple(jobs), nodes=tuple(nodes), pods=tuple(pods), podgroups=tuple(gangs))
     free = {

@@ -17,6 +17,12 @@ a daemon may do once its caches are synced.
 read through build_snapshot, their pods bound to the nodes they fill, 200 waiting gangs),
 padded with idle nodes to N: the workers in flight placed on the nodes every cycle.
 
+`--dry-run`: the cycles of a dry run (`run --dry-run`, the chart's first install): the
+first plan's resizes are never applied, so every cycle decides them again (thousands of
+pending actions at 10k jobs). `--lent` (with `--nodes`): plan_gangs.py's cluster instead,
+queues sharing it under the proportion plugin and n / 50 waiting gangs, half of them in
+queues that may take a lent share back (issue #45's hard case).
+
 `--finished N`: N finished jobs listed beside the running ones (UnmanagedJob, reason
 FINISHED, as parse reads a job with a Succeeded condition), spread over the queues, each
 with its start and completion (completed in the last 30 days, runs of 1 minute to a day):
@@ -47,6 +53,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+import plan_gangs  # noqa: E402
 import plan_node_fit  # noqa: E402
 import planner_scale  # noqa: E402
 
@@ -124,11 +131,17 @@ class _GcClock:
             self.seconds += time.process_time() - self._start
 
 
-def steady(n: int, settings: Settings, nodes: int = 0) -> ClusterSnapshot:
-    if nodes:
+def steady(
+    n: int, settings: Settings, nodes: int = 0, dry_run: bool = False, lent: bool = False
+) -> ClusterSnapshot:
+    if nodes and lent:
+        snap = plan_gangs.cluster(n, nodes)
+    elif nodes:
         snap = plan_node_fit.cluster(n, nodes)
     else:
         snap, _, _ = planner_scale.cluster(n)
+    if dry_run:  # nothing is applied: every cycle plans the first plan's resizes again
+        return snap
     first = plan(snap, settings.planner_policy(), planner_scale.NOW)
     targets = {a.ref: a.target for a in first.actions}
     jobs = tuple(
@@ -162,7 +175,13 @@ def finished(n: int, queues: list[str], seed: int = 2) -> tuple[UnmanagedJob, ..
 
 
 async def measure(
-    n: int, cycles: int, freeze: bool, nodes: int = 0, done: int = 0
+    n: int,
+    cycles: int,
+    freeze: bool,
+    nodes: int = 0,
+    done: int = 0,
+    dry_run: bool = False,
+    lent: bool = False,
 ) -> dict[str, Any]:
     settings = Settings(
         cooldown_seconds=0,
@@ -171,7 +190,7 @@ async def measure(
         log_level="info",
         log_format="json",
     )
-    snapshot = steady(n, settings, nodes)
+    snapshot = steady(n, settings, nodes, dry_run, lent)
     if done:
         queues = sorted({j.queue for j in snapshot.jobs})
         snapshot = dataclasses.replace(
@@ -246,10 +265,20 @@ def main() -> int:
     parser.add_argument("--freeze", action="store_true")
     parser.add_argument("--nodes", type=int, default=0, help="node fit on N nodes (see above)")
     parser.add_argument("--finished", type=int, default=0, help="N finished jobs (see above)")
+    parser.add_argument("--dry-run", action="store_true", help="never applied (see above)")
+    parser.add_argument("--lent", action="store_true", help="gangs take lent shares (above)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        result = measure(args.jobs[0], args.cycles, args.freeze, args.nodes, args.finished)
+        result = measure(
+            args.jobs[0],
+            args.cycles,
+            args.freeze,
+            args.nodes,
+            args.finished,
+            args.dry_run,
+            args.lent,
+        )
         print(json.dumps(asyncio.run(result)))
         return 0
     for n in args.jobs:
@@ -258,6 +287,8 @@ def main() -> int:
         argv += ["--freeze"] if args.freeze else []
         argv += ["--nodes", str(args.nodes)] if args.nodes else []
         argv += ["--finished", str(args.finished)] if args.finished else []
+        argv += ["--dry-run"] if args.dry_run else []
+        argv += ["--lent"] if args.lent else []
         out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
         print(out.stdout.strip(), flush=True)
     return 0

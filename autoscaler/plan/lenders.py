@@ -62,6 +62,14 @@ class _Lenders:
         self.own = own_gangs_waiting(list(snapshot.pending))
         self.refusals = {(r.ref.namespace, r.ref.name, r.ref.kind): r for r in snapshot.refusals}
         self.cluster: _Cluster | None = None  # under hierarchy: its tree and ancestors' room
+        # Each queue's jobs that may lend, as a victim pool, indexed once and kept while
+        # none of them changes (`touched`, from every decision on a job: its target,
+        # reason or lock), so that G gangs asking over J jobs do not test every job of
+        # every other queue again per gang (a gangs x jobs term, #45). The plain scan,
+        # `_lendable`, is what the index holds: the same pools, the same plans.
+        self._version: dict[str, int] = {}
+        self._pools: dict[str, tuple[int, list[_Job], _VictimPool]] = {}
+        self._ordered: dict[tuple[str, float], tuple[int, list[_Job]]] = {}
 
     @classmethod
     def of(
@@ -155,11 +163,40 @@ class _Lenders:
             g, sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
         ):
             over = min(self._over(name), self._over_above(g, name))
-            jobs = [w for w in self.work.get(name, ()) if self._may_lend(w)]
-            if over > _EPS and jobs:
-                pool = _VictimPool(jobs, self.policy)
+            if over <= _EPS:  # gives nothing: its jobs are not asked
+                continue
+            jobs, pool = self._pool(name)
+            if jobs:
                 pools.append((name, over, pool))
         return pools
+
+    def touched(self, queue: str) -> None:
+        """A job of `queue` was decided on (its target, reason or lock changed): its
+        pool is indexed again when next asked."""
+        self._version[queue] = self._version.get(queue, 0) + 1
+
+    def ordered(self, name: str, pool: _VictimPool, limit: float) -> list[_Job]:
+        """pool.ordered(limit) for a pool `pools` gave, kept while its queue is
+        untouched (by nodes, every gang asks for every lender's jobs in order)."""
+        version = self._version.get(name, 0)
+        kept = self._ordered.get((name, limit))
+        if kept is None or kept[0] != version or self._pools[name][2] is not pool:
+            kept = self._ordered[(name, limit)] = (version, pool.ordered(limit))
+        return kept[1]
+
+    def _pool(self, name: str) -> tuple[list[_Job], _VictimPool]:
+        """The queue's jobs that may lend and their pool, indexed again only after a
+        job of the queue was decided on (`touched`) or the pool was taken from."""
+        version = self._version.get(name, 0)
+        kept = self._pools.get(name)
+        if kept is None or kept[0] != version:
+            jobs = self._lendable(name)
+            kept = self._pools[name] = (version, jobs, _VictimPool(jobs, self.policy))
+        return kept[1], kept[2]
+
+    def _lendable(self, name: str) -> list[_Job]:
+        """The plain scan: every job of the queue that may lend now, in its work order."""
+        return [w for w in self.work.get(name, ()) if self._may_lend(w)]
 
     def _nearest(self, g: PendingGroup, names: list[str]) -> list[str]:
         """Under hierarchy, the lenders whose workers free room where g's queue lacks it:
@@ -218,7 +255,10 @@ class _Lenders:
                 break
             if given:  # lenders under one ancestor share what it holds over its deserved
                 over = min(over, self._over_above(g, name, given))
-            part = pool.take(math.ceil(min(short, over)), limit) if over > _EPS else []
+            if over <= _EPS:
+                continue
+            self.touched(name)  # `take` changes the pool: the next ask builds it afresh
+            part = pool.take(math.ceil(min(short, over)), limit)
             short -= _gpus_of(part)
             taken += part
             given[name] = given.get(name, 0.0) + _gpus_of(part)

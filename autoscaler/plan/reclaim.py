@@ -154,7 +154,12 @@ class ReclaimRules(WeighRules):
         why = self.lenders.within(g)
         if why:
             return [], why
-        found = [(w, name) for name, _, pool in self.lenders.pools(g) for w in pool.ordered(limit)]
+        lenders = self.lenders
+        found = [
+            (w, name)
+            for name, _, pool in lenders.pools(g)
+            for w in lenders.ordered(name, pool, limit)
+        ]
         return found, "" if found else "no other queue holds more than its share"
 
     def _on_loan(self, g: PendingGroup) -> str:

@@ -142,6 +142,8 @@ class QueuePlanState:
 
     def _decide(self, w: _Job, target: int, reason: Reason, message: str) -> None:
         w.target, w.reason, w.message, w.locked = target, reason, message, True
+        if self.lenders is not None:  # its queue's lenders' pool is stale now
+            self.lenders.touched(w.job.queue)
 
     def decisions(self, memo: _Decided) -> list[Decision]:
         """Each job's decision, in the work's order; one the last plan made for the same

@@ -167,7 +167,10 @@ class _Buckets:
 
     def _relocate(self, name: str, cls: _Class, key: _Key, to: _Key) -> None:
         names = cls.buckets[key]
-        at = names.index(name)
+        # best fit takes a bucket's last node (placer._best): found there at once; a scan
+        # from the front cost the length of the bucket, thousands of idle nodes, per pod
+        # placed (#45). A node is in one bucket once, so either finds the same place.
+        at = len(names) - 1 if names[-1] == name else names.index(name)
         del names[at]
         if not names:
             del cls.buckets[key]
@@ -187,7 +190,10 @@ class _Buckets:
                 continue
             name, cls, was, now, at = change
             names = cls.buckets[now]
-            names.remove(name)
+            if names[-1] == name:  # the last move is undone first: at the end (as above)
+                names.pop()
+            else:
+                names.remove(name)
             if not names:
                 del cls.buckets[now]
             cls.buckets.setdefault(was, []).insert(at, name)

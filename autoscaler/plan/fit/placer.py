@@ -58,6 +58,14 @@ class Placer(_Buckets):
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
         self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
         self._free_gpus: dict[Quantities, int] = {}  # free room -> GPUs in it
+        # pods of a shape one bucket's node takes: a bucket is its free room (and host
+        # ports), so the answer stays while the bucket does. Growth asks it of every
+        # bucket per pod placed (_best), the most of a plan at 10k jobs (#45)
+        self._rooms: dict[tuple[PodShape, _Key], int] = {}
+        # the same per shape by the identity of a bucket's key, which hashes a tuple of
+        # tuples: _best reads every bucket per pod placed. The key is held in the entry,
+        # so its id is not reused while the entry lives
+        self._seen: dict[PodShape, dict[int, tuple[_Key, int, tuple[int, ...]]]] = {}
         self._explained: dict[tuple[PodShape, int], tuple[int, str]] = {}
 
     # -- reading --------------------------------------------------------------------------
@@ -70,10 +78,13 @@ class Placer(_Buckets):
 
     def _room(self, shape: PodShape, cls: _Class, key: _Key) -> int:
         """Pods of the shape one node of this bucket takes."""
-        free, ports = key
-        n = how_many(self._dict(free), shape)
-        if n and shape.host_ports:
-            n = 0 if ports_conflict(ports, shape.host_ports) else 1
+        n = self._rooms.get((shape, key))
+        if n is None:
+            free, ports = key
+            n = how_many(self._dict(free), shape)
+            if n and shape.host_ports:
+                n = 0 if ports_conflict(ports, shape.host_ports) else 1
+            self._rooms[(shape, key)] = n
         return n
 
     def _names(self, shape: PodShape, names: list[str], one_by_one: bool) -> list[str]:
@@ -135,25 +146,38 @@ class Placer(_Buckets):
         """The fullest node that takes one more pod of the shape (its name, class and
         bucket), and how many it takes."""
         one_by_one = per_node(shape)
-        order = _rank_order(shape, self.gpu_names)
+        seen = self._seen.get(shape)
+        if seen is None:
+            seen = self._seen[shape] = {}
         best: tuple[tuple[int, ...], str, _Class, _Key, int] | None = None
         for cls in self._classes.values():
             if not one_by_one and self._misfit(shape, cls) is not None:
                 continue
             for key, names in cls.buckets.items():
-                room = self._room(shape, cls, key)
+                found = seen.get(id(key))
+                if found is None or found[0] is not key:
+                    found = seen[id(key)] = self._bucket_fit(shape, cls, key)
+                _, room, rank = found
                 if not room:
                     continue
                 fitting = self._names(shape, names, one_by_one)
                 if not fitting:
                     continue
-                rank = self._ranks.get((key[0], order))
-                if rank is None:
-                    d = self._dict(key[0])
-                    rank = self._ranks[(key[0], order)] = tuple([d.get(r, 0) for r in order])
                 if best is None or rank < best[0] or (rank == best[0] and fitting[-1] < best[1]):
                     best = (rank, fitting[-1], cls, key, room)
         return None if best is None else best[1:]
+
+    def _bucket_fit(
+        self, shape: PodShape, cls: _Class, key: _Key
+    ) -> tuple[_Key, int, tuple[int, ...]]:
+        """(the bucket's key, pods of the shape one of its nodes takes, its best-fit rank)."""
+        room = self._room(shape, cls, key)
+        order = _rank_order(shape, self.gpu_names)
+        rank = self._ranks.get((key[0], order))
+        if rank is None:
+            d = self._dict(key[0])
+            rank = self._ranks[(key[0], order)] = tuple([d.get(r, 0) for r in order])
+        return key, room, rank
 
     def place(self, shape: PodShape, count: int) -> int:
         """Take room for up to `count` pods of the shape, best fit; how many were placed."""
