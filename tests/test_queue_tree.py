@@ -395,3 +395,39 @@ def test_the_ancestor_reclaim_level_is_a_setting_default_zero() -> None:
     )
     with pytest.raises(ValueError, match="capacity_ancestor_reclaim_level"):
         Settings(capacity_ancestor_reclaim_level=-1)
+
+
+def _second_cycle(phase: str, active: int) -> Any:
+    """The cycle after team-a2's job gave 4 workers back to team-a1's gang: its spec is
+    8, its workers 9-12 still terminate (active 12) or are gone from its status (active
+    8), Volcano's allocated still counts them, dept-a still looks full, and the gang
+    still waits."""
+    a1 = VolcanoQueue(
+        "team-a1",
+        allocated=4,
+        inqueue=4 if phase == "Inqueue" else 0,
+        parent="dept-a",
+        real_capacity=16,
+        spec_deserved=8,
+    )
+    a2 = VolcanoQueue("team-a2", allocated=12, parent="dept-a", real_capacity=16, spec_deserved=8)
+    view = tree_view(**{"team-a1": a1, "team-a2": a2})
+    jobs = [
+        ej("a1", queue="team-a1", replicas=4, min=4, max=4),
+        ej("a2", queue="team-a2", replicas=8, active=active, min=2, max=12, last=NOW),
+    ]
+    pending = [replace(gang("g", 4, queue="team-a1"), phase=phase)]
+    return vsnap(view, jobs, pending)
+
+
+@pytest.mark.parametrize("active", [12, 8])
+@pytest.mark.parametrize("phase", ["Pending", "Inqueue"])
+def test_a_gang_given_its_share_back_is_not_given_it_twice_while_it_is_released(phase, active):
+    """Rule 2 across queues: the GPUs team-a2's job is releasing (spec 8, 12 running)
+    make dept-a's room for the gang they were given back to; the next cycle (reclaim
+    cooldown 0) does not shrink the job again, 8 -> 4, for the same gang."""
+    p = plan(_second_cycle(phase, active), P, NOW)
+    (g,) = p.gangs
+    assert g.reason is Reason.GANG_FITS, g.message
+    assert "being released" in g.message
+    assert targets(p)["a2"][0] == 8

@@ -216,6 +216,24 @@ def test_a_gang_within_its_share_takes_back_what_its_queue_lent(plugin):
     assert targets(p)["jb"][0] == 2
 
 
+@pytest.mark.parametrize("active", [30, 22])
+@pytest.mark.parametrize("plugin", [Plugin.PROPORTION, Plugin.CAPACITY])
+def test_a_share_given_back_is_not_given_again_while_it_is_released(plugin, active):
+    """The cycle after ja gave 8 back to gb (spec 22, its workers 23-30 still terminate,
+    queue a still holds 30, no GPU idle yet; reclaim cooldown 0): gb is served by what ja
+    releases (rule 2), ja is not shrunk again for it; as well once its status no longer
+    counts them (active 22) while Volcano still does."""
+    view = lent_view(plugin, 30, 2)
+    jobs = [
+        ej("ja", queue="a", min=2, replicas=22, active=active, max=30, last=NOW),
+        ej("jb", queue="b", min=2, replicas=2, max=2),
+    ]
+    p = plan(vsnap(view, jobs, [gang("gb", 8, queue="b")]), policy(reclaim_cooldown_seconds=0), NOW)
+    assert targets(p)["ja"][0] == 22
+    g = p.gangs[0]
+    assert g.reason is Reason.GANG_FITS and "being released" in g.message, g.message
+
+
 @pytest.mark.parametrize("plugin", [Plugin.PROPORTION, Plugin.CAPACITY])
 def test_a_gang_beyond_its_share_takes_nothing_from_other_queues(plugin):
     view = lent_view(plugin, 30, 2)

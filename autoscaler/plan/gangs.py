@@ -44,6 +44,10 @@ class GangRules(ReclaimRules):
                 continue
             need = self._uncredited(g)
             node_short, placed = self._node_short(g)
+            if need > idle + releasing or not placed:
+                # what other queues release for it (given back a cycle ago) serves it too
+                releasing += self._released_back(g, max(need - (idle + releasing), node_short))
+                node_short, placed = self._node_short(g)
             if need <= idle + releasing and placed:
                 idle, releasing, from_idle = self._consume(need, idle, releasing, from_idle)
                 self._place_gang(g)

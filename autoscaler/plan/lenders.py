@@ -70,6 +70,8 @@ class _Lenders:
         self._version: dict[str, int] = {}
         self._pools: dict[str, tuple[int, list[_Job], _VictimPool]] = {}
         self._ordered: dict[tuple[str, float], tuple[int, list[_Job]]] = {}
+        self.released: dict[int, int] = {}  # workers being released, credited (`releasing`)
+        self.stale = self._stale(snapshot)  # GPUs still counted, no longer held (`releasing`)
 
     @classmethod
     def of(
@@ -100,17 +102,7 @@ class _Lenders:
                 if deserved is None:
                     best_effort.add(name)
         held = {name: q.allocated + q.inqueue for name, q in view.queues.items()}
-        if tree.on:
-            # under a tree, what a leaf's jobs already give back (pods above their spec,
-            # going) is not held: it frees its ancestors' room for the gang it was given
-            # to, and taking it again would shrink the lender twice for one gang
-            for name, jobs in work.items():
-                if name in held:
-                    held[name] -= sum(
-                        (w.job.active - w.job.replicas) * w.job.gpus_per_worker
-                        for w in jobs
-                        if w.job.active > w.job.replicas
-                    )
+        # what a lender is still releasing is credited to the gang it went to (`releasing`)
         usable = {name for name, state in snapshot.queues.items() if _plans(state) and name in held}
         if tree.on:
             usable = {n for n in usable if not tree.is_parent(n)}  # its leaves lend
@@ -266,6 +258,77 @@ class _Lenders:
             return None
         self.charge(g, taken)
         return taken
+
+    def releasing(self, g: PendingGroup, short: int) -> tuple[list[tuple[_Job, int]], int]:
+        """Rule 2 across queues: GPUs other queues over their share are releasing,
+        credited to g up to `short`, each once per plan, never more than their queue
+        holds beyond its share: (workers of jobs whose spec is below what runs, their
+        pods still on their nodes; GPUs Volcano still counts as a queue's allocated that
+        its jobs no longer hold). Both are what an earlier cycle gave back: they come
+        back as g's share (and as its ancestor's room). Without this the next cycle,
+        seeing the lender still over its share and the room still taken, gave the same
+        GPUs back a second time (12 -> 8, then 8 -> 4, for one gang)."""
+        if short <= 0 or self.within(g):
+            return [], 0
+        found: list[tuple[_Job, int]] = []
+        stale = 0
+        by_over = sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
+        for name in self._nearest(g, by_over):
+            for w in self.work.get(name, ()):
+                j, gpw = w.job, w.job.gpus_per_worker
+                if short <= 0 or gpw <= 0 or _waits_for_own_gang(j.ref, self.own):
+                    continue
+                left = j.active - j.replicas - self.released.get(id(w), 0)
+                n = min(left, math.floor((self._over(name) + _EPS) / gpw), math.ceil(short / gpw))
+                if n > 0:
+                    self.released[id(w)] = self.released.get(id(w), 0) + n
+                    self._credit(name, n * gpw)
+                    short -= n * gpw
+                    found.append((w, n))
+            gone = math.floor(min(self.stale.get(name, 0.0), self._over(name), short) + _EPS)
+            if gone > 0:
+                self.stale[name] -= gone
+                self._credit(name, gone)
+                short, stale = short - gone, stale + gone
+        if (found or stale) and short <= 0:
+            self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
+        return found, stale
+
+    def _stale(self, snapshot: ClusterSnapshot) -> dict[str, float]:
+        """GPUs Volcano still counts as each queue's allocated beyond what its
+        jobs hold (spec, or what runs if more) and its other jobs by spec, in a queue one
+        of whose jobs was resized within unplaced_timeout_seconds: a shrink's pods are
+        gone from the job's status before the scheduler's next session stops counting
+        them. Only there: elsewhere such a gap is pods this planner does not list."""
+        window = self.policy.unplaced_timeout_seconds
+        by_spec: dict[str, int] = {}
+        for u in snapshot.unmanaged:
+            by_spec[u.queue] = by_spec.get(u.queue, 0) + (u.replicas or 0) * (
+                u.gpus_per_worker or 0
+            )
+        found: dict[str, float] = {}
+        for name in self.usable:
+            jobs = self.work.get(name, ())
+            if not any(w.since is not None and 0 <= w.since <= window for w in jobs):
+                continue
+            holds = by_spec.get(name, 0) + sum(
+                max(w.job.replicas, w.job.active) * w.job.gpus_per_worker + w.job.other_gpus
+                for w in jobs
+            )
+            view = snapshot.volcano.queues.get(name) if snapshot.volcano else None
+            admitted = view.inqueue if view is not None else 0.0  # not bound: not in holds
+            found[name] = max(0.0, self.held.get(name, 0.0) - admitted - holds)
+        return found
+
+    def _credit(self, name: str, gpus: float) -> None:
+        """Queue `name` no longer holds `gpus` it is releasing: under hierarchy they are
+        its ancestors' room again (a gang served on them takes it, planner._took)."""
+        self.held[name] -= gpus
+        if self.cluster is not None:
+            rooms = self.cluster.room_above
+            for a in self.cluster.tree.ancestors(name):
+                if a in rooms:
+                    rooms[a] += gpus
 
     def cooling(self, g: PendingGroup, short: int, limit: float) -> tuple[float, str] | None:
         """When only lenders' reclaim cooldowns keep g's share from coming back: (seconds

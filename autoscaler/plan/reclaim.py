@@ -189,6 +189,23 @@ class ReclaimRules(WeighRules):
             need -= credit
         return need
 
+    def _released_back(self, g: PendingGroup, short: int) -> int:
+        """GPUs other queues' jobs are releasing that were given back for g's share
+        (_Lenders.releasing), added to what g's queue has being released: taken from
+        lenders again instead, they would be given twice (rule 2). Their workers' nodes
+        are g's room again."""
+        if self.lenders is None or short <= 0:
+            return 0
+        found, stale = self.lenders.releasing(g, short)
+        if self.nodes is not None and g.pods:
+            self._no_room.clear()  # the nodes change
+            for w, n in found:
+                j, end = w.job, w.job.replicas + self.lenders.released[id(w)]
+                for i in range(end - n, end):
+                    if 0 <= i < len(j.worker_nodes) and j.worker_nodes[i]:
+                        self.nodes.release(j.worker_nodes[i], j.worker_shape)
+        return _gpus_of(found) + stale
+
     def _lent(
         self, g: PendingGroup, short: int, limit: float
     ) -> tuple[list[tuple[_Job, int]] | None, str]:
