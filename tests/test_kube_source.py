@@ -267,6 +267,8 @@ async def test_expired_watch_relists_and_sees_deletes_in_the_gap(
             ("PyTorchJob", "DELETED", "a"),
             ("PyTorchJob", "MODIFIED", "b"),
         ]
+        # a job the relist no longer has is remembered deleted, as a watch's DELETED
+        assert [r.name for r in source.objects().records.deleted_jobs] == ["a"]
         # And the new watch runs from the relist's version.
         await eventually(lambda: kube.watchers("pytorchjobs") == 1, message="watch reopened")
         kube.put(job("d", "ns1"))
@@ -373,6 +375,44 @@ async def test_namespaces_and_label_selector(kube: FakeKubeApi, client: ApiClien
         )
         watches = [r for r in kube.requests if r.is_watch and r.plural == "pytorchjobs"]
         assert all(r.query["labelSelector"] == "team=ml" for r in watches)
+
+
+async def test_a_deleted_job_leaves_a_tombstone(kube: FakeKubeApi, client: ApiClient) -> None:
+    """A job the watch sees deleted is handed to the records (owners_gone: under a
+    label_selector only such a job is gone); one never selected is not, nor any object
+    of another kind."""
+    kube.put(job("a", "ns1", team="ml"))
+    kube.put(job("b", "ns1", team="ml"))
+    kube.put(job("c", "ns1", team="web"))
+    kube.put(podgroup("pg-a", "ns1"))
+    async with running(client, label_selector="team=ml") as source:
+        records = source.objects().records
+        assert records.job_selector and records.deleted_jobs == ()
+        uid = kube.get("pytorchjobs", "ns1", "a")["metadata"]["uid"]
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
+        kube.delete("pytorchjobs", "ns1", "a")
+        kube.delete("pytorchjobs", "ns1", "c")  # not selected: never seen, no tombstone
+        kube.delete("podgroups", "ns1", "pg-a")
+        await eventually(lambda: names(source.objects().jobs) == ["ns1/b"], message="deletion seen")
+        (gone,) = source.objects().records.deleted_jobs
+        assert (gone.namespace, gone.kind, gone.name, gone.uid) == ("ns1", "PyTorchJob", "a", uid)
+    async with running(client) as source:  # no selector: said so to the records
+        assert not source.objects().records.job_selector
+
+
+def test_tombstones_expire_and_are_bounded() -> None:
+    from autoscaler.core.model import ObjectRef
+    from autoscaler.read.kube.source import TOMBSTONE_COUNT, TOMBSTONE_SECONDS, Tombstones
+
+    graves = Tombstones()
+    graves.add(ObjectRef("ns1", "old"), now=0.0)
+    graves.add(ObjectRef("ns1", "new"), now=10.0)
+    assert [r.name for r in graves.live(now=TOMBSTONE_SECONDS)] == ["old", "new"]
+    assert [r.name for r in graves.live(now=TOMBSTONE_SECONDS + 5)] == ["new"]
+    for i in range(TOMBSTONE_COUNT + 3):
+        graves.add(ObjectRef("ns1", f"j{i}"), now=20.0)
+    live = graves.live(now=20.0)
+    assert len(live) == TOMBSTONE_COUNT and live[0].name == "j3"  # the oldest dropped
 
 
 async def test_on_change_reports_events_and_survives_errors(

@@ -18,7 +18,13 @@ from builders import (
     vcjob,
 )
 
-from autoscaler.core.model import ElasticJob, InvalidGroup, PendingGroup, UnmanagedJob
+from autoscaler.core.model import (
+    ElasticJob,
+    InvalidGroup,
+    ObjectRef,
+    PendingGroup,
+    UnmanagedJob,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.read.parse import (
@@ -459,6 +465,38 @@ def test_a_waiting_gang_whose_job_is_gone_is_marked(objects, job_kinds, orphan):
     group = podgroup("t2", owner="t2", gpus=4)
     records = Records.decode(RawObjects.from_objects([*objects, group]), P.read_options())
     records = replace(records, job_kinds=job_kinds) if job_kinds is not None else records
+    (g,) = assemble(records).pending
+    assert (orphan in g.orphan) if orphan else g.orphan == ""
+
+
+@pytest.mark.parametrize(
+    ("selector", "deleted", "orphan"),
+    [
+        # no label_selector: every job of the kind is watched, so not found is gone
+        (False, (), "is gone, or not among the watched jobs"),
+        (False, ("ml", "t2", ""), "seen deleted"),
+        # label_selector: not found may be a job outside it, real: its gang is served
+        (True, (), ""),
+        # ... unless the caches saw it deleted
+        (True, ("ml", "t2", ""), "seen deleted"),
+        (True, ("ml", "t2", "uid-t2"), "seen deleted"),
+        # a deleted job of that name, but not the owner (another uid), or elsewhere
+        (True, ("ml", "t2", "uid-old"), ""),
+        (True, ("other", "t2", ""), ""),
+        (True, ("ml", "t3", ""), ""),
+    ],
+)
+def test_under_a_label_selector_only_a_job_seen_deleted_is_gone(selector, deleted, orphan):
+    from dataclasses import replace
+
+    from autoscaler.read.parse import Records, assemble
+
+    group = edit(podgroup("t2", owner="t2", gpus=4), "metadata.ownerReferences.0.uid", "uid-t2")
+    records = Records.decode(RawObjects.from_objects([group]), P.read_options())
+    tombstones = (ObjectRef(deleted[0], deleted[1], "PyTorchJob", deleted[2]),) if deleted else ()
+    records = replace(
+        records, job_kinds=("PyTorchJob",), job_selector=selector, deleted_jobs=tombstones
+    )
     (g,) = assemble(records).pending
     assert (orphan in g.orphan) if orphan else g.orphan == ""
 

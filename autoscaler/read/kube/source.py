@@ -24,7 +24,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.client.config import namespace_scopes
 from autoscaler.client.redact import remember_client
-from autoscaler.core.model import Node
+from autoscaler.core.model import Node, ObjectRef
 from autoscaler.core.options import KubeOptions, ReadOptions, default_read_options
 from autoscaler.core.resources import (
     HPA,
@@ -132,6 +132,39 @@ class _Memo:
     snapshot: KubeObjects | None = None
     records_versions: tuple[int, ...] = ()
     records: Records | None = None
+
+
+TOMBSTONE_SECONDS = 3600.0
+TOMBSTONE_COUNT = 10_000
+
+
+class Tombstones:
+    """The jobs the caches saw deleted (a watch's DELETED, a relist without them), for
+    assemble.owners_gone under a label_selector: there a PodGroup's owner missing from
+    the caches may be a job outside the selector, so only a job seen deleted is gone.
+
+    Kept TOMBSTONE_SECONDS: a deleted job's PodGroup waits only for the garbage
+    collector (seconds; minutes when it is backed up), and a tombstone that outlives it
+    marks nothing (a new job of the name has another uid). At most TOMBSTONE_COUNT, the
+    oldest dropped first: a mass deletion cannot grow the daemon without bound.
+    """
+
+    def __init__(self) -> None:
+        self._at: dict[ObjectRef, float] = {}  # insertion order: oldest first
+        self.version = 0  # bumped on every change, as a cache's (the records memo)
+
+    def add(self, ref: ObjectRef, now: float) -> None:
+        self._at.pop(ref, None)
+        self._at[ref] = now
+        while len(self._at) > TOMBSTONE_COUNT:
+            del self._at[next(iter(self._at))]
+        self.version += 1
+
+    def live(self, now: float) -> tuple[ObjectRef, ...]:
+        """The tombstones not yet expired (the expired ones are dropped)."""
+        while self._at and now - next(iter(self._at.values())) > TOMBSTONE_SECONDS:
+            del self._at[next(iter(self._at))]
+        return tuple(self._at)
 
 
 @dataclass(frozen=True)
@@ -249,6 +282,8 @@ class KubeSource:
             },
         )
         self._make_caches(caches, job_kinds, watch_nodes=watch_nodes, watch_pods=watch_pods)
+        self._job_kind_names = {kind.kind for kind in job_kinds}
+        self.tombstones = Tombstones()
         self._tasks: list[asyncio.Task[None]] = []
         self._memo = _Memo()
 
@@ -355,8 +390,9 @@ class KubeSource:
             (now - c.failing_since for c in self._caches if c.failing_since is not None),
             default=0.0,
         )
-        versions = tuple(
-            (c.version, c.last_error, c.synced.is_set(), c.stalled) for c in self._caches
+        versions = (
+            *((c.version, c.last_error, c.synced.is_set(), c.stalled) for c in self._caches),
+            self.tombstones.version,
         )
         memo = self._memo
         if memo.snapshot is not None and memo.versions == versions and not failing:
@@ -374,7 +410,7 @@ class KubeSource:
 
     def _records(self) -> Records:
         """The records of every cache: the same object while no cache changed."""
-        versions = tuple(c.version for c in self._caches)
+        versions = (*(c.version for c in self._caches), self.tombstones.version)
         memo = self._memo
         if memo.records is not None and memo.records_versions == versions:
             return memo.records
@@ -388,6 +424,8 @@ class KubeSource:
             hpas=_merged(self._hpas),
             pods_known=bool(self._pods),
             job_kinds=tuple(c[0].resource.kind for c in self._jobs_by_kind if c),
+            job_selector=bool(self._settings.label_selector.strip()),
+            deleted_jobs=self.tombstones.live(time.monotonic()),
         )
         memo.records_versions, memo.records = versions, records
         return records
@@ -445,6 +483,9 @@ class KubeSource:
     # -- internals ----------------------------------------------------------------------
 
     def _notify(self, kind: str, event_type: str, record: Any, before: Any) -> None:
+        if event_type == "DELETED" and kind in self._job_kind_names:
+            if isinstance(record, JobRecord):
+                self.tombstones.add(record.job.ref, time.monotonic())
         if self._on_change is None or record is None:
             return
         try:

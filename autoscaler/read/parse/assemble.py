@@ -22,6 +22,7 @@ from autoscaler.core.model import (
     InvalidGroup,
     Node,
     NodeGroups,
+    ObjectRef,
     PendingGroup,
     Plugin,
     QueueState,
@@ -96,6 +97,12 @@ class Records:
     # among `jobs`: a PodGroup owned by one of these kinds whose job is not there has no
     # job to make room for (owners_gone). None: the kinds `jobs` holds (a snapshot file)
     job_kinds: tuple[str, ...] | None = None
+    # the jobs are chosen by label_selector: a PodGroup's owner not among `jobs` may be a
+    # real job outside it, so only a job seen deleted (`deleted_jobs`) counts as gone
+    job_selector: bool = False
+    # the jobs of `job_kinds` the caches saw deleted lately (a watch's DELETED, a relist
+    # without them): their refs, uid included
+    deleted_jobs: tuple[ObjectRef, ...] = ()
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -192,7 +199,8 @@ def owners_gone(pending: list[PendingGroup], records: Records) -> list[PendingGr
     reason to make room (GangOwnerGone). A deleted job's PodGroup stays until the garbage
     collector removes it, and the cycle its deletion calls comes exactly then. A gang of
     no owner, or of an owner of a kind not watched, is left as it is: nothing says its
-    job is gone."""
+    job is gone. Under a label_selector a missing owner is gone only if it was seen
+    deleted: else it is a job we do not manage, and its gang is served."""
     kinds = set(
         records.job_kinds
         if records.job_kinds is not None
@@ -207,16 +215,26 @@ def owners_gone(pending: list[PendingGroup], records: Records) -> list[PendingGr
             record = jobs.get((o.namespace, o.kind, o.name))
             uid = record.job.ref.uid if record is not None else ""
             if record is None:
-                why = (
-                    f"its {o} is gone, or not among the watched jobs of its kind "
-                    "(namespaces, label_selector)"
-                )
+                why = _missing_owner(o, records)
             elif o.uid and uid and o.uid != uid:
                 why = f"its {o} is gone (a job of that name now is another, uid {uid})"
             elif record.deleting:
                 why = f"its {o} is being deleted (metadata.deletionTimestamp is set)"
         out.append(replace(g, orphan=why) if why else g)
     return out
+
+
+def _missing_owner(o: ObjectRef, records: Records) -> str:
+    """Why a gang whose owner is not among the jobs is GangOwnerGone ("" if it is not)."""
+    if any(
+        (d.namespace, d.kind, d.name) == (o.namespace, o.kind, o.name)
+        and (not d.uid or not o.uid or d.uid == o.uid)
+        for d in records.deleted_jobs
+    ):
+        return f"its {o} is gone (seen deleted; its PodGroup waits for the garbage collector)"
+    if records.job_selector:
+        return ""  # a job outside label_selector: real, only not ours to resize
+    return f"its {o} is gone, or not among the watched jobs of its kind (namespaces)"
 
 
 def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | None:
