@@ -140,3 +140,51 @@ async def test_a_deleted_jobs_leftover_podgroup_shrinks_nothing(corner: Corner) 
         assert doc is not None
         assert [(e.name, e.reason) for e in doc.gangs] == [("t2", "GangOwnerGone")]
         assert worker_replicas(api, elastic) == 8
+
+
+@PROPORTION_ONLY
+@pytest.mark.timeout(90)
+async def test_under_a_label_selector_a_job_left_out_is_served_and_a_deleted_one_is_not(
+    corner: Corner,
+) -> None:
+    """With label_selector set, a rigid job the selector leaves out is not among the
+    watched jobs, yet it is real: its gang gets a reclaim as any other. A selected job
+    deleted while its gang waits is remembered deleted: its leftover PodGroup shrinks
+    nobody (GangOwnerGone)."""
+    from builders import edit
+
+    api = corner.api
+    queue = corner.queue("q", capability_gpus=8)
+    ours = {"team": "ml"}
+
+    def body(name: str, labels: dict[str, str] | None = None, **kw: Any) -> dict[str, Any]:
+        job = pytorchjob_body(name, corner.ns, queue=queue, **kw)
+        return edit(job, "metadata.labels", labels) if labels else job
+
+    elastic = corner.job(body("elastic", ours, workers=8, max_replicas=8, min_available=2))
+    await settled(corner, elastic, 8, queue)
+    async with corner.daemon(
+        interval_seconds=600, min_interval_seconds=1, label_selector="team=ml"
+    ) as d:
+        await d.seen("PyTorchJob", "elastic", lambda j: j.active == 8)
+        gone = corner.job(body("t2", ours, workers=4))
+        await until("t2 waits", lambda: phase_of(corner, "t2") in ("Pending", "Inqueue"))
+        await d.seen("PodGroup", "t2", lambda g: g is not None)
+        api.delete(gone)
+        await until("t2 seen deleted", lambda: d.kube.objects().records.deleted_jobs)
+        result = await cycle(d, corner.tick())
+        assert actions(result) == []
+        assert result.plan is not None
+        (g,) = result.plan.gangs
+        assert (g.ref.name, g.reason) == ("t2", Reason.GANG_OWNER_GONE), g.message
+        assert "seen deleted" in g.message
+
+        corner.job(body("outside", workers=4))  # no label: not ours, but real
+        await until("outside waits", lambda: phase_of(corner, "outside") in ("Pending", "Inqueue"))
+        await d.seen("PodGroup", "outside", lambda g: g is not None)
+        result = await cycle(d, corner.tick())
+        assert result.plan is not None
+        reasons = {g.ref.name: g.reason for g in result.plan.gangs}
+        assert reasons["t2"] is Reason.GANG_OWNER_GONE
+        assert reasons["outside"] is not Reason.GANG_OWNER_GONE, result.plan.gangs
+        assert [(name, target) for name, _, target, _ in actions(result)] == [("elastic", 4)]
