@@ -82,6 +82,23 @@ def replicas(kube: FakeKubeApi, name: str) -> int:
     return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
 
 
+def grow_vcjob(ref: ObjectRef, vc: dict) -> Decision:
+    """The resize 2 -> 4 of the Volcano Job `vc` (as the fake server holds it)."""
+    return Decision(
+        ref=ref,
+        queue="vision",
+        current=2,
+        target=4,
+        reason=Reason.SCALE_UP_IDLE_GPUS,
+        message="2 workers",
+        min_replicas=1,
+        max_replicas=8,
+        gpus_per_worker=1,
+        resource_version=vc["metadata"]["resourceVersion"],
+        workers_at="0:worker",
+    )
+
+
 def outcomes(result: ApplyResult) -> list[Outcome]:
     return [r.outcome for r in result.results]
 
@@ -241,19 +258,7 @@ async def test_a_volcano_job_changed_since_read_is_a_conflict_not_a_refusal(
     vc = kube.put(vcjob("a", NS, replicas=2, max_replicas=8))
     kube.patch("jobs", NS, "a", {"metadata": {"labels": {"touched": "yes"}}})
     ref = ObjectRef(NS, "a", "Job", uid=vc["metadata"]["uid"])
-    resize = Decision(
-        ref=ref,
-        queue="vision",
-        current=2,
-        target=4,
-        reason=Reason.SCALE_UP_IDLE_GPUS,
-        message="2 workers",
-        min_replicas=1,
-        max_replicas=8,
-        gpus_per_worker=1,
-        resource_version=vc["metadata"]["resourceVersion"],
-        workers_at="0:worker",
-    )
+    resize = grow_vcjob(ref, vc)
     result = await actuator.apply(plan(resize), NOW)
     assert outcomes(result) == [Outcome.CONFLICT], result.results
     assert "422" in result.results[0].message
@@ -355,19 +360,7 @@ async def test_backoff_is_kept_per_object_kind_included(
     assert actuator.backoff_until(vc_ref) is None
     assert actuator.backoff_until(ObjectRef(NS, "a", "PaddleJob")) is None
 
-    resize = Decision(
-        ref=vc_ref,
-        queue="vision",
-        current=2,
-        target=4,
-        reason=Reason.SCALE_UP_IDLE_GPUS,
-        message="2 workers",
-        min_replicas=1,
-        max_replicas=8,
-        gpus_per_worker=1,
-        resource_version=vc["metadata"]["resourceVersion"],
-        workers_at="0:worker",
-    )
+    resize = grow_vcjob(vc_ref, vc)
     later = NOW + timedelta(seconds=1)  # within the PyTorchJob's back-off
     result = await actuator.apply(plan(resize, decide(torch, 4)), later)
     assert outcomes(result) == [Outcome.APPLIED, Outcome.BACKOFF], result.results

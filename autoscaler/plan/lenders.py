@@ -151,9 +151,7 @@ class _Lenders:
         """The other queues over their share, most over first: (queue, GPUs over, its
         jobs that may lend as victims)."""
         pools = []
-        for name in self._nearest(
-            g, sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
-        ):
+        for name in self._others(g):
             over = min(self._over(name), self._over_above(g, name))
             if over <= _EPS:  # gives nothing: its jobs are not asked
                 continue
@@ -189,6 +187,12 @@ class _Lenders:
     def _lendable(self, name: str) -> list[_Job]:
         """The plain scan: every job of the queue that may lend now, in its work order."""
         return [w for w in self.work.get(name, ()) if self._may_lend(w)]
+
+    def _others(self, g: PendingGroup) -> list[str]:
+        """The other queues that may lend to g, in the order they are asked: most over
+        their share first, nearest in the tree first under hierarchy."""
+        by_over = sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
+        return self._nearest(g, by_over)
 
     def _nearest(self, g: PendingGroup, names: list[str]) -> list[str]:
         """Under hierarchy, the lenders whose workers free room where g's queue lacks it:
@@ -272,8 +276,7 @@ class _Lenders:
             return [], 0
         found: list[tuple[_Job, int]] = []
         stale = 0
-        by_over = sorted(self.usable - {g.queue}, key=lambda n: (-self._over(n), n))
-        for name in self._nearest(g, by_over):
+        for name in self._others(g):
             for w in self.work.get(name, ()):
                 j, gpw = w.job, w.job.gpus_per_worker
                 if short <= 0 or gpw <= 0 or _waits_for_own_gang(j.ref, self.own):
