@@ -189,6 +189,7 @@ async def measure(
         growth_payoff_factor=0,
         log_level="info",
         log_format="json",
+        dry_run=dry_run,  # as `run --dry-run` sets it: a resize planned again is said once
     )
     snapshot = steady(n, settings, nodes, dry_run, lent)
     if done:
