@@ -9,9 +9,10 @@ metrics, the status document. The snapshot source returns the same snapshot (wha
 watch caches give when nothing changed). Prints the median CPU time of a cycle (this
 process only: others' load on the machine does not count) and of the status document's
 build within it (`status_cpu_ms`), the log lines a steady cycle wrote, and the garbage
-collections it ran. `--freeze` moves everything alive before the
-cycles (the snapshot, as the caches hold it) out of the collector's sight (gc.freeze), as
-a daemon may do once its caches are synced.
+collections it ran. `--freeze` tunes the collector as the daemon does once its caches are synced
+(read/kube/tuning.settle_gc: everything alive before the cycles, the snapshot as the
+caches hold it, moved out of the collector's sight, and a first-generation threshold of
+50,000): the daemon's own cycle.
 
 `--nodes N`: node fit too, on plan_node_fit.py's cluster instead (cycle_real.py's jobs
 read through build_snapshot, their pods bound to the nodes they fill, 200 waiting gangs),
@@ -62,6 +63,7 @@ from autoscaler.core.model import ClusterSnapshot, ObjectRef, UnmanagedJob  # no
 from autoscaler.core.reasons import Reason  # noqa: E402
 from autoscaler.plan.kept import MEMORY  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
+from autoscaler.read.kube.tuning import settle_gc  # noqa: E402
 from autoscaler.report.logs import configure_logging  # noqa: E402
 from autoscaler.report.metrics import Metrics  # noqa: E402
 from autoscaler.run import loop  # noqa: E402
@@ -200,7 +202,7 @@ async def measure(
     MEMORY.reset()  # the first cycle: nothing remembered
     if freeze:
         gc.collect()
-        gc.freeze()
+        settle_gc()
     controller = Controller(
         settings.loop_options(),
         settings.planner_policy(),
