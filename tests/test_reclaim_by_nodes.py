@@ -26,7 +26,8 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 from autoscaler.core.shapes import HostPort
-from autoscaler.plan.fit import Placer
+from autoscaler.plan.fit import Holder, Placer, RoomMemo, make_room
+from autoscaler.plan.fit import room as room_module
 from autoscaler.plan.planner import plan
 
 WORKER = shape(1, 8)
@@ -428,3 +429,74 @@ def test_a_job_a_later_pods_room_made_needless_keeps_its_workers():
     snapshot = replace(snapshot, pending=(replace(snapshot.pending[0], priority=10),))
     p = plan(snapshot, policy(), NOW)
     assert outcome(p) == ({"x": 8, "y": 1}, Reason.GANG_COVERED), p.gangs[0].message
+
+
+# ---- the greedy phase kept for the gangs behind (fit.RoomMemo) -------------------------
+
+
+def _holders(jobs: list) -> list[Holder]:
+    """Each job's workers above its min, highest index first (as reclaim._holder_kept)."""
+    return [
+        Holder(j.worker_shape, tuple(reversed(j.worker_nodes[j.min_replicas :])), priority=k % 2)
+        for k, j in enumerate(jobs)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    full_clusters(),
+    st.lists(st.sampled_from([shape(1, 8), shape(1, 30), shape(1, 60), shape(2, 8)]), max_size=4),
+    st.integers(0, 6),
+)
+def test_room_for_gangs_behind_is_the_room_found_from_nothing(cluster, behind, gpus):
+    """A gang weighed with the gangs ahead of it (their pods first, then its own) gets,
+    from the greedy run the gangs ahead left in a RoomMemo, exactly the room a search
+    from nothing finds: for every prefix of a queue of gangs, in order, and for pods
+    that are not a prefix of what was kept (the memo is then not used)."""
+    jobs, pods, count = cluster
+    if not jobs:
+        return
+    nodes = nodes_for(jobs, count)
+    holders = _holders(jobs)
+    queue = [*pods, *((s, 1) for s in behind)]
+    memo, key = RoomMemo(), ("holders",)
+    for end in range(1, len(queue) + 1):
+        prefix = tuple(queue[:end])
+        kept = make_room(Placer(nodes), prefix, holders, gpus, memo=(memo, key))
+        fresh = make_room(Placer(nodes), prefix, holders, gpus)
+        assert kept == fresh, (end, prefix)
+    other = tuple(reversed(queue))
+    assert make_room(Placer(nodes), other, holders, gpus, memo=(memo, key)) == make_room(
+        Placer(nodes), other, holders, gpus
+    )
+
+
+def test_gangs_behind_refused_gangs_do_not_search_again_what_those_ahead_found(monkeypatch):
+    """G gangs, each weighed with every gang refused ahead of it: the greedy steps of the
+    whole queue grow with G (each gang's own), not with G^2 (every prefix from nothing)."""
+    steps = []
+    real = room_module._RoomSearch._cheapest
+
+    def counted(self, shape):
+        steps.append(shape)
+        return real(self, shape)
+
+    monkeypatch.setattr(room_module._RoomSearch, "_cheapest", counted)
+    gangs = 12
+    jobs = []
+    for pair in range(gangs):
+        a, b = f"n{2 * pair + 1}", f"n{2 * pair + 2}"
+        for k in range(4):
+            job = ej(f"j{pair:02d}-{k}", min=1, max=8, replicas=4)
+            jobs.append(replace(job, shape=WORKER, worker_nodes=(a, a, b, b)))
+    nodes = nodes_for(jobs, 2 * gangs)
+    holders = _holders(jobs)
+    memo, key = RoomMemo(), ("holders",)
+    for end in range(1, gangs + 1):
+        room = make_room(Placer(nodes), ((HEAVY, 1),) * end, holders, memo=(memo, key))
+        assert room.cuts is not None
+    kept = len(steps)
+    steps.clear()
+    for end in range(1, gangs + 1):
+        make_room(Placer(nodes), ((HEAVY, 1),) * end, holders)
+    assert kept <= 2 * gangs < len(steps), (kept, len(steps))

@@ -130,12 +130,13 @@ class ReclaimRules(WeighRules):
         caps = self.lenders.caps() if self.lenders is not None and lenders else {}
         # a full queue's waiting gangs are often alike and none fits: asked once each
         # until a gang is placed or a reclaim changes the nodes (cleared there)
-        key = (g.pods, gpus, tuple(holders), tuple(sorted(caps.items())))
-        found = self._no_room.get(key)
+        among = (tuple(holders), tuple(sorted(caps.items())))
+        key = (g.pods, gpus, among)
+        found = self._no_room.failed.get(key)
         if found is None:
-            found = make_room(self.nodes, g.pods, holders, gpus, caps)
+            found = make_room(self.nodes, g.pods, holders, gpus, caps, (self._no_room, among))
             if found.cuts is None:
-                self._no_room[key] = found
+                self._no_room.failed[key] = found
         return found
 
     def _holder_kept(self, w: _Job, group: str = "") -> Holder:

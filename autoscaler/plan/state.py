@@ -9,7 +9,6 @@ state it needs and decides through `_decide` (a job fixed for this cycle) or
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 from datetime import datetime
 
 from autoscaler.core.model import (
@@ -25,7 +24,7 @@ from autoscaler.core.policy import PlannerPolicy
 from autoscaler.core.reasons import Reason
 
 from . import payoff
-from .fit import GroupFit, Holder, Placer, Room
+from .fit import GroupFit, Holder, Placer, RoomMemo
 from .inflight import NoPods
 from .kept import _Decided, _decision
 from .lenders import _Shared
@@ -97,7 +96,7 @@ class QueuePlanState:
         self._locked: int | None = None  # see reclaim.py, _locked_gpus
         # the Queue object's capability in its other dimensions, once gangs are served
         self.quota: QueueQuota | None = None
-        self._no_room: dict[Hashable, Room] = {}  # see reclaim.py, _room
+        self._no_room = RoomMemo()  # see reclaim.py, _room
         self._holders: dict[tuple[int, str], tuple[int, Holder]] = {}  # reclaim.py, _holder_kept
 
     def _beyond_group_limits(self, g: PendingGroup) -> bool:

@@ -48,7 +48,7 @@ from .filters import (
 )
 from .groups import GroupFit, with_taken
 from .placer import Placer, describe_shape
-from .room import Holder, Room, make_room
+from .room import Holder, Room, RoomMemo, make_room
 
 __all__ = [
     "AFFINITY",
@@ -61,6 +61,7 @@ __all__ = [
     "Misfit",
     "Placer",
     "Room",
+    "RoomMemo",
     "admits",
     "describe_shape",
     "how_many",

@@ -9,8 +9,8 @@ lowest priority, fewest jobs restarted, fewest workers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from autoscaler.core.shapes import MILLI, PodShape
 
@@ -40,12 +40,50 @@ class Room:
     why: str = ""
 
 
+_Pods = tuple[tuple[PodShape, int], ...]
+
+
+@dataclass(slots=True)
+class RoomMemo:
+    """What `make_room` calls over the same nodes leave for later ones; valid while the
+    Placer is not changed outside its trials (`clear()` where it is).
+
+    `failed`: rooms found impossible, by the caller's key. `greedy`: per holders and
+    caps, the last greedy phase run (its pods, and the cuts it ended with, or None when
+    it fell back to every worker at once). A gang behind gangs refused a reclaim is
+    weighed with all of them (rule 3b), its pods after theirs: the greedy phase for
+    those pods passes through exactly the state the run for the pods ahead ended in
+    (each step serves the first pod in order that finds no node, and pods ahead are
+    placed the same whatever follows them), so it starts there. Without it, G refused
+    gangs cost G^2 x (jobs + nodes)."""
+
+    failed: dict[Hashable, Room] = field(default_factory=dict)
+    greedy: dict[Hashable, tuple[_Pods, tuple[int, ...] | None]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.failed.clear()
+        self.greedy.clear()
+
+    def start(self, key: Hashable, pods: _Pods) -> tuple[int, ...] | None:
+        """The greedy state to start from for `pods`: the cuts a run for a prefix of
+        them ended with (() when none is kept: from nothing taken), None when that run
+        fell back (so will this one)."""
+        kept = self.greedy.get(key)
+        if kept is None:
+            return ()
+        ran, cuts = kept
+        if len(ran) > len(pods) or pods[: len(ran)] != ran:
+            return ()
+        return cuts
+
+
 def make_room(
     placer: Placer,
     pods: Sequence[tuple[PodShape, int]],
     holders: Sequence[Holder],
     gpus: int = 0,
     caps: Mapping[str, float] | None = None,
+    memo: tuple[RoomMemo, Hashable] | None = None,
 ) -> Room:
     """The workers to take so that every pod of `pods` (a gang, in order) fits on the
     nodes once they are gone, and the workers gone on nodes the pods' shapes admit free
@@ -57,9 +95,12 @@ def make_room(
     restarts anyway), then the fewest workers; a worker elsewhere frees nothing the pod
     can use and is taken only where a higher-index one it must go before is needed.
     Releasing the planned workers in holder order and then placing `pods` in order is
-    the check, as the planner then does it."""
+    the check, as the planner then does it.
+
+    `memo`: a RoomMemo and the key of these holders and caps in it (the same Room,
+    found from where a run for the pods ahead of these ended)."""
     search = _RoomSearch(placer, pods, holders, caps or {})
-    return search.run(gpus)
+    return search.run(gpus, memo)
 
 
 _PORTS = " host ports"  # in a node's lack: no resource name has a space
@@ -91,22 +132,40 @@ class _RoomSearch:
         self._admits: dict[tuple[PodShape, str], bool] = {}
         self._wanted = PodShape()  # the pod a node is being freed for (_cheapest)
 
-    def run(self, gpus: int) -> Room:
+    def run(self, gpus: int, memo: tuple[RoomMemo, Hashable] | None = None) -> Room:
+        if not self._greedy(memo):
+            return self._fallback(gpus)
+        self._prune()
+        if not self._cover_gpus(gpus):
+            return Room(None, self._gpus_words(gpus))
+        return Room(tuple(self.cuts))
+
+    def _greedy(self, memo: tuple[RoomMemo, Hashable] | None) -> bool:
+        """Room pod by pod: False when a pod finds no node that can be freed for it."""
+        pods = tuple(self.pods)
+        if memo is not None:
+            start = memo[0].start(memo[1], pods)
+            if start is None:
+                return False
+            if start:
+                self.cuts = list(start)
+        ok = self._greedy_steps()
+        if memo is not None:
+            memo[0].greedy[memo[1]] = (pods, tuple(self.cuts) if ok else None)
+        return ok
+
+    def _greedy_steps(self) -> bool:
         while True:
             with self.placer.trial():
                 self._release(self.cuts)
                 short = self._first_unplaced()
                 more = None if short is None else self._cheapest(short)
             if short is None:
-                break
+                return True
             if more is None:
-                return self._fallback(gpus)
+                return False
             for h, cut in more.items():
                 self.cuts[h] = cut
-        self._prune()
-        if not self._cover_gpus(gpus):
-            return Room(None, self._gpus_words(gpus))
-        return Room(tuple(self.cuts))
 
     # -- the state tried ------------------------------------------------------------------
 
