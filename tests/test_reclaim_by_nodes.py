@@ -500,3 +500,50 @@ def test_gangs_behind_refused_gangs_do_not_search_again_what_those_ahead_found(m
     for end in range(1, gangs + 1):
         make_room(Placer(nodes), ((HEAVY, 1),) * end, holders)
     assert kept <= 2 * gangs < len(steps), (kept, len(steps))
+
+
+@st.composite
+def packed_clusters(draw):
+    """2-6 nodes filled to their last CPU by the workers (1 GPU, 8 or 16 CPUs) of 2-5
+    jobs, each worker's job drawn."""
+    count = draw(st.integers(2, 6))
+    cpus = [draw(st.sampled_from([8, 16])) for _ in range(draw(st.integers(2, 5)))]
+    where: list[list[str]] = [[] for _ in cpus]
+    for i in range(1, count + 1):
+        left = 64
+        while left >= 8:
+            fits = [k for k, c in enumerate(cpus) if c <= left]
+            k = draw(st.sampled_from(fits))
+            where[k].append(f"n{i}")
+            left -= cpus[k]
+    jobs = [
+        replace(ej(f"j{k}", min=1, max=64, replicas=len(w)), shape=shape(1, c))
+        for k, (c, w) in enumerate(zip(cpus, where, strict=True))
+        if w
+    ]
+    placed = [w for w in where if w]
+    return [replace(j, worker_nodes=tuple(w)) for j, w in zip(jobs, placed, strict=True)], count
+
+
+@settings(max_examples=400, deadline=None)
+@given(packed_clusters(), st.integers(1, 2), st.sampled_from([16, 30, 40, 60]), st.integers(1, 6))
+def test_alike_pods_are_pruned_as_placing_them_all_prunes(cluster, gpus, cpu, gangs):
+    """_RoomSearch._prune_alike (pods of one shape, no host ports: counted, each job's
+    room taken again) keeps exactly the jobs _prune_each (every pod placed again per
+    job tried) keeps, from the same greedy room."""
+    jobs, count = cluster
+    pod = shape(gpus, cpu)
+    nodes = nodes_for(jobs, count)
+    search = room_module._RoomSearch(Placer(nodes), ((pod, 1),) * gangs, _holders(jobs), {})
+    if not search._alike() or not search._greedy(None):
+        return
+    greedy = list(search.cuts)
+    order = sorted(
+        (h for h, cut in enumerate(greedy) if cut),
+        key=lambda h: (-search.holders[h].priority, -h),
+    )
+    event(f"jobs giving: {min(len(order), 3)}")
+    search._prune_alike(order)
+    alike, search.cuts = search.cuts, list(greedy)
+    search._prune_each(order)
+    assert alike == search.cuts

@@ -243,6 +243,21 @@ class Placer(_Buckets):
                 left.remove(p)
         self._move(name, cls, key, d, tuple(left))
 
+    def occupy(self, name: str, shape: PodShape) -> None:
+        """A pod of the shape (no host ports) is back on node `name`: `release` undone,
+        to the room it gave back."""
+        assert not shape.host_ports
+        where = self._locate(name)
+        if where is None:
+            return
+        cls, key = where
+        free, ports = key
+        d = dict(free)
+        for res, want in shape.requests:
+            if res in d:
+                d[res] -= want
+        self._move(name, cls, key, d, ports)
+
     def release_all(self, pods: Iterable[tuple[str, PodShape]]) -> None:
         """Many pods leave their nodes at once, (node, shape) each: as `release` one by
         one, but each bucket is rebuilt once (one at a time, each pod scans its
