@@ -16,6 +16,7 @@ from autoscaler.core.model import (
     ClusterSnapshot,
     Decision,
     ElasticJob,
+    GangDecision,
     ObjectRef,
     Plan,
     QueueSummary,
@@ -224,6 +225,12 @@ def build_status(
     counted and ranked, but only the `max_jobs` most urgent become entries."""
 
     now = plan.now
+    writes = tuple(writes)
+    params = (max_jobs, cooldown_seconds, mode, identity, version, heartbeat_seconds, max_bytes)
+    if memo is not None:
+        again = _steady_doc(memo, snapshot, plan, cycle, previous, writes, params)
+        if again is not None:
+            return again
     elastic = _by_ref(snapshot.jobs)
     if memo is not None:
         memo.take_up(plan.decisions)
@@ -249,7 +256,102 @@ def build_status(
         gangs=_gang_entries(snapshot, plan),
         omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
     )
-    return bounded(doc, max_jobs, max_bytes, memo)
+    out = bounded(doc, max_jobs, max_bytes, memo)
+    if memo is not None:
+        memo.steady = _Steady.of(doc, out, snapshot, plan, writes, params, cooldown, memo.size)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Steady:
+    """A document with everything it was built of, kept when building it again from the
+    same inputs, with itself as the previous document, gives it again (`_steady_doc`):
+    a steady dry run hands over the same snapshot, decisions and writes every cycle,
+    and ranking and resizing its thousands of planned resizes again was most of a
+    status. Which is so when no entry was stamped by its build (a `since`, an entry's
+    or its resize's, and a gang's are the build's `now` only when they are new or
+    moved: built again, they would take the new `now`), none was cut for bytes (a
+    dump that fits with room to spare fits again with another cycle section), and
+    until the cooldown of a settled resize listed has passed (then it leaves). The
+    others keep their entries: a job listed keeps its since and resize, one not
+    listed only ranks later (its since is the new `now`), so the same are listed."""
+
+    doc: StatusDoc
+    snapshot: ClusterSnapshot
+    decisions: tuple[Decision, ...]
+    gangs: tuple[GangDecision, ...]
+    queues: Mapping[str, QueueSummary]
+    writes: tuple[WriteOutcome, ...]
+    params: tuple[object, ...]
+    built: datetime  # the `now` it was built at: a later `now` only ranks the rest later
+    until: datetime | None  # the end of the first cooldown of a settled resize listed
+
+    @classmethod
+    def of(
+        cls,
+        doc: StatusDoc,
+        out: StatusDoc,
+        snapshot: ClusterSnapshot,
+        plan: Plan,
+        writes: tuple[WriteOutcome, ...],
+        params: tuple[object, ...],
+        cooldown: timedelta,
+        size: int,
+    ) -> _Steady | None:
+        """`out` (bounded from `doc`) kept, or None when a build again may differ."""
+        now, max_bytes = plan.now, params[-1]
+        if len(out.jobs) != len(doc.jobs) or len(out.gangs) != len(doc.gangs):
+            return None  # cut: to the bound, or for bytes
+        if isinstance(max_bytes, int) and size + _ROOM > max_bytes:
+            return None
+        if any(g.since == now for g in doc.gangs):
+            return None
+        until: datetime | None = None
+        for e in doc.jobs:
+            r = e.resize
+            if e.since == now or (r is not None and r.since == now):
+                return None
+            if r is not None and r.state is ResizeState.SETTLED:
+                end = (e.last_resize or r.since) + cooldown
+                until = end if until is None else min(until, end)
+        return cls(
+            out, snapshot, plan.decisions, plan.gangs, plan.queues, writes, params, now, until
+        )
+
+
+# bytes a kept document must fit below its bound by: another cycle section (a result,
+# a duration, the writes by outcome) is a few dozen more at most
+_ROOM = 4096
+
+
+def _steady_doc(
+    memo: StatusMemo,
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    cycle: Cycle,
+    previous: StatusDoc | None,
+    writes: tuple[WriteOutcome, ...],
+    params: tuple[object, ...],
+) -> StatusDoc | None:
+    """The last document with this cycle's section, when it is what building it again
+    gives (_Steady); None otherwise."""
+    k = memo.steady
+    if not isinstance(k, _Steady) or previous is not k.doc or snapshot is not k.snapshot:
+        return None
+    now = plan.now
+    if now < k.built or (k.until is not None and now >= k.until):
+        return None
+    last = k.decisions
+    same = len(plan.decisions) == len(last) and all(map(operator.is_, plan.decisions, last))
+    if not same or params != k.params or len(cycle.message) > _ROOM // 2:
+        return None
+    if not (writes is k.writes or writes == k.writes):
+        return None
+    if plan.gangs != k.gangs or plan.queues != k.queues:
+        return None
+    doc = with_cycle(k.doc, now, cycle)
+    memo.steady = replace(k, doc=doc)
+    return doc
 
 
 # (rank, since, namespace, name, kind, index in plan.decisions, resize): sorts by urgency
@@ -474,10 +576,14 @@ def bounded(
         )
 
     n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
-    out = cut(n_jobs, n_gangs)
-    while max_bytes is not None and len(dump(out, memo)) > max_bytes and (n_jobs or n_gangs):
+    out, size = cut(n_jobs, n_gangs), 0
+    while (
+        max_bytes is not None and (size := len(dump(out, memo))) > max_bytes and (n_jobs or n_gangs)
+    ):
         n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
         out = cut(n_jobs, n_gangs)
+    if memo is not None and max_bytes is not None:
+        memo.size = size
     return out
 
 

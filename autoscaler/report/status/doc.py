@@ -226,6 +226,10 @@ class StatusMemo:
     entries: dict[int, _KeptEntry] = field(default_factory=dict)  # by id() of the decision
     rows: dict[int, tuple[JobEntry, str]] = field(default_factory=dict)  # by id() of entry
     queues: dict[str, str] = field(default_factory=dict)  # a queue's JSON -> its lines
+    # the last document with everything it was built of, when building it again from
+    # the same inputs gives it again (build.py _Steady); None when it might not
+    steady: object | None = None
+    size: int = 0  # the length of the last document dumped to be bounded (bytes)
 
     def take_up(self, decisions: tuple[Decision, ...]) -> None:
         """This plan's decisions: what was read of the last plan's is forgotten unless
