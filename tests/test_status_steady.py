@@ -93,13 +93,20 @@ def test_a_steady_dry_run_keeps_its_document_and_it_is_the_one_built_afresh():
     t += timedelta(seconds=30)
     run.step(s, planned(s, t, memory), tuple(list(writes)))
     assert run.kept == 5
-    # a write that changes, a new snapshot, an earlier now: built afresh
+    # new tuples of the same records (as the sources assemble them when any cache
+    # changed) keep it as well
+    t += timedelta(seconds=30)
+    again = replace(s, jobs=tuple(list(s.jobs)), pending=tuple(list(s.pending)))
+    run.step(again, planned(again, t, memory), writes)
+    assert run.kept == 6
+    # a write that changes, a job read anew (an equal new object), an earlier now:
+    # built afresh
     t += timedelta(seconds=30)
     run.step(s, planned(s, t, memory), writes[:-1])
-    s2 = replace(s, jobs=tuple(s.jobs))
+    s2 = replace(s, jobs=(replace(s.jobs[0]), *s.jobs[1:]))
     run.step(s2, planned(s2, t + timedelta(seconds=30), memory), writes[:-1])
     run.step(s2, planned(s2, t, memory), writes[:-1])
-    assert run.kept == 5
+    assert run.kept == 6
 
 
 def test_a_settled_resize_leaves_the_kept_document_when_its_cooldown_ends():
@@ -126,7 +133,7 @@ _STEP = st.tuples(
     st.sampled_from(
         [
             *("same", "same", "same", "equal-writes", "job", "settle", "applied", "dry"),
-            *("restart", "bound", "bytes", "free", "replay"),
+            *("restart", "bound", "bytes", "free", "replay", "reassembled", "gang-new"),
         ]
     ),
     st.integers(0, 7),
@@ -153,6 +160,10 @@ def test_any_sequence_of_cycles_keeps_only_the_document_built_afresh(steps):
             s = replace(s, jobs=(*s.jobs[:i], moved, *s.jobs[i + 1 :]))
         elif what == "free":
             s = replace(s, queues={**s.queues, "r": replace(s.queues["r"], free_gpus=i)})
+        elif what == "reassembled":  # new tuples of the same records
+            s = replace(s, jobs=tuple(list(s.jobs)), pending=tuple(list(s.pending)))
+        elif what == "gang-new":  # the waiting PodGroup read anew, created later
+            s = replace(s, pending=tuple(replace(g, created=t) for g in s.pending))
         elif what == "restart":
             run.previous = None
         elif what == "bound":

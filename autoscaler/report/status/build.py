@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -16,8 +16,8 @@ from autoscaler.core.model import (
     ClusterSnapshot,
     Decision,
     ElasticJob,
-    GangDecision,
     ObjectRef,
+    PendingGroup,
     Plan,
     QueueSummary,
 )
@@ -264,23 +264,26 @@ def build_status(
 
 @dataclass(frozen=True, slots=True)
 class _Steady:
-    """A document with everything it was built of, kept when building it again from the
-    same inputs, with itself as the previous document, gives it again (`_steady_doc`):
-    a steady dry run hands over the same snapshot, decisions and writes every cycle,
-    and ranking and resizing its thousands of planned resizes again was most of a
-    status. Which is so when no entry was stamped by its build (a `since`, an entry's
-    or its resize's, and a gang's are the build's `now` only when they are new or
-    moved: built again, they would take the new `now`), none was cut for bytes (a
+    """A document with everything it was built of (of the snapshot, all a status reads:
+    its jobs and waiting PodGroups, the same objects), kept when building it again from
+    the same inputs, with itself as the previous document, gives it again
+    (`_steady_doc`): a steady dry run hands over the same records, decisions and writes
+    every cycle, and ranking and resizing its thousands of planned resizes again was
+    most of a status. Which is so when no entry was stamped by its build (a `since`, an
+    entry's or its resize's, and a gang's are the build's `now` only when they are new
+    or moved: built again, they would take the new `now`), none was cut for bytes (a
     dump that fits with room to spare fits again with another cycle section), and
     until the cooldown of a settled resize listed has passed (then it leaves). The
     others keep their entries: a job listed keeps its since and resize, one not
     listed only ranks later (its since is the new `now`), so the same are listed."""
 
     doc: StatusDoc
-    snapshot: ClusterSnapshot
+    jobs: tuple[ElasticJob, ...]  # what a status reads of the snapshot: its jobs
+    pending: tuple[PendingGroup, ...]  # and its waiting PodGroups
     decisions: tuple[Decision, ...]
-    gangs: tuple[GangDecision, ...]
-    queues: Mapping[str, QueueSummary]
+    # the plan's gangs and queues as written out: equal numbers of another type (a
+    # free count read as 0 or 0.0) are written differently
+    said: str
     writes: tuple[WriteOutcome, ...]
     params: tuple[object, ...]
     built: datetime  # the `now` it was built at: a later `now` only ranks the rest later
@@ -315,8 +318,24 @@ class _Steady:
                 end = (e.last_resize or r.since) + cooldown
                 until = end if until is None else min(until, end)
         return cls(
-            out, snapshot, plan.decisions, plan.gangs, plan.queues, writes, params, now, until
+            out,
+            tuple(snapshot.jobs),
+            tuple(snapshot.pending),
+            plan.decisions,
+            _said(plan),
+            writes,
+            params,
+            now,
+            until,
         )
+
+
+def _said(plan: Plan) -> str:
+    return repr((plan.gangs, plan.queues))
+
+
+def _same(items: Sequence[object], kept: tuple[object, ...]) -> bool:
+    return len(items) == len(kept) and all(map(operator.is_, items, kept))
 
 
 # bytes a kept document must fit below its bound by: another cycle section (a result,
@@ -336,18 +355,24 @@ def _steady_doc(
     """The last document with this cycle's section, when it is what building it again
     gives (_Steady); None otherwise."""
     k = memo.steady
-    if not isinstance(k, _Steady) or previous is not k.doc or snapshot is not k.snapshot:
+    if not isinstance(k, _Steady) or previous is not k.doc:
         return None
     now = plan.now
     if now < k.built or (k.until is not None and now >= k.until):
         return None
-    last = k.decisions
-    same = len(plan.decisions) == len(last) and all(map(operator.is_, plan.decisions, last))
-    if not same or params != k.params or len(cycle.message) > _ROOM // 2:
+    if params != k.params or len(cycle.message) > _ROOM // 2:
+        return None
+    # the same objects, in C: the sources assemble new tuples of the same records
+    # whenever any cache changed
+    if not (
+        _same(plan.decisions, k.decisions)
+        and _same(snapshot.jobs, k.jobs)
+        and _same(snapshot.pending, k.pending)
+    ):
         return None
     if not (writes is k.writes or writes == k.writes):
         return None
-    if plan.gangs != k.gangs or plan.queues != k.queues:
+    if _said(plan) != k.said:
         return None
     doc = with_cycle(k.doc, now, cycle)
     memo.steady = replace(k, doc=doc)
