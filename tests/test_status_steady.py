@@ -15,7 +15,7 @@ from builders import NOW, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import ClusterSnapshot, Plan
+from autoscaler.core.model import ClusterSnapshot, InvalidGroup, ObjectRef, Plan
 from autoscaler.plan.kept import PlanMemory
 from autoscaler.plan.planner import plan
 from autoscaler.report.status.build import WriteOutcome, build_status
@@ -99,6 +99,16 @@ def test_a_steady_dry_run_keeps_its_document_and_it_is_the_one_built_afresh():
     again = replace(s, jobs=tuple(list(s.jobs)), pending=tuple(list(s.pending)))
     run.step(again, planned(again, t, memory), writes)
     assert run.kept == 6
+    # a document cut to fit its bytes (the entries cut are stamped each build: they
+    # would rank later still) is kept too, once its listed entries are
+    t += timedelta(seconds=30)
+    p = planned(s, t, memory)
+    cut = run.step(s, p, writes, max_bytes=3200)
+    assert len(cut.jobs) < 6 and cut.omitted_jobs
+    for _ in range(2):
+        t += timedelta(seconds=30)
+        run.step(s, planned(s, t, memory), writes, max_bytes=3200)
+    assert run.kept == 8
     # a write that changes, a job read anew (an equal new object), an earlier now:
     # built afresh
     t += timedelta(seconds=30)
@@ -106,7 +116,7 @@ def test_a_steady_dry_run_keeps_its_document_and_it_is_the_one_built_afresh():
     s2 = replace(s, jobs=(replace(s.jobs[0]), *s.jobs[1:]))
     run.step(s2, planned(s2, t + timedelta(seconds=30), memory), writes[:-1])
     run.step(s2, planned(s2, t, memory), writes[:-1])
-    assert run.kept == 6
+    assert run.kept == 8
 
 
 def test_a_settled_resize_leaves_the_kept_document_when_its_cooldown_ends():
@@ -183,3 +193,33 @@ def test_any_sequence_of_cycles_keeps_only_the_document_built_afresh(steps):
         elif what == "equal-writes":
             writes = tuple(list(writes))
         run.step(s, p, writes, **kw)
+
+
+def test_a_document_near_its_byte_bound_or_with_a_gang_stamped_is_built_afresh():
+    """Kept only far from the byte bound: a longer cycle section may cut what the last
+    did not. And a gang listed since the build's `now` (its PodGroup not read: an
+    invalid one) would take the new `now`."""
+    s, memory, run = cluster(), PlanMemory(), Daemon()
+    p = planned(s, NOW, memory)
+    writes = dry_run(p)
+    size = len(dump(build_status(s, p, OK, None, writes, max_jobs=6, cooldown_seconds=COOLDOWN)))
+    t = NOW
+    for i in range(4):  # each cycle's duration written longer
+        t += timedelta(seconds=30)
+        run.step(
+            s,
+            planned(s, t, memory),
+            writes,
+            Cycle("ok", duration_seconds=0.1**i),
+            max_bytes=size + 8,
+        )
+    assert run.kept == 0
+    bad = InvalidGroup(
+        ObjectRef("ml", "unreadable", "PodGroup"), "q", "spec.minMember: not a number"
+    )
+    s2 = replace(s, invalid_groups=(bad,))
+    for _ in range(3):
+        t += timedelta(seconds=30)
+        doc = run.step(s2, planned(s2, t, memory), writes)
+        assert doc.gangs[-1].since == t
+    assert run.kept == 0

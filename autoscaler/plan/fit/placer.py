@@ -200,10 +200,9 @@ class Placer(_Buckets):
         a heap of the buckets kept for the shape. Best fit takes a bucket's last node,
         which moves to another bucket: only those two buckets change, and both are
         pushed again (the moves since the shape was last placed, `_since`); an entry
-        whose bucket is gone or has another last
-        node now is dropped when it comes up. Any other change (an undone trial, a
-        bulk release) makes the heap anew. Scanning every bucket per pod placed was
-        most of a first plan (#45)."""
+        whose bucket is gone or has another last node now is dropped when it comes
+        up. Any other change (an undone trial, a bulk release) makes the heap anew.
+        Scanning every bucket per pod placed was most of a first plan (#45)."""
         if self._node_wise(shape):
             return self._scan_best(shape)
         kept = self._heaps.get(shape)
@@ -217,7 +216,6 @@ class Placer(_Buckets):
                     self._push(heap, shape, cls, key)
                     self._push(heap, shape, cls, to)
         self._heaps[shape] = (self.version, heap)
-        buckets = None
         while heap:
             _, last, _, cls, key, room = heap[0]
             buckets = cls.buckets.get(key)

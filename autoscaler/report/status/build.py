@@ -258,7 +258,7 @@ def build_status(
     )
     out = bounded(doc, max_jobs, max_bytes, memo)
     if memo is not None:
-        memo.steady = _Steady.of(doc, out, snapshot, plan, writes, params, cooldown, memo.size)
+        memo.steady = _Steady.of(doc, out, snapshot, plan, writes, params, cooldown, memo.margin)
     return out
 
 
@@ -269,13 +269,14 @@ class _Steady:
     the same inputs, with itself as the previous document, gives it again
     (`_steady_doc`): a steady dry run hands over the same records, decisions and writes
     every cycle, and ranking and resizing its thousands of planned resizes again was
-    most of a status. Which is so when no entry was stamped by its build (a `since`, an
-    entry's or its resize's, and a gang's are the build's `now` only when they are new
-    or moved: built again, they would take the new `now`), none was cut for bytes (a
-    dump that fits with room to spare fits again with another cycle section), and
-    until the cooldown of a settled resize listed has passed (then it leaves). The
-    others keep their entries: a job listed keeps its since and resize, one not
-    listed only ranks later (its since is the new `now`), so the same are listed."""
+    most of a status. Which is so when no entry listed was stamped by its build (a
+    `since`, an entry's or its resize's, and a gang's are the build's `now` only when
+    they are new or moved: built again, they would take the new `now`), every size
+    checked against the byte bound was far from it (another cycle section cuts the
+    same), and until the cooldown of a settled resize listed has passed (then it
+    leaves). The others keep their entries: a job listed keeps its since and resize,
+    one not listed only ranks later (its since is the new `now`), so the same are
+    listed, and the same are cut and counted."""
 
     doc: StatusDoc
     jobs: tuple[ElasticJob, ...]  # what a status reads of the snapshot: its jobs
@@ -299,18 +300,18 @@ class _Steady:
         writes: tuple[WriteOutcome, ...],
         params: tuple[object, ...],
         cooldown: timedelta,
-        size: int,
+        margin: int | None,
     ) -> _Steady | None:
-        """`out` (bounded from `doc`) kept, or None when a build again may differ."""
+        """`out` (bounded from `doc`) kept, or None when a build again may differ. What
+        was cut (to the bound, or to fit the bytes) may have been stamped: built again
+        it would rank later still, and stay cut."""
         now, max_bytes = plan.now, params[-1]
-        if len(out.jobs) != len(doc.jobs) or len(out.gangs) != len(doc.gangs):
-            return None  # cut: to the bound, or for bytes
-        if isinstance(max_bytes, int) and size + _ROOM > max_bytes:
+        if max_bytes is not None and (margin is None or margin <= _ROOM):
             return None
-        if any(g.since == now for g in doc.gangs):
+        if any(g.since == now for g in out.gangs):
             return None
         until: datetime | None = None
-        for e in doc.jobs:
+        for e in out.jobs:
             r = e.resize
             if e.since == now or (r is not None and r.since == now):
                 return None
@@ -338,9 +339,10 @@ def _same(items: Sequence[object], kept: tuple[object, ...]) -> bool:
     return len(items) == len(kept) and all(map(operator.is_, items, kept))
 
 
-# bytes a kept document must fit below its bound by: another cycle section (a result,
-# a duration, the writes by outcome) is a few dozen more at most
-_ROOM = 4096
+# bytes every size checked against the bound must be away from it for a document to be
+# kept: another cycle section of the same message and writes (a result, a duration) is
+# a few dozen bytes longer at most, and the time a few more
+_ROOM = 256
 
 
 def _steady_doc(
@@ -360,7 +362,7 @@ def _steady_doc(
     now = plan.now
     if now < k.built or (k.until is not None and now >= k.until):
         return None
-    if params != k.params or len(cycle.message) > _ROOM // 2:
+    if params != k.params or cycle.message != k.doc.cycle.message:
         return None
     # the same objects, in C: the sources assemble new tuples of the same records
     # whenever any cache changed
@@ -601,14 +603,17 @@ def bounded(
         )
 
     n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
-    out, size = cut(n_jobs, n_gangs), 0
-    while (
-        max_bytes is not None and (size := len(dump(out, memo))) > max_bytes and (n_jobs or n_gangs)
-    ):
+    out = cut(n_jobs, n_gangs)
+    margin = None  # the least distance of a size checked from the bound
+    while max_bytes is not None:
+        size = len(dump(out, memo))
+        margin = abs(size - max_bytes) if margin is None else min(margin, abs(size - max_bytes))
+        if size <= max_bytes or not (n_jobs or n_gangs):
+            break
         n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
         out = cut(n_jobs, n_gangs)
-    if memo is not None and max_bytes is not None:
-        memo.size = size
+    if memo is not None:
+        memo.margin = margin
     return out
 
 

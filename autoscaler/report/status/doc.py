@@ -229,7 +229,9 @@ class StatusMemo:
     # the last document with everything it was built of, when building it again from
     # the same inputs gives it again (build.py _Steady); None when it might not
     steady: object | None = None
-    size: int = 0  # the length of the last document dumped to be bounded (bytes)
+    # the least distance, in bytes, between a size the last bounding checked and the
+    # bound (None: nothing checked): how far another cycle section is from another cut
+    margin: int | None = None
 
     def take_up(self, decisions: tuple[Decision, ...]) -> None:
         """This plan's decisions: what was read of the last plan's is forgotten unless
