@@ -18,7 +18,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.core.shapes import MILLI
 
-from .fit import Holder, Room, describe_shape, make_room
+from .fit import Holder, Room, describe_shape, room_for
 from .victims import _VictimPool, holder_of, may_give_way, victims_of_cuts
 from .weigh import WeighRules, _Covered
 from .work import _SERVED, _gpus_of, _Job, _running_taken
@@ -133,7 +133,7 @@ class ReclaimRules(WeighRules):
         key = (g.pods, gpus, tuple(holders), tuple(sorted(caps.items())))
         found = self._no_room.get(key)
         if found is None:
-            found = make_room(self.nodes, g.pods, holders, gpus, caps)
+            found = room_for(self.nodes, g.pods, holders, gpus, caps)
             if found.cuts is None:
                 self._no_room[key] = found
         return found

@@ -50,7 +50,7 @@ from .filters import (
 )
 from .groups import GroupFit, with_taken
 from .placer import Placer, describe_shape
-from .replay import Replay
+from .replay import Replay, room_for
 from .room import Holder, Room, make_room
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "how_many",
     "make_room",
     "requirement_matches",
+    "room_for",
     "tolerates",
     "with_taken",
 ]

@@ -10,16 +10,17 @@ differs, the room is made (`Placer.__init__` from the start, then the calls of t
 far that change it, again) and the placer goes on as any other. A steady cycle places
 thousands of workers in flight and grants (#45): each is then a comparison.
 
-What is logged is every public call of the Placer that the planner makes. Anything else
+What is logged is every public call of the Placer that the planner makes, and a reclaim's
+search for room (`make_room`, which tries and undoes: it changes nothing). Anything else
 (a trial, a bulk release, the nodes by name, any attribute the Placer keeps inside)
 makes the room and ends the log for this plan: the next plan replays up to there. Calls
-one logged call makes of another (`place_all` -> `unplaced` -> `place`) are not logged
-apart: the outer one is the call.
+one logged call makes of another (`place_all` -> `unplaced` -> `place`, make_room's
+trials) are not logged apart: the outer one is the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +29,7 @@ from autoscaler.core.shapes import HostPort, PodShape
 
 from .nodes import _Grouping
 from .placer import Placer
+from .room import Holder, Room, make_room
 
 # one logged call: (what, its arguments, its answer)
 _Entry = tuple[str, tuple[Any, ...], Any]
@@ -123,6 +125,8 @@ class Replay(Placer):
     # -- what ends the log: changes made or undone outside a logged call -------------------
 
     def _unlogged(self) -> None:
+        if self._inside:
+            return  # within a logged call (make_room tries and undoes): it is the call
         if self._at >= 0:
             self._make()
         self._open = False
@@ -194,6 +198,32 @@ class Replay(Placer):
     def idle_gpus(self) -> int:
         return int(self._call("idle_gpus", ()))
 
+    def make_room(
+        self,
+        pods: Sequence[tuple[PodShape, int]],
+        holders: Sequence[Holder],
+        gpus: int = 0,
+        caps: Mapping[str, float] | None = None,
+    ) -> Room:
+        """room.make_room on this room, logged as one call (it changes nothing)."""
+        args = (tuple(pods), tuple(holders), gpus, tuple(sorted((caps or {}).items())))
+        found = self._call("make_room", args)
+        assert isinstance(found, Room)
+        return found
+
+
+def room_for(
+    placer: Placer,
+    pods: Sequence[tuple[PodShape, int]],
+    holders: Sequence[Holder],
+    gpus: int = 0,
+    caps: Mapping[str, float] | None = None,
+) -> Room:
+    """make_room, logged when the placer is a Replay (a reclaim then replays too)."""
+    if isinstance(placer, Replay):
+        return placer.make_room(pods, holders, gpus, caps)
+    return make_room(placer, pods, holders, gpus, caps)
+
 
 def _frozen(answer: Any) -> Any:
     """An answer as the log keeps it: a list or dict a caller may change, copied."""
@@ -217,6 +247,9 @@ _REAL: dict[str, Callable[[Placer, tuple[Any, ...]], Any]] = {
     "take_gpus": lambda p, a: Placer.take_gpus(p, *a),
     "explain": lambda p, a: Placer.explain(p, *a),
     "idle_gpus": lambda p, a: Placer.idle_gpus.fget(p),  # type: ignore[attr-defined]
+    "make_room": lambda p, a: make_room(p, a[0], a[1], a[2], dict(a[3])),
 }
 # the calls that change no room: not made again when the room is made
-_READS = frozenset({"fits", "admits_node", "free_on", "ports_on", "explain", "idle_gpus"})
+_READS = frozenset(
+    {"fits", "admits_node", "free_on", "ports_on", "explain", "idle_gpus", "make_room"}
+)
