@@ -4,7 +4,9 @@ from scratch (an empty PlanMemory, as `memory.reset()` leaves it), over random s
 of cycles where the snapshot is the same object or changed (a job resized, started or
 resized long ago, the nodes listed anew, a gang come or gone, another reading of free
 GPUs) and the time moves on by steps that cross cooldowns and waits. Node fit, gangs
-with pod shapes (reclaim by nodes) and lent shares between queues are all exercised."""
+with pod shapes (reclaim by nodes) and lent shares between queues are all exercised.
+And the lenders' jobs releasing workers, found once per plan, plan as a scan of every
+job per gang."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from builders import NOW, ago, ej, gang, policy
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fit import node, shape
 from test_lenders_index import GANG, JOB
@@ -22,7 +25,9 @@ from test_lenders_index import _snapshot as lent_snapshot
 from autoscaler.core.model import ClusterSnapshot, Plugin, QueueState, VolcanoView
 from autoscaler.plan.fit import Placer, Replay
 from autoscaler.plan.kept import PlanMemory
+from autoscaler.plan.lenders import _Lenders
 from autoscaler.plan.planner import plan
+from autoscaler.plan.work import _waits_for_own_gang
 
 SHAPES = [shape(1, 8), shape(2, 30), shape(4, 8), shape(1, 8, selector={"pool": "a"})]
 
@@ -198,3 +203,31 @@ def test_at_the_first_call_that_differs_the_room_is_made_as_the_calls_left_it():
         third.place(SHAPES[0], 8)
     assert third.place(SHAPES[0], 3) == Placer(nodes, start=start).place(SHAPES[0], 3)
     assert len(third.calls) == 0
+
+
+def _plain_releasing(self: _Lenders, name: str) -> list[Any]:
+    """Every job of the queue, as `releasing` scanned them before the index."""
+    return [
+        w
+        for w in self.work.get(name, ())
+        if w.job.gpus_per_worker > 0 and not _waits_for_own_gang(w.job.ref, self.own)
+    ]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lent(), st.lists(st.integers(0, 3), min_size=16, max_size=16))
+def test_jobs_releasing_found_once_plan_as_every_job_scanned(
+    monkeypatch: pytest.MonkeyPatch, s: ClusterSnapshot, more: list[int]
+) -> None:
+    """Lenders whose spec is below what runs (given back by an earlier cycle) are
+    credited to a gang short of its share: found once per plan per queue
+    (_Lenders._releasing_in), the plan of a scan of every job per gang."""
+    jobs = tuple(replace(j, active=j.replicas + more[i % len(more)]) for i, j in enumerate(s.jobs))
+    s = replace(s, jobs=jobs)
+    indexed = plan(s, policy(), NOW, memory=PlanMemory())
+    with monkeypatch.context() as m:
+        m.setattr(_Lenders, "_releasing_in", _plain_releasing)
+        plain = plan(s, policy(), NOW, memory=PlanMemory())
+    assert indexed == plain
