@@ -151,7 +151,12 @@ class Replay(Placer):
         # the calls a steady plan makes most (each job growing asks, then places): the
         # log's entry checked here, as _call would, without building the call
         at, log = self._at, self._log
-        if 0 <= at < len(log) and self._open:
+        if at < 0:  # the room is made: placed as any Placer (which calls no logged call)
+            count = Placer.fits(self, shape, limit)
+            if self._open and not self._inside:
+                self.calls.append(("fits", (shape, limit), count))
+            return count
+        if at < len(log) and self._open:
             what, args, answer = log[at]
             if what == "fits" and args[0] is shape and args[1] == limit:
                 self._at = at + 1
@@ -161,7 +166,12 @@ class Replay(Placer):
 
     def place(self, shape: PodShape, count: int) -> int:
         at, log = self._at, self._log
-        if 0 <= at < len(log) and self._open:
+        if at < 0:
+            placed = Placer.place(self, shape, count)
+            if self._open and not self._inside:
+                self.calls.append(("place", (shape, count), placed))
+            return placed
+        if at < len(log) and self._open:
             what, args, answer = log[at]
             if what == "place" and args[0] is shape and args[1] == count:
                 self._at = at + 1
