@@ -98,7 +98,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "growth",
         "planner",
     ),
-    "plan.fit": ("filters", "nodes", "placer", "room", "groups"),
+    "plan.fit": ("filters", "nodes", "placer", "room", "replay", "groups"),
     "read": (
         "fields",
         "records",

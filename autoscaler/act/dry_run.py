@@ -3,13 +3,14 @@ not a flag in KubeActuator, so a dry run cannot reach the API server by any path
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from datetime import datetime
 from typing import TextIO
 
 import structlog
 
-from autoscaler.core.model import Plan
+from autoscaler.core.model import Decision, Plan
 
 from .results import ActionResult, ApplyResult, Outcome, log_result, refusal
 
@@ -28,14 +29,28 @@ class DryRunActuator:
         self._out = out
         # what was said last cycle per job: (current, target, reason)
         self._said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
+        # the last cycle's actions and their results: a steady plan hands over the same
+        # Action objects (the planner keeps its decisions), whose result and line are
+        # then the same; thousands a cycle in a dry run, where nothing is ever written
+        self._last: tuple[Decision, ...] = ()
+        self._results: tuple[ActionResult, ...] = ()
 
     async def apply(
         self, plan: Plan, now: datetime, may_write: Callable[[], bool] = lambda: True
     ) -> ApplyResult:
+        actions = plan.actions
+        if len(actions) == len(self._last) and all(map(operator.is_, actions, self._last)):
+            # the same decisions as last cycle, each said then: nothing to say again
+            if self._results and self._out is not None:
+                print(
+                    f"({len(self._results)} resize(s) as in the last cycle, not repeated)",
+                    file=self._out,
+                )
+            return ApplyResult(self._results)
         results: list[ActionResult] = []
         said: dict[tuple[str, str, str], tuple[int, int, str]] = {}
         repeated = 0
-        for d in plan.actions:
+        for d in actions:
             why = refusal(d)
             if why is not None:
                 result = ActionResult(d, Outcome.REFUSED, why)
@@ -49,9 +64,10 @@ class DryRunActuator:
                 continue
             self._say(result)
         self._said = said
+        self._last, self._results = actions, tuple(results)
         if repeated and self._out is not None:
             print(f"({repeated} resize(s) as in the last cycle, not repeated)", file=self._out)
-        return ApplyResult(tuple(results))
+        return ApplyResult(self._results)
 
     def _say(self, result: ActionResult) -> None:
         d = result.decision

@@ -29,7 +29,8 @@ from autoscaler.core.model import (
 from autoscaler.core.reasons import Reason
 from autoscaler.core.shapes import Quantities
 
-from .fit import GroupFit, Placer, with_taken
+from .fit import GroupFit, Placer, Replay, with_taken
+from .fit.nodes import _Grouping
 from .headroom import Limits, PluginLimit, real_capability
 from .inflight import NoPods
 from .kept import PlanMemory
@@ -349,8 +350,8 @@ def _placed_in_flight(
         and _same_pairs(last[2], unmanaged)
         and last[3][2] == rules
     ):
-        return Placer(view.nodes, view.gpu_names, start=last[3][0]), last[3][1]
-    pool = Placer(view.nodes, view.gpu_names)
+        return _replay(view, last[3][0], memory), last[3][1]
+    pool = Replay.placing(view.nodes, view.gpu_names)
     fits: dict[str, GroupFit] = {}
     for j, n in jobs:
         queue_rules = rules.get(j.queue)
@@ -364,8 +365,25 @@ def _placed_in_flight(
     for _, gpus in unmanaged:
         pool.take_gpus(gpus)
     taken = {q: t for q, fit in fits.items() if (t := fit.taken())}
-    memory.in_flight = (view.nodes, jobs, unmanaged, (pool.state(), taken, dict(rules)))
+    start = pool.state()
+    memory.in_flight = (view.nodes, jobs, unmanaged, (start, taken, dict(rules)))
+    pool.logging(start)  # the room as `start` has it: no copy made of it
+    memory.placed = pool
     return pool, taken
+
+
+def _replay(view: VolcanoView, start: _Grouping, memory: PlanMemory) -> Replay:
+    """The plan's Placer from the room the workers in flight left (`start`): it answers
+    from the last plan's log while this plan asks it the same (fit/replay.py), which is
+    only the same when it started from the same room (the same `start` object, kept
+    with the nodes it was made of) with the same resource names."""
+    assert view.nodes is not None
+    last = memory.placed
+    log = last.calls if last is not None and last.start is start else ()
+    if last is not None and last.gpu_names != tuple(view.gpu_names):
+        log = ()
+    memory.placed = placer = Replay(view.nodes, view.gpu_names, start, log)
+    return placer
 
 
 def _same_pairs(a: list[tuple[Any, int]], b: list[tuple[Any, int]]) -> bool:

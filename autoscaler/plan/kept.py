@@ -16,6 +16,7 @@ from typing import Any
 from autoscaler.core.model import Action, Decision, ElasticJob
 from autoscaler.core.reasons import Reason
 
+from .fit import Replay
 from .listing import _Unmanaged
 from .work import _Job, _Jobs
 
@@ -65,16 +66,19 @@ class PlanMemory:
     planned from scratch: the index of its tuple of jobs (a steady cluster hands the
     planner the same tuple of the same jobs every cycle: the watch caches assemble a
     new one only when one changed, `_index`), its unmanaged jobs' listing (`_listing`),
-    its decisions (`_Decided`) and the nodes after in-flight workers took their room
-    (`cluster._placed_in_flight`). What is kept is what planning anew gives: a plan
-    made with an empty memory (`reset()`) is the same plan."""
+    its decisions (`_Decided`), the nodes after in-flight workers took their room
+    (`cluster._placed_in_flight`) and the last plan's Placer, whose log of calls the
+    next plan's answers from while it asks the same of the same room (`fit.Replay`).
+    What is kept is what planning anew gives: a plan made with an empty memory
+    (`reset()`) is the same plan."""
 
-    __slots__ = ("decided", "in_flight", "jobs", "unmanaged")
+    __slots__ = ("decided", "in_flight", "jobs", "placed", "unmanaged")
 
     jobs: _Jobs | None
     decided: dict[int, _Seen]
     unmanaged: _Unmanaged | None
     in_flight: _InFlight | None
+    placed: Replay | None
 
     def __init__(self) -> None:
         self.reset()
@@ -85,6 +89,7 @@ class PlanMemory:
         self.decided = {}
         self.unmanaged = None
         self.in_flight = None
+        self.placed = None
 
 
 # plan()'s memory when it is handed none: one per process, as one planner runs in it

@@ -71,6 +71,10 @@ class _Lenders:
         self._pools: dict[str, tuple[int, list[_Job], _VictimPool]] = {}
         self._ordered: dict[tuple[str, float], tuple[int, list[_Job]]] = {}
         self.released: dict[int, int] = {}  # workers being released, credited (`releasing`)
+        # each queue's jobs releasing workers (spec below active), found once per plan:
+        # every gang short of its share asked every job of every other queue again
+        # (gangs x jobs, #45); a job's spec and active count do not change in a plan
+        self._releasing: dict[str, list[_Job]] = {}
         self.stale = self._stale(snapshot)  # GPUs still counted, no longer held (`releasing`)
 
     @classmethod
@@ -277,9 +281,9 @@ class _Lenders:
         found: list[tuple[_Job, int]] = []
         stale = 0
         for name in self._others(g):
-            for w in self.work.get(name, ()):
+            for w in self._releasing_in(name):
                 j, gpw = w.job, w.job.gpus_per_worker
-                if short <= 0 or gpw <= 0 or _waits_for_own_gang(j.ref, self.own):
+                if short <= 0:
                     continue
                 left = j.active - j.replicas - self.released.get(id(w), 0)
                 n = min(left, math.floor((self._over(name) + _EPS) / gpw), math.ceil(short / gpw))
@@ -296,6 +300,21 @@ class _Lenders:
         if (found or stale) and short <= 0:
             self.held[g.queue] = self.held.get(g.queue, 0.0) + g.gpus
         return found, stale
+
+    def _releasing_in(self, name: str) -> list[_Job]:
+        """The queue's jobs `releasing` may credit, in order: those whose spec is below
+        what runs, with GPUs, not waiting for their own gang (the others credit
+        nothing, whatever was credited before)."""
+        found = self._releasing.get(name)
+        if found is None:
+            found = self._releasing[name] = [
+                w
+                for w in self.work.get(name, ())
+                if w.job.active > w.job.replicas
+                and w.job.gpus_per_worker > 0
+                and not _waits_for_own_gang(w.job.ref, self.own)
+            ]
+        return found
 
     def _stale(self, snapshot: ClusterSnapshot) -> dict[str, float]:
         """GPUs Volcano still counts as each queue's allocated beyond what its

@@ -18,7 +18,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.resources import rfc3339
 from autoscaler.core.shapes import MILLI
 
-from .fit import Holder, Room, describe_shape, make_room
+from .fit import Holder, Room, describe_shape, room_for
 from .victims import _VictimPool, holder_of, may_give_way, victims_of_cuts
 from .weigh import WeighRules, _Covered
 from .work import _SERVED, _gpus_of, _Job, _running_taken
@@ -134,7 +134,7 @@ class ReclaimRules(WeighRules):
         key = (g.pods, gpus, among)
         found = self._no_room.failed.get(key)
         if found is None:
-            found = make_room(self.nodes, g.pods, holders, gpus, caps, (self._no_room, among))
+            found = room_for(self.nodes, g.pods, holders, gpus, caps, (self._no_room, among))
             if found.cuts is None:
                 self._no_room.failed[key] = found
         return found

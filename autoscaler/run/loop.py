@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from autoscaler.act.results import Actuator, ApplyResult, Outcome
+from autoscaler.act.results import ActionResult, Actuator, ApplyResult, Outcome
 from autoscaler.core.heap import release_free_memory
 from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal, resized
 from autoscaler.core.options import LoopOptions
@@ -44,6 +44,7 @@ def _enabled(logger: Any, level: int) -> bool:
 
 
 _REASON = operator.attrgetter("reason")
+_WRITTEN = (Outcome.APPLIED, Outcome.DRY_RUN)  # the outcomes elastic_autoscaler_actions counts
 
 
 def _to_compare(
@@ -167,6 +168,14 @@ class Controller:
         self.idle_queues: frozenset[str] = frozenset()
         # finished jobs' runs, kept after the API stops listing them (rule 3b's evidence)
         self.runs = RunMemory()
+        # the last results the status read, as it read them (_writes)
+        self._written: tuple[tuple[ActionResult, ...], tuple[WriteOutcome, ...]] = ((), ())
+        # the last results counted for the metrics, and their counts (_record_applied)
+        self._counted: tuple[tuple[ActionResult, ...], Counter[str], _Labels] = (
+            (),
+            Counter(),
+            Counter(),
+        )
         start_at_zero(metrics.cycles, [s.value for s in CycleStatus])
         start_at_zero(metrics.writes, [o.value for o in Outcome])
 
@@ -241,16 +250,9 @@ class Controller:
                     return
                 doc = with_cycle(self.last_status, now, cycle)
             else:
-                writes = [
-                    WriteOutcome(
-                        r.decision.ref.namespace,
-                        r.decision.ref.name,
-                        r.decision.ref.kind,
-                        r.outcome.value,
-                        r.message,
-                    )
-                    for r in (outcome.applied.results if outcome.applied is not None else ())
-                ]
+                writes = self._writes(
+                    outcome.applied.results if outcome.applied is not None else ()
+                )
                 doc = build_status(
                     snapshot,
                     plan,
@@ -269,6 +271,24 @@ class Controller:
             self.status.publish(doc)
         except Exception:
             self.log.exception("status.build_failed")
+
+    def _writes(self, results: tuple[ActionResult, ...]) -> tuple[WriteOutcome, ...]:
+        """The writes as the status reads them; the last cycle's for the same results (a
+        dry run's steady cycle: the status then sees the same writes, and keeps its
+        document)."""
+        if results is not self._written[0]:
+            written = tuple(
+                WriteOutcome(
+                    r.decision.ref.namespace,
+                    r.decision.ref.name,
+                    r.decision.ref.kind,
+                    r.outcome.value,
+                    r.message,
+                )
+                for r in results
+            )
+            self._written = (results, written)
+        return self._written[1]
 
     def _finish(self, outcome: CycleResult, now: datetime) -> None:
         end = self.clock()
@@ -366,11 +386,16 @@ class Controller:
         if applied.window is not None:
             self.metrics.write_window.set(applied.window)
         self.metrics.events_waiting.set(applied.events_waiting)
-        for r in applied.results:
-            self.metrics.writes.labels(r.outcome.value).inc()
-            if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
-                d = r.decision
-                self.metrics.actions.labels(d.queue, d.direction, d.reason.value, d.ref.kind).inc()
+        # counted per label set first, then one inc() each: a dry run plans thousands of
+        # resizes a cycle, and each labels().inc() takes a lock and a dict lookup
+        # (a dry run's steady cycle hands the same results again: counted once)
+        if applied.results is not self._counted[0]:
+            self._counted = (applied.results, *_by_labels(applied.results))
+        _, writes, actions = self._counted
+        for outcome, n in writes.items():
+            self.metrics.writes.labels(outcome).inc(n)
+        for labels, n in actions.items():
+            self.metrics.actions.labels(*labels).inc(n)
 
     def follower_cycle(self, now: datetime) -> CycleResult:
         """Followers keep caches warm and serve metrics; they neither plan nor write."""
@@ -382,6 +407,22 @@ class Controller:
         self.health.last_result = CycleStatus.FOLLOWER
         self.metrics.cycles.labels(CycleStatus.FOLLOWER.value).inc()
         return outcome
+
+
+_Labels = Counter[tuple[str, str, str, str]]
+
+
+def _by_labels(results: tuple[ActionResult, ...]) -> tuple[Counter[str], _Labels]:
+    """The results counted per label set: writes by outcome, and actions written (or a
+    dry run's) by queue, direction, reason and kind."""
+    writes: Counter[str] = Counter()
+    actions: _Labels = Counter()
+    for r in results:
+        writes[r.outcome.value] += 1
+        if r.outcome in _WRITTEN:
+            d = r.decision
+            actions[d.queue, d.direction, d.reason.value, d.ref.kind] += 1
+    return writes, actions
 
 
 def idle_queues(plan: Plan) -> frozenset[str]:

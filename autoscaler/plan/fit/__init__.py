@@ -28,6 +28,8 @@ API (plain: shapes and nodes in, placements out):
     make_room(placer, pods, holders)    # which workers a reclaim takes so a gang fits
     placer.explain(shape, more)         # why no more than `more` fit, in words
     placer.idle_gpus                    # GPUs free on Ready, uncordoned nodes
+    Replay(nodes, names, start, log)    # a Placer answering from the last plan's log
+                                        # (`log`: its `calls`) while asked the same
     admits(shape, node)                 # the filters a node's labels, taints and state
                                         # decide alone: None, or the Misfit
 
@@ -48,6 +50,7 @@ from .filters import (
 )
 from .groups import GroupFit, with_taken
 from .placer import Placer, describe_shape
+from .replay import Replay, room_for
 from .room import Holder, Room, RoomMemo, make_room
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "Holder",
     "Misfit",
     "Placer",
+    "Replay",
     "Room",
     "RoomMemo",
     "admits",
@@ -67,6 +71,7 @@ __all__ = [
     "how_many",
     "make_room",
     "requirement_matches",
+    "room_for",
     "tolerates",
     "with_taken",
 ]

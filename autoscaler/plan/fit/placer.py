@@ -15,6 +15,8 @@ idle GPUs that do not take it are, and why.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +58,12 @@ class Placer(_Buckets):
         self._ranks: dict[tuple[Quantities, tuple[str, ...]], tuple[int, ...]] = {}
         self._admit: dict[tuple[PodShape, int], Misfit | None] = {}
         self._fits: dict[PodShape, tuple[int, int]] = {}  # shape -> (version, count)
+        self._by_node: dict[PodShape, bool] = {}  # shape -> its filters run node by node
+        self._moves: list[tuple[_Class, _Key, _Key] | None] = []  # by the version made
+        # per shape judged by class: (version, the buckets that take a pod as a heap)
+        self._heaps: dict[PodShape, tuple[int, list[_Entry]]] = {}
+        self._pushed = itertools.count()  # ties never compare a class or a key
+        self._orders: dict[PodShape, tuple[str, ...]] = {}  # shape -> its rank's resources
         self._idle: tuple[int, int] = (-1, 0)  # (version, idle GPUs)
         self._free_gpus: dict[Quantities, int] = {}  # free room -> GPUs in it
         # pods of a shape one bucket's node takes: a bucket is its free room (and host
@@ -99,12 +107,14 @@ class Placer(_Buckets):
         if cached is not None and cached[0] == self.version:
             count = cached[1]
         else:
-            count = self._count(shape)
+            moved = None if cached is None else self._recount(shape, *cached)
+            count = self._count(shape) if moved is None else moved
             self._fits[shape] = (self.version, count)
         return count if limit is None else min(count, limit)
 
     def _count(self, shape: PodShape) -> int:
         one_by_one, count = per_node(shape), 0
+        self._by_node[shape] = one_by_one
         for cls in self._classes.values():
             if not one_by_one and self._misfit(shape, cls) is not None:
                 continue
@@ -132,6 +142,47 @@ class Placer(_Buckets):
         self._idle = (self.version, total // MILLI)
         return total // MILLI
 
+    def _relocate(self, name: str, cls: _Class, key: _Key, to: _Key) -> None:
+        """A node moves between buckets (nodes.py), noted by the version it makes: what
+        `fits` counted and `_best`'s heaps are brought up to date move by move."""
+        super()._relocate(name, cls, key, to)
+        moves = self._moves  # moves[v - 1]: the change that made version v, if a move
+        moves.extend([None] * (self.version - 1 - len(moves)))
+        moves.append((cls, key, to))
+
+    def _since(self, version: int) -> list[tuple[_Class, _Key, _Key]] | None:
+        """The moves since `version`, in order; None when a change since was not a move
+        (undone, or many at once) or there were more than going through them is worth."""
+        if self.version - version > _CATCH_UP:
+            return None
+        moves = self._moves[version : self.version]
+        if len(moves) < self.version - version or None in moves:
+            return None
+        return moves  # type: ignore[return-value]
+
+    def _push(self, heap: list[_Entry], shape: PodShape, cls: _Class, key: _Key) -> None:
+        """The bucket as it now is into a shape's heap, if it stands and takes a pod."""
+        names = cls.buckets.get(key)
+        if names:
+            _, room, rank = self._seen_fit(shape, cls, key)
+            if room:
+                heapq.heappush(heap, (rank, names[-1], next(self._pushed), cls, key, room))
+
+    def _recount(self, shape: PodShape, version: int, count: int) -> int | None:
+        """The pods of a shape judged by class that fit now, from `count` at `version`
+        and the moves since: one node of a class that admits the shape takes room(to)
+        pods instead of room(key). None when a change since was not a move, or there
+        were more moves than counting every bucket costs. Growth asks `fits` before
+        every place: counting every bucket again was a third of a plan that places
+        thousands of workers (#45)."""
+        moves = None if self._by_node.get(shape, True) else self._since(version)
+        if moves is None:
+            return None
+        for cls, key, to in moves:
+            if self._misfit(shape, cls) is None:
+                count += self._room(shape, cls, to) - self._room(shape, cls, key)
+        return count
+
     # -- taking and giving back -------------------------------------------------------------
 
     def _take(self, name: str, cls: _Class, key: _Key, shape: PodShape, count: int) -> None:
@@ -144,7 +195,55 @@ class Placer(_Buckets):
 
     def _best(self, shape: PodShape) -> tuple[str, _Class, _Key, int] | None:
         """The fullest node that takes one more pod of the shape (its name, class and
-        bucket), and how many it takes."""
+        bucket), and how many it takes: the least (rank, last node's name) of the
+        buckets that take one, as a scan of every bucket finds it (`_scan_best`), from
+        a heap of the buckets kept for the shape. Best fit takes a bucket's last node,
+        which moves to another bucket: only those two buckets change, and both are
+        pushed again (the moves since the shape was last placed, `_since`); an entry
+        whose bucket is gone or has another last node now is dropped when it comes
+        up. Any other change (an undone trial, a bulk release) makes the heap anew.
+        Scanning every bucket per pod placed was most of a first plan (#45)."""
+        if self._node_wise(shape):
+            return self._scan_best(shape)
+        kept = self._heaps.get(shape)
+        moves = None if kept is None else self._since(kept[0])
+        if kept is None or moves is None:
+            heap = self._heap(shape)
+        else:
+            heap = kept[1]
+            for cls, key, to in moves:  # the two buckets of each move, as they now are
+                if self._misfit(shape, cls) is None:
+                    self._push(heap, shape, cls, key)
+                    self._push(heap, shape, cls, to)
+        self._heaps[shape] = (self.version, heap)
+        while heap:
+            _, last, _, cls, key, room = heap[0]
+            buckets = cls.buckets.get(key)
+            if buckets and buckets[-1] == last:
+                return last, cls, key, room
+            heapq.heappop(heap)
+        return None
+
+    def _heap(self, shape: PodShape) -> list[_Entry]:
+        """Every bucket that takes a pod of the shape (judged by class), as a heap."""
+        heap: list[_Entry] = []
+        for cls in self._classes.values():
+            if self._misfit(shape, cls) is not None:
+                continue
+            for key, names in cls.buckets.items():
+                _, room, rank = self._seen_fit(shape, cls, key)
+                if room:
+                    heap.append((rank, names[-1], next(self._pushed), cls, key, room))
+        heapq.heapify(heap)
+        return heap
+
+    def _node_wise(self, shape: PodShape) -> bool:
+        found = self._by_node.get(shape)
+        if found is None:
+            found = self._by_node[shape] = per_node(shape)
+        return found
+
+    def _scan_best(self, shape: PodShape) -> tuple[str, _Class, _Key, int] | None:
         one_by_one = per_node(shape)
         seen = self._seen.get(shape)
         if seen is None:
@@ -154,25 +253,41 @@ class Placer(_Buckets):
             if not one_by_one and self._misfit(shape, cls) is not None:
                 continue
             for key, names in cls.buckets.items():
+                # every bucket is read per pod placed: no call but for a bucket not seen
                 found = seen.get(id(key))
                 if found is None or found[0] is not key:
                     found = seen[id(key)] = self._bucket_fit(shape, cls, key)
                 _, room, rank = found
                 if not room:
                     continue
-                fitting = self._names(shape, names, one_by_one)
-                if not fitting:
-                    continue
-                if best is None or rank < best[0] or (rank == best[0] and fitting[-1] < best[1]):
-                    best = (rank, fitting[-1], cls, key, room)
+                if one_by_one:
+                    names = self._names(shape, names, one_by_one)
+                    if not names:
+                        continue
+                if best is None or rank < best[0] or (rank == best[0] and names[-1] < best[1]):
+                    best = (rank, names[-1], cls, key, room)
         return None if best is None else best[1:]
+
+    def _seen_fit(
+        self, shape: PodShape, cls: _Class, key: _Key
+    ) -> tuple[_Key, int, tuple[int, ...]]:
+        """`_bucket_fit`, kept per shape by the identity of the bucket's key."""
+        seen = self._seen.get(shape)
+        if seen is None:
+            seen = self._seen[shape] = {}
+        found = seen.get(id(key))
+        if found is None or found[0] is not key:
+            found = seen[id(key)] = self._bucket_fit(shape, cls, key)
+        return found
 
     def _bucket_fit(
         self, shape: PodShape, cls: _Class, key: _Key
     ) -> tuple[_Key, int, tuple[int, ...]]:
         """(the bucket's key, pods of the shape one of its nodes takes, its best-fit rank)."""
         room = self._room(shape, cls, key)
-        order = _rank_order(shape, self.gpu_names)
+        order = self._orders.get(shape)
+        if order is None:
+            order = self._orders[shape] = _rank_order(shape, self.gpu_names)
         rank = self._ranks.get((key[0], order))
         if rank is None:
             d = self._dict(key[0])
@@ -323,6 +438,14 @@ class Placer(_Buckets):
             found = (self.version, _explain(self, shape, more))
             self._explained[(shape, more)] = found
         return found[1]
+
+
+# a bucket that takes a pod of a shape: (rank, its last node, order pushed, its class,
+# its key, pods of the shape one node takes)
+_Entry = tuple[tuple[int, ...], str, int, _Class, _Key, int]
+
+# moves since a count (or a heap) past which counting every bucket again is cheaper
+_CATCH_UP = 16
 
 
 def _rank_order(shape: PodShape, gpu_names: Sequence[str]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -17,6 +17,7 @@ from autoscaler.core.model import (
     Decision,
     ElasticJob,
     ObjectRef,
+    PendingGroup,
     Plan,
     QueueSummary,
 )
@@ -224,6 +225,12 @@ def build_status(
     counted and ranked, but only the `max_jobs` most urgent become entries."""
 
     now = plan.now
+    writes = tuple(writes)
+    params = (max_jobs, cooldown_seconds, mode, identity, version, heartbeat_seconds, max_bytes)
+    if memo is not None:
+        again = _steady_doc(memo, snapshot, plan, cycle, previous, writes, params)
+        if again is not None:
+            return again
     elastic = _by_ref(snapshot.jobs)
     if memo is not None:
         memo.take_up(plan.decisions)
@@ -249,7 +256,129 @@ def build_status(
         gangs=_gang_entries(snapshot, plan),
         omitted_jobs={r: n for r, n in sorted(omitted.items()) if n > 0},
     )
-    return bounded(doc, max_jobs, max_bytes, memo)
+    out = bounded(doc, max_jobs, max_bytes, memo)
+    if memo is not None:
+        memo.steady = _Steady.of(doc, out, snapshot, plan, writes, params, cooldown, memo.margin)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Steady:
+    """A document with everything it was built of (of the snapshot, all a status reads:
+    its jobs and waiting PodGroups, the same objects), kept when building it again from
+    the same inputs, with itself as the previous document, gives it again
+    (`_steady_doc`): a steady dry run hands over the same records, decisions and writes
+    every cycle, and ranking and resizing its thousands of planned resizes again was
+    most of a status. Which is so when no entry listed was stamped by its build (a
+    `since`, an entry's or its resize's, and a gang's are the build's `now` only when
+    they are new or moved: built again, they would take the new `now`), every size
+    checked against the byte bound was far from it (another cycle section cuts the
+    same), and until the cooldown of a settled resize listed has passed (then it
+    leaves). The others keep their entries: a job listed keeps its since and resize,
+    one not listed only ranks later (its since is the new `now`), so the same are
+    listed, and the same are cut and counted."""
+
+    doc: StatusDoc
+    jobs: tuple[ElasticJob, ...]  # what a status reads of the snapshot: its jobs
+    pending: tuple[PendingGroup, ...]  # and its waiting PodGroups
+    decisions: tuple[Decision, ...]
+    # the plan's gangs and queues as written out: equal numbers of another type (a
+    # free count read as 0 or 0.0) are written differently
+    said: str
+    writes: tuple[WriteOutcome, ...]
+    params: tuple[object, ...]
+    built: datetime  # the `now` it was built at: a later `now` only ranks the rest later
+    until: datetime | None  # the end of the first cooldown of a settled resize listed
+
+    @classmethod
+    def of(
+        cls,
+        doc: StatusDoc,
+        out: StatusDoc,
+        snapshot: ClusterSnapshot,
+        plan: Plan,
+        writes: tuple[WriteOutcome, ...],
+        params: tuple[object, ...],
+        cooldown: timedelta,
+        margin: int | None,
+    ) -> _Steady | None:
+        """`out` (bounded from `doc`) kept, or None when a build again may differ. What
+        was cut (to the bound, or to fit the bytes) may have been stamped: built again
+        it would rank later still, and stay cut."""
+        now, max_bytes = plan.now, params[-1]
+        if max_bytes is not None and (margin is None or margin <= _ROOM):
+            return None
+        if any(g.since == now for g in out.gangs):
+            return None
+        until: datetime | None = None
+        for e in out.jobs:
+            r = e.resize
+            if e.since == now or (r is not None and r.since == now):
+                return None
+            if r is not None and r.state is ResizeState.SETTLED:
+                end = (e.last_resize or r.since) + cooldown
+                until = end if until is None else min(until, end)
+        return cls(
+            out,
+            tuple(snapshot.jobs),
+            tuple(snapshot.pending),
+            plan.decisions,
+            _said(plan),
+            writes,
+            params,
+            now,
+            until,
+        )
+
+
+def _said(plan: Plan) -> str:
+    return repr((plan.gangs, plan.queues))
+
+
+def _same(items: Sequence[object], kept: tuple[object, ...]) -> bool:
+    return len(items) == len(kept) and all(map(operator.is_, items, kept))
+
+
+# bytes every size checked against the bound must be away from it for a document to be
+# kept: another cycle section of the same message and writes (a result, a duration) is
+# a few dozen bytes longer at most, and the time a few more
+_ROOM = 256
+
+
+def _steady_doc(
+    memo: StatusMemo,
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    cycle: Cycle,
+    previous: StatusDoc | None,
+    writes: tuple[WriteOutcome, ...],
+    params: tuple[object, ...],
+) -> StatusDoc | None:
+    """The last document with this cycle's section, when it is what building it again
+    gives (_Steady); None otherwise."""
+    k = memo.steady
+    if not isinstance(k, _Steady) or previous is not k.doc:
+        return None
+    now = plan.now
+    if now < k.built or (k.until is not None and now >= k.until):
+        return None
+    if params != k.params or cycle.message != k.doc.cycle.message:
+        return None
+    # the same objects, in C: the sources assemble new tuples of the same records
+    # whenever any cache changed
+    if not (
+        _same(plan.decisions, k.decisions)
+        and _same(snapshot.jobs, k.jobs)
+        and _same(snapshot.pending, k.pending)
+    ):
+        return None
+    if not (writes is k.writes or writes == k.writes):
+        return None
+    if _said(plan) != k.said:
+        return None
+    doc = with_cycle(k.doc, now, cycle)
+    memo.steady = replace(k, doc=doc)
+    return doc
 
 
 # (rank, since, namespace, name, kind, index in plan.decisions, resize): sorts by urgency
@@ -475,9 +604,16 @@ def bounded(
 
     n_jobs, n_gangs = min(max_jobs, len(doc.jobs)), min(max_jobs, len(doc.gangs))
     out = cut(n_jobs, n_gangs)
-    while max_bytes is not None and len(dump(out, memo)) > max_bytes and (n_jobs or n_gangs):
+    margin = None  # the least distance of a size checked from the bound
+    while max_bytes is not None:
+        size = len(dump(out, memo))
+        margin = abs(size - max_bytes) if margin is None else min(margin, abs(size - max_bytes))
+        if size <= max_bytes or not (n_jobs or n_gangs):
+            break
         n_jobs, n_gangs = n_jobs // 2, n_gangs // 2  # halving: a few dumps at most
         out = cut(n_jobs, n_gangs)
+    if memo is not None:
+        memo.margin = margin
     return out
 
 

@@ -226,6 +226,12 @@ class StatusMemo:
     entries: dict[int, _KeptEntry] = field(default_factory=dict)  # by id() of the decision
     rows: dict[int, tuple[JobEntry, str]] = field(default_factory=dict)  # by id() of entry
     queues: dict[str, str] = field(default_factory=dict)  # a queue's JSON -> its lines
+    # the last document with everything it was built of, when building it again from
+    # the same inputs gives it again (build.py _Steady); None when it might not
+    steady: object | None = None
+    # the least distance, in bytes, between a size the last bounding checked and the
+    # bound (None: nothing checked): how far another cycle section is from another cut
+    margin: int | None = None
 
     def take_up(self, decisions: tuple[Decision, ...]) -> None:
         """This plan's decisions: what was read of the last plan's is forgotten unless
