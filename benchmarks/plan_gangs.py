@@ -8,14 +8,17 @@ of it; 2 waiting gangs per 100 jobs (200 at 10k), spread over the queues, so hal
 may take a lent share back from the 50 lenders (rule 3). No node is idle: every gang is
 covered by a reclaim, or waits. Prints, per size, the CPU time (median of `--repeat`) of
 the first plan (what a dry run plans every cycle: it applies nothing, so thousands of
-resizes stay pending) and of a steady plan (its resizes asked for, their workers not
-running yet), each size's time over the one before (the doubling ratio), and a digest
+resizes stay pending; made anew, nothing remembered) and of a steady plan (its resizes
+asked for, their workers not running yet; the plan after one of the same snapshot, as a
+daemon's next cycle makes it), the collector tuned as the daemon tunes it once synced,
+each size's time over the one before (the doubling ratio), and a digest
 of each plan (two trees print the same digests: the same plans).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import statistics
 import sys
@@ -30,7 +33,9 @@ import plan_node_fit  # noqa: E402
 
 from autoscaler.core.model import ClusterSnapshot, Plan, Plugin, QueueState, VolcanoQueue  # noqa: E402
 from autoscaler.core.reasons import Reason  # noqa: E402
+from autoscaler.plan.kept import MEMORY  # noqa: E402
 from autoscaler.plan.planner import plan  # noqa: E402
+from autoscaler.read.kube.tuning import settle_gc  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
 
 NOW = plan_node_fit.NOW
@@ -63,11 +68,18 @@ def digest(result: Plan) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
 
 
-def timed(snapshot: ClusterSnapshot, repeat: int) -> tuple[float, int, int, str]:
-    """Median CPU ms of plan(), its actions, gangs served and digest."""
+def timed(snapshot: ClusterSnapshot, repeat: int, anew: bool) -> tuple[float, int, int, str]:
+    """Median CPU ms of plan(), its actions, gangs served and digest. `anew`: each plan
+    made with an empty memory (a first plan); else after one plan of the same snapshot,
+    as a daemon's next cycle plans it (the last plan's memory kept)."""
     policy = Settings().planner_policy()
     times, result = [], None
+    MEMORY.reset()
+    if not anew:
+        plan(snapshot, policy, NOW)
     for _ in range(repeat):
+        if anew:
+            MEMORY.reset()
         t = time.process_time()
         result = plan(snapshot, policy, NOW)
         times.append(1000 * (time.process_time() - t))
@@ -86,13 +98,15 @@ def main() -> None:
     print(f"{'jobs':>6} {'gangs':>5} {'first ms':>9} {'x':>5} {'steady ms':>9} {'x':>5}  plan")
     for n in args.jobs:
         snap = cluster(n)
-        first, actions, served, first_digest = timed(snap, args.repeat)
+        gc.collect()
+        settle_gc()  # as the daemon once synced: what is alive frozen, fewer collections
+        first, actions, served, first_digest = timed(snap, args.repeat, anew=True)
         targets = {a.ref: a.target for a in plan(snap, policy, NOW).actions}
         grown = tuple(
             replace(j, replicas=targets[j.ref], last_scale_time=NOW) if j.ref in targets else j
             for j in snap.jobs
         )
-        steady, _, _, steady_digest = timed(replace(snap, jobs=grown), args.repeat)
+        steady, _, _, steady_digest = timed(replace(snap, jobs=grown), args.repeat, anew=False)
         ratio = (f"{first / last[0]:5.2f}", f"{steady / last[1]:5.2f}") if last else ("", "")
         print(
             f"{n:>6} {len(snap.pending):>5} {first:>9.0f} {ratio[0]:>5} {steady:>9.0f} "
