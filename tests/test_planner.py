@@ -277,9 +277,40 @@ def test_starving_gang_that_does_not_block_later_gangs_still_stops_growth():
     assert targets(p)["a"] == (3, Reason.GANG_STARVING)
 
 
-def test_young_uncoverable_gang_does_not_block_growth():
-    p = plan(snap({"q": 3}, [ej("a", replicas=2, max=8)], [gang("big", 20)]), policy(), NOW)
-    assert targets(p)["a"] == (5, Reason.SCALE_UP_IDLE_GPUS)
+# A gang not covered keeps what is free: its shortfall is the same whether a grows into
+# the free GPUs or not (grown workers are reclaimable as the free GPUs were), so growing
+# buys a only the time until the gang is covered, for two restarts (the growth, and the
+# reclaim that takes it back). Before, a grew into them (5, ScaleUpIdleGpus) in every row.
+@pytest.mark.parametrize(
+    ("free", "gangs", "a_target", "a_reason", "served"),
+    [
+        # a young gang of 20 with 3 free and 0 reclaimable (a at its min)
+        (3, [("big", 20)], 2, Reason.GANG_WAITING, set()),
+        # a smaller gang behind it that fits is still served; the GPU left stays free
+        (3, [("big", 20), ("small", 2)], 2, Reason.GANG_WAITING, {"small"}),
+        # nothing free: nothing of the gang's to keep, the hold says why as before
+        (0, [("big", 20)], 2, Reason.NO_IDLE_GPUS, set()),
+    ],
+)
+def test_a_gang_not_covered_keeps_what_is_free(free, gangs, a_target, a_reason, served):
+    jobs = [ej("a", min=2, replicas=2, max=8)]
+    p = plan(snap({"q": free}, jobs, [gang(n, g) for n, g in gangs]), policy(), NOW)
+    assert targets(p)["a"] == (a_target, a_reason)
+    assert gang_reasons(p)["big"] == Reason.GANG_UNCOVERABLE
+    assert {n for n, r in gang_reasons(p).items() if r == Reason.GANG_FITS} == served
+    if a_reason is Reason.GANG_WAITING:
+        why = next(d.message for d in p.decisions if d.ref.name == "a")
+        assert "big waits for GPUs to free (not covered: 17 short)" in why
+
+
+def test_a_gang_waiting_only_for_reclaim_cooldowns_keeps_what_is_free():
+    # b's 2 extra workers were resized 30 s ago (reclaim cooldown 60 s): the gang of 4 is
+    # 1 short now and covered within 30 s; a growing into the free GPU now would be taken
+    # back then (before: a 2 -> 3, ScaleUpIdleGpus)
+    jobs = [ej("a", min=2, replicas=2, max=8), ej("b", min=2, replicas=4, max=8, last=ago(30))]
+    p = plan(snap({"q": 1}, jobs, [gang("g", 4)]), policy(reclaim_cooldown_seconds=60), NOW)
+    assert gang_reasons(p)["g"] == Reason.GANG_UNCOVERABLE
+    assert targets(p)["a"] == (2, Reason.GANG_WAITING)
 
 
 def test_reclaim_cooldown_protects_recent_victims():
@@ -542,19 +573,22 @@ def test_capacity_counts_admitted_gangs_and_workers_still_running():
 # served this cycle, not at all when it is not (Volcano binds none of its pods). Queue
 # capability 10; job a runs 2 of max 8 (min 2: nothing to reclaim); job w (spec 6) waits
 # for its own 6-GPU gang. Before the fix w counted 6 GPUs whether or not its gang was
-# served, so an unserved gang blocked growth: a stayed at 2 or 4.
+# served, so a gang never admitted blocked growth for good. A gang not covered keeps
+# what is free for itself (rule 3): a holds beside it, by that rule, not by the bound.
 @pytest.mark.parametrize(
     ("free", "gangs", "a_target", "a_reason", "gang_reason"),
     [
-        # own gang does not fit (5 < 6) and is not served: w holds nothing, a takes the 5
-        (5, [("w", 6, "w")], 7, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+        # own gang does not fit (5 < 6) and is not served: w holds nothing, the 5 free
+        # are the gang's
+        (5, [("w", 6, "w")], 2, Reason.GANG_WAITING, Reason.GANG_UNCOVERABLE),
         # own gang fits: served, so w counts at its spec: room 10 - 2 - 6 = 2
         (10, [("w", 6, "w")], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_FITS),
         # rows without an own gang: w runs 6 of 6. A served gang no job here owns counts
         # its GPUs: room 10 - 2 - 6 - 3 < 0
         (10, [("g", 3, None)], 2, Reason.QUEUE_CAPACITY, Reason.GANG_FITS),
-        # an unserved gang no job here owns counts nothing: room 10 - 2 - 6 = 2
-        (5, [("g", 6, None)], 4, Reason.SCALE_UP_IDLE_GPUS, Reason.GANG_UNCOVERABLE),
+        # an unserved gang no job here owns counts nothing (room 10 - 2 - 6 = 2), and keeps
+        # what is free
+        (5, [("g", 6, None)], 2, Reason.GANG_WAITING, Reason.GANG_UNCOVERABLE),
     ],
 )
 def test_capacity_counts_a_waiting_job_once_as_its_gang(
@@ -571,14 +605,16 @@ def test_capacity_counts_a_waiting_job_once_as_its_gang(
 @pytest.mark.parametrize(
     ("waited", "a_target", "a_reason"),
     [
-        (60, 7, Reason.SCALE_UP_IDLE_GPUS),  # a young gang that cannot fit: growth goes on
+        # a young gang that cannot be covered keeps the 5 free (rule 3)
+        (60, 2, Reason.GANG_WAITING),
         (4000, 2, Reason.GANG_STARVING),  # waited > max_gang_wait_seconds: growth stops
     ],
 )
 def test_the_starvation_guard_decides_growth_under_a_queue_capability(waited, a_target, a_reason):
     # capability 8, a at 2 (its min), w waits for its own 6-GPU gang with 5 GPUs free.
     # Before the fix w's 6 GPUs filled the capability whatever the gang's age: a held
-    # HoldQueueCapacity at 2 in both rows, and max_gang_wait_seconds changed nothing.
+    # HoldQueueCapacity at 2 in both rows. The gang's own rules decide: it keeps what is
+    # free while young, and starves the queue's growth once it has waited too long.
     w = ej("w", min=6, max=6, replicas=6, active=0)
     pending = [gang("w", 6, owner="w", created=ago(waited))]
     state = QueueState("q", 5, capacity_gpus=8)

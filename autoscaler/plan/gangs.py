@@ -4,8 +4,9 @@ A gang that fits takes its share of the idle GPUs (GPUs being released serve onl
 gangs); one that does not fit is covered from elastic workers where that pays
 (reclaim.py, weigh.py), else skipped, so one huge gang does not block the small ones
 behind it. A gang refused a reclaim is weighed again with the gangs behind it (a
-reclaim for them frees GPUs Volcano gives it first). A gang waiting longer than
-`max_gang_wait_seconds` stops growth in its queue (the starvation guard)."""
+reclaim for them frees GPUs Volcano gives it first). A gang refused a reclaim or not
+covered holds its queue's growth (the GPUs that free are its); a gang waiting longer
+than `max_gang_wait_seconds` stops growth in its queue too (the starvation guard)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,16 @@ class GangRules(ReclaimRules):
         wait = self._cooldown_wait(g, shortfall)
         if wait:
             message = f"{message}; {wait}"
+        if not self.uncovered:
+            # What is free is the gang's: its shortfall is the same whether the queue's
+            # jobs grow into it or not (grown workers are as reclaimable as free GPUs
+            # were), so a growth buys its job the time until the gang is covered and
+            # costs two restarts, the growth and the reclaim that takes it back
+            # (docs/design.md rule 3, "A gang not covered keeps what is free").
+            self.uncovered = (
+                f"{g.ref} waits for GPUs to free (not covered: {shortfall} short): "
+                f"nothing in queue {g.queue} grows into them"
+            )
         return self._skip_gang(g, Reason.GANG_UNCOVERABLE, message, starving)
 
     def _cooldown_wait(self, g: PendingGroup, shortfall: int) -> str:

@@ -98,7 +98,7 @@ class GrowthRules(CapabilityRules):
     by `fill` or `fair`, within node fit and the Queue's capability."""
 
     def _grow(self, pool: int, starving: str, capped: str = "") -> None:
-        growable = [w for w in self.work if not w.locked and self._may_grow(w, starving)]
+        growable = [w for w in self.work if not w.locked and self._may_grow(w, starving, pool)]
         if self.policy.growth_policy is GrowthPolicy.FAIR:
             grants = self._place_fair(self._fair(growable, pool))
         else:
@@ -127,8 +127,10 @@ class GrowthRules(CapabilityRules):
                     _words(_NO_IDLE, j.gpus_per_worker),
                 )
 
-    def _may_grow(self, w: _Job, starving: str) -> bool:
-        """Whether the job may be grown this cycle; if not, it holds with the reason."""
+    def _may_grow(self, w: _Job, starving: str, pool: int) -> bool:
+        """Whether the job may be grown this cycle; if not, it holds with the reason. A
+        gang not covered holds it only where something is free (`pool`): with nothing
+        free, there is nothing of the gang's to keep (HoldNoIdleGpus says why)."""
         j = w.job
         # whether its workers have pods matters only to workers asked for and not running
         missing = self.pods_missing(j) if j.replicas > j.active else ""
@@ -137,6 +139,8 @@ class GrowthRules(CapabilityRules):
             block = Reason.GANG_STARVING, starving
         if block is None and self.waits_for:
             block = Reason.GANG_WAITING, self.waits_for
+        if block is None and self.uncovered and pool > 0:
+            block = Reason.GANG_WAITING, self.uncovered
         if block is None:
             return True
         self._keep_size(w, *block)

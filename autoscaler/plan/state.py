@@ -85,9 +85,9 @@ class QueuePlanState:
         self._run_times: payoff.RunTimes | None = None  # see weigh.py, _queue_runs
         self._run_times_read = False
         self._cold = (0, 0)  # below the floor: (finished runs, running jobs), _queue_runs
-        # rule 3b: the first gang that waits for GPUs to free because reclaiming for it
-        # does not pay (its message), "" while none does
-        self.waits_for = ""
+        # the first gang refused a reclaim (rule 3b: it does not pay) / not covered (rule
+        # 3), each waiting for GPUs to free, so nothing grows into them: its message, ""
+        self.waits_for = self.uncovered = ""
         # rule 3b: gangs refused a reclaim and still waiting (gang, GPUs it needs, its
         # decision's index): a reclaim for a gang behind them frees GPUs Volcano gives
         # them first, so it is weighed for all of them (_weigh_behind)
