@@ -23,7 +23,8 @@ cycles (median wall ms and CPU ms of the daemon process), churn cycles likewise 
 pod events each saw and the daemon's whole CPU per period (its watches' decoding too),
 the peak RSS over the run and under churn alone (the peak reset before churn starts,
 /proc/self/clear_refs). `BENCH_PROFILE=FILE`: the churn cycles under cProfile, the
-stats dumped to FILE (the daemon of this tree only, not `--compare-root`'s);
+stats dumped to FILE (the first daemon of this tree only: not `--compare-root`'s, nor
+the next ones of `--repeat`);
 `BENCH_CHECK=1`: after each churn cycle (untimed), its assembly compared with the whole
 assembly of its records (`check_mismatches`: the cycles where they differ).
 """
@@ -168,7 +169,10 @@ async def _measure(
 async def _churn_phase(kube: Any, controller: Any, args: argparse.Namespace) -> dict:
     """Cycles every `args.period` seconds while the churner replaces pods."""
     profile_to = os.environ.get("BENCH_PROFILE")
-    profile = cProfile.Profile() if profile_to and real.DAEMON_ROOT == str(real.ROOT) else None
+    # this tree's daemon only, the first one (`--repeat`: the next ones unprofiled)
+    mine = real.DAEMON_ROOT == str(real.ROOT)
+    fresh = profile_to and not os.path.exists(profile_to)  # noqa: ASYNC240 - once, untimed
+    profile = cProfile.Profile() if fresh and mine else None
     churner = await _churner(args.churn)
     reset = _reset_peak()
     pods = next(c for c in kube._caches if c.resource.kind == "Pod")
@@ -196,6 +200,7 @@ async def _churn_phase(kube: Any, controller: Any, args: argparse.Namespace) -> 
     cpu = [b - a for a, b in itertools.pairwise(period_cpu)]
     return {
         "churn_per_s": args.churn,
+        "profiled": profile is not None,
         **_summary("churn", cycles[1:]),  # the first saw the churner's start only
         "churn_pod_events_per_cycle": int(statistics.median(changed)) if changed else 0,
         "churn_period_cpu_ms": round(1000 * statistics.median(cpu), 1) if cpu else None,
@@ -230,7 +235,7 @@ def _summary(name: str, cycles: list[dict]) -> dict:
     }
 
 
-async def _workers(call: Any) -> list[tuple[str, str, str, int, str]]:
+async def _workers(call: Any) -> list[tuple[str, str, str, int, str, Any]]:
     """The bound worker pods, by pages: what to create each again from."""
     workers = []
     token = ""
@@ -246,8 +251,10 @@ async def _workers(call: Any) -> list[tuple[str, str, str, int, str]]:
                 continue
             limits = spec["containers"][0]["resources"]["limits"]
             env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-            gpus = int(limits["nvidia.com/gpu"])
-            workers.append((meta["namespace"], meta["name"], spec["nodeName"], gpus, env["QUEUE"]))
+            gpus, owner = int(limits["nvidia.com/gpu"]), (meta.get("ownerReferences") or [None])[0]
+            workers.append(
+                (meta["namespace"], meta["name"], spec["nodeName"], gpus, env["QUEUE"], owner)
+            )
         token = page["metadata"].get("continue") or ""
         if not token:
             return workers
@@ -282,11 +289,11 @@ async def _churn(rate: int) -> None:
         random.Random(45).shuffle(workers)
         print("ready", len(workers), flush=True)
 
-        async def replace(row: tuple[str, str, str, int, str]) -> None:
-            ns, name, node, gpus, queue = row
+        async def replace(row: tuple[str, str, str, int, str, Any]) -> None:
+            ns, name, node, gpus, queue, owner = row
             base = f"/api/v1/namespaces/{ns}/pods"
             await call("DELETE", f"{base}/{name}?gracePeriodSeconds=0")
-            await call("POST", base, real._pod(ns, name, node, gpus, queue))
+            await call("POST", base, real._pod(ns, name, node, gpus, queue, owner))
             await call("PATCH", f"{base}/{name}/status", RUNNING, "application/merge-patch+json")
 
         loop = asyncio.get_running_loop()
@@ -315,7 +322,7 @@ async def _main(args: argparse.Namespace) -> None:
         os.environ["GOGC"] = str(args.server_gogc)
     with envtest_server("envtest-churn-", SERVER_ARGS if args.settle else None) as server:
         loaded = await real._load(
-            server.url, server.token, str(server.ca_file), args.jobs, True, args.nodes
+            server.url, server.token, str(server.ca_file), args.jobs, True, args.nodes, args.owners
         )
         print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
         kubeconfig = str(server.kubeconfig())
@@ -366,6 +373,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="N daemons of each code")
     parser.add_argument(
         "--compare-root", help="also a daemon of the code in this folder, alternated"
+    )
+    parser.add_argument(
+        "--owners",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pods with their controller reference to their job and its role and index "
+        "labels, as training-operator makes them (else cycle_real's pods, of no job)",
     )
     parser.add_argument("--server-gogc", type=int, default=200, help="as cycle_real's")
     parser.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True)
