@@ -18,9 +18,17 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
-from autoscaler.core.model import ElasticJob, InvalidGroup, Node, PendingGroup, UnmanagedJob
+from autoscaler.core.model import (
+    ElasticJob,
+    InvalidGroup,
+    Node,
+    ObjectRef,
+    PendingGroup,
+    UnmanagedJob,
+)
 from autoscaler.read.records import Changes, JobRecord, PodKey, PodUse
 
 from .assemble import (
@@ -55,13 +63,57 @@ class _Index:
     context: JobContext
     by_node: dict[str, list[PodKey]]  # the bound pods of each node, sorted
     by_owner: dict[Owner, list[PodKey]]  # each worker group's workers (index >= 0)
-    by_group: dict[str, list[PodKey]]  # each PodGroup's pods (namespace/name)
-    job_at: dict[JobKey, int]  # a job's place in records.jobs
-    out_at: dict[JobKey, tuple[bool, int]]  # elastic, and its place in out.jobs/unmanaged
-    node_at: dict[str, int]  # a node's place in records.nodes and out.nodes
+    # the pods of each waiting gang's PodGroup (namespace/name; the others' are not kept)
+    by_group: dict[str, list[PodKey]]
+    # each job kind's rank in records.jobs: the jobs are in (rank, namespace, name)
+    # order, so a job's place there and in the assembly is found by bisection
+    kinds: dict[str, int]
     base: tuple[list[PendingGroup], list[InvalidGroup]]  # pending_of(records)
-    jobs: dict[JobKey, JobRecord]  # for owners_gone
-    gangs: dict[JobKey, JobRecord]  # the jobs whose gang is read, for resolve_gangs
+    waiting: frozenset[str]  # the waiting gangs' PodGroups (namespace/name), of `base`
+
+
+class _Jobs(Mapping[JobKey, JobRecord]):
+    """records.jobs by key, through the index (for owners_gone and resolve_gangs:
+    `gangs`, only the jobs whose gang is read)."""
+
+    def __init__(self, ix: _Index, records: Records, gangs: bool = False) -> None:
+        self._ix, self._records, self._gangs = ix, records, gangs
+
+    def __getitem__(self, key: JobKey) -> JobRecord:
+        at = _job_at(self._ix, self._records, key)
+        record = None if at is None else self._records.jobs[at]
+        if record is None or (self._gangs and record.gang is None):
+            raise KeyError(key)
+        return record
+
+    def __iter__(self) -> Iterator[JobKey]:
+        return (_job_key(r.job) for r in self._records.jobs)
+
+    def __len__(self) -> int:
+        return len(self._records.jobs)
+
+
+def _rank(kinds: dict[str, int], ref: ObjectRef) -> tuple[int, str, str]:
+    return (kinds.get(ref.kind, -1), ref.namespace, ref.name)
+
+
+def _job_at(ix: _Index, records: Records, key: JobKey) -> int | None:
+    """A job's place in records.jobs, if there."""
+    ns, kind, name = key
+    jobs, want = records.jobs, (ix.kinds.get(kind, -1), ns, name)
+    at = bisect_left(jobs, want, key=lambda r: _rank(ix.kinds, r.job.ref))
+    return at if at < len(jobs) and _job_key(jobs[at].job) == key else None
+
+
+def _out_at(ix: _Index, key: JobKey) -> tuple[bool, int] | None:
+    """A job's place in the last assembly: among its jobs (True) or unmanaged."""
+    ns, kind, name = key
+    want = (ix.kinds.get(kind, -1), ns, name)
+    for elastic, seq in ((True, ix.out.jobs), (False, ix.out.unmanaged)):
+        at = bisect_left(seq, want, key=lambda j: _rank(ix.kinds, j.ref))
+        if at < len(seq) and _job_key(seq[at]) == key:
+            return elastic, at
+    return None
 
 
 class _Placed(Mapping[Owner, tuple[str, ...]]):
@@ -157,33 +209,50 @@ def _index(records: Records) -> tuple[Assembled, _Index | None]:
         return out, None
     by_node: dict[str, list[PodKey]] = {}
     by_owner: dict[Owner, list[PodKey]] = {}
-    by_group: dict[str, list[PodKey]] = {}
     for key, pod in zip(records.pod_keys, records.pods, strict=True):
         if pod.node:
             by_node.setdefault(pod.node, []).append(key)
         if pod.owner is not None and pod.index >= 0:
             by_owner.setdefault(pod.owner, []).append(key)
-        if pod.group:
-            by_group.setdefault(pod.group, []).append(key)
+    kinds = {k: i for i, k in enumerate(dict.fromkeys(r.job.ref.kind for r in records.jobs))}
+    ranks = [_rank(kinds, r.job.ref) for r in records.jobs]
+    if any(a >= b for a, b in pairwise(ranks)):
+        return out, None  # not in the caches' order (a snapshot file's)
     context = JobContext.of(records)
-    jobs = {_job_key(r.job): r for r in records.jobs}
-    out_at = {_job_key(j): (True, i) for i, j in enumerate(out.jobs)}
-    out_at.update((_job_key(u), (False, i)) for i, u in enumerate(out.unmanaged))
+    base = pending_of(records, context.priorities)
+    waiting = _waiting(base[0])
     ix = _Index(
         records,
         out,
         context,
         by_node,
         by_owner,
-        by_group,
-        {_job_key(r.job): i for i, r in enumerate(records.jobs)},
-        out_at,
-        {n.name: i for i, n in enumerate(records.nodes)},
-        pending_of(records, context.priorities),
-        jobs,
-        {k: r for k, r in jobs.items() if r.gang is not None},
+        _by_group(records, waiting),
+        kinds,
+        base,
+        waiting,
     )
     return out, ix
+
+
+def _waiting(pending: list[PendingGroup]) -> frozenset[str]:
+    return frozenset(f"{g.ref.namespace}/{g.ref.name}" for g in pending)
+
+
+def _by_group(records: Records, waiting: frozenset[str]) -> dict[str, list[PodKey]]:
+    """The pods of each waiting gang's PodGroup, in their order."""
+    out: dict[str, list[PodKey]] = {}
+    for key, pod in zip(records.pod_keys, records.pods, strict=True):
+        if pod.group in waiting:
+            out.setdefault(pod.group, []).append(key)
+    return out
+
+
+def _node_at(records: Records, name: str) -> int | None:
+    """A node's place in records.nodes (sorted by name) and the assembly's nodes."""
+    nodes = records.nodes
+    at = bisect_left(nodes, name, key=lambda n: n.name)
+    return at if at < len(nodes) and nodes[at].name == name else None
 
 
 @dataclass
@@ -205,14 +274,14 @@ def _update(ix: _Index, records: Records, changes: Changes) -> Assembled | None:
         return None
     touched = _Touched(set(), set(), set(), {})
     for key in changes.jobs:
-        at = ix.job_at.get(key)
-        if at is None or _job_key(records.jobs[at].job) != key:
+        at = _job_at(ix, records, key)
+        if at is None or _job_key(old.jobs[at].job) != key:
             return None
         touched.jobs.add(key)
     total = ix.out.nodes_total
     for name in changes.nodes:
-        at = ix.node_at.get(name)
-        if at is None or records.nodes[at].name != name or total is None:
+        at = _node_at(records, name)
+        if at is None or old.nodes[at].name != name or total is None:
             return None
         touched.nodes.add(name)
         total += _gpus(records.nodes[at]) - _gpus(old.nodes[at])
@@ -224,6 +293,9 @@ def _update(ix: _Index, records: Records, changes: Changes) -> Assembled | None:
         context = replace(context, group_queues=queues)
         ix.base = pending_of(records, context.priorities)
     _move_pods(ix, records, changes, touched)
+    if changes.groups and _waiting(ix.base[0]) != ix.waiting:
+        ix.waiting = _waiting(ix.base[0])  # other gangs wait: their pods found anew
+        ix.by_group = _by_group(records, ix.waiting)
     ix.records, ix.context = records, context
     jobs, unmanaged = _jobs(ix, records, touched)
     if jobs is None or unmanaged is None:
@@ -275,7 +347,8 @@ def _unplace(ix: _Index, key: PodKey, pod: PodUse, touched: _Touched, sign: int)
             move(ix.by_owner, pod.owner, key)
             touched.jobs.add(owner)
     if pod.group:
-        move(ix.by_group, pod.group, key)
+        if pod.group in ix.waiting:
+            move(ix.by_group, pod.group, key)
         touched.groups.add(pod.group)
 
 
@@ -289,19 +362,14 @@ def _jobs(
     jobs: list[ElasticJob] | None = None
     unmanaged: list[UnmanagedJob] | None = None
     for key in touched.jobs:
-        at = ix.job_at.get(key)
+        at = _job_at(ix, records, key)
         if at is None:
             continue  # a pod's owner that is not among the jobs
-        record = records.jobs[at]
-        ix.jobs[key] = record
-        if record.gang is not None:
-            ix.gangs[key] = record
-        else:
-            ix.gangs.pop(key, None)
-        job = assemble_job(record, ix.context, placed)
-        elastic, place = ix.out_at[key]
-        if elastic != isinstance(job, ElasticJob):
+        job = assemble_job(records.jobs[at], ix.context, placed)
+        found = _out_at(ix, key)
+        if found is None or found[0] != isinstance(job, ElasticJob):
             return None, None
+        place = found[1]
         if isinstance(job, ElasticJob):
             if job != out.jobs[place]:
                 jobs = list(out.jobs) if jobs is None else jobs
@@ -322,12 +390,12 @@ def _pending(
     or a waiting gang's pods changed (the same tuples where that gives the same)."""
     out = ix.out
     base, invalid = ix.base
-    names = {f"{g.ref.namespace}/{g.ref.name}" for g in base}
-    if not (changes.groups or touched.jobs or not names.isdisjoint(touched.groups)):
+    if not (changes.groups or touched.jobs or not ix.waiting.isdisjoint(touched.groups)):
         return out.pending, out.invalid
-    by_group = {n: list(_pods(records, ix.by_group[n])) for n in names if n in ix.by_group}
-    resolved, unknown = resolve_gangs(list(base), records, by_group, ix.gangs)
-    pending = tuple(owners_gone(resolved, records, ix.jobs))
+    by_group = {n: list(_pods(records, keys)) for n, keys in ix.by_group.items()}
+    gangs = _Jobs(ix, records, gangs=True)
+    resolved, unknown = resolve_gangs(list(base), records, by_group, gangs)
+    pending = tuple(owners_gone(resolved, records, _Jobs(ix, records)))
     invalids = (*invalid, *unknown)
     return (
         out.pending if pending == out.pending else pending,
@@ -342,7 +410,7 @@ def _nodes(ix: _Index, records: Records, touched: _Touched) -> tuple[Node, ...] 
         return None
     nodes: list[Node] | None = None
     for name in touched.nodes:
-        at = ix.node_at.get(name)
+        at = _node_at(records, name)
         if at is None:
             continue  # a pod bound to a node not among the nodes
         node = node_in_use(records.nodes[at], _pods(records, ix.by_node.get(name, [])))
