@@ -424,7 +424,9 @@ class KubeSource:
             return memo.records
         pods, pod_keys = self._pods[0].keyed() if len(self._pods) == 1 else ((), ())
         records = Records(
-            jobs=tuple(r for caches in self._jobs_by_kind for r in _merged(caches)),
+            jobs=_merged(self._jobs_by_kind[0])
+            if len(self._jobs_by_kind) == 1
+            else tuple(r for caches in self._jobs_by_kind for r in _merged(caches)),
             groups=_merged(self._podgroups),
             queues=_merged(self._queues),
             priorities=_merged(self._priorityclasses),

@@ -153,6 +153,8 @@ class Assembled:
     )
     # the allocatable GPUs of the Ready nodes (Volcano's cluster total), None without nodes
     nodes_total: int | None = None
+    # the queues the jobs and unmanaged jobs name (None: found from them when needed)
+    job_queues: frozenset[str] | None = None
 
 
 def resolve_gangs(
@@ -360,6 +362,7 @@ def assemble(records: Records) -> Assembled:
         queue_other_gpus(records, jobs, unmanaged) if records.pods_known else {},
         queue_group_allocated(records) if records.pods_known else {},
         sum(n.allocatable for n in records.nodes if n.schedulable) if records.nodes else None,
+        frozenset({j.queue for j in jobs} | {u.queue for u in unmanaged}),
     )
 
 
@@ -543,8 +546,11 @@ def _queue_states(
     queue_states = {q.name: q.state for q in queue_specs}
     specs = {q.name: q for q in queue_specs}
     capacities = queue_capacities(queue_specs)
-    names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
-    names |= {g.queue for g in a.pending}
+    names = set(free) | {g.queue for g in a.pending}
+    if a.job_queues is not None:
+        names |= a.job_queues
+    else:
+        names |= {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
     queues: dict[str, QueueState] = {}
     for name in sorted(names):
         state = free.get(name)

@@ -264,6 +264,7 @@ class _Touched:
     nodes: set[str]
     groups: set[str]
     counts: dict[JobKey, int]
+    moved_queue: bool = False  # a job assembled again names another queue than before
 
 
 def _update(ix: _Index, records: Records, changes: Changes) -> Assembled | None:
@@ -312,8 +313,21 @@ def _update(ix: _Index, records: Records, changes: Changes) -> Assembled | None:
         out.queue_other_gpus,
         out.queue_group_allocated,
         total,
+        _job_queues(out, jobs, unmanaged, touched),
     )
     return ix.out
+
+
+def _job_queues(
+    out: Assembled,
+    jobs: tuple[ElasticJob, ...],
+    unmanaged: tuple[UnmanagedJob, ...],
+    touched: _Touched,
+) -> frozenset[str] | None:
+    """The queues the jobs name: the last assembly's where no job changed queue."""
+    if not touched.moved_queue and out.job_queues is not None:
+        return out.job_queues
+    return frozenset({j.queue for j in jobs} | {u.queue for u in unmanaged})
 
 
 def _gpus(node: Node) -> int:
@@ -370,11 +384,14 @@ def _jobs(
         if found is None or found[0] != isinstance(job, ElasticJob):
             return None, None
         place = found[1]
+        was = out.jobs[place] if isinstance(job, ElasticJob) else out.unmanaged[place]
+        if job == was:
+            continue
+        touched.moved_queue = touched.moved_queue or job.queue != was.queue
         if isinstance(job, ElasticJob):
-            if job != out.jobs[place]:
-                jobs = list(out.jobs) if jobs is None else jobs
-                jobs[place] = job
-        elif job != out.unmanaged[place]:
+            jobs = list(out.jobs) if jobs is None else jobs
+            jobs[place] = job
+        else:
             unmanaged = list(out.unmanaged) if unmanaged is None else unmanaged
             unmanaged[place] = job
     return (
