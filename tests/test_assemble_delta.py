@@ -176,7 +176,7 @@ def test_what_did_not_change_is_the_same_object(monkeypatch: pytest.MonkeyPatch)
     the last assembly handed on, and nothing is assembled whole."""
     world = _world()
     world.pods = {("ml", "a"): _pod(7), ("ml", "b"): _pod(2), ("ml", "c"): _pod(14)}
-    whole = delta._index
+    whole = delta.assemble
     assembler = Assembler()
     records, _ = world.read()
     before = assembler.assemble(records)
@@ -188,7 +188,7 @@ def test_what_did_not_change_is_the_same_object(monkeypatch: pytest.MonkeyPatch)
     )
     records, changes = world.read()
     wholes: list[Records] = []
-    monkeypatch.setattr(delta, "_index", lambda r: wholes.append(r) or whole(r))
+    monkeypatch.setattr(delta, "assemble", lambda r: wholes.append(r) or whole(r))
     after = assembler.assemble(records, changes)
     assert after == assemble(records)
     changed_jobs = [j.ref.name for j, k in zip(after.jobs, before.jobs, strict=True) if j is not k]

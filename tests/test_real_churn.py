@@ -110,8 +110,8 @@ async def test_replaced_pods_are_assembled_from_what_changed(
             source = d.controller.source
             before = source._assembled[1]
             wholes: list[Any] = []
-            whole = delta._index
-            monkeypatch.setattr(delta, "_index", lambda r: wholes.append(r) or whole(r))
+            whole = delta.assemble
+            monkeypatch.setattr(delta, "assemble", lambda r: wholes.append(r) or whole(r))
             # job-0's worker-1 restarted on another node; job-1's worker-0 gone for good
             _replace(envtest, {**pods[0, 1], "spec": {**pods[0, 1]["spec"], "nodeName": nodes[2]}})
             envtest.request(

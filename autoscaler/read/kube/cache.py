@@ -513,20 +513,23 @@ def _patched(
     """`last` with each touched key as `items` holds it now: its record replaced in its
     place, or the key inserted (found by bisection) or removed. A list's insertion moves
     its tail in one memmove: a pod deleted and not yet created again costs no sort."""
-    keys, values = list(last.keys), list(last.values)
+    values = list(last.values)
+    keys: list[Key] | None = None  # copied only once a key comes or goes
     for k in sorted(touched):
-        at = bisect_left(keys, k)
-        present = at < len(keys) and keys[at] == k
+        seq = last.keys if keys is None else keys
+        at = bisect_left(seq, k)
+        present = at < len(seq) and seq[at] == k
         record = items.get(k)
-        if record is None:
+        if record is not None and present:
+            values[at] = record
+        elif record is not None or present:
+            keys = list(last.keys) if keys is None else keys
             if present:
                 del keys[at], values[at]
-        elif present:
-            values[at] = record
-        else:
-            keys.insert(at, k)
-            values.insert(at, record)
-    return tuple(values), tuple(keys)
+            else:
+                keys.insert(at, k)
+                values.insert(at, record)
+    return tuple(values), last.keys if keys is None else tuple(keys)
 
 
 class WatchStalled(Exception):

@@ -181,32 +181,37 @@ class Assembler:
     def assemble(self, records: Records, changes: Changes | None = None) -> Assembled:
         """What `assemble(records)` gives. `changes`: what changed from the records of
         the last call to these (None: not known, assembled whole)."""
-        if self._last is not None and records is self._last[0]:
-            return self._last[1]
+        last = self._last
+        if last is not None and records is last[0]:
+            return last[1]
         out = None
-        if self._ix is not None and changes is not None and not changes.whole:
+        if last is not None and changes is not None and not changes.whole:
+            # the last assembly indexed only now it is needed: not beside a first plan,
+            # the daemon's peak of memory
+            if self._ix is None or self._ix.records is not last[0]:
+                self._ix = _index(*last)
             try:
-                out = _update(self._ix, records, changes)
+                out = None if self._ix is None else _update(self._ix, records, changes)
             except _Lost:
                 out = None
         if out is None:
-            out, self._ix = _index(records)
+            out, self._ix = assemble(records), None
         self._last = (records, out)
         return out
 
 
-def _index(records: Records) -> tuple[Assembled, _Index | None]:
-    """The whole assembly, and its index; None where it cannot be followed (the
-    module's docstring): the next is assembled whole too."""
-    out = assemble(records)
+def _index(records: Records, out: Assembled) -> _Index | None:
+    """The index of an assembly; None where it cannot be followed (the module's
+    docstring): the next is assembled whole."""
     if (
         not records.pods_known
         or len(records.pod_keys) != len(records.pods)
         or any(q.limits or q.capability is not None or q.node_groups for q in records.queues)
         or len(out.jobs) + len(out.unmanaged) != len(records.jobs)
-        or [n.name for n in out.nodes or ()] != [n.name for n in records.nodes]
+        or len(out.nodes or ()) != len(records.nodes)
+        or any(a.name != b.name for a, b in zip(out.nodes or (), records.nodes, strict=True))
     ):
-        return out, None
+        return None
     by_node: dict[str, list[PodKey]] = {}
     by_owner: dict[Owner, list[PodKey]] = {}
     for key, pod in zip(records.pod_keys, records.pods, strict=True):
@@ -215,9 +220,9 @@ def _index(records: Records) -> tuple[Assembled, _Index | None]:
         if pod.owner is not None and pod.index >= 0:
             by_owner.setdefault(pod.owner, []).append(key)
     kinds = {k: i for i, k in enumerate(dict.fromkeys(r.job.ref.kind for r in records.jobs))}
-    ranks = [_rank(kinds, r.job.ref) for r in records.jobs]
+    ranks = (_rank(kinds, r.job.ref) for r in records.jobs)
     if any(a >= b for a, b in pairwise(ranks)):
-        return out, None  # not in the caches' order (a snapshot file's)
+        return None  # not in the caches' order (a snapshot file's)
     context = JobContext.of(records)
     base = pending_of(records, context.priorities)
     waiting = _waiting(base[0])
@@ -232,7 +237,7 @@ def _index(records: Records) -> tuple[Assembled, _Index | None]:
         base,
         waiting,
     )
-    return out, ix
+    return ix
 
 
 def _waiting(pending: list[PendingGroup]) -> frozenset[str]:
