@@ -423,10 +423,10 @@ class KubeSource:
         if memo.records is not None and memo.records_versions == versions:
             return memo.records
         pods, pod_keys = self._pods[0].keyed() if len(self._pods) == 1 else ((), ())
+        # one kind's tuple handed on as it is (the others' caches are mostly empty)
+        jobs = [found for caches in self._jobs_by_kind if (found := _merged(caches))]
         records = Records(
-            jobs=_merged(self._jobs_by_kind[0])
-            if len(self._jobs_by_kind) == 1
-            else tuple(r for caches in self._jobs_by_kind for r in _merged(caches)),
+            jobs=jobs[0] if len(jobs) == 1 else tuple(r for found in jobs for r in found),
             groups=_merged(self._podgroups),
             queues=_merged(self._queues),
             priorities=_merged(self._priorityclasses),
