@@ -67,9 +67,10 @@ NAMESPACES = 37
 FREE_PER_QUEUE = 48  # GPUs: ~500 resizes over the 100 queues on the first cycle at 10k jobs
 
 
-def _pod(ns: str, name: str, node: str, gpus: int, queue: str) -> dict:
-    """A pod as the operator creates it, bound to its node."""
-    return {
+def _pod(ns: str, name: str, node: str, gpus: int, queue: str, owner: dict | None = None) -> dict:
+    """A pod as the operator creates it, bound to its node; `owner`: with its controller
+    reference to that job and its role and index labels (churn_real.py)."""
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -115,10 +116,22 @@ def _pod(ns: str, name: str, node: str, gpus: int, queue: str) -> dict:
             ],
         },
     }
+    if owner is not None:
+        role, index = name.rsplit("-", 2)[1:]
+        pod["metadata"]["ownerReferences"] = [owner]
+        pod["metadata"]["labels"]["training.kubeflow.org/replica-type"] = role
+        pod["metadata"]["labels"]["training.kubeflow.org/replica-index"] = index
+    return pod
 
 
 async def _load(
-    url: str, token: str, ca: str, n: int, pods: bool = False, total_nodes: int = 0
+    url: str,
+    token: str,
+    ca: str,
+    n: int,
+    pods: bool = False,
+    total_nodes: int = 0,
+    owners: bool = False,
 ) -> dict:
     import aiohttp
     from cycle import _jobs
@@ -171,6 +184,7 @@ async def _load(
         jobs = _jobs(n)
         sizes = []
         placed: list[tuple[str, str, int, str]] = []  # ns, pod name, GPUs, queue
+        refs: dict[tuple[str, str], dict] = {}  # (ns, job) -> its pods' controller reference
 
         async def job(obj: dict) -> None:
             meta = obj["metadata"]
@@ -181,6 +195,13 @@ async def _load(
             }
             base = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
             created = await call("POST", base, body)
+            refs[ns, name] = {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "name": name,
+                "uid": created["metadata"]["uid"],
+                "controller": True,
+            }
             worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
             done = await call(
                 "PATCH",
@@ -304,8 +325,11 @@ async def _load(
 
             async def pod(row: tuple[str, str, int, str], node: str) -> None:
                 ns, name, gpus, queue = row
+                owner = refs[ns, name.rsplit("-", 2)[0]] if owners else None
                 made = await call(
-                    "POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, name, node, gpus, queue)
+                    "POST",
+                    f"/api/v1/namespaces/{ns}/pods",
+                    _pod(ns, name, node, gpus, queue, owner),
                 )
                 pod_sizes.append(len(json.dumps(made)))
 

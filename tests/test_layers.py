@@ -110,7 +110,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "live",
         "snapshot_file",
     ),
-    "read.parse": ("objects", "queues", "nodes", "jobs", "podgroups", "hpas", "assemble"),
+    "read.parse": ("objects", "queues", "nodes", "jobs", "podgroups", "hpas", "assemble", "delta"),
     "read.kinds": ("gang", "base", "kubeflow", "vcjob"),
     "read.prometheus": ("answer", "source"),
     "read.kube": ("proto", "wire", "straight", "tuning", "pages", "cache", "source"),

@@ -365,11 +365,16 @@ class VolcanoView:
     # every queue's headroom reads it, and a sum over 40k nodes per queue made the plan
     # grow with jobs x queues
     total_gpus: int | None = field(init=False, repr=False, compare=False)
+    # that sum of `nodes` where the caller keeps it (read.parse.delta, as nodes change):
+    # else summed here, over every node each cycle
+    nodes_total: int | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def __post_init__(self) -> None:
         total = (
             self.cluster_gpus
             if self.nodes is None
+            else self.nodes_total
+            if self.nodes_total is not None
             else sum(n.allocatable for n in self.nodes if n.schedulable)
         )
         object.__setattr__(self, "total_gpus", total)

@@ -15,7 +15,8 @@ from autoscaler.core.reasons import Reason
 from autoscaler.read.prometheus.answer import FreeGpuReading, PromError
 from autoscaler.read.records import QueueSpec
 
-from .parse import Assembled, Records, assemble, build_snapshot
+from .parse import Assembled, Records, build_snapshot
+from .parse.delta import Assembler
 
 if TYPE_CHECKING:
     from .kube.source import KubeObjects
@@ -69,8 +70,11 @@ class LiveSource:
             prometheus,
             metrics,
         )
-        # what the caches' records gave last time: assembled again only when they change
+        # what the caches' records gave last time: assembled again only when they change,
+        # and then from what changed where the caches say (parse.delta)
         self._assembled: tuple[Records, Assembled] | None = None
+        self._assembler = Assembler()
+        self._generation: int | None = None  # KubeObjects.generation of `_assembled`
         self.plugin: Plugin | None = None  # the plugin the headroom followed last cycle
         self.last_reading: FreeGpuReading | None = None  # Prometheus' last answer
         self._dropped = 0  # oversized objects the caches dropped, as last counted
@@ -90,7 +94,14 @@ class LiveSource:
         self._count_dropped()
         records = objects.records
         if self._assembled is None or self._assembled[0] is not records:
-            self._assembled = (records, assemble(records))
+            since = getattr(self.kube, "changes_since", None)
+            changes = (
+                since(self._generation)
+                if since is not None and self._generation is not None
+                else None
+            )
+            self._assembled = (records, self._assembler.assemble(records, changes))
+            self._generation = objects.generation
         problem, message = reading.problem, reading.message
         free = reading.queues
         if self.settings.cross_check_queue_status:

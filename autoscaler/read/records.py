@@ -8,7 +8,8 @@ when a snapshot is assembled (`parse.assemble`, `parse.build_snapshot`), not her
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from autoscaler.core.model import (
     ElasticJob,
@@ -123,3 +124,33 @@ class HpaTarget:
     namespace: str
     name: str
     target: tuple[str, str, str] | None = None
+
+
+# a pod's key in its cache: (namespace, name)
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed in the watch caches between two of their reads (read.kube.source),
+    for parse.delta to assemble only that: the jobs changed, by (namespace, kind, name);
+    the nodes changed, by name; each pod changed with the record it held before (None:
+    none). `groups`: some PodGroup changed. `whole`: something changed that is not
+    listed here (a LIST installed anew, a Queue, a PriorityClass, an HPA, a job seen
+    deleted): only a whole assembly is sure to be right."""
+
+    jobs: frozenset[tuple[str, str, str]] = frozenset()
+    nodes: frozenset[str] = frozenset()
+    pods: Mapping[PodKey, PodUse | None] = field(default_factory=dict)
+    groups: bool = False
+    whole: bool = False
+
+    def then(self, later: Changes) -> Changes:
+        """These changes followed by `later`'s: a pod's record before is the earlier one."""
+        if self.whole or later.whole:
+            return Changes(whole=True)
+        pods = dict(later.pods)
+        pods.update(self.pods)
+        return Changes(
+            self.jobs | later.jobs, self.nodes | later.nodes, pods, self.groups or later.groups
+        )

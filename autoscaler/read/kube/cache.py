@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -108,7 +109,7 @@ class _Cache(ListPages):
         # what each object decoded to; None: an object the planner reads nothing of (kept
         # so that a relist knows it)
         self.items: dict[Key, Any] = {}
-        self._values: tuple[int, tuple[Any, ...]] | None = None  # (version, values())
+        self._sorted = _Sorted()  # values(), kept
         self.oversized: dict[Key, int] = {}  # key -> size in bytes of the dropped object
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -394,20 +395,33 @@ class _Cache(ListPages):
             self.oversized.pop(key, None)
             if known:
                 del self.items[key]
-                self.version += 1
+                self._touch(key, old)
             gone = old if known else self._decode(obj)
             self._notify(self.resource.kind, "DELETED", gone, gone)
             return
         if not self._fits(key, size):
-            self.version += 1
+            self._touch(key, old)
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
                 self._notify(self.resource.kind, "DELETED", old, old)
             return
         record = self._decode(obj)
-        self.items[key] = record
-        self.version += 1
+        if not known or old != record:
+            # an object changed in nothing the planner reads (a pod's status, a job's
+            # conditions) keeps its record: no new snapshot, the planner's memos hold
+            self.items[key] = record
+            self._touch(key, old)
         self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
+
+    def _touch(self, key: Key, before: Any) -> None:
+        self.version += 1
+        self._sorted.touch(key, before)
+
+    def take_changed(self) -> dict[Key, Any] | None:
+        """The keys changed since the last call, each with the record it held before
+        (None: a record it did not hold); None: maybe every key (a LIST was installed)."""
+        changed, self._sorted.changed = self._sorted.changed, {}
+        return changed
 
     def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
         """Install a fresh LIST, reporting its differences to the cache as events."""
@@ -417,6 +431,7 @@ class _Cache(ListPages):
         old, self.items = self.items, fresh
         self.resource_version = resource_version
         self.version += 1
+        self._sorted.touched = self._sorted.changed = None
         for key, record in fresh.items():
             if key not in old:
                 self._notify(self.resource.kind, "ADDED", record, None)
@@ -429,10 +444,11 @@ class _Cache(ListPages):
     def values(self) -> tuple[Any, ...]:
         """The records, ordered by (namespace, name), without the objects the planner
         reads nothing of; the same tuple while the cache does not change."""
-        if self._values is None or self._values[0] != self.version:
-            values = tuple(r for _, r in sorted(self.items.items()) if r is not None)
-            self._values = (self.version, values)
-        return self._values[1]
+        return self.keyed()[0]
+
+    def keyed(self) -> tuple[tuple[Any, ...], tuple[Key, ...]]:
+        """values() and the key of each (_Sorted)."""
+        return self._sorted.of(self.items, self.version)
 
     def errors(self) -> list[str]:
         out = []
@@ -445,6 +461,75 @@ class _Cache(ListPages):
                 f"{self._settings.max_object_bytes}"
             )
         return out
+
+
+class _Sorted:
+    """A cache's records in the order of their keys, and the keys, kept: where only
+    objects it already held changed since (a pod replaced, a job resized) they are
+    patched in place, so a churning cluster costs what changed, not a sort of all."""
+
+    def __init__(self) -> None:
+        self.last: _Values | None = None
+        # the keys changed since `of` ran (None: a LIST was installed, maybe all)
+        self.touched: set[Key] | None = None
+        # and since the cache's take_changed(), each with the record it held before
+        self.changed: dict[Key, Any] | None = None
+
+    def touch(self, key: Key, before: Any) -> None:
+        """`key` changed from `before` (its record before its first change since)."""
+        if self.touched is not None:
+            self.touched.add(key)
+        if self.changed is not None:
+            self.changed.setdefault(key, before)
+
+    def of(self, items: dict[Key, Any], version: int) -> tuple[tuple[Any, ...], tuple[Key, ...]]:
+        last = self.last
+        if last is not None and last.version == version:
+            return last.values, last.keys
+        touched, self.touched = self.touched, set()
+        if last is not None and touched is not None and len(touched) < len(last.keys) // 4:
+            values, keys = _patched(last, touched, items)
+            self.last = _Values(version, values, keys)
+            return values, keys
+        kept = sorted((k, r) for k, r in items.items() if r is not None)
+        keys = tuple(k for k, _ in kept)
+        self.last = _Values(version, tuple(r for _, r in kept), keys)
+        return self.last.values, keys
+
+
+@dataclass(frozen=True, slots=True)
+class _Values:
+    """What `_Cache.keyed` made last: at which version, the records, their keys and
+    each key's place among them."""
+
+    version: int
+    values: tuple[Any, ...]
+    keys: tuple[Key, ...]  # sorted: a key's place is found by bisection
+
+
+def _patched(
+    last: _Values, touched: set[Key], items: dict[Key, Any]
+) -> tuple[tuple[Any, ...], tuple[Key, ...]]:
+    """`last` with each touched key as `items` holds it now: its record replaced in its
+    place, or the key inserted (found by bisection) or removed. A list's insertion moves
+    its tail in one memmove: a pod deleted and not yet created again costs no sort."""
+    values = list(last.values)
+    keys: list[Key] | None = None  # copied only once a key comes or goes
+    for k in sorted(touched):
+        seq = last.keys if keys is None else keys
+        at = bisect_left(seq, k)
+        present = at < len(seq) and seq[at] == k
+        record = items.get(k)
+        if record is not None and present:
+            values[at] = record
+        elif record is not None or present:
+            keys = list(last.keys) if keys is None else keys
+            if present:
+                del keys[at], values[at]
+            else:
+                keys.insert(at, k)
+                values.insert(at, record)
+    return tuple(values), last.keys if keys is None else tuple(keys)
 
 
 class WatchStalled(Exception):

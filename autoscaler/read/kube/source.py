@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -40,6 +41,7 @@ from autoscaler.core.resources import (
 )
 from autoscaler.read.parse import Decoder, Records, decoders
 from autoscaler.read.records import (
+    Changes,
     GroupRecord,
     HpaTarget,
     JobRecord,
@@ -94,6 +96,8 @@ class KubeObjects:
     # caches whose watch delivered nothing for watch_stall_seconds and has not connected
     # again since, each with its words: what they hold may be stale, so writes hold
     stalled: tuple[str, ...] = ()
+    # which `records` these are (KubeSource.changes_since: what changed since another)
+    generation: int = 0
 
     @property
     def jobs(self) -> tuple[JobRecord, ...]:
@@ -132,6 +136,9 @@ class _Memo:
     snapshot: KubeObjects | None = None
     records_versions: tuple[int, ...] = ()
     records: Records | None = None
+    generation: int = 0  # of `records`: each new one is the next
+    # what changed into each of the last records from the one before: (generation, changes)
+    changes: deque[tuple[int, Changes]] = field(default_factory=lambda: deque(maxlen=8))
 
 
 TOMBSTONE_SECONDS = 3600.0
@@ -404,6 +411,7 @@ class KubeSource:
             errors=tuple(e for c in self._caches for e in c.errors()),
             failing_seconds=failing,
             stalled=tuple(f"{c.name}: {c.last_error}" for c in self._caches if c.stalled),
+            generation=self._memo.generation,
         )
         self._memo.versions, self._memo.snapshot = versions, snapshot
         return snapshot
@@ -414,21 +422,68 @@ class KubeSource:
         memo = self._memo
         if memo.records is not None and memo.records_versions == versions:
             return memo.records
+        pods, pod_keys = self._pods[0].keyed() if len(self._pods) == 1 else ((), ())
+        # one kind's tuple handed on as it is (the others' caches are mostly empty)
+        jobs = [found for caches in self._jobs_by_kind if (found := _merged(caches))]
         records = Records(
-            jobs=tuple(r for caches in self._jobs_by_kind for r in _merged(caches)),
+            jobs=jobs[0] if len(jobs) == 1 else tuple(r for found in jobs for r in found),
             groups=_merged(self._podgroups),
             queues=_merged(self._queues),
             priorities=_merged(self._priorityclasses),
             nodes=_merged(self._nodes),
-            pods=_merged(self._pods),
+            pods=pods,
             hpas=_merged(self._hpas),
             pods_known=bool(self._pods),
             job_kinds=tuple(c[0].resource.kind for c in self._jobs_by_kind if c),
             job_selector=bool(self._settings.label_selector.strip()),
             deleted_jobs=self.tombstones.live(time.monotonic()),
+            pod_keys=pod_keys,
         )
+        whole = memo.records is None or memo.records_versions[-1] != versions[-1]
+        memo.generation += 1
+        memo.changes.append((memo.generation, self._changes(whole)))
         memo.records_versions, memo.records = versions, records
         return records
+
+    def _changes(self, whole: bool) -> Changes:
+        """What changed in the caches since the records before (the caches' keys taken)."""
+        jobs: set[tuple[str, str, str]] = set()
+        for caches in self._jobs_by_kind:
+            for c in caches:
+                changed = c.take_changed()
+                whole = whole or changed is None
+                jobs.update((ns, c.resource.kind, name) for ns, name in changed or ())
+        groups = False
+        for c in self._podgroups:
+            changed = c.take_changed()
+            groups = groups or changed is None or bool(changed)
+        for c in (*self._queues, *self._priorityclasses, *self._hpas):
+            changed = c.take_changed()
+            whole = whole or changed is None or bool(changed)
+        nodes: set[str] = set()
+        for c in self._nodes:
+            changed = c.take_changed()
+            whole = whole or changed is None
+            nodes.update(name for _, name in changed or ())
+        pods: dict[tuple[str, str], Any] = {}
+        for c in self._pods:
+            changed = c.take_changed()
+            whole = whole or changed is None
+            pods.update(changed or ())
+        if whole:
+            return Changes(whole=True)
+        return Changes(frozenset(jobs), frozenset(nodes), pods, groups)
+
+    def changes_since(self, generation: int) -> Changes | None:
+        """What changed in the records from those of `generation` to the last ones
+        (KubeObjects.generation); None when that is no longer known."""
+        log = [c for g, c in self._memo.changes if g > generation]
+        if not log or self._memo.changes[0][0] > generation + 1:
+            return None
+        out = log[0]
+        for later in log[1:]:
+            out = out.then(later)
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Counters for metrics (monotonic, except the `by_cache` state fields).

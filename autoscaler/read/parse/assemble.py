@@ -103,6 +103,9 @@ class Records:
     # the jobs of `job_kinds` the caches saw deleted lately (a watch's DELETED, a relist
     # without them): their refs, uid included
     deleted_jobs: tuple[ObjectRef, ...] = ()
+    # the key of each of `pods` in its cache, (namespace, name), sorted as `pods` is:
+    # what parse.delta follows a pod by (empty: a snapshot file's, assembled whole)
+    pod_keys: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def decode(cls, raw: RawObjects, options: ReadOptions) -> Records:
@@ -148,27 +151,33 @@ class Assembled:
     queue_group_allocated: Mapping[str, tuple[tuple[str, Quantities], ...]] = field(
         default_factory=dict
     )
+    # the allocatable GPUs of the Ready nodes (Volcano's cluster total), None without nodes
+    nodes_total: int | None = None
+    # the queues the jobs and unmanaged jobs name (None: found from them when needed)
+    job_queues: frozenset[str] | None = None
 
 
 def resolve_gangs(
-    pending: list[PendingGroup], records: Records
+    pending: list[PendingGroup],
+    records: Records,
+    by_group: Mapping[str, Sequence[PodUse]] | None = None,
+    gangs: Mapping[tuple[str, str, str], JobRecord] | None = None,
 ) -> tuple[list[PendingGroup], list[InvalidGroup]]:
     """Each waiting gang's need, from the first of: its pods, when at least minMember
     of them exist (their requests, a limit counting as the request); its owner's
     templates, as its operator counts the gang (JobRecord.gang); its spec.minResources.
     A gang that needs no GPU by what is known leaves; one whose need cannot be known
     (minResources names no GPU, no pods yet, its job of a kind we read but not read) is
-    shown as invalid, with why, not dropped."""
-    by_group: dict[str, list[PodUse]] = {}
-    if records.pods_known:
-        for p in records.pods:
-            if p.group:
-                by_group.setdefault(p.group, []).append(p)
-    gangs = {
-        (r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r
-        for r in records.jobs
-        if r.gang is not None
-    }
+    shown as invalid, with why, not dropped. `by_group` (each gang's pods, in their
+    order) and `gangs` (the jobs whose gang is read, by owner) where a caller keeps them."""
+    if by_group is None:
+        by_group = pods_by_group(records) if records.pods_known else {}
+    if gangs is None:
+        gangs = {
+            (r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r
+            for r in records.jobs
+            if r.gang is not None
+        }
     out: list[PendingGroup] = []
     unknown: list[InvalidGroup] = []
     for g in pending:
@@ -193,20 +202,31 @@ def resolve_gangs(
     return out, unknown
 
 
-def owners_gone(pending: list[PendingGroup], records: Records) -> list[PendingGroup]:
+def pods_by_group(records: Records) -> dict[str, list[PodUse]]:
+    """The pods of each PodGroup (namespace/name), in their order."""
+    by_group: dict[str, list[PodUse]] = {}
+    for p in records.pods:
+        if p.group:
+            by_group.setdefault(p.group, []).append(p)
+    return by_group
+
+
+def owners_gone(
+    pending: list[PendingGroup],
+    records: Records,
+    jobs: Mapping[tuple[str, str, str], JobRecord] | None = None,
+) -> list[PendingGroup]:
     """Each waiting gang, marked `orphan` (why) where the job that made it is being
     deleted, is gone, or is not among the watched jobs of its kind: such a gang is no
     reason to make room (GangOwnerGone). A deleted job's PodGroup stays until the garbage
     collector removes it, and the cycle its deletion calls comes exactly then. A gang of
     no owner, or of an owner of a kind not watched, is left as it is: nothing says its
     job is gone. Under a label_selector a missing owner is gone only if it was seen
-    deleted: else it is a job we do not manage, and its gang is served."""
-    kinds = set(
-        records.job_kinds
-        if records.job_kinds is not None
-        else (r.job.ref.kind for r in records.jobs)
-    )
-    jobs = {(r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r for r in records.jobs}
+    deleted: else it is a job we do not manage, and its gang is served. `jobs`: the
+    records by (namespace, kind, name), where a caller keeps them."""
+    if jobs is None:
+        jobs = {(r.job.ref.namespace, r.job.ref.kind, r.job.ref.name): r for r in records.jobs}
+    kinds = set(records.job_kinds if records.job_kinds is not None else (ref[1] for ref in jobs))
     out: list[PendingGroup] = []
     for g in pending:
         o = g.owner
@@ -249,25 +269,70 @@ def _need_from_pods(g: PendingGroup, pods: Iterable[PodUse]) -> PendingGroup | N
     return replace(g, gpus=sum(p.gpus for p in pods), pods=tuple(unbound.items()), need_from="pods")
 
 
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job's assembly reads of other objects: PriorityClass values, the queue
+    each PodGroup names, the HPAs' targets."""
+
+    priorities: Priorities
+    group_queues: Mapping[tuple[str, str, str], str]
+    targets: Mapping[tuple[str, str, str], list[str]]
+
+    @classmethod
+    def of(cls, records: Records) -> JobContext:
+        return cls(
+            Priorities.of_records(records.priorities),
+            podgroup_queues(records.groups),
+            targets_of(records.hpas),
+        )
+
+
+def assemble_job(
+    record: JobRecord,
+    context: JobContext,
+    placed: Mapping[tuple[str, str, str, str], tuple[str, ...]],
+) -> ElasticJob | UnmanagedJob:
+    """One job as the planner sees it: in the queue its PodGroup names, at its
+    PriorityClass's value, with the node of each worker (`placed`, worker_nodes), left
+    alone where an HPA scales it."""
+    job = record.job
+    queue = context.group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
+    if queue is not None:  # where Volcano runs it, whatever the job says
+        job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
+    if isinstance(job, ElasticJob):
+        value = context.priorities.of(record.priority_class)
+        if value != job.priority:
+            job = replace(job, priority=value)
+        job = _with_worker_nodes(job, placed)
+        job = _hpa_skip(job, context.targets)
+    return job
+
+
+def pending_of(
+    records: Records, priorities: Priorities
+) -> tuple[list[PendingGroup], list[InvalidGroup]]:
+    """The waiting gangs at their PriorityClass's value, and the PodGroups shown invalid,
+    before their needs are resolved (resolve_gangs, owners_gone)."""
+    pending: list[PendingGroup] = []
+    invalid: list[InvalidGroup] = []
+    for g in records.groups:
+        group = g.group
+        if isinstance(group, PendingGroup):
+            value = priorities.of(g.priority_class)
+            pending.append(group if value == group.priority else replace(group, priority=value))
+        elif isinstance(group, InvalidGroup):
+            invalid.append(group)
+    return pending, invalid
+
+
 def assemble(records: Records) -> Assembled:
-    priorities = Priorities.of_records(records.priorities)
-    targets = targets_of(records.hpas)
-    group_queues = podgroup_queues(records.groups)
+    context = JobContext.of(records)
     placed = worker_nodes(records.pods) if records.pods else {}
     jobs: list[ElasticJob] = []
     unmanaged: list[UnmanagedJob] = []
     seen: set[tuple[str, str, str]] = set()
     for record in records.jobs:
-        job = record.job
-        queue = group_queues.get((job.ref.namespace, job.ref.kind, job.ref.name))
-        if queue is not None:  # where Volcano runs it, whatever the job says
-            job = in_queue(job, queue, record.queue_annotation, from_podgroup=True)
-        if isinstance(job, ElasticJob):
-            value = priorities.of(record.priority_class)
-            if value != job.priority:
-                job = replace(job, priority=value)
-            job = _with_worker_nodes(job, placed)
-            job = _hpa_skip(job, targets)
+        job = assemble_job(record, context, placed)
         key = (job.ref.namespace, job.ref.name, job.ref.kind)
         if key in seen:
             unmanaged.append(
@@ -281,15 +346,7 @@ def assemble(records: Records) -> Assembled:
             jobs.append(job)
         else:
             unmanaged.append(job)
-    pending: list[PendingGroup] = []
-    invalid: list[InvalidGroup] = []
-    for g in records.groups:
-        group = g.group
-        if isinstance(group, PendingGroup):
-            value = priorities.of(g.priority_class)
-            pending.append(group if value == group.priority else replace(group, priority=value))
-        elif isinstance(group, InvalidGroup):
-            invalid.append(group)
+    pending, invalid = pending_of(records, context.priorities)
     pending, unknown = resolve_gangs(pending, records)
     pending = owners_gone(pending, records)
     invalid += unknown
@@ -304,6 +361,8 @@ def assemble(records: Records) -> Assembled:
         queue_allocated(records) if records.pods_known else {},
         queue_other_gpus(records, jobs, unmanaged) if records.pods_known else {},
         queue_group_allocated(records) if records.pods_known else {},
+        sum(n.allocatable for n in records.nodes if n.schedulable) if records.nodes else None,
+        frozenset({j.queue for j in jobs} | {u.queue for u in unmanaged}),
     )
 
 
@@ -424,13 +483,14 @@ def build_snapshot(
         queues = _with_node_groups(queues, specs, a, options.node_groups)
     view = None
     if plugin is not None:
-        view, queues = volcano_view(plugin, queues, specs, a.nodes, options.gpu_resource_names)
+        view, queues = volcano_view(
+            plugin, queues, specs, a.nodes, options.gpu_resource_names, a.nodes_total
+        )
         if a.nodes is not None and not options.node_fit:
-            view = replace(
-                view,
-                nodes=None,
-                cluster_gpus=sum(n.allocatable for n in a.nodes if n.schedulable),
-            )
+            total = a.nodes_total
+            if total is None:
+                total = sum(n.allocatable for n in a.nodes if n.schedulable)
+            view = replace(view, nodes=None, cluster_gpus=total, nodes_total=None)
     return ClusterSnapshot(
         queues=queues,
         jobs=a.jobs,
@@ -486,8 +546,11 @@ def _queue_states(
     queue_states = {q.name: q.state for q in queue_specs}
     specs = {q.name: q for q in queue_specs}
     capacities = queue_capacities(queue_specs)
-    names = set(free) | {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
-    names |= {g.queue for g in a.pending}
+    names = set(free) | {g.queue for g in a.pending}
+    if a.job_queues is not None:
+        names |= a.job_queues
+    else:
+        names |= {j.queue for j in a.jobs} | {u.queue for u in a.unmanaged}
     queues: dict[str, QueueState] = {}
     for name in sorted(names):
         state = free.get(name)

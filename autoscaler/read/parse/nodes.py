@@ -110,6 +110,23 @@ def nodes_in_use(nodes: Iterable[Node], pods: Iterable[PodUse]) -> tuple[Node, .
     return tuple(sorted(out, key=lambda n: n.name))
 
 
+def node_in_use(node: Node, pods: Iterable[PodUse]) -> Node:
+    """One node as nodes_in_use gives it, from the pods bound to it (in their order)."""
+    into: dict[str, int] = {}
+    gpus = 0
+    ports: list[HostPort] = []
+    bound = False
+    for pod in pods:
+        bound = True
+        for name, value in pod.requests:
+            into[name] = into.get(name, 0) + value
+        gpus += pod.gpus
+        ports.extend(pod.ports)
+    if not bound:
+        return node
+    return replace(node, used=gpus, requested=frozen(into), ports=tuple(ports))
+
+
 def parse_nodes(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], options: ReadOptions
 ) -> tuple[Node, ...]:

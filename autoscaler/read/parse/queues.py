@@ -259,9 +259,11 @@ def volcano_view(
     specs: Iterable[QueueSpec],
     nodes: tuple[Node, ...] | None,
     gpu_names: tuple[str, ...] = ("nvidia.com/gpu",),
+    nodes_total: int | None = None,
 ) -> tuple[VolcanoView, dict[str, QueueState]]:
     """The view headroom is computed from: each queue's metrics joined with its Queue
-    object's weight, capability and guarantee (the object is what the scheduler reads)."""
+    object's weight, capability and guarantee (the object is what the scheduler reads).
+    `nodes_total`: the allocatable GPUs of the Ready `nodes`, where the caller keeps it."""
     by_name = {q.name: q for q in specs}
     queues: dict[str, VolcanoQueue] = {}
     out = dict(states)
@@ -295,7 +297,8 @@ def volcano_view(
                 spec_deserved=None if spec.deserved is None else float(spec.deserved),
                 parent=spec.parent,
             )
-    return VolcanoView(plugin, queues, nodes, gpu_names=gpu_names), out
+    view = VolcanoView(plugin, queues, nodes, gpu_names=gpu_names, nodes_total=nodes_total)
+    return view, out
 
 
 def readable_gpus(resources: Any, options: ReadOptions, field: str) -> int | None:
