@@ -6,6 +6,7 @@ changed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,13 +82,26 @@ def _replace(envtest: EnvTest, pod: dict[str, Any]) -> None:
     )
 
 
+@pytest.fixture
+def nodes(envtest: EnvTest, real_ns: str) -> Iterator[list[str]]:
+    """4 nodes of 8 GPUs, deleted after the test with the pods bound to them: the API
+    server is shared, and a later test's daemon would see them (their GPUs taken, node
+    fit on where it expects no nodes at all)."""
+    names = [f"{real_ns}-n{i}" for i in range(4)]
+    for name in names:
+        _node(envtest, name)
+    try:
+        yield names
+    finally:
+        envtest.request("DELETE", f"/api/v1/namespaces/{real_ns}/pods?gracePeriodSeconds=0")
+        for name in names:
+            envtest.request("DELETE", f"/api/v1/nodes/{name}")
+
+
 async def test_replaced_pods_are_assembled_from_what_changed(
-    envtest: EnvTest, real_ns: str, monkeypatch: pytest.MonkeyPatch
+    envtest: EnvTest, real_ns: str, nodes: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = f"{real_ns}-q"
-    nodes = [f"{real_ns}-n{i}" for i in range(4)]
-    for name in nodes:
-        _node(envtest, name)
     jobs = []
     for i in range(3):
         job = pytorchjob(f"job-{i}", real_ns, queue=queue, replicas=2, max_replicas=4)
