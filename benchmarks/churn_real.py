@@ -53,24 +53,8 @@ RUNNING = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "stat
 
 
 def _settings(kubeconfig: str, prom_url: str, page_size: int, dry_run: bool) -> Any:
-    from autoscaler.settings import Settings
-
-    return Settings(
-        prometheus_url=prom_url,
-        free_gpus_query="free_gpus",
-        kubeconfig=Path(kubeconfig),
-        leader_election=False,
-        max_metric_age_seconds=10**9,
-        cycle_deadline_seconds=600,
-        kube_request_timeout_seconds=120,
-        log_level="warning",
-        kube_list_page_size=page_size,
-        cooldown_seconds=0,
-        cooldown_restart_cost_factor=0,
-        growth_payoff_factor=0,
-        node_fit=True,
-        dry_run=dry_run,  # as `run --dry-run` sets it
-    )
+    # node fit on (Node and bound-Pod watches); dry_run as `run --dry-run` sets it
+    return real.daemon_settings(kubeconfig, prom_url, page_size, node_fit=True, dry_run=dry_run)
 
 
 async def _cycle(controller: Any, profile: cProfile.Profile | None = None) -> dict:

@@ -346,6 +346,28 @@ async def _load(
         }
 
 
+def daemon_settings(kubeconfig: str, prom_url: str, page_size: int, **more: Any) -> Any:
+    """The benchmark daemon's settings: the fake Prometheus' series, no leader election,
+    no cooldowns (`more`: any other setting)."""
+    from autoscaler.settings import Settings
+
+    return Settings(
+        prometheus_url=prom_url,
+        free_gpus_query="free_gpus",
+        kubeconfig=Path(kubeconfig),
+        leader_election=False,
+        max_metric_age_seconds=10**9,
+        cycle_deadline_seconds=600,
+        kube_request_timeout_seconds=120,
+        log_level="warning",
+        kube_list_page_size=page_size,
+        cooldown_seconds=0,
+        cooldown_restart_cost_factor=0,
+        growth_payoff_factor=0,
+        **more,
+    )
+
+
 async def _measure(
     kubeconfig: str,
     prom_url: str,
@@ -363,23 +385,8 @@ async def _measure(
     from autoscaler.read.kube.tuning import settle_gc, sync_gc
     from autoscaler.report.logs import configure_logging
     from autoscaler.run.wiring import build
-    from autoscaler.settings import Settings
 
-    settings = Settings(
-        prometheus_url=prom_url,
-        free_gpus_query="free_gpus",
-        kubeconfig=Path(kubeconfig),
-        leader_election=False,
-        max_metric_age_seconds=10**9,
-        cycle_deadline_seconds=600,
-        kube_request_timeout_seconds=120,
-        log_level="warning",
-        kube_list_page_size=page_size,
-        cooldown_seconds=0,
-        cooldown_restart_cost_factor=0,
-        growth_payoff_factor=0,
-        node_fit=node_fit,
-    )
+    settings = daemon_settings(kubeconfig, prom_url, page_size, node_fit=node_fit)
     configure_logging(settings)
     client = await make_api_client(settings.kube_options())
     # the daemon as `run` builds it: every kind (the Paddle and Volcano caches stay

@@ -343,25 +343,17 @@ class Placer(_Buckets):
 
     def release(self, name: str, shape: PodShape) -> None:
         """A pod of the shape leaves node `name`: its room comes back."""
-        where = self._locate(name)
-        if where is None:
-            return
-        cls, key = where
-        free, ports = key
-        d = dict(free)
-        for res, want in shape.requests:
-            if res in d:
-                d[res] += want
-        left = list(ports)
-        for p in shape.host_ports:
-            if p in left:
-                left.remove(p)
-        self._move(name, cls, key, d, tuple(left))
+        self._shift(name, shape, +1)
 
     def occupy(self, name: str, shape: PodShape) -> None:
         """A pod of the shape (no host ports) is back on node `name`: `release` undone,
         to the room it gave back."""
         assert not shape.host_ports
+        self._shift(name, shape, -1)
+
+    def _shift(self, name: str, shape: PodShape, sign: int) -> None:
+        """The room of node `name` given back (+1) or taken again (-1) for a pod of the
+        shape: only what the node lists; a pod leaving frees its host ports."""
         where = self._locate(name)
         if where is None:
             return
@@ -370,8 +362,12 @@ class Placer(_Buckets):
         d = dict(free)
         for res, want in shape.requests:
             if res in d:
-                d[res] -= want
-        self._move(name, cls, key, d, ports)
+                d[res] += sign * want
+        left = list(ports)
+        for p in shape.host_ports if sign > 0 else ():
+            if p in left:
+                left.remove(p)
+        self._move(name, cls, key, d, tuple(left))
 
     def release_all(self, pods: Iterable[tuple[str, PodShape]]) -> None:
         """Many pods leave their nodes at once, (node, shape) each: as `release` one by
