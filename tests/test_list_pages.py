@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
+from protopages import delimited, envelope
 
 from autoscaler.core.resources import QUEUE
 from autoscaler.read.kube.cache import _Attempts, _Cache
+from autoscaler.read.kube.pages import ProtoReaders, _Ahead
 from autoscaler.settings import Settings
 
 Log = list[tuple[str, str]]
@@ -172,3 +174,150 @@ async def test_a_long_page_lets_the_event_loop_run_while_it_is_decoded() -> None
     # the ticker ran while the page was half decoded, not only before and after it
     assert any(0 < decoded < 250 for decoded in ticks)
     assert len(cache.items) == 250
+
+
+# ---- pages in protobuf: the next asked for from a page's first bytes ---------------------
+
+
+class _Streamed:
+    """An unpreloaded protobuf answer that arrives in two parts: its first bytes (the
+    list's metadata, `head`), then, `later` turns of the event loop on, the rest."""
+
+    def __init__(self, body: bytes, cut: int, log: Log, token: str, later: int) -> None:
+        self.status = 200
+        self.content = self
+        self._parts = [body[:cut], body[cut:]]
+        self._log, self._token, self._later = log, token, later
+
+    async def readany(self) -> bytes:
+        await asyncio.sleep(0)
+        self._log.append(("head", self._token))
+        return self._parts.pop(0)
+
+    async def read(self) -> bytes:
+        for _ in range(self._later):
+            await asyncio.sleep(0)
+        self._log.append(("body", self._token))
+        return b"".join(self._parts)
+
+    def release(self) -> None:
+        pass
+
+
+class _ProtoApi(_PagedApi):
+    """The pages in protobuf (each item a queue's JSON, read by `_proto_cache`'s reader);
+    `guess` maps a page's token to the token its first bytes name instead of its own
+    (bytes that say one thing early and another whole)."""
+
+    def __init__(self, pages: list[list[Any]], log: Log, fail: dict[str, Exception],
+                 guess: dict[str, str], later: int) -> None:  # fmt: skip
+        super().__init__(pages, log, fail)
+        self._guess, self._later = guess, later
+
+    async def list_cluster_custom_object(self, *_: Any, **kwargs: Any) -> Any:
+        token = kwargs.get("_continue") or ""
+        self._log.append(("ask", token))
+        await asyncio.sleep(0)
+        if token in self._fail:
+            raise self._fail[token]
+        index = int(token or 0)
+        following = str(index + 1) if index + 1 < len(self._pages) else ""
+        items = [json.dumps(item).encode() for item in self._pages[index]]
+        body = envelope("7", following, None, items, "QueueList")
+        cut = body.index(delimited(2, items[0])) if items else len(body)
+        if token in self._guess:  # the first bytes of another page's answer
+            other = envelope("7", self._guess[token], None, items, "QueueList")
+            head = other[: other.index(delimited(2, items[0]))]
+            body, cut = head + body[cut:], len(head)
+        return _Streamed(body, cut, self._log, token, self._later)
+
+
+def _proto_cache(
+    pages: list[list[Any]],
+    log: Log,
+    fail: dict[str, Exception] | None = None,
+    guess: dict[str, str] | None = None,
+    later: int = 1,
+) -> tuple[_Cache, Log]:
+    cache, notified = _cache(pages, log, fail)
+    cache._api = _ProtoApi(pages, log, fail or {}, guess or {}, later)  # type: ignore[assignment]
+    cache._proto = ProtoReaders(json.loads, None)
+    return cache, notified
+
+
+def _in_flight(log: Log, pages: list[list[Any]]) -> int:
+    """The most pages ever asked for and not yet being decoded."""
+    firsts = {str(p[0]["metadata"]["name"]): i for i, p in enumerate(pages)}
+    asked = started = most = 0
+    for what, value in log:
+        if what == "ask":
+            asked += 1
+            most = max(most, asked - started)
+        elif what == "decode" and value in firsts:
+            started += 1
+    return most
+
+
+LONG = [[_queue(f"q-{p}-{i:03d}") for i in range(250)] for p in range(5)]
+
+
+async def test_a_protobuf_page_asks_for_the_next_once_its_first_bytes_name_it() -> None:
+    """The page after next is asked for while the next still arrives (its first bytes
+    name it), not once it is read whole; two pages in flight at most however slowly
+    they are decoded; every object once, in the server's order."""
+    log: Log = []
+    cache, _ = _proto_cache(LONG, log, later=3)
+    await cache._list()
+    assert log.index(("ask", "1")) < log.index(("body", ""))
+    assert log.index(("ask", "2")) < log.index(("body", "1"))
+    assert _in_flight(log, LONG) == 2
+    names = [str(q["metadata"]["name"]) for page in LONG for q in page]
+    assert [n for what, n in log if what == "decode"] == names
+    assert [name for _, name in cache.items] == names
+    assert [what for what, _ in log].count("ask") == 5
+    assert cache.resource_version == "7" and cache.counters.proto_pages == 5
+
+
+async def test_a_page_asked_for_on_a_token_the_page_does_not_say_is_dropped() -> None:
+    """`_Ahead` itself: a page whose first bytes named "9" but which, read whole, says
+    "2" (bytes no server writes): the page asked for on "9" is cancelled, never handed
+    on, its failure not left unretrieved; "2" is asked for and handed on."""
+    asked: list[str] = []
+    unseen: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: unseen.append(context))
+
+    async def page(token: str, ahead: asyncio.Future[str]) -> bytes:
+        asked.append(token)
+        ahead.set_result({"": "1", "1": "9"}.get(token, ""))
+        if token == "9":
+            raise ApiException(status=500, reason="never asked for")
+        await asyncio.sleep(0)
+        return token.encode()
+
+    pages = _Ahead(page)
+    first = pages.arm(pages.ask(""))
+    assert await first.task == b""
+    second = pages.follow(first, "1")
+    assert second is first.next  # the one asked for early
+    assert await second.task == b"1"
+    await asyncio.sleep(0)  # "9" asked for from its first bytes, and failed
+    assert asked == ["", "1", "9"]
+    third = pages.follow(second, "2")
+    assert third.token == "2" and await third.task == b"2"
+    assert asked == ["", "1", "9", "2"]
+    pages.cancel()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unseen == []
+
+
+async def test_an_expired_page_asked_for_early_fails_the_list_after_the_pages_before() -> None:
+    log: Log = []
+    expired = ApiException(status=410, reason="Expired")
+    cache, notified = _proto_cache(PAGES, log, fail={"2": expired})
+    with pytest.raises(ApiException) as raised:
+        await cache._list()
+    assert raised.value is expired
+    decoded = [n for what, n in log if what == "decode"]
+    assert decoded == ["q-z", "q-b", "q-y", "q-a"] and notified == []
+    assert not cache.synced.is_set() and cache.counters.lists == 0

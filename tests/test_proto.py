@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient
 from kubeserver import ApiError, EnvTest, object_path
+from protopages import delimited, envelope
 
 from autoscaler.read.kube import proto
 from autoscaler.read.kube.pages import _key, proto_readers
@@ -537,3 +538,59 @@ def test_a_field_read_later_from_its_bytes_that_cannot_be_read_says_so():
     pod = proto.parse("Pod", b"\x12\x06\x12\x04\x42\x02\xff\xff")  # a container's resources
     with pytest.raises(proto.ProtoError, match="ResourceRequirements unreadable"):
         proto.pod_wire(pod)
+
+
+# ---- the continue token read from a page's first bytes ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    version=st.text(alphabet="0123456789", min_size=1, max_size=12),
+    token=st.text(max_size=300),
+    remaining=st.none() | st.integers(0, 2**40),
+    items=st.lists(st.binary(max_size=300), max_size=4),
+    kind=st.sampled_from(["PodList", "NodeList", "A" * 200]),
+)
+def test_a_pages_first_bytes_give_its_continue_token_or_nothing_never_another(
+    version: str, token: str, remaining: int | None, items: list[bytes], kind: str
+):
+    """Every prefix of a page gives None (more bytes needed) or the very token the
+    whole page reads as (`list_page`): a guess is never wrong, only early."""
+    body = envelope(version, token, remaining, items, kind)
+    assert proto.list_page(body)[1] == token
+    answers = [proto.continue_ahead(body[:cut]) for cut in range(len(body) + 1)]
+    assert {a for a in answers if a is not None} == {token}
+    # it is known once the list's metadata has arrived, before its first item
+    items_at = body.index(delimited(2, items[0])) if items else len(body)
+    assert proto.continue_ahead(body[: items_at + 1]) == token
+
+
+def test_first_bytes_laid_out_otherwise_say_so():
+    with pytest.raises(proto.ProtoError, match="not a protobuf answer"):
+        proto.continue_ahead(b'{"kind": "PodList", "metadata": {"continue": "x"}}')
+    # the list's items before its metadata: no token guessed, the page is read whole
+    listed = delimited(2, b"item") + delimited(1, delimited(3, b"x"))
+    with pytest.raises(proto.ProtoError, match="metadata is not its first field"):
+        proto.continue_ahead(proto.MAGIC + delimited(2, listed))
+    with pytest.raises(proto.ProtoError, match="not length-delimited"):
+        proto.continue_ahead(proto.MAGIC + b"\x08\x01")
+
+
+def test_each_real_page_names_the_next_in_its_first_bytes(
+    envtest: EnvTest, real_ns: str, make: Any
+):
+    """The API server's own pages of a pod LIST in protobuf (a page a pod): the token
+    is read from the bytes before the first item, and it is the page's own."""
+    for i in range(3):
+        make(_pod(real_ns, f"paged-{i}", {}), None)
+    path, token, pages = f"/api/v1/namespaces/{real_ns}/pods?limit=1", "", 0
+    while True:
+        body = _get(envtest, path + (f"&continue={token}" if token else ""), proto.ACCEPT)
+        _, token, items = proto.list_page(body)
+        head = body[: body.index(items[0])] if items else body
+        assert proto.continue_ahead(head) == token
+        assert proto.continue_ahead(head[: len(head) // 2]) in (None, token)
+        pages += 1
+        if not token:
+            break
+    assert pages == 3

@@ -37,6 +37,7 @@ __all__ = [
     "MAGIC",
     "ProtoError",
     "container_wire",
+    "continue_ahead",
     "is_proto",
     "list_page",
     "node_wire",
@@ -261,6 +262,85 @@ def list_page(body: bytes) -> tuple[str, str, Sequence[bytes]]:
     page = _open(body, "ListEnvelope")
     meta = page.metadata
     return meta.resourceVersion, getattr(meta, "continue"), page.items
+
+
+# runtime.Unknown's `raw` (2), then the List's `metadata` (1), then ListMeta's `continue`
+# (3): length-delimited fields, their tags as protobuf writes them
+_RAW_TAG, _META_TAG, _CONTINUE = 0x12, 0x0A, 3
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int] | None:
+    """The varint at `at` and where it ends; None when `data` ends first."""
+    value, shift = 0, 0
+    while at < len(data):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ProtoError("varint too long")
+    return None
+
+
+def continue_ahead(head: bytes) -> str | None:
+    """The continue token of a protobuf LIST answer, read from its first bytes: the
+    server writes the list's metadata before its items, so the next page can be asked
+    for while this one still arrives (read.kube.pages). None when `head` ends before the
+    token; ProtoError when the bytes are not laid out as a List's envelope (read whole
+    then). A guess until the page is read whole: `list_page` reads the same token, and
+    the caller compares the two."""
+    if len(head) < len(MAGIC) and MAGIC.startswith(head):
+        return None
+    if not is_proto(head):
+        raise ProtoError("not a protobuf answer")
+    at = len(MAGIC)
+    while True:  # runtime.Unknown's fields up to `raw`: typeMeta (1) comes first
+        tag = _varint(head, at)
+        if tag is None:
+            return None
+        if tag[0] & 7 != 2:
+            raise ProtoError(f"envelope field tag {tag[0]} is not length-delimited")
+        size = _varint(head, tag[1])
+        if size is None:
+            return None
+        if tag[0] == _RAW_TAG:
+            at = size[1]
+            break
+        at = size[1] + size[0]
+    # the List: its metadata first (Go's generated marshalling writes fields in order)
+    if at >= len(head):
+        return None
+    if head[at] != _META_TAG:
+        raise ProtoError("the list's metadata is not its first field")
+    meta = _varint(head, at + 1)
+    if meta is None:
+        return None
+    start, end = meta[1], meta[1] + meta[0]
+    if end > len(head):
+        return None
+    at = start
+    while at < end:  # ListMeta: selfLink (1), resourceVersion (2), continue (3), ...
+        tag = _varint(head, at)
+        if tag is not None and tag[0] & 7 == 0:  # remainingItemCount (4), an int64
+            skipped = _varint(head, tag[1])
+            if skipped is None:
+                raise ProtoError("the list's metadata is not as ListMeta writes it")
+            at = skipped[1]
+            continue
+        if tag is None or tag[0] & 7 != 2:
+            raise ProtoError("the list's metadata is not as ListMeta writes it")
+        size = _varint(head, tag[1])
+        if size is None or size[1] + size[0] > end:
+            raise ProtoError("the list's metadata is not as ListMeta writes it")
+        if tag[0] >> 3 == _CONTINUE:
+            try:
+                return head[size[1] : size[1] + size[0]].decode()
+            except UnicodeDecodeError:
+                raise ProtoError("continue token is not UTF-8") from None
+        at = size[1] + size[0]
+    return ""
 
 
 def status_json(body: bytes) -> bytes:
