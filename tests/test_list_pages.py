@@ -190,15 +190,17 @@ class _Streamed:
         self._log, self._token, self._later = log, token, later
 
     async def readany(self) -> bytes:
-        await asyncio.sleep(0)
-        self._log.append(("head", self._token))
-        return self._parts.pop(0)
-
-    async def read(self) -> bytes:
-        for _ in range(self._later):
+        """Its first bytes, then the rest `later` turns on, then nothing (its end)."""
+        if not self._parts:
+            return b""
+        if len(self._parts) == 2:
             await asyncio.sleep(0)
-        self._log.append(("body", self._token))
-        return b"".join(self._parts)
+            self._log.append(("head", self._token))
+        else:
+            for _ in range(self._later):
+                await asyncio.sleep(0)
+            self._log.append(("body", self._token))
+        return self._parts.pop(0)
 
     def release(self) -> None:
         pass

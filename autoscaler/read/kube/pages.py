@@ -173,38 +173,40 @@ async def _body(response: Any, ahead: asyncio.Future[str] | None = None) -> byte
     Status in JSON if the server sent it in protobuf. `ahead`: given the continue token
     of a protobuf LIST answer as soon as its first bytes show it (proto.continue_ahead),
     while the rest still arrives."""
-    head: list[bytes] = []
     try:
         if ahead is not None and 200 <= response.status <= 299:
-            await _read_ahead(response, head, ahead)
-        data: bytes = await response.read()
+            data = await _read_ahead(response, ahead)
+        else:
+            data = await response.read()
     finally:
         response.release()
-    if head:
-        data = b"".join((*head, data))
     if not 200 <= response.status <= 299:
         raise _api_exception(response, proto.status_json(data) if proto.is_proto(data) else data)
     return data
 
 
-async def _read_ahead(response: Any, head: list[bytes], ahead: asyncio.Future[str]) -> None:
-    """Read the answer's first chunks into `head` until they show its continue token
-    (then `ahead` has it), or until they cannot."""
-    read = 0
-    while read < _AHEAD_BYTES:
-        chunk: bytes = await response.content.readany()
-        if not chunk:
-            return
-        head.append(chunk)
-        read += len(chunk)
+async def _read_ahead(response: Any, ahead: asyncio.Future[str]) -> bytes:
+    """The answer's bytes as they arrive, `ahead` given its continue token once its
+    first chunks show it (or never, when they cannot); joined once at the end."""
+    chunks: list[bytes] = []
+    looked, looking = 0, True
+    while chunk := await response.content.readany():
+        chunks.append(chunk)
+        if not looking:
+            continue
+        looked += len(chunk)
         try:
-            token = proto.continue_ahead(b"".join(head) if len(head) > 1 else chunk)
+            token = proto.continue_ahead(b"".join(chunks) if len(chunks) > 1 else chunk)
         except proto.ProtoError:
-            return  # read whole, as any answer is
+            looking = False  # read whole, as any answer is
+            continue
         if token is not None:
             if not ahead.done():
                 ahead.set_result(token)
-            return
+            looking = False
+        elif looked >= _AHEAD_BYTES:
+            looking = False
+    return b"".join(chunks)
 
 
 def _api_exception(response: Any, data: bytes) -> ApiException:
@@ -441,9 +443,10 @@ class ListPages:
         one: its size is its length as served."""
         readers = self._proto
         assert readers is not None  # only pages read while it is set come here
+        size = len(raw)
         try:
-            if len(raw) > self._settings.max_object_bytes:
-                self._listed(_key(readers.wire(raw)), len(raw), seen)
+            if size > self._settings.max_object_bytes:
+                self._listed(_key(readers.wire(raw)), size, seen)
                 return
             taken = readers.fast(raw) if readers.fast is not None else None
             if taken is None:
@@ -451,7 +454,7 @@ class ListPages:
                 taken = _key(obj), self._decode(obj)
         except proto.ProtoError as exc:
             raise self._proto_failed(exc) from None
-        fresh[self._listed(taken[0], len(raw), seen)] = taken[1]
+        fresh[self._listed(taken[0], size, seen)] = taken[1]
 
     def _listed(self, key: Key, size: int, seen: set[Key]) -> Key:
         """An object of this LIST, of `size` bytes as served (`_fits`)."""
