@@ -100,7 +100,8 @@ class _PlannerFields(BaseModel):
         1800,
         ge=0,
         description="A waiting gang older than this stops the skipping: "
-        "nothing in its queue grows, and no later gang is served, until it fits.",
+        "nothing in its queue grows until it fits (later gangs are still served by "
+        "reclaim unless starving_gang_blocks_later_gangs is true).",
     )
     starving_gang_blocks_later_gangs: bool = Field(
         False,
