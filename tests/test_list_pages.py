@@ -323,3 +323,25 @@ async def test_an_expired_page_asked_for_early_fails_the_list_after_the_pages_be
     decoded = [n for what, n in log if what == "decode"]
     assert decoded == ["q-z", "q-b", "q-y", "q-a"] and notified == []
     assert not cache.synced.is_set() and cache.counters.lists == 0
+
+
+@pytest.mark.parametrize("encoding", ["json", "protobuf"])
+async def test_a_list_leaves_no_page_in_a_reference_cycle(encoding: str) -> None:
+    """Every page's bytes are freed when it is decoded, by reference counting: none is
+    left in a cycle for the collector (a sync holds the collector off: at 10k jobs the
+    JSON pages of the jobs held this way took ~45 MiB until it ran)."""
+    log: Log = []
+    cache, _ = _cache(PAGES, log) if encoding == "json" else _proto_cache(PAGES, log)
+    gc.collect()
+    gc.disable()
+    try:
+        await cache._list()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = {type(o).__name__ for o in gc.garbage} & {"_Fetch", "_Ahead", "Task"}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == set()
+    assert len(cache.items) == 5

@@ -258,6 +258,10 @@ class _Ahead:
         it was asked with that token, else asked for now. Once it is in flight it may
         ask for the page after it as soon as its first bytes name it."""
         self._live.remove(fetch)
+        # a page that never named the next early (JSON, or bytes not laid out as a List)
+        # keeps its arm's callback, and through it itself and its bytes, in a cycle until
+        # the collector runs (~45 MiB at 10k jobs, their JSON pages): dropped here
+        fetch.ahead.cancel()
         following = fetch.next
         if following is None or following.token != token:
             if following is not None:  # guessed wrong: not the page the server means
