@@ -150,36 +150,29 @@ class Replay(Placer):
     # -- the logged calls ------------------------------------------------------------------
 
     def fits(self, shape: PodShape, limit: int | None = None) -> int:
+        return self._logged("fits", Placer.fits, shape, limit)
+
+    def place(self, shape: PodShape, count: int) -> int:
+        return self._logged("place", Placer.place, shape, count)
+
+    def _logged(
+        self, what: str, run: Callable[[Any, PodShape, Any], int], shape: PodShape, n: Any
+    ) -> int:
         # the calls a steady plan makes most (each job growing asks, then places): the
         # log's entry checked here, as _call would, without building the call
         at, log = self._at, self._log
         if at < 0:  # the room is made: placed as any Placer (which calls no logged call)
-            count = Placer.fits(self, shape, limit)
+            answer = run(self, shape, n)
             if self._open and not self._inside:
-                self.calls.append(("fits", (shape, limit), count))
-            return count
+                self.calls.append((what, (shape, n), answer))
+            return answer
         if at < len(log) and self._open:
-            what, args, answer = log[at]
-            if what == "fits" and args[0] is shape and args[1] == limit:
+            logged, args, answer = log[at]
+            if logged == what and args[0] is shape and args[1] == n:
                 self._at = at + 1
                 self.calls.append(log[at])
                 return int(answer)
-        return int(self._call("fits", (shape, limit)))
-
-    def place(self, shape: PodShape, count: int) -> int:
-        at, log = self._at, self._log
-        if at < 0:
-            placed = Placer.place(self, shape, count)
-            if self._open and not self._inside:
-                self.calls.append(("place", (shape, count), placed))
-            return placed
-        if at < len(log) and self._open:
-            what, args, answer = log[at]
-            if what == "place" and args[0] is shape and args[1] == count:
-                self._at = at + 1
-                self.calls.append(log[at])
-                return int(answer)
-        return int(self._call("place", (shape, count)))
+        return int(self._call(what, (shape, n)))
 
     def place_all(self, pods: Sequence[tuple[PodShape, int]]) -> bool:
         return bool(self._call("place_all", (tuple(pods),)))
