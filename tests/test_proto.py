@@ -302,6 +302,46 @@ def test_every_pod_and_node_reads_from_protobuf_as_from_json(
     assert empty == {"done", "nobody"}  # finished; unbound of no job and no gang
 
 
+def test_a_holding_is_remembered_by_every_field_it_is_read_from(
+    envtest: EnvTest, real_ns: str, make: Any
+):
+    """Bound pods alike but for one field their holding is read from, read one after the
+    other by one reader (a holding is remembered, read.kube.straight): each reads as the
+    usual way reads it, never as the pod before it; and pods alike but for what the
+    holding does not read (their env, their node) share one holding."""
+    requests = {"requests": {"cpu": "4", GPU: "1"}, "limits": {GPU: "1"}}
+
+    def bound(name: str, node: str = "n-1", **spec: Any) -> dict[str, Any]:
+        main = _container(resources=requests, **spec.pop("main", {}))
+        return _pod(real_ns, f"held-{name}", {"nodeName": node, "containers": [main], **spec})
+
+    init = _container("init", resources={"requests": {"cpu": "16"}})
+    sidecar = _container("side", restartPolicy="Always", resources={"requests": {"cpu": "2"}})
+    pods = [
+        bound("base"),
+        bound("init", initContainers=[init]),
+        bound("sidecar", initContainers=[sidecar]),
+        bound("port", main={"ports": [{"containerPort": 80, "hostPort": 8080}]}),
+        bound("hostnet", hostNetwork=True, main={"ports": [{"containerPort": 80}]}),
+        # the sidecar's container but its restartPolicy: an init container, done before
+        # the main one starts, holds nothing beside it
+        bound(
+            "plain-init",
+            initContainers=[{k: v for k, v in sidecar.items() if k != "restartPolicy"}],
+        ),
+        bound("alike", node="n-2", main={"env": [{"name": "RANK", "value": "7"}]}),
+    ]
+    records = []
+    for pod in pods:
+        make(pod, None)
+        usual, read, straight = _both(envtest, pod)
+        assert straight and read == usual, pod["metadata"]["name"]
+        records.append(read[1])
+    holdings = [(r.requests, r.ports, r.gpus) for r in records]
+    assert len(set(holdings[:5])) == 5  # each field changed the holding
+    assert holdings[5] == holdings[6] == holdings[0] and records[6].node == "n-2"
+
+
 async def test_a_source_asking_protobuf_keeps_what_one_asking_json_keeps(
     envtest: EnvTest, real_ns: str, real_client: ApiClient, make: Any
 ):
@@ -377,6 +417,15 @@ _SPEC = st.fixed_dictionaries(
     optional={
         "nodeName": st.just("NODE"),
         "hostNetwork": st.booleans(),
+        # a bound pod's holding is remembered by its containers' and these (read.kube.
+        # straight): with one reader over every example, a key that missed one would
+        # give one example the holding of another
+        "initContainers": st.lists(
+            st.fixed_dictionaries(
+                {"resources": _RESOURCES}, optional={"restartPolicy": st.just("Always")}
+            ),
+            max_size=2,
+        ),
         "nodeSelector": st.dictionaries(_NAME, _NAME, max_size=2),
         "tolerations": st.lists(_TOLERATION, max_size=3),
         "affinity": st.fixed_dictionaries(
@@ -407,6 +456,8 @@ def _named(spec: dict[str, Any], node: str) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
     for i, c in enumerate(spec["containers"]):
         c.update(name=f"c{i}", image="busybox")
+    for i, c in enumerate(spec.get("initContainers", ())):
+        c.update(name=f"i{i}", image="busybox")
     if "nodeName" in spec:
         spec["nodeName"] = node
     return spec

@@ -178,6 +178,27 @@ _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
         ("spec", 2, "PodSpec", False),
         ("status", 3, "PodStatus", False),
     ),
+    # a bound pod as its straight reader reads it (read.kube.straight): of its spec, its
+    # node and what its holding is read from, by which the holding is remembered (these
+    # fields re-encoded: the other fields of a spec, an env, differ pod by pod)
+    "HeldContainer": (
+        ("name", 1, "string", False),
+        ("ports", 6, "bytes", True),  # ContainerPort
+        ("resources", 8, "bytes", False),  # ResourceRequirements
+        ("restartPolicy", 24, "string", False),
+    ),
+    "BoundPodSpec": (
+        ("containers", 2, "HeldContainer", True),
+        ("nodeName", 10, "string", False),
+        ("hostNetwork", 11, "bool", False),
+        ("initContainers", 20, "HeldContainer", True),
+        ("overhead", 32, "bytes", True),  # QuantityEntry
+    ),
+    "BoundPod": (
+        ("metadata", 1, "ObjectMeta", False),
+        ("spec", 2, "BoundPodSpec", False),
+        ("status", 3, "PodStatus", False),
+    ),
     "Taint": (
         ("key", 1, "string", False),
         ("value", 2, "string", False),
