@@ -179,19 +179,14 @@ _SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
         ("status", 3, "PodStatus", False),
     ),
     # a bound pod as its straight reader reads it (read.kube.straight): of its spec, its
-    # node and what its holding is read from, by which the holding is remembered (these
-    # fields re-encoded: the other fields of a spec, an env, differ pod by pod)
-    "HeldContainer": (
-        ("name", 1, "string", False),
-        ("ports", 6, "bytes", True),  # ContainerPort
-        ("resources", 8, "bytes", False),  # ResourceRequirements
-        ("restartPolicy", 24, "string", False),
-    ),
+    # node and what its holding is read from (a Container declares only that), by which
+    # the holding is remembered (these fields re-encoded: the other fields of a spec, an
+    # env, differ pod by pod)
     "BoundPodSpec": (
-        ("containers", 2, "HeldContainer", True),
+        ("containers", 2, "Container", True),
         ("nodeName", 10, "string", False),
         ("hostNetwork", 11, "bool", False),
-        ("initContainers", 20, "HeldContainer", True),
+        ("initContainers", 20, "Container", True),
         ("overhead", 32, "bytes", True),  # QuantityEntry
     ),
     "BoundPod": (
