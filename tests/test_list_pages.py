@@ -11,28 +11,36 @@ import gc
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from protopages import delimited, envelope
 
 from autoscaler.core.resources import QUEUE
 from autoscaler.read.kube.cache import _Attempts, _Cache
-from autoscaler.read.kube.pages import ProtoReaders, _Ahead
+from autoscaler.read.kube.pages import ProtoReaders, _Ahead, _body
 from autoscaler.settings import Settings
 
 Log = list[tuple[str, str]]
 
 
 class _Answer:
-    """An unpreloaded answer, as the client returns it."""
+    """An unpreloaded answer, as the client returns it: read whole, or as it arrives
+    (`content.readany()`), in parts of `part` bytes."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, part: int = 40) -> None:
         self.status = 200
+        self.content = self
         self._body = body
+        self._parts = [body[i : i + part] for i in range(0, len(body), part)]
 
     async def read(self) -> bytes:
         await asyncio.sleep(0)  # the bytes arrive later
         return self._body
+
+    async def readany(self) -> bytes:
+        await asyncio.sleep(0)
+        return self._parts.pop(0) if self._parts else b""
 
     def release(self) -> None:
         pass
@@ -58,7 +66,10 @@ class _PagedApi:
         if index + 1 < len(self._pages):
             meta["continue"] = str(index + 1)
         items = self._pages[index]
-        return _Answer(json.dumps({"metadata": meta, "items": items}).encode())
+        # as the server writes a custom resource's list (a Queue's): keys sorted, so
+        # its metadata (the continue token) comes after its items
+        page = {"metadata": meta, "items": items}
+        return _Answer(json.dumps(page, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _queue(name: str) -> dict[str, Any]:
@@ -153,6 +164,78 @@ async def test_a_page_that_fails_to_decode_drops_the_page_asked_for_ahead() -> N
     assert unseen == []
     assert log[:3] == [("ask", ""), ("ask", "1"), ("decode", "q-000")] and notified == []
     assert cache.items == {} and not cache.synced.is_set()
+
+
+async def test_a_json_page_asks_for_the_next_from_its_last_bytes_before_it_is_decoded() -> None:
+    """A custom resource's page names the next in its last bytes: the next is asked
+    for as they arrive, before the page is joined and its envelope decoded, two pages
+    in flight at most; every object once, in the server's order."""
+    log: Log = []
+    cache, _ = _cache(LONG, log)
+    await cache._list()
+    assert _in_flight(log, LONG) == 2
+    names = [str(q["metadata"]["name"]) for page in LONG for q in page]
+    assert [n for what, n in log if what == "decode"] == names
+    assert [name for _, name in cache.items] == names
+    assert [what for what, _ in log].count("ask") == 5 and cache.resource_version == "7"
+
+
+async def test_a_json_pages_next_is_asked_for_before_its_envelope_is_decoded() -> None:
+    """Seen by a page whose last bytes name the next but whose items are not JSON: the
+    next was asked for before the page was decoded (its envelope's error is the LIST's),
+    and it is dropped, its failure not left unretrieved."""
+
+    class _Broken(_PagedApi):
+        async def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> _Answer:
+            answer = await super().list_cluster_custom_object(*args, **kwargs)
+            if not kwargs.get("_continue"):  # the first page: a syntax error amid its items
+                answer = _Answer(answer._body.replace(b'"spec":', b'"spec"::', 1))
+            return answer
+
+    log: Log = []
+    unseen: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: unseen.append(context))
+    cache, notified = _cache(PAGES, log)
+    failing = {"1": ApiException(status=500, reason="boom")}
+    cache._api = _Broken(PAGES, log, failing)  # type: ignore[assignment]
+    with pytest.raises(msgspec.DecodeError):
+        await cache._list()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gc.collect()
+    assert log == [("ask", ""), ("ask", "1")] and notified == [] and unseen == []
+
+
+def _list(meta: dict[str, Any], items: list[Any], **dumps: Any) -> bytes:
+    return json.dumps({"items": items, "kind": "QueueList", "metadata": meta}, **dumps).encode()
+
+
+COMPACT = {"separators": (",", ":")}
+BIG = {"metadata": {"name": "big"}, "spec": {"note": "x" * 10_000}}
+
+
+@pytest.mark.parametrize(
+    ("body", "token"),
+    [
+        (_list({"continue": "abc", "resourceVersion": "7"}, [_queue("q")], **COMPACT), "abc"),
+        (_list({"continue": "abc", "resourceVersion": "7"}, [_queue("q")]), "abc"),  # spaced
+        (_list({"continue": "abc", "remainingItemCount": 9}, [BIG], **COMPACT), "abc"),
+        (_list({"resourceVersion": "7"}, [_queue("q")], **COMPACT), None),  # the last page
+        (_list({"continue": "", "resourceVersion": "7"}, [_queue("q")], **COMPACT), None),
+        # a core list's JSON: its metadata first, the end is the last object's
+        (json.dumps({"metadata": {"continue": "abc"}, "items": [_queue("q")]}).encode(), None),
+        (b'{"items":[],"metadata":{"continue":"abc"', None),  # cut short
+        (b'{"items":[],"metadata":{"continue":7}}', None),  # not a list's metadata
+        (b"\x00\x01", None),
+    ],
+)
+@pytest.mark.parametrize("part", [7, 40, 1 << 20])
+async def test_a_json_answers_continue_token_is_read_from_its_last_bytes(
+    body: bytes, token: str | None, part: int
+) -> None:
+    ahead: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    assert await _body(_Answer(body, part), ahead) == body
+    assert (ahead.result() if ahead.done() else None) == token
 
 
 async def test_a_long_page_lets_the_event_loop_run_while_it_is_decoded() -> None:

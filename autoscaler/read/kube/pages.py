@@ -171,8 +171,7 @@ async def _body(response: Any, ahead: asyncio.Future[str] | None = None) -> byte
     """The body of an unpreloaded answer; a failure raised as the ApiException the client
     raises for a preloaded one (it does not check unpreloaded answers itself), its
     Status in JSON if the server sent it in protobuf. `ahead`: given the continue token
-    of a protobuf LIST answer as soon as its first bytes show it (proto.continue_ahead),
-    while the rest still arrives."""
+    of a LIST answer as soon as its bytes show it (`_read_ahead`)."""
     try:
         if ahead is not None and 200 <= response.status <= 299:
             data = await _read_ahead(response, ahead)
@@ -186,8 +185,13 @@ async def _body(response: Any, ahead: asyncio.Future[str] | None = None) -> byte
 
 
 async def _read_ahead(response: Any, ahead: asyncio.Future[str]) -> bytes:
-    """The answer's bytes as they arrive, `ahead` given its continue token once its
-    first chunks show it (or never, when they cannot); joined once at the end."""
+    """The answer's bytes as they arrive, `ahead` given its continue token once they show
+    it (or never, when they cannot); joined once at the end. A protobuf answer names it
+    in its first chunks (the list's metadata comes before its items), while the rest
+    still arrives; a custom resource's JSON answer in its last (its keys are sorted:
+    `metadata` after `items`), before the page is joined and its envelope decoded:
+    that was ~3 ms of each 4.5 MB page of 500 PyTorchJobs, the LIST at 10k jobs whose
+    pages, one after another, end a sync."""
     chunks: list[bytes] = []
     looked, looking = 0, True
     while chunk := await response.content.readany():
@@ -206,7 +210,46 @@ async def _read_ahead(response: Any, ahead: asyncio.Future[str]) -> bytes:
             looking = False
         elif looked >= _AHEAD_BYTES:
             looking = False
+    if not ahead.done() and chunks and not proto.is_proto(chunks[0]):
+        token = _continue_at_end(chunks)
+        if token:
+            ahead.set_result(token)
     return b"".join(chunks)
+
+
+class _ListMeta(msgspec.Struct):
+    token: str = msgspec.field(default="", name="continue")
+
+
+_LIST_META = msgspec.json.Decoder(_ListMeta)
+_META_KEY = b'"metadata":'
+# how much of a JSON answer's end is searched for the list's metadata: a continue token
+# is a few hundred bytes; a page whose last object is shorter than this is searched
+# past it to the object's own `metadata`, which is no list's (rfind takes the last)
+_TAIL_BYTES = 4096
+
+
+def _continue_at_end(chunks: list[bytes]) -> str | None:
+    """The continue token of a JSON LIST answer, from its last bytes: the list's
+    `metadata` is its last key when the server sorts them (a custom resource's list);
+    None when its end is not that (the page is read whole first then). A guess until
+    the page is read whole: `_Ahead.follow` compares it with the token decoded."""
+    tail: list[bytes] = []
+    size = 0
+    for chunk in reversed(chunks):
+        tail.append(chunk)
+        size += len(chunk)
+        if size >= _TAIL_BYTES:
+            break
+    end = b"".join(reversed(tail))
+    at = end.rfind(_META_KEY)
+    meta = end[at + len(_META_KEY) :].rstrip() if at >= 0 else b""
+    if not meta.endswith(b"}"):
+        return None
+    try:
+        return _LIST_META.decode(meta[:-1]).token or None
+    except msgspec.DecodeError:
+        return None
 
 
 def _api_exception(response: Any, data: bytes) -> ApiException:
@@ -227,7 +270,7 @@ def _key(obj: RawObject | _Names) -> Key:
 @dataclass
 class _Fetch:
     """A page asked for: its bytes (`task`); `token`, the continue token it was asked
-    with; `ahead`, its own continue token once its first bytes show it."""
+    with; `ahead`, its own continue token once its bytes show it."""
 
     token: str
     task: asyncio.Future[bytes]
@@ -239,9 +282,9 @@ class _Ahead:
     """The pages of one LIST in flight: a page is asked for when the page before it is
     read (`follow`), or earlier, once the page before it shows its continue token while
     it still arrives, if that page is the next to be decoded (two pages in flight at
-    most: the memory of a LIST stays a few pages). A token guessed from the first bytes
-    is checked against the page read whole; a page asked for on a token that is not it
-    is dropped and asked for again."""
+    most: the memory of a LIST stays a few pages). A token guessed from the bytes as
+    they arrive is checked against the page read whole; a page asked for on a token
+    that is not it is dropped and asked for again."""
 
     def __init__(self, page: Callable[[str, asyncio.Future[str]], Any]) -> None:
         self._page = page
@@ -256,11 +299,12 @@ class _Ahead:
     def follow(self, fetch: _Fetch, token: str) -> _Fetch:
         """The page after `fetch`, whose body said `token`: the one asked for early if
         it was asked with that token, else asked for now. Once it is in flight it may
-        ask for the page after it as soon as its first bytes name it."""
+        ask for the page after it as soon as its bytes name it."""
         self._live.remove(fetch)
-        # a page that never named the next early (JSON, or bytes not laid out as a List)
-        # keeps its arm's callback, and through it itself and its bytes, in a cycle until
-        # the collector runs (~45 MiB at 10k jobs, their JSON pages): dropped here
+        # a page that never named the next early (the last, or bytes not laid out as a
+        # List) keeps its arm's callback, and through it itself and its bytes, in a
+        # cycle until the collector runs (~45 MiB at 10k jobs, their JSON pages):
+        # dropped here
         fetch.ahead.cancel()
         following = fetch.next
         if following is None or following.token != token:
@@ -271,7 +315,7 @@ class _Ahead:
 
     def arm(self, fetch: _Fetch) -> _Fetch:
         """`fetch` is the next page to be decoded: it may ask for the page after it as
-        soon as its first bytes name it."""
+        soon as its bytes name it."""
         fetch.ahead.add_done_callback(lambda done: self._early(fetch, done))
         return fetch
 
@@ -350,9 +394,10 @@ class ListPages:
         server serves it while we decode (at 50k pods, 100 pages of ~5 ms of CPU each);
         a protobuf page names the page after it in its first bytes, and that one is
         asked for then, while the page still arrives (`_Ahead`: two pages in flight at
-        most). Pages are still decoded in their order, one at a time, and a failure of
-        the next page (410 for an expired continue token among them) is raised after
-        this one is decoded, as when it was asked for afterwards."""
+        most); a JSON one in its last, and that one is asked for before the page's
+        envelope is decoded. Pages are still decoded in their order, one at a time, and
+        a failure of the next page (410 for an expired continue token among them) is
+        raised after this one is decoded, as when it was asked for afterwards."""
         func, args, kwargs = self._call_args()
         fresh: dict[Key, Any] = {}
         seen: set[Key] = set()
@@ -361,6 +406,10 @@ class ListPages:
         try:
             while True:
                 body = await fetch.task
+                if fetch.next is not None and not proto.is_proto(body):
+                    # a JSON page's next, asked for from its last bytes: its request goes
+                    # out before this page's envelope is decoded (its task has not run)
+                    await asyncio.sleep(0)
                 version, token, raws, take = self._read_page(body)
                 del body  # the items are slices of it (or copies): freed with `raws`
                 following = pages.follow(fetch, token) if token else None
@@ -398,12 +447,10 @@ class ListPages:
         token: str,
         ahead: asyncio.Future[str] | None = None,
     ) -> bytes:
-        """One page of the LIST, its bytes; `ahead` given its continue token early when
-        it is asked for in protobuf (`_body`)."""
+        """One page of the LIST, its bytes; `ahead` given its continue token as soon as
+        they show it (`_read_ahead`)."""
         if self._proto is not None:
             kwargs = {**kwargs, "_accept": proto.ACCEPT}
-        else:
-            ahead = None
         response = await func(
             *args,
             **kwargs,
