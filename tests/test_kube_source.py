@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import random
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -453,6 +454,40 @@ async def test_on_change_reports_events_and_survives_errors(
             "PriorityClass": 0,
             "HorizontalPodAutoscaler": 0,
         }
+
+
+async def test_on_change_is_told_only_the_kinds_it_reads(
+    kube: FakeKubeApi, client: ApiClient
+) -> None:
+    """The daemon's triggers read gangs and jobs, not the 50k bound pods and 26k nodes a
+    sync installs: told only of `on_change_kinds`, while a job kind's deletion is still
+    kept as a tombstone."""
+    seed(kube)
+    seen: list[tuple[str, str, str]] = []
+
+    def on_change(kind: str, event_type: str, obj: Any, before: Any) -> None:
+        seen.append((kind, event_type, name_of(obj).split("/")[-1]))
+
+    source = KubeSource(
+        Settings().kube_options(), client, on_change, on_change_kinds={"PodGroup"},
+        backoff_base=0.01, backoff_cap=0.05, rng=random.Random(7),
+    )  # fmt: skip
+    await source.start()
+    try:
+        await source.wait_synced(5)
+        assert seen == [("PodGroup", "ADDED", "pg-a")]
+        await eventually(lambda: kube.watchers() == 5, message="watches open")
+        kube.put(queue("team-y"))
+        kube.delete("pytorchjobs", "ns1", "a")
+        kube.put(podgroup("pg-b"))
+        await eventually(lambda: len(seen) == 2, message="the gang added")
+        await eventually(
+            lambda: [r.name for r in source.tombstones.live(time.monotonic())] == ["a"]
+        )
+        assert seen[1] == ("PodGroup", "ADDED", "pg-b")
+        assert "ns2/b" in names(source.objects().jobs) and len(source.objects().queues) == 2
+    finally:
+        await source.stop()
 
 
 async def test_a_podgroup_turning_waiting_calls_one_early_cycle_per_transition(

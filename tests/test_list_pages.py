@@ -238,6 +238,22 @@ async def test_a_json_answers_continue_token_is_read_from_its_last_bytes(
     assert (ahead.result() if ahead.done() else None) == token
 
 
+async def test_a_relist_keeps_dropped_only_what_it_listed_too_large() -> None:
+    """An object too large is dropped and reported; at the next LIST one that shrank is
+    kept and no longer reported, one that grew is dropped in its turn."""
+    log: Log = []
+    big = {"metadata": {"name": "q-big"}, "spec": {"note": "x" * 2000}}
+    cache, _ = _cache([[_queue("q-a"), big]], log)
+    cache._settings = Settings(max_object_bytes=1024).kube_options()
+    await cache._list()
+    assert set(cache.oversized) == {("", "q-big")} and list(cache.items) == [("", "q-a")]
+    grown = {"metadata": {"name": "q-a"}, "spec": {"note": "y" * 2000}}
+    cache._api = _PagedApi([[grown, _queue("q-big")]], log, {})  # type: ignore[assignment]
+    await cache._list()
+    assert set(cache.oversized) == {("", "q-a")} and list(cache.items) == [("", "q-big")]
+    assert cache.counters.dropped_oversized == 2
+
+
 async def test_a_long_page_lets_the_event_loop_run_while_it_is_decoded() -> None:
     """A page of 250 is decoded in chunks: other tasks (the next page's answer, other
     caches, the HTTP server) run in between, not only once the page is done."""

@@ -230,11 +230,11 @@ async def test_the_daemons_caches_take_the_bulk_kinds_straight_and_the_rest_as_b
     big["metadata"]["annotations"]["note"] = "x" * 8192
     cache = caches["Pod"]
     fresh: dict[Any, Any] = {}
-    seen: set[Any] = set()
+    dropped: set[Any] = set()
     for obj in (POD, unbound, big):
-        cache._take(msgspec.Raw(json.dumps(obj).encode()), fresh, seen)
+        cache._take(msgspec.Raw(json.dumps(obj).encode()), fresh, dropped)
     assert fresh == dict(usual("Pod", o, settings.read_options()) for o in (POD, unbound))
-    assert set(cache.oversized) == {("ml", "train-worker-5")}
+    assert set(cache.oversized) == dropped == {("ml", "train-worker-5")}
     await client.close()
 
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -27,6 +27,7 @@ from autoscaler.act.dry_run import DryRunActuator
 from autoscaler.act.results import Actuator
 from autoscaler.core.errors import RunFailure
 from autoscaler.core.options import ServerOptions
+from autoscaler.core.resources import PODGROUP
 from autoscaler.read.kinds import KINDS, JobKind, named
 from autoscaler.read.kube.source import KubeSource, OnChange
 from autoscaler.read.live import LiveSource
@@ -50,15 +51,20 @@ def job_kinds(settings: Settings) -> tuple[JobKind, ...]:
 
 
 def build_sources(
-    settings: Settings, api_client: ApiClient, on_change: OnChange | None = None
+    settings: Settings,
+    api_client: ApiClient,
+    on_change: OnChange | None = None,
+    on_change_kinds: Collection[str] | None = None,
 ) -> tuple[KubeSource, PrometheusSource]:
     """The watch caches (every job kind the settings name, nodes, and bound pods for
-    node fit) and the Prometheus source: the daemon's and a one-shot `plan`'s alike."""
+    node fit) and the Prometheus source: the daemon's and a one-shot `plan`'s alike.
+    `on_change` is told of the changes of `on_change_kinds` (None: every kind)."""
     options = settings.read_options()
     kube = KubeSource(
         settings.kube_options(),
         api_client,
         on_change,
+        on_change_kinds=on_change_kinds,
         decode=decoders(options),
         read_options=options,
         job_kinds=[k.resource for k in job_kinds(settings)],
@@ -172,6 +178,10 @@ class _Triggers:
         self.settings, self.metrics = settings, metrics
         self.driver: Driver | None = None
         self.starts = GangStarts()
+        # the kinds whose changes `on_change` reads: gangs (turning waiting, or bound)
+        # and the managed jobs (finished, deleted, restarted); not the 50k bound pods
+        # or the nodes a sync installs
+        self.kinds = frozenset({PODGROUP.kind, *(k.resource.kind for k in job_kinds(settings))})
 
     def on_change(self, kind: str, event_type: str, record: object, before: object) -> None:
         bound = self.starts.bound(event_type, record)  # kept up to date before a driver
@@ -231,7 +241,7 @@ def build(
     won election trigger an early cycle; only the leader writes (jobs, status)."""
     metrics = metrics or Metrics()
     triggers = _Triggers(settings, metrics)
-    kube, prometheus = build_sources(settings, api_client, triggers.on_change)
+    kube, prometheus = build_sources(settings, api_client, triggers.on_change, triggers.kinds)
     kube.export_ages(metrics.cache_age, metrics.cache_stalled)
     elector = make_elector(settings.leader_options(), api_client, triggers.leadership)
     status = _status_writer(settings, api_client, metrics, elector, clock)

@@ -74,7 +74,7 @@ class _Cache(ListPages):
         label_selector: str,
         api: ObjectsApi,
         settings: KubeOptions,
-        notify: Callable[[str, str, Any, Any], None],
+        notify: Callable[[str, str, Any, Any], None] | None,
         backoff: Callable[[int], float],
         page_size: int,
         decode: Decoder,
@@ -103,6 +103,7 @@ class _Cache(ListPages):
         self.label_selector = label_selector
         self._api = api
         self._settings = settings
+        # told of each change; None: nothing wants this cache's changes (KubeSource)
         self._notify = notify
         self._backoff = backoff
         self._page_size = page_size
@@ -242,11 +243,11 @@ class _Cache(ListPages):
 
     async def _list(self) -> None:
         """One whole LIST (read.kube.pages), installed: the cache is current."""
-        fresh, seen, version = await self._read_list()
+        fresh, dropped, version = await self._read_list()
         if self.absent:
             self.absent = False
             log.info("kube.kind_installed", cache=self.name)
-        self._install(fresh, seen, version)
+        self._install(fresh, dropped, version)
         self._recovered()
         self.synced.set()
 
@@ -396,14 +397,16 @@ class _Cache(ListPages):
             if known:
                 del self.items[key]
                 self._touch(key, old)
-            gone = old if known else self._decode(obj)
-            self._notify(self.resource.kind, "DELETED", gone, gone)
+            if self._notify is not None:
+                gone = old if known else self._decode(obj)
+                self._notify(self.resource.kind, "DELETED", gone, gone)
             return
         if not self._fits(key, size):
             self._touch(key, old)
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
-                self._notify(self.resource.kind, "DELETED", old, old)
+                if self._notify is not None:
+                    self._notify(self.resource.kind, "DELETED", old, old)
             return
         record = self._decode(obj)
         if not known or old != record:
@@ -411,7 +414,8 @@ class _Cache(ListPages):
             # conditions) keeps its record: no new snapshot, the planner's memos hold
             self.items[key] = record
             self._touch(key, old)
-        self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
+        if self._notify is not None:
+            self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
 
     def _touch(self, key: Key, before: Any) -> None:
         self.version += 1
@@ -423,23 +427,28 @@ class _Cache(ListPages):
         changed, self._sorted.changed = self._sorted.changed, {}
         return changed
 
-    def _install(self, fresh: dict[Key, Any], seen: set[Key], resource_version: str) -> None:
-        """Install a fresh LIST, reporting its differences to the cache as events."""
+    def _install(self, fresh: dict[Key, Any], dropped: set[Key], resource_version: str) -> None:
+        """Install a fresh LIST, reporting its differences to the cache as events.
+        `dropped`: the objects it listed too large to keep; any other the cache dropped
+        before is gone, or fits now."""
 
-        for key in set(self.oversized) - seen:
+        for key in set(self.oversized) - dropped:
             del self.oversized[key]
         old, self.items = self.items, fresh
         self.resource_version = resource_version
         self.version += 1
         self._sorted.touched = self._sorted.changed = None
+        notify, kind = self._notify, self.resource.kind
+        if notify is None:
+            return
         for key, record in fresh.items():
             if key not in old:
-                self._notify(self.resource.kind, "ADDED", record, None)
+                notify(kind, "ADDED", record, None)
             elif old[key] != record:
-                self._notify(self.resource.kind, "MODIFIED", record, old[key])
+                notify(kind, "MODIFIED", record, old[key])
         for key, record in old.items():
             if key not in fresh:
-                self._notify(self.resource.kind, "DELETED", record, record)
+                notify(kind, "DELETED", record, record)
 
     def values(self) -> tuple[Any, ...]:
         """The records, ordered by (namespace, name), without the objects the planner
