@@ -438,17 +438,8 @@ class _Cache(ListPages):
         self.resource_version = resource_version
         self.version += 1
         self._sorted.touched = self._sorted.changed = None
-        notify, kind = self._notify, self.resource.kind
-        if notify is None:
-            return
-        for key, record in fresh.items():
-            if key not in old:
-                notify(kind, "ADDED", record, None)
-            elif old[key] != record:
-                notify(kind, "MODIFIED", record, old[key])
-        for key, record in old.items():
-            if key not in fresh:
-                notify(kind, "DELETED", record, record)
+        if self._notify is not None:
+            _report(self._notify, self.resource.kind, old, fresh)
 
     def values(self) -> tuple[Any, ...]:
         """The records, ordered by (namespace, name), without the objects the planner
@@ -470,6 +461,23 @@ class _Cache(ListPages):
                 f"{self._settings.max_object_bytes}"
             )
         return out
+
+
+def _report(
+    notify: Callable[[str, str, Any, Any], None],
+    kind: str,
+    old: dict[Key, Any],
+    fresh: dict[Key, Any],
+) -> None:
+    """A LIST installed over `old`: its differences, as the events a watch would bring."""
+    for key, record in fresh.items():
+        if key not in old:
+            notify(kind, "ADDED", record, None)
+        elif old[key] != record:
+            notify(kind, "MODIFIED", record, old[key])
+    for key, record in old.items():
+        if key not in fresh:
+            notify(kind, "DELETED", record, record)
 
 
 class _Sorted:

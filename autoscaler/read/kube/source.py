@@ -218,6 +218,17 @@ class _CacheMaker:
         )
 
 
+def _told(
+    on_change: OnChange | None, kinds: Collection[str] | None, job_kinds: set[str]
+) -> set[str] | None:
+    """The kinds whose caches tell KubeSource._notify of their changes (None: every
+    kind): those `on_change` is told of, and the job kinds (their deletions are kept as
+    tombstones)."""
+    if on_change is None:
+        return set(job_kinds)
+    return None if kinds is None else {*kinds, *job_kinds}
+
+
 def _readers(
     decode: Mapping[str, Decoder] | None, read_options: ReadOptions | None
 ) -> tuple[Mapping[str, Decoder], dict[str, Straight], ReadOptions | None]:
@@ -277,12 +288,6 @@ class KubeSource:
         self._on_change = on_change
         self._on_change_kinds = on_change_kinds
         self._job_kind_names = {kind.kind for kind in job_kinds}
-        # the kinds whose caches tell `_notify` of their changes (None: every kind)
-        told: set[str] | None = None
-        if on_change is None:
-            told = set(self._job_kind_names)
-        elif on_change_kinds is not None:
-            told = {*on_change_kinds, *self._job_kind_names}
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._rng = rng or random.Random()
@@ -292,7 +297,7 @@ class KubeSource:
             ObjectsApi(api_client),
             settings,
             self._notify,
-            told,
+            _told(on_change, on_change_kinds, self._job_kind_names),
             self._backoff,
             # a LIST of big objects is parsed page by page: only one page is held raw at once
             page_size or settings.kube_list_page_size,
