@@ -397,16 +397,14 @@ class _Cache(ListPages):
             if known:
                 del self.items[key]
                 self._touch(key, old)
-            if self._notify is not None:
-                gone = old if known else self._decode(obj)
-                self._notify(self.resource.kind, "DELETED", gone, gone)
+            gone = old if known else self._decode(obj)
+            self._tell("DELETED", gone, gone)
             return
         if not self._fits(key, size):
             self._touch(key, old)
             if known:  # what we knew is no longer true: forget it
                 del self.items[key]
-                if self._notify is not None:
-                    self._notify(self.resource.kind, "DELETED", old, old)
+                self._tell("DELETED", old, old)
             return
         record = self._decode(obj)
         if not known or old != record:
@@ -414,8 +412,11 @@ class _Cache(ListPages):
             # conditions) keeps its record: no new snapshot, the planner's memos hold
             self.items[key] = record
             self._touch(key, old)
+        self._tell("MODIFIED" if known else "ADDED", record, old)
+
+    def _tell(self, event_type: str, record: Any, before: Any) -> None:
         if self._notify is not None:
-            self._notify(self.resource.kind, "MODIFIED" if known else "ADDED", record, old)
+            self._notify(self.resource.kind, event_type, record, before)
 
     def _touch(self, key: Key, before: Any) -> None:
         self.version += 1

@@ -392,13 +392,13 @@ class ListPages:
         """LIST page by page: (the fresh items, the keys of the objects listed too large
         to keep, the LIST's resourceVersion). The next page is asked for before this one
         is decoded, so the server serves it while we decode (at 50k pods, 100 pages of
-        ~5 ms of CPU each);
-        a protobuf page names the page after it in its first bytes, and that one is
-        asked for then, while the page still arrives (`_Ahead`: two pages in flight at
-        most); a JSON one in its last, and that one is asked for before the page's
-        envelope is decoded. Pages are still decoded in their order, one at a time, and
-        a failure of the next page (410 for an expired continue token among them) is
-        raised after this one is decoded, as when it was asked for afterwards."""
+        ~5 ms of CPU each); a protobuf page names the page after it in its first bytes,
+        and that one is asked for then, while the page still arrives (`_Ahead`: two
+        pages in flight at most); a JSON one in its last, and that one is asked for
+        before the page's envelope is decoded. Pages are still decoded in their order,
+        one at a time, and a failure of the next page (410 for an expired continue token
+        among them) is raised after this one is decoded, as when it was asked for
+        afterwards."""
         func, args, kwargs = self._call_args()
         fresh: dict[Key, Any] = {}
         dropped: set[Key] = set()
