@@ -15,9 +15,16 @@ child to the next on 2 shared cores, so it takes rounds to see a change of a few
 
 Printed: a line per child; at the end, per checkout, its sync against the mean of the
 floors either side of it (median and range over the rounds), its sync, its CPU and its
-VmHWM right after the sync. `--trace DIR`: each daemon's LIST pages (when each was asked
-for and read, each page's decode and its CPU) as JSON, one file per daemon: which LIST
-ends last, and where a page waited. [scale] #45, third round (docs/benchmarks.md).
+VmHWM right after the sync, and `x_floor_if_cpu_bound`: the CPU the server and the
+daemon spent over the CPU the server and the floor's reader spent (medians over the
+rounds). On cores the server and the daemon share, a sync cannot end before their CPU
+is spent, nor a floor before the server's and its reader's: this is the ratio the two
+would score if each kept every core busy; what a daemon scores above it is a core left
+idle (a LIST that ends alone). [scale] #45, sixth round.
+
+`--trace DIR`: each daemon's LIST pages (when each was asked for and read, each page's
+decode and its CPU) as JSON, one file per daemon: which LIST ends last, and where a
+page waited. [scale] #45, third round (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -111,6 +118,7 @@ async def _main(args: argparse.Namespace) -> None:
     )
     codes = args.code
     floors: list[float] = []
+    floor_cpus: list[float] = []  # the server's CPU and the floor reader's, each floor
     syncs: dict[str, list[tuple[int, dict[str, Any]]]] = {c: [] for c in codes}
     with envtest_server("envtest-sync-ab-", SERVER_ARGS) as server:
         loaded = await cycle_real._load(
@@ -123,7 +131,19 @@ async def _main(args: argparse.Namespace) -> None:
             for round_ in range(args.rounds + 1):
                 done = await cycle_real._child(server, True, *floor, show=False, code=codes[0])
                 floors.append(done["floor_s"])
-                print(json.dumps({"round": round_, "floor_s": done["floor_s"]}), flush=True)
+                api = done.get("server", {}).get("api_cpu_s") or 0.0
+                floor_cpus.append(api + done["floor_cpu_s"])
+                print(
+                    json.dumps(
+                        {
+                            "round": round_,
+                            "floor_s": done["floor_s"],
+                            "floor_cpu_s": done["floor_cpu_s"],
+                            "api_cpu_s": api,
+                        }
+                    ),
+                    flush=True,
+                )
                 if round_ == args.rounds:
                     break  # the floor after the last round's daemons
                 for code in codes:
@@ -136,12 +156,17 @@ async def _main(args: argparse.Namespace) -> None:
                     syncs[code].append((round_, result))
     for code, rows in syncs.items():
         ratios = [r["sync_s"] / statistics.mean(floors[i : i + 2]) for i, r in rows]
+        bounds = [
+            ((r["api_cpu_s"] or 0.0) + r["sync_cpu_s"]) / statistics.mean(floor_cpus[i : i + 2])
+            for i, r in rows
+        ]
         print(
             json.dumps(
                 {
                     "code": code,
                     "x_floor_median": round(statistics.median(ratios), 2),
                     "x_floor_range": [round(min(ratios), 2), round(max(ratios), 2)],
+                    "x_floor_if_cpu_bound": round(statistics.median(bounds), 2),
                     "sync_s_median": round(statistics.median(r["sync_s"] for _, r in rows), 2),
                     "sync_cpu_s_median": round(
                         statistics.median(r["sync_cpu_s"] for _, r in rows), 2
