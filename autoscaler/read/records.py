@@ -10,7 +10,7 @@ The records a sync makes one per object (`PodUse`, `JobRecord`, `GroupRecord`: ~
 against ~0.6 us (a frozen dataclass's __init__ sets each field through
 object.__setattr__), and with gc=False the collector never walks them (they hold only
 immutable values, so they can be in no reference cycle). At 10k jobs, 50k bound pods
-that is ~55 ms less of the sync's CPU (docs/benchmarks.md, "The sync's records").
+that is ~55 ms less of the sync's CPU (docs/benchmarks.md, "What ends the sync").
 """
 
 from __future__ import annotations
