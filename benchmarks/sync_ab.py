@@ -2,7 +2,7 @@
 (envtest binaries, found via KUBEBUILDER_ASSETS): a quick A/B of a change to the read side.
 
     KUBEBUILDER_ASSETS=... python benchmarks/sync_ab.py --code DIR [DIR ...] [--rounds 8]
-        [--jobs 10000] [--nodes 26000] [--trace DIR]
+        [--jobs 10000] [--nodes 26000] [--trace DIR] [--pin]
 
 The cluster of `cycle_real.py --pods` is loaded once (~3.5 min at 10k jobs). Then each
 round: a floor (every LIST the caches make, Pods and Nodes in protobuf as the daemon asks
@@ -21,6 +21,11 @@ rounds). On cores the server and the daemon share, a sync cannot end before thei
 is spent, nor a floor before the server's and its reader's: this is the ratio the two
 would score if each kept every core busy; what a daemon scores above it is a core left
 idle (a LIST that ends alone). [scale] #45, sixth round.
+
+`--pin`: after the load, the API server and etcd on one core and every child on the
+other (`cycle_real.py --pin`), as a control plane's server runs on machines of its own:
+the floor is then the server's own time, and a daemon's decode overlaps it. [scale] #45,
+seventh round.
 
 `--trace DIR`: each daemon's LIST pages (when each was asked for and read, each page's
 decode and its CPU) as JSON, one file per daemon: which LIST ends last, and where a
@@ -124,7 +129,9 @@ async def _main(args: argparse.Namespace) -> None:
         loaded = await cycle_real._load(
             server.url, server.token, str(server.ca_file), args.jobs, True, args.nodes
         )
-        print(json.dumps({"jobs": args.jobs, **loaded}), flush=True)
+        print(json.dumps({"jobs": args.jobs, **loaded, "pinned": args.pin}), flush=True)
+        if args.pin:
+            cycle_real._pin(server)
         kubeconfig = str(server.kubeconfig())
         floor = ("--floor", kubeconfig, "500", "--node-fit", "--proto-floor")
         async with fake_prometheus(body) as prom:
@@ -188,6 +195,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--nodes", type=int, default=26000)
     parser.add_argument("--trace", default="", help="write each daemon's LIST pages here")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="after the load, the API server and etcd on CPU 0, every floor and daemon on "
+        "CPU 1 (cycle_real --pin): the server with a core of its own, as on a control plane",
+    )
     parser.add_argument("--sync", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sync:
