@@ -65,6 +65,27 @@ def _run(script: Path, *args: str, timeout: float = 180) -> None:
         raise RuntimeError(f"{script.name} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
+# the kit's script picks its two ports by binding port 0 and letting go: under `-n 2`
+# another server can take one in between, and the manager exits at once
+_PORT_TAKEN = "address already in use"
+
+
+def _start_webhook(folder: Path, kit: VolcanoKit, attempts: int = 3) -> None:
+    """The kit's webhook-start.sh, again (new ports) when the manager it started found
+    its port taken; any other failure is raised as it came, the manager's log with it."""
+    log = kit.state / "vc-webhook-manager.log"
+    for attempt in range(1, attempts + 1):
+        try:
+            _run(
+                folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state)
+            )
+            return
+        except RuntimeError as exc:
+            said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            if attempt == attempts or _PORT_TAKEN not in said.lower():
+                raise RuntimeError(f"{exc}\nvc-webhook-manager.log ends:\n{said}") from None
+
+
 @pytest.fixture(scope="module")
 def kit(volcano_cluster: VolcanoCluster) -> Iterator[VolcanoKit]:
     """The session's `proportion` stack (conftest.py), its nodes 4 x 4 GPUs, no
@@ -74,7 +95,7 @@ def kit(volcano_cluster: VolcanoCluster) -> Iterator[VolcanoKit]:
     volcano_cluster.stop_operator()
     kit = volcano_cluster.kit
     kit.shape_nodes(4, gpus_per_node=4)
-    _run(folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state))
+    _start_webhook(folder, kit)
     try:
         yield kit
     finally:
