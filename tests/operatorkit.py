@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from kubeserver import ApiError, EnvTest
-from volcanokit import GPU, PODGROUPS, PODS, PodView, VolcanoKit, kit_problem
+from volcanokit import (
+    GPU,
+    PODGROUPS,
+    PODS,
+    PORT_TAKEN,
+    START_ATTEMPTS,
+    PodView,
+    VolcanoKit,
+    kit_problem,
+)
 
 KIT_ENV = "TRAINING_OPERATOR_KIT"
 START_SECONDS = 120.0
@@ -70,25 +79,34 @@ class TrainingOperator:
     env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
-        answer = subprocess.run(
-            [
-                str(self.folder / "start.sh"),
-                str(self.api.kubeconfig(name="training-operator")),
-                str(self.state),
-                "--no-webhook",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=START_SECONDS,
-            check=False,
-        )
-        self._read_env()
-        if answer.returncode != 0:
-            self.stop()
-            raise RuntimeError(
-                f"training-operator did not start ({answer.returncode}): "
-                f"{answer.stderr[-2000:]}\nlog:\n{self.log_tail()}"
+        """Run the kit's start.sh. It picks its three ports by binding port 0 and closing
+        the socket, as the Volcano kit's does (`VolcanoKit.start`): a start whose port was
+        taken meanwhile is stopped and run again; any other failure is raised at once."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            answer = subprocess.run(
+                [
+                    str(self.folder / "start.sh"),
+                    str(self.api.kubeconfig(name="training-operator")),
+                    str(self.state),
+                    "--no-webhook",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=START_SECONDS,
+                check=False,
             )
+            self._read_env()
+            if answer.returncode == 0:
+                return
+            log = self.log_tail()
+            self.stop()
+            if PORT_TAKEN not in answer.stderr + log or attempt == START_ATTEMPTS:
+                raise RuntimeError(
+                    f"training-operator did not start ({answer.returncode}): "
+                    f"{answer.stderr[-2000:]}\nlog:\n{log}"
+                )
+            self.env.clear()
+            (self.state / "training-operator.env").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if (self.state / "training-operator.env").exists():

@@ -26,7 +26,15 @@ from conftest import PROPORTION_ONLY, VolcanoCluster
 from kubeserver import ApiError, EnvTest
 from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
-from volcanokit import KIT_ENV, VolcanoKit, clean_namespace, delete_queue, kit_problem
+from volcanokit import (
+    KIT_ENV,
+    PORT_TAKEN,
+    START_ATTEMPTS,
+    VolcanoKit,
+    clean_namespace,
+    delete_queue,
+    kit_problem,
+)
 
 from autoscaler.core.model import ElasticJob
 from autoscaler.core.reasons import Reason
@@ -65,16 +73,13 @@ def _run(script: Path, *args: str, timeout: float = 180) -> None:
         raise RuntimeError(f"{script.name} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-# the kit's script picks its two ports by binding port 0 and letting go: under `-n 2`
-# another server can take one in between, and the manager exits at once
-_PORT_TAKEN = "address already in use"
-
-
-def _start_webhook(folder: Path, kit: VolcanoKit, attempts: int = 3) -> None:
+def _start_webhook(folder: Path, kit: VolcanoKit) -> None:
     """The kit's webhook-start.sh, again (new ports) when the manager it started found
-    its port taken; any other failure is raised as it came, the manager's log with it."""
+    its port taken, as `VolcanoKit.start` does: the script picks its two ports by binding
+    port 0 and letting go, and under `-n 2` another server can take one in between. Any
+    other failure is raised as it came, the manager's log with it."""
     log = kit.state / "vc-webhook-manager.log"
-    for attempt in range(1, attempts + 1):
+    for attempt in range(1, START_ATTEMPTS + 1):
         try:
             _run(
                 folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state)
@@ -82,7 +87,7 @@ def _start_webhook(folder: Path, kit: VolcanoKit, attempts: int = 3) -> None:
             return
         except RuntimeError as exc:
             said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            if attempt == attempts or _PORT_TAKEN not in said.lower():
+            if attempt == START_ATTEMPTS or PORT_TAKEN not in said:
                 raise RuntimeError(f"{exc}\nvc-webhook-manager.log ends:\n{said}") from None
 
 

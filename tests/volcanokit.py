@@ -46,6 +46,8 @@ PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 START_SECONDS = 120.0
 START_ATTEMPTS = 3  # see VolcanoKit.start
+# what a component says when the port the kit picked for it was taken meanwhile
+PORT_TAKEN = "address already in use"
 KWOK_NODE = "kwok.x-k8s.io/node"  # kwok runs the nodes annotated so (start.sh's)
 SESSIONS = "volcano_open_session_duration_milliseconds_count"  # one per scheduling session
 
@@ -117,7 +119,7 @@ class VolcanoKit:
                 f"\nscheduler log:\n{self.log_tail('vc-scheduler')}"
             )
             self.stop()
-            if "address already in use" not in answer.stderr + logs or attempt == START_ATTEMPTS:
+            if PORT_TAKEN not in answer.stderr + logs or attempt == START_ATTEMPTS:
                 raise RuntimeError(problem)
             self.env.clear()
             (self.state / "volcano.env").unlink(missing_ok=True)
