@@ -116,7 +116,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "read.kube": ("proto", "wire", "straight", "tuning", "pages", "cache", "source"),
     "act": ("pacing", "results", "events", "dry_run", "actuator"),
     "report": ("render", "metrics", "logs", "status"),
-    "report.status": ("doc", "codec", "build", "writer", "view"),
+    "report.status": ("doc", "split", "codec", "build", "writer", "view"),
     "run": ("run_memory", "triggers", "server", "leader", "loop", "driver", "wiring", "daemon"),
 }
 _FLOOR_OF = {name: floor for floor, names in enumerate(FLOORS) for name in names}

@@ -8,6 +8,7 @@ miss: a memo that returns a stale entry, rank or line fails it."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,11 +16,13 @@ from builders import NOW, ej, gang, policy, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import ClusterSnapshot, Plan, QueueState
+from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, QueueState
+from autoscaler.core.reasons import Reason
 from autoscaler.plan.planner import plan
 from autoscaler.report.status.build import WriteOutcome, build_status
 from autoscaler.report.status.codec import dump, to_dict
 from autoscaler.report.status.doc import Cycle, ResizeState, StatusDoc, StatusMemo
+from autoscaler.report.status.split import _patched, split_named
 
 OK = Cycle("ok")
 COOLDOWN = 300
@@ -226,3 +229,97 @@ def test_an_entry_listed_twice_is_dumped_twice():
     twice = replace(doc, jobs=(doc.jobs[0], doc.jobs[0]))
     memo = StatusMemo()
     assert dump(twice, memo) == dump(twice, memo) == reference_dump(twice)
+
+
+# ---- the split patched where a few decisions moved (status/split.py) -------------------
+
+_REASONS = [Reason.FINISHED, Reason.AT_MAX, Reason.NO_IDLE_GPUS, Reason.SCALE_UP_IDLE_GPUS]
+_REASONS += [Reason.GANG_STARVING, Reason.INVALID_SPEC]
+# one decision made new: (its place, its reason, its target's step from current, its queue)
+_MOVES = st.lists(
+    st.tuples(
+        st.integers(0, 10_000),
+        st.sampled_from(_REASONS),
+        st.integers(-1, 1),
+        st.sampled_from(["q", "r"]),
+    ),
+    max_size=12,
+)
+
+
+def _decisions(n: int, seed: int) -> tuple[Decision, ...]:
+    out = []
+    for i in range(n):
+        reason = _REASONS[(i * 7 + seed) % len(_REASONS)]
+        ref = ObjectRef(f"ns-{(i + seed) % 3}", f"job-{i}", "PyTorchJob", f"uid-{i}")
+        current = 1 + i % 4
+        target = current + (1 if reason is Reason.SCALE_UP_IDLE_GPUS else 0)
+        out.append(Decision(ref, "qr"[i % 2], current, target, reason, f"m{i}"))
+    return tuple(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 120),
+    seed=st.integers(0, 6),
+    max_jobs=st.integers(1, 30),
+    named_every=st.integers(2, 40),
+    cycles=st.lists(_MOVES, min_size=1, max_size=6),
+)
+def test_a_split_and_counts_patched_where_decisions_moved_are_those_made_anew(
+    n, seed, max_jobs, named_every, cycles
+):
+    decisions = _decisions(n, seed)
+    named = frozenset(f"job-{i}" for i in range(0, n, named_every))
+    memo = StatusMemo()
+    memo.take_up(decisions)
+    split_named(decisions, named, max_jobs, memo)
+    memo.counts = Counter((d.queue, d.reason) for d in decisions)
+    for moves in cycles:
+        changed = list(decisions)
+        for place, reason, step, queue in moves:
+            if n:
+                d = changed[place % n]
+                target = None if reason is Reason.INVALID_SPEC else (d.current or 0) + step
+                changed[place % n] = replace(d, reason=reason, target=target, queue=queue)
+        last = memo.split
+        moved = {i: decisions[i] for i in range(n) if changed[i] is not decisions[i]}
+        decisions = tuple(changed)
+        memo.take_up(decisions)
+        got = split_named(decisions, named, max_jobs, memo)
+        fresh = split_named(decisions, named, max_jobs, None)
+        assert (got.named_at, got.first()) == (fresh.named_at, fresh.first())
+        counted = Counter((d.queue, d.reason) for d in decisions)
+        assert memo.counts in (None, counted)  # None: forgotten, counted anew
+        memo.counts = counted
+        assert last is not None
+        patched = _patched(last, moved, decisions) if moved else last
+        if patched is not None:  # the patch alone gives the same
+            assert (patched.named_at, patched.first()) == (fresh.named_at, fresh.first())
+        else:  # only a cut split left with too few kept is made anew
+            assert last.cut and len(last.kept) - len(moved) < max_jobs
+
+
+def test_a_steady_cycle_with_a_few_decisions_moved_patches_the_split():
+    decisions = _decisions(1000, 0)
+    memo = StatusMemo()
+    memo.take_up(decisions)
+    first = split_named(decisions, frozenset(), 10, memo)
+    assert first.cut and len(first.kept) == 20
+    # a message that counts seconds: new objects, the same ranks
+    moved = tuple(
+        replace(d, message="later") if i % 100 == 0 else d for i, d in enumerate(decisions)
+    )
+    memo.take_up(moved)
+    assert set(memo.moved or {}) == set(range(0, 1000, 100))
+    second = split_named(moved, frozenset(), 10, memo)
+    assert second.first() == first.first() and memo.moved is None
+    # moved again before the split was patched (a status that failed half-way): made anew
+    memo.take_up(decisions)
+    memo.take_up(moved)
+    assert memo.split is None and memo.moved is None
+    assert split_named(moved, frozenset(), 10, memo).first() == first.first()
+    # one in eight moved or more: made anew
+    many = tuple(replace(d, message="x") if i % 7 == 0 else d for i, d in enumerate(moved))
+    memo.take_up(many)
+    assert memo.split is None and memo.moved is None and memo.counts is None

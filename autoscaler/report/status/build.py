@@ -26,6 +26,7 @@ from autoscaler.core.reasons import Reason
 from ..render import notes_said, room_of
 from .codec import dump
 from .doc import (
+    _VALUE,
     MAX_BYTES,
     Cycle,
     GangEntry,
@@ -36,10 +37,10 @@ from .doc import (
     StatusDoc,
     StatusMemo,
     _KeptEntry,
-    _Plain,
     _plain_rank,
     _rank_of,
 )
+from .split import split_named
 
 # write outcomes compared as the plain strings a WriteOutcome carries
 _APPLIED, _DRY_RUN = Outcome.APPLIED.value, Outcome.DRY_RUN.value
@@ -401,7 +402,8 @@ def _ranked(
     outcomes = {(w.namespace, w.name, w.kind): w for w in writes}
     # most jobs have neither: a name in neither needs no key built
     named = frozenset({j.name for j in before.values()} | {w.name for w in outcomes.values()})
-    named_at, plain = _split_named(plan.decisions, named, max_jobs, memo)
+    split = split_named(plan.decisions, named, max_jobs, memo)
+    named_at, plain = split.named_at, split.first()
     # the rest are listed since now, with no resize: ranked by their decision alone
     ranked: list[_Ranked] = [(r, now, ns, name, kind, i, None) for r, ns, name, kind, i in plain]
     for i in named_at:
@@ -472,10 +474,6 @@ def _per_queue(counts: Counter[tuple[str, Reason]]) -> dict[str, Counter[str]]:
     return out
 
 
-# a reason's string by member: an Enum's `.value` is a descriptor call, and a status
-# reads one for every job each cycle
-_VALUE: dict[Reason, str] = {r: r.value for r in Reason}
-
 # the last status's jobs by ref, with the tuple they were read from (see _by_ref)
 _BY_REF: list[tuple[tuple[ElasticJob, ...], dict[ObjectRef, ElasticJob]]] = []
 
@@ -534,31 +532,6 @@ def _counted(
     if memo is not None:
         memo.counts = counts
     return counts
-
-
-def _split_named(
-    decisions: tuple[Decision, ...], named: frozenset[str], max_jobs: int, memo: StatusMemo | None
-) -> tuple[list[int], list[_Plain]]:
-    """Where the decisions named in `named` are, and the `max_jobs` first of the others
-    ranked (each is listed since now with no resize: its place depends on it alone, and
-    no more of them than `max_jobs` can be listed)."""
-    if memo is not None and memo.split is not None and memo.split[:2] == (named, max_jobs):
-        return memo.split[2], memo.split[3]
-    named_at: list[int] = []
-    plain: list[_Plain] = []
-    for i, d in enumerate(decisions):
-        ref = d.ref
-        if ref.name in named:
-            named_at.append(i)
-            continue
-        changed_size = d.target is not None and d.target != d.current
-        rank = _plain_rank(changed_size, _VALUE[d.reason])
-        plain.append((rank, ref.namespace, ref.name, ref.kind, i))
-    if len(plain) > max_jobs:
-        plain = heapq.nsmallest(max_jobs, plain)
-    if memo is not None:
-        memo.split = (named, max_jobs, named_at, plain)
-    return named_at, plain
 
 
 def _entries(

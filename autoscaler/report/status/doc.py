@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
+from itertools import compress
 
 from autoscaler.core.model import Decision, ElasticJob
 from autoscaler.core.reasons import Reason
 
+# a memo is patched where at most one decision in this many is new (else made anew)
+_PATCHED_AT_MOST = 8
 SCHEMA = "elastic-autoscaler.io/status/v1"
 DATA_KEY = "status"  # the ConfigMap key holding the document (JSON)
 MAX_BYTES = 512 * 1024
@@ -196,6 +199,11 @@ def _rank_of(r: Resize | None, changed: bool, reason: str) -> int:
     return RANK_FINISHED if reason == _FINISHED else RANK_REST
 
 
+# a reason's string by member: an Enum's `.value` is a descriptor call, and a status
+# reads one for every job each cycle
+_VALUE: dict[Reason, str] = {r: r.value for r in Reason}
+
+
 @cache
 def _plain_rank(changed: bool, reason: str) -> int:
     """The rank of a job with no resize to tell (most of them), by what it depends on."""
@@ -220,9 +228,11 @@ class StatusMemo:
 
     decisions: tuple[Decision, ...] = ()  # the last plan's; what follows was read of them
     counts: Counter[tuple[str, Reason]] | None = None
-    # the names with a history or a write, max_jobs, where those names are in the
-    # decisions, and the max_jobs first of the others
-    split: tuple[frozenset[str], int, list[int], list[_Plain]] | None = None
+    # which decisions are ranked one by one (split.py's Split: it reads this module)
+    split: object | None = None
+    # the places of the decisions that changed since the split was made, each with the
+    # one it held then: the split is patched there (split.py), not made anew
+    moved: dict[int, Decision] | None = None
     entries: dict[int, _KeptEntry] = field(default_factory=dict)  # by id() of the decision
     rows: dict[int, tuple[JobEntry, str]] = field(default_factory=dict)  # by id() of entry
     queues: dict[str, str] = field(default_factory=dict)  # a queue's JSON -> its lines
@@ -234,9 +244,41 @@ class StatusMemo:
     margin: int | None = None
 
     def take_up(self, decisions: tuple[Decision, ...]) -> None:
-        """This plan's decisions: what was read of the last plan's is forgotten unless
-        these are the same objects in the same order."""
+        """This plan's decisions: what was read of the last plan's is kept where these
+        are the same objects in the same places, patched where a few of them are new
+        (a live cluster's few every cycle among tens of thousands kept), else forgotten."""
         last = self.decisions
-        if len(decisions) == len(last) and all(map(operator.is_, decisions, last)):
-            return
-        self.decisions, self.counts, self.split = tuple(decisions), None, None
+        if len(decisions) == len(last):
+            places = list(compress(range(len(last)), map(operator.is_not, decisions, last)))
+            if not places:
+                return
+            if len(places) <= len(last) // _PATCHED_AT_MOST:
+                self._patch(places, last, decisions)
+                return
+        self.decisions, self.counts, self.split, self.moved = tuple(decisions), None, None, None
+
+    def _patch(
+        self, places: list[int], last: tuple[Decision, ...], decisions: tuple[Decision, ...]
+    ) -> None:
+        """The decisions at `places` are new: counted again, and noted for the split."""
+        counts = self.counts
+        if counts is not None:
+            for i in places:
+                old, new = last[i], decisions[i]
+                before, now = (old.queue, old.reason), (new.queue, new.reason)
+                if before != now:
+                    counts[before] -= 1
+                    if not counts[before]:
+                        del counts[before]  # as a count made anew would not have it
+                    counts[now] += 1
+        if self.split is not None and self.moved is None:
+            self.moved = {i: last[i] for i in places}  # the ones the split was made with
+        else:  # no split, or one not patched since the last take_up: made anew
+            self.split, self.moved = None, None
+        self.decisions = tuple(decisions)
+
+    def take_moved(self) -> dict[int, Decision]:
+        """The places `take_up` noted for the split (each with the decision the split was
+        made with), handed over once."""
+        moved, self.moved = self.moved, None
+        return moved or {}
