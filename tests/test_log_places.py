@@ -5,10 +5,11 @@ news at."""
 
 from __future__ import annotations
 
+from builders import NOW
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.core.model import Action, Decision, ObjectRef
+from autoscaler.core.model import Action, Decision, ObjectRef, Plan
 from autoscaler.core.reasons import Reason
 from autoscaler.run.loop import _to_compare
 
@@ -49,7 +50,7 @@ def test_a_place_left_out_has_no_news(pool, data, dry_run):
     now += data.draw(st.lists(decisions(), max_size=3))
     if data.draw(st.booleans()):
         now = now[: data.draw(st.integers(0, len(now)))]
-    places = _to_compare(tuple(now), last, dry_run)
+    places = _to_compare(Plan(NOW, tuple(now)), last, dry_run)
     assert places == sorted(set(places)) and all(0 <= i < len(now) for i in places)
     index = {p.ref: p for p in last}
     for i, d in enumerate(now):
@@ -64,11 +65,10 @@ def test_a_place_left_out_has_no_news(pool, data, dry_run):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(decisions(), max_size=8))
 def test_a_plans_actions_are_its_decisions_that_change_a_job_in_order(ds):
-    """Plan.actions (found in C) as every decision read one by one finds them."""
-    from builders import NOW
-
-    from autoscaler.core.model import Plan
-
+    """Plan.actions and resized_at (found in C) as every decision read one by one finds
+    them."""
     expected = tuple(a for d in ds if d.target != d.current and (a := Action.of(d)) is not None)
-    assert Plan(NOW, tuple(ds)).actions == expected
+    p = Plan(NOW, tuple(ds))
+    assert p.actions == expected
+    assert p.resized_at == tuple(i for i, d in enumerate(ds) if d.target != d.current)
     assert all(isinstance(a, Action) and a.changed for a in expected)

@@ -618,11 +618,15 @@ class Plan:
     gangs: tuple[GangDecision, ...] = ()
     queues: Mapping[str, QueueSummary] = field(default_factory=dict)
     measurements: tuple[Measurement, ...] = ()
-    # the decisions that change a job, in plan order: found once (a cycle reads them
-    # several times, and at 20k jobs each scan costs milliseconds)
+    # the places of the decisions whose target is not their size, and those that change
+    # a job, in plan order: found once (a cycle reads them several times, and with tens
+    # of thousands of finished jobs listed each scan costs milliseconds)
+    resized_at: tuple[int, ...] = field(init=False, repr=False, compare=False)
     actions: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        moved = compress(self.decisions, resized(self.decisions))
-        actions = tuple(a for d in moved if (a := Action.of(d)) is not None)
+        decisions = self.decisions
+        at = tuple(compress(range(len(decisions)), resized(decisions)))
+        actions = tuple(a for i in at if (a := Action.of(decisions[i])) is not None)
+        object.__setattr__(self, "resized_at", at)
         object.__setattr__(self, "actions", actions)

@@ -24,7 +24,7 @@ import structlog
 
 from autoscaler.act.results import ActionResult, Actuator, ApplyResult, Outcome
 from autoscaler.core.heap import release_free_memory
-from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal, resized
+from autoscaler.core.model import ClusterSnapshot, Decision, ObjectRef, Plan, Refusal
 from autoscaler.core.options import LoopOptions
 from autoscaler.core.policy import PlannerPolicy
 from autoscaler.plan import planner
@@ -47,17 +47,17 @@ _REASON = operator.attrgetter("reason")
 _WRITTEN = (Outcome.APPLIED, Outcome.DRY_RUN)  # the outcomes elastic_autoscaler_actions counts
 
 
-def _to_compare(
-    decisions: tuple[Decision, ...], last: tuple[Decision, ...], dry_run: bool
-) -> list[int]:
-    """The places of `decisions` that may have news at the info level, in order: not the
-    last plan's object at that place, or (unless a dry run) a resize, said again. At
-    any other place the last plan's decision is there again, unchanged and said: a
-    cluster that keeps its finished jobs lists tens of thousands, found here in C."""
+def _to_compare(plan: Plan, last: tuple[Decision, ...], dry_run: bool) -> list[int]:
+    """The places of the plan's decisions that may have news at the info level, in
+    order: not the last plan's object at that place, or (unless a dry run) a resize,
+    said again. At any other place the last plan's decision is there again, unchanged
+    and said: a cluster that keeps its finished jobs lists tens of thousands, found
+    here in C."""
+    decisions = plan.decisions
     places = set(compress(range(len(decisions)), map(operator.is_not, decisions, last)))
     places.update(range(len(last), len(decisions)))
     if not dry_run:
-        places.update(compress(range(len(decisions)), resized(decisions)))
+        places.update(plan.resized_at)
     return sorted(places)
 
 
@@ -338,7 +338,7 @@ class Controller:
             last = self._last_logged
             index: dict[ObjectRef, Decision] | None = None
             decisions = plan.decisions
-            for i in range(len(decisions)) if debug else _to_compare(decisions, last, dry_run):
+            for i in range(len(decisions)) if debug else _to_compare(plan, last, dry_run):
                 d = decisions[i]
                 before = last[i] if i < len(last) else None
                 if before is None or before.ref is not d.ref:
