@@ -32,11 +32,10 @@ from volcanokit import (
     GPU,
     PODGROUPS,
     PODS,
-    PORT_TAKEN,
-    START_ATTEMPTS,
     PodView,
     VolcanoKit,
     kit_problem,
+    start_retrying,
 )
 
 KIT_ENV = "TRAINING_OPERATOR_KIT"
@@ -79,34 +78,29 @@ class TrainingOperator:
     env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
-        """Run the kit's start.sh. It picks its three ports by binding port 0 and closing
-        the socket, as the Volcano kit's does (`VolcanoKit.start`): a start whose port was
-        taken meanwhile is stopped and run again; any other failure is raised at once."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            answer = subprocess.run(
-                [
-                    str(self.folder / "start.sh"),
-                    str(self.api.kubeconfig(name="training-operator")),
-                    str(self.state),
-                    "--no-webhook",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=START_SECONDS,
-                check=False,
-            )
-            self._read_env()
-            if answer.returncode == 0:
-                return
-            log = self.log_tail()
-            self.stop()
-            if PORT_TAKEN not in answer.stderr + log or attempt == START_ATTEMPTS:
-                raise RuntimeError(
-                    f"training-operator did not start ({answer.returncode}): "
-                    f"{answer.stderr[-2000:]}\nlog:\n{log}"
-                )
-            self.env.clear()
-            (self.state / "training-operator.env").unlink(missing_ok=True)
+        """Run the kit's start.sh (three ports picked: `volcanokit.start_retrying`)."""
+        start_retrying("training-operator", self._run_start, self.log_tail, self._undo_start)
+
+    def _run_start(self) -> subprocess.CompletedProcess[str]:
+        answer = subprocess.run(
+            [
+                str(self.folder / "start.sh"),
+                str(self.api.kubeconfig(name="training-operator")),
+                str(self.state),
+                "--no-webhook",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=START_SECONDS,
+            check=False,
+        )
+        self._read_env()  # even on failure: whatever it started is stopped by stop()
+        return answer
+
+    def _undo_start(self) -> None:
+        self.stop()
+        self.env.clear()
+        (self.state / "training-operator.env").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if (self.state / "training-operator.env").exists():

@@ -28,12 +28,11 @@ from promserver import fake_prometheus
 from test_loop import Daemon, free_body, settings_for
 from volcanokit import (
     KIT_ENV,
-    PORT_TAKEN,
-    START_ATTEMPTS,
     VolcanoKit,
     clean_namespace,
     delete_queue,
     kit_problem,
+    start_retrying,
 )
 
 from autoscaler.core.model import ElasticJob
@@ -74,21 +73,25 @@ def _run(script: Path, *args: str, timeout: float = 180) -> None:
 
 
 def _start_webhook(folder: Path, kit: VolcanoKit) -> None:
-    """The kit's webhook-start.sh, again (new ports) when the manager it started found
-    its port taken, as `VolcanoKit.start` does: the script picks its two ports by binding
-    port 0 and letting go, and under `-n 2` another server can take one in between. Any
-    other failure is raised as it came, the manager's log with it."""
+    """The kit's webhook-start.sh (two ports picked: `volcanokit.start_retrying`); on a
+    failure the script has stopped what it started."""
     log = kit.state / "vc-webhook-manager.log"
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            _run(
-                folder / "webhook-start.sh", str(kit.api.kubeconfig(name="volcano")), str(kit.state)
-            )
-            return
-        except RuntimeError as exc:
-            said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            if attempt == START_ATTEMPTS or PORT_TAKEN not in said:
-                raise RuntimeError(f"{exc}\nvc-webhook-manager.log ends:\n{said}") from None
+    start_retrying(
+        "vc-webhook-manager",
+        lambda: subprocess.run(
+            [
+                str(folder / "webhook-start.sh"),
+                str(kit.api.kubeconfig(name="volcano")),
+                str(kit.state),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        ),
+        lambda: log.read_text(errors="replace")[-2000:] if log.exists() else "",
+        lambda: None,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,9 @@ VCJOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
 PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 START_SECONDS = 120.0
-START_ATTEMPTS = 3  # see VolcanoKit.start
+START_ATTEMPTS = 3  # see start_retrying
 # what a component says when the port the kit picked for it was taken meanwhile
-PORT_TAKEN = "address already in use"
+_PORT_TAKEN = "address already in use"
 KWOK_NODE = "kwok.x-k8s.io/node"  # kwok runs the nodes annotated so (start.sh's)
 SESSIONS = "volcano_open_session_duration_milliseconds_count"  # one per scheduling session
 
@@ -70,6 +70,29 @@ def kit_problem() -> str | None:
     if shutil.which("kubectl") is None:
         return "the kit's start.sh needs kubectl on PATH"
     return None
+
+
+def start_retrying(
+    what: str,
+    start: Callable[[], subprocess.CompletedProcess[str]],
+    logs: Callable[[], str],
+    undo: Callable[[], None],
+) -> None:
+    """Run a kit's start script (`start`). The kits' scripts pick their ports by binding
+    port 0 and closing the socket, so a port can be taken (by another of their picks,
+    or by a connection of the suite under `-n 2`) before the component binds it: that
+    start is undone and run again (new ports); any other failure is raised at once,
+    with the components' `logs`."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        answer = start()
+        if answer.returncode == 0:
+            return
+        said = logs()
+        undo()
+        if _PORT_TAKEN not in answer.stderr + said or attempt == START_ATTEMPTS:
+            raise RuntimeError(
+                f"{what} did not start ({answer.returncode}): {answer.stderr[-2000:]}\n{said}"
+            )
 
 
 @dataclass
@@ -105,24 +128,18 @@ class VolcanoKit:
         return [_host_port(self.scheduler_metrics), _host_port(self.controller_metrics)]
 
     def start(self) -> None:
-        """Run the kit's start.sh. It picks its five ports by binding port 0 and closing
-        the socket, so a port can be taken (by another of its picks, or by an outgoing
-        connection of the suite) before the component binds it: that start is stopped
-        and run again; any other failure is raised at once."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            answer = self._run_start()
-            if answer.returncode == 0:
-                return
-            logs = "".join(self.log_tail(c) for c in BINARIES)
-            problem = (
-                f"the Volcano kit did not start ({answer.returncode}): {answer.stderr[-2000:]}"
-                f"\nscheduler log:\n{self.log_tail('vc-scheduler')}"
-            )
-            self.stop()
-            if PORT_TAKEN not in answer.stderr + logs or attempt == START_ATTEMPTS:
-                raise RuntimeError(problem)
-            self.env.clear()
-            (self.state / "volcano.env").unlink(missing_ok=True)
+        """Run the kit's start.sh (five ports picked: `start_retrying`)."""
+        start_retrying(
+            "the Volcano kit",
+            self._run_start,
+            lambda: "\n".join(f"{c} log:\n{self.log_tail(c)}" for c in BINARIES),
+            self._undo_start,
+        )
+
+    def _undo_start(self) -> None:
+        self.stop()
+        self.env.clear()
+        (self.state / "volcano.env").unlink(missing_ok=True)
 
     def _run_start(self) -> subprocess.CompletedProcess[str]:
         kubeconfig = self.api.kubeconfig(name="volcano")
